@@ -1,0 +1,39 @@
+"""``python -m spark_app --config job.json``: what the operator's SparkApplication runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from spark_app.config import load_config
+from spark_app.errors import KappaError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark_app", description=__doc__)
+    parser.add_argument("--config", required=True, help="JobConfig as JSON or YAML")
+    parser.add_argument("--timeout", type=float, help="stop a processingTime run after this many seconds")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(args.config)
+        from spark_app.runtime import run, user_message
+
+        try:
+            report = run(cfg, timeout=args.timeout)
+        except KappaError:
+            raise
+        except Exception as exc:  # Spark wraps what a source raised: show the part a person acts on
+            print(f"error: job {cfg.name} failed: {user_message(exc)}", file=sys.stderr)
+            return 1
+    except KappaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.summary(), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""A watermark provider for the sources of one driver: a JSON state file.
+
+Reads and writes happen under an exclusive ``flock`` on a sibling lock file, and the state
+is replaced atomically (write a temp file, ``os.replace``), so a process killed mid-write
+leaves the previous state. Members are declared up front: one that has not reported holds
+the group (nobody runs ahead of a missing member).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from spark_app.alignment import GroupView, global_view
+
+
+class LocalWatermarkProvider:
+    def __init__(self, state_file: str | Path, members: tuple[str, ...]) -> None:
+        self.state_file = Path(state_file)
+        self.members = tuple(sorted(members))
+
+    @contextmanager
+    def _locked(self) -> Iterator[dict[str, Any]]:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.state_file.with_suffix(".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                state = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
+                yield state
+                fd, tmp = tempfile.mkstemp(dir=self.state_file.parent, prefix=".wm-")
+                with os.fdopen(fd, "w") as f:
+                    json.dump(state, f, sort_keys=True)
+                os.replace(tmp, self.state_file)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def report(self, member: str, watermark: int | None) -> GroupView:
+        with self._locked() as state:
+            reported = state.setdefault("watermarks", {})
+            reported[member] = watermark
+            state.setdefault("updated", {})[member] = time.time()
+            return global_view(self.members, reported)
+
+    def view(self) -> GroupView:
+        if not self.state_file.exists():
+            return global_view(self.members, {})
+        return global_view(self.members, json.loads(self.state_file.read_text()).get("watermarks", {}))
+
+    def reset(self) -> None:
+        """Forget every report (a fresh query: stale watermarks must not let anyone run ahead)."""
+        self.state_file.unlink(missing_ok=True)

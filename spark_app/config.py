@@ -1,0 +1,443 @@
+"""JobConfig: the contract between the operator and the Spark app.
+
+The operator renders one JobConfig per run (a live StreamingJob or a Backfill) and mounts it
+into the driver; ``python -m spark_app --config job.json`` reads it. Everything a run needs
+to be reproducible is here, so a restart from the checkpoint sees the same plan.
+
+Each named source carries the *candidate* selected for this run (the Netflix "dynamic
+source"): ``icebergLive`` (incremental appends), ``icebergBackfill`` (history of a window,
+event-time ordered and aligned) or ``kafka`` (passthrough to Spark's Kafka source). The
+pipeline sees the same DataFrame schema whichever candidate was chosen.
+
+Field names are camelCase on the wire (as in the CRs) and snake_case in Python.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from spark_app.errors import ConfigError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+DURATION_HELP = "a duration such as '90s', '10m', '1h30m' or ISO 8601 'PT10M'"
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Accept what Kubernetes users write ('10m', '1h30m'), ISO 8601 and plain seconds."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"expected {DURATION_HELP}, got {value!r}")
+    if isinstance(value, int | float):
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text and _DURATION_PART.sub("", text) == "" and _DURATION_PART.match(text):
+            seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+            return timedelta(seconds=seconds)
+        iso = re.fullmatch(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", text.upper())
+        if iso and text.upper() not in ("P", "PT"):
+            d, h, m, s = (float(g) if g else 0.0 for g in iso.groups())
+            return timedelta(days=d, hours=h, minutes=m, seconds=s)
+    raise ValueError(f"expected {DURATION_HELP}, got {value!r}")
+
+
+def format_duration(value: timedelta) -> str:
+    """Inverse of parse_duration in the short form ('1h30m', '45s')."""
+    total = value.total_seconds()
+    if total == 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        n, total = divmod(total, size)
+        if n:
+            parts.append(f"{int(n)}{unit}")
+    if total:
+        parts.append(f"{total:g}s")
+    return "".join(parts)
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """ISO 8601; a timestamp without a zone is UTC, like Iceberg's `timestamp` type."""
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"expected an ISO 8601 timestamp such as '2026-11-01T10:00:00Z', got {value!r}") from None
+    else:
+        raise ValueError(f"expected an ISO 8601 timestamp such as '2026-11-01T10:00:00Z', got {value!r}")
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+]
+Timestamp = Annotated[
+    datetime,
+    BeforeValidator(parse_timestamp),
+    PlainSerializer(lambda d: d.isoformat().replace("+00:00", "Z"), return_type=str),
+]
+
+
+class KappaModel(BaseModel):
+    """Frozen, camelCase on the wire, and strict about unknown fields (typos must not pass)."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+# --- sources ---------------------------------------------------------------------------
+
+
+class SplitConfig(KappaModel):
+    """How data files become splits, the unit of admission."""
+
+    target_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
+    """Files larger than this are sliced by row groups; smaller ones are bundled up to it."""
+    open_file_cost: int = Field(default=4 * 1024 * 1024, ge=0)
+    """Bytes a file counts for when bundling, so tiny files are not bundled without limit."""
+    max_bundle_span: Duration = timedelta(minutes=5)
+    """A bundle never spans more event time than this plus its widest file: bundling must
+    not widen the out-of-orderness bound (DESIGN: maxDrift + largest split span)."""
+    task_target_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
+    """Admitted splits are packed into Spark tasks of about this size (several per task)."""
+
+
+class ReadLimitConfig(KappaModel):
+    """Per-micro-batch caps (Spark admission control); the engine may override them."""
+
+    max_files: int | None = Field(default=None, gt=0)
+    max_rows: int | None = Field(default=None, gt=0)
+    max_bytes: int | None = Field(default=None, gt=0)
+    max_snapshots: int | None = Field(default=None, gt=0)
+    """Live only: snapshots consumed per micro-batch (1 replays commits one by one)."""
+
+
+class IcebergSourceBase(KappaModel):
+    catalog: str = "default"
+    """Name of an entry in `catalogs`."""
+    table: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
+    """Table identifier, `namespace.table`."""
+    columns: list[str] | None = None
+    """Projection (top-level columns); the ordering column is read for filtering regardless."""
+    filter: str | None = None
+    """Row filter in pyiceberg's expression syntax, e.g. "country = 'US' and duration_s > 0"."""
+    ordering_column: str | None = None
+    """Overrides `alignment.orderingColumn` for this source (dotted for struct fields)."""
+    split: SplitConfig = SplitConfig()
+    read_limit: ReadLimitConfig = ReadLimitConfig()
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            from pyiceberg.expressions.parser import parse
+
+            try:
+                parse(value)
+            except Exception as exc:  # pyparsing raises its own exception types
+                raise ValueError(f"cannot parse filter {value!r}: {exc}") from None
+        return value
+
+
+class IcebergLiveSource(IcebergSourceBase):
+    """Incremental appends, snapshot by snapshot, polled at the trigger interval."""
+
+    kind: Literal["icebergLive"]
+    starting_position: Literal["latest", "earliest"] | None = None
+    """Where a new query starts; `startingTimestamp`/`startingSnapshotId` are alternatives.
+    Default: latest."""
+    starting_timestamp: Timestamp | None = None
+    """Start with the first snapshot committed at or after this time."""
+    starting_snapshot_id: int | None = None
+    """Start with this snapshot (inclusive)."""
+    on_non_append: Literal["skip", "fail"] = "fail"
+    """What to do with delete/overwrite snapshots: `skip` logs and moves on, `fail` stops."""
+
+    @model_validator(mode="after")
+    def _one_start(self) -> IcebergLiveSource:
+        given = [
+            n
+            for n, v in (
+                ("startingPosition", self.starting_position),
+                ("startingTimestamp", self.starting_timestamp),
+                ("startingSnapshotId", self.starting_snapshot_id),
+            )
+            if v is not None
+        ]
+        if len(given) > 1:
+            raise ValueError(
+                f"give at most one of startingPosition, startingTimestamp, startingSnapshotId; got {given}"
+            )
+        return self
+
+
+class IcebergBackfillSource(IcebergSourceBase):
+    """History of the window from an Iceberg table, in ordering-column order."""
+
+    kind: Literal["icebergBackfill"]
+    snapshot_id: int | None = None
+    """Read this snapshot; default: the table's current snapshot when the query starts."""
+
+
+class KafkaSource(KappaModel):
+    """Passthrough to Spark's Kafka source; values deserialized into the history table's schema."""
+
+    kind: Literal["kafka"]
+    bootstrap_servers: str = Field(min_length=1)
+    topic: str = Field(min_length=1)
+    value_format: Literal["json"] = "json"
+    schema_from: str | None = None
+    """`catalog:namespace.table` whose schema the values follow (the source's history table)."""
+    schema_ddl: str | None = None
+    """Alternatively, the value schema as a Spark DDL string."""
+    options: dict[str, str] = {}
+    """Extra options for Spark's Kafka source (startingOffsets, kafka.security.protocol, ...)."""
+
+    @model_validator(mode="after")
+    def _one_schema(self) -> KafkaSource:
+        if (self.schema_from is None) == (self.schema_ddl is None):
+            raise ValueError("give exactly one of schemaFrom (a history table) or schemaDdl")
+        return self
+
+
+SourceConfig = Annotated[IcebergLiveSource | IcebergBackfillSource | KafkaSource, Field(discriminator="kind")]
+
+
+# --- sinks -----------------------------------------------------------------------------
+
+
+class SinkBase(KappaModel):
+    time_column: str | None = None
+    """Output event-time column: in a backfill, rows before the window start (warm-up output)
+    are not written."""
+    output_mode: Literal["append", "update", "complete"] = "append"
+
+
+class ParquetSink(SinkBase):
+    """Spark's file sink (exactly-once through its `_spark_metadata` log)."""
+
+    kind: Literal["parquet"]
+    path: str = Field(min_length=1)
+    partition_by: list[str] = []
+
+
+class ConsoleSink(SinkBase):
+    kind: Literal["console"]
+
+
+SinkConfig = Annotated[ParquetSink | ConsoleSink, Field(discriminator="kind")]
+
+
+# --- run-level settings ------------------------------------------------------------------
+
+
+class CatalogConfig(KappaModel):
+    """pyiceberg catalog properties (passed to `load_catalog`), e.g. type sql, uri, warehouse."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", alias_generator=None)
+    type: str = "sql"
+
+    def properties(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.model_dump().items()}
+
+
+class Window(KappaModel):
+    """Backfill window `[start, end)` on the ordering column, with optional warm-up."""
+
+    start: Timestamp
+    end: Timestamp
+    warmup: Duration = timedelta(0)
+    """Read from `start - warmup` so stateful operators are warm; that output is suppressed."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Window:
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end.isoformat()}) must be after start ({self.start.isoformat()})")
+        if self.warmup < timedelta(0):
+            raise ValueError("warmup must not be negative")
+        return self
+
+    @property
+    def read_start(self) -> datetime:
+        return self.start - self.warmup
+
+
+class AlignmentConfig(KappaModel):
+    """Event-time alignment of the sources of a backfill (DESIGN: "Alignment, precisely")."""
+
+    mode: Literal["aligned", "strict", "unordered"] = "aligned"
+    """`aligned`: admit a split only if lower <= global watermark + maxDrift; `strict`: the
+    same with no drift; `unordered`: no coordination (stateless pipelines, top throughput)."""
+    group: str | None = None
+    """Alignment group; default: the job name. Groups can span queries and jobs."""
+    max_drift: Duration = timedelta(minutes=10)
+    ordering_column: str = "event_ts"
+    """Event time, or an ingestion-time column such as `__metadata__.ingestion_ts`."""
+    lateness: Duration | None = None
+    """The pipeline's watermark delay, when it cannot be read from the query plan."""
+    allow_late_drops: bool = False
+    """Start even when lateness < maxDrift + largest split span (rows may be dropped)."""
+    state_dir: str | None = None
+    """Local alignment state shared by the source processes on one driver; default: a
+    directory under the system temp dir keyed by group and checkpoint location."""
+
+    @field_validator("max_drift")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("maxDrift must be > 0 (use mode: strict for no drift)")
+        return value
+
+    @property
+    def effective_drift(self) -> timedelta:
+        return timedelta(0) if self.mode == "strict" else self.max_drift
+
+
+class CoordinatorConfig(KappaModel):
+    url: str = Field(pattern=r"^https?://")
+    token: str | None = None
+    timeout: Duration = timedelta(minutes=5)
+
+
+class TriggerConfig(KappaModel):
+    kind: Literal["processingTime", "availableNow"]
+    interval: Duration = timedelta(seconds=10)
+    """processingTime only: also the poll interval of live Iceberg sources."""
+
+
+class CheckpointConfig(KappaModel):
+    location: str = Field(min_length=1)
+    """Each output's query checkpoints under `<location>/<sink name>`."""
+
+
+_ENTRY_POINT = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$"
+
+
+class JobConfig(KappaModel):
+    """One run of a pipeline: live, or a backfill of a window."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    pipeline: str = Field(pattern=_ENTRY_POINT)
+    """`module:function`; the function takes `{source name: DataFrame}` and returns
+    `{sink name: DataFrame}`."""
+    pipeline_args: dict[str, Any] = {}
+    """Keyword arguments for the pipeline function (e.g. its watermark delay)."""
+    mode: Literal["live", "backfill"]
+    catalogs: dict[str, CatalogConfig] = {}
+    sources: dict[str, SourceConfig] = Field(min_length=1)
+    sinks: dict[str, SinkConfig] = Field(min_length=1)
+    checkpoint: CheckpointConfig
+    trigger: TriggerConfig | None = None
+    """Default: processingTime 10s live, availableNow for a backfill."""
+    window: Window | None = None
+    alignment: AlignmentConfig = AlignmentConfig()
+    coordinator: CoordinatorConfig | None = None
+    spark_conf: dict[str, str] = {}
+    master: str | None = None
+    """Spark master for local runs (`local[2]`); under spark-submit leave it unset."""
+    trace_path: str | None = None
+    """Append admission decisions and file opens as JSON lines here (tests, demo plots)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobConfig:
+        if self.mode == "backfill" and self.window is None:
+            raise ValueError("mode backfill needs a window: {start, end[, warmup]}")
+        if self.mode == "live" and self.window is not None:
+            raise ValueError("a window is only meaningful with mode: backfill")
+        wanted = "icebergBackfill" if self.mode == "backfill" else None
+        for name, src in self.sources.items():
+            if wanted and src.kind != wanted:
+                raise ValueError(
+                    f"sources.{name}.kind is {src.kind!r} but mode backfill reads history: use icebergBackfill"
+                )
+            if self.mode == "live" and src.kind == "icebergBackfill":
+                raise ValueError(f"sources.{name}.kind icebergBackfill needs mode: backfill")
+            if isinstance(src, IcebergSourceBase) and src.catalog not in self.catalogs:
+                known = ", ".join(sorted(self.catalogs)) or "none defined"
+                raise ValueError(f"sources.{name}.catalog {src.catalog!r} is not in catalogs ({known})")
+        if self.trigger and self.trigger.kind == "processingTime" and self.mode == "backfill":
+            raise ValueError("a backfill ends by itself: trigger.kind must be availableNow")
+        return self
+
+    @property
+    def effective_trigger(self) -> TriggerConfig:
+        if self.trigger is not None:
+            return self.trigger
+        kind = "availableNow" if self.mode == "backfill" else "processingTime"
+        return TriggerConfig(kind=kind)
+
+    @property
+    def alignment_group(self) -> str:
+        return self.alignment.group or self.name
+
+    def ordering_column(self, source: str) -> str:
+        src = self.sources[source]
+        own = getattr(src, "ordering_column", None)
+        return own or self.alignment.ordering_column
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True, indent=2)
+
+
+def _format_errors(exc: ValidationError, origin: str) -> str:
+    lines = [f"invalid job config {origin}:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "literal_error" or err["type"] == "union_tag_invalid":
+            msg = msg.replace("Input should be", "allowed:")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (check the spelling; fields are camelCase)"
+        lines.append(f"  {loc or '<root>'}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(data: dict[str, Any], origin: str = "") -> JobConfig:
+    try:
+        return JobConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, origin)) from None
+
+
+def load_config(path: str | Path) -> JobConfig:
+    """Read JSON or YAML; every problem is reported with its field path and what is allowed."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read job config {p}: {exc.strerror}") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"job config {p} is not valid {'JSON' if p.suffix == '.json' else 'YAML'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"job config {p} must be a mapping at the top level, got {type(data).__name__}")
+    return parse_config(data, origin=str(p))

@@ -1,0 +1,29 @@
+"""Errors a user acts on: each message names the field or the number to change."""
+
+
+class KappaError(Exception):
+    """Base of the errors the runtime reports without a traceback."""
+
+
+class ConfigError(KappaError):
+    """The job config is wrong; the message names the field and what is allowed."""
+
+
+class LatenessError(KappaError):
+    """The pipeline's watermark delay is below the alignment bound: rows would be dropped."""
+
+
+class SnapshotExpiredError(KappaError):
+    """A snapshot the query needs is gone (expired or rolled back): data would be skipped."""
+
+
+class NonAppendSnapshotError(KappaError):
+    """A live source met a delete/overwrite snapshot and `onNonAppend` is `fail`."""
+
+
+class PlanChangedError(KappaError):
+    """The checkpoint's offsets were planned with other settings than this run's."""
+
+
+class ConnectorMissingError(KappaError):
+    """A Spark connector the config selects is not on the classpath."""

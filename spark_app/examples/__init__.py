@@ -1,0 +1,1 @@
+"""Example data generators for the kappa-operator demo and tests."""

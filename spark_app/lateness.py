@@ -1,0 +1,77 @@
+"""The lateness guard: refuse a backfill whose pipeline would drop rows as late.
+
+With alignment, the out-of-orderness a backfill creates is at most ``maxDrift + the largest
+time span of one split`` (Apple, "Streaming from Iceberg", slide 76). A stateful pipeline
+whose watermark delay is at least that drops no row; one with less may. The delay comes
+from the query plan (``EventTimeWatermark`` nodes; the smallest, since Spark's global
+watermark is the minimum) or from ``alignment.lateness``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+from spark_app.config import format_duration
+
+_UNITS = {
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1,
+    "minute": 60,
+    "hour": 3600,
+    "day": 86400,
+    "week": 604800,
+}
+_NODE = re.compile(r"EventTimeWatermark [^\n]*")
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s+(microsecond|millisecond|second|minute|hour|day|week)s?")
+
+
+def watermark_delays(plan: str) -> list[timedelta]:
+    """Delays of every ``EventTimeWatermark`` node in a plan's text form."""
+    out = []
+    for node in _NODE.findall(plan):  # "EventTimeWatermark <id>, event_ts#8: timestamp, 30 minutes"
+        seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(node.rsplit(":", 1)[-1]))
+        out.append(timedelta(seconds=seconds))
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    required: timedelta
+    delay: timedelta | None
+    message: str
+
+
+def check_lateness(
+    delay: timedelta | None,
+    max_drift: timedelta,
+    max_split_span: timedelta,
+    mode: str,
+    allow_late_drops: bool,
+) -> Verdict:
+    required = max_drift + max_split_span
+    if mode == "unordered":
+        return Verdict(True, required, delay, "unordered: no ordering bound (meant for stateless pipelines)")
+    if delay is None:
+        return Verdict(True, required, None, "the pipeline has no event-time watermark: nothing is dropped as late")
+    if delay >= required:
+        return Verdict(
+            True,
+            required,
+            delay,
+            f"watermark delay {format_duration(delay)} >= maxDrift {format_duration(max_drift)} + largest split "
+            f"span {format_duration(max_split_span)}: no row is dropped as late",
+        )
+    msg = (
+        f"the pipeline's watermark delay is {format_duration(delay)} but this backfill can deliver rows up to "
+        f"{format_duration(required)} out of order (alignment.maxDrift {format_duration(max_drift)} + largest "
+        f"split span {format_duration(max_split_span)}): rows would be dropped as late. Raise the watermark "
+        f"delay (withWatermark, or alignment.lateness) to at least {format_duration(required)}, or lower "
+        "alignment.maxDrift, or set alignment.allowLateDrops: true to accept the drops"
+    )
+    if allow_late_drops:
+        return Verdict(True, required, delay, "allowLateDrops: " + msg)
+    return Verdict(False, required, delay, msg)

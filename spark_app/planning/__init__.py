@@ -1,0 +1,1 @@
+"""Pure planning: splits, admission under the drift bound, offsets."""

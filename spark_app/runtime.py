@@ -1,0 +1,347 @@
+"""The Spark app: config in, one streaming query per output, a report out.
+
+``python -m spark_app --config job.json`` (or ``run(cfg)``) builds the SparkSession, one
+DataFrame per source (the candidate the config selected), calls the user's pipeline
+``function(sources) -> {sink: DataFrame}`` and starts one query per output with checkpoint
+``<location>/<sink>``. Each output gets its own source readers (Spark builds them per
+query), so each (output, source) pair is its own member of the alignment group.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from spark_app.alignment.local import LocalWatermarkProvider
+from spark_app.config import (
+    ConsoleSink,
+    IcebergBackfillSource,
+    IcebergSourceBase,
+    JobConfig,
+    KafkaSource,
+    ParquetSink,
+    SinkConfig,
+)
+from spark_app.errors import ConfigError, KappaError, LatenessError
+from spark_app.lateness import Verdict, check_lateness, watermark_delays
+from spark_app.planning.splits import max_span
+from spark_app.sources.iceberg import scan
+from spark_app.sources.iceberg.datasource import FORMAT, KappaIcebergDataSource
+from spark_app.sources.iceberg.spec import SourceSpec
+from spark_app.sources.iceberg.stream import backfill_plan, default_state_file
+
+log = logging.getLogger("kappa.runtime")
+
+Pipeline = Callable[..., dict[str, DataFrame]]
+
+
+# --- session -----------------------------------------------------------------------------
+
+_SESSION_DEFAULTS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.sql.streaming.numRecentProgressUpdates": "10000",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def build_session(cfg: JobConfig) -> SparkSession:
+    # Local runs: Python workers must use this interpreter (the venv), not whatever `python3` is.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(f"kappa-{cfg.name}")
+    if cfg.master:
+        builder = builder.master(cfg.master)
+    for k, v in {**_SESSION_DEFAULTS, **cfg.spark_conf}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark
+
+
+def register(spark: SparkSession) -> None:
+    spark.dataSource.register(KappaIcebergDataSource)
+
+
+# --- sources -----------------------------------------------------------------------------
+
+
+def state_file(cfg: JobConfig) -> str:
+    if cfg.alignment.state_dir:
+        return str(Path(cfg.alignment.state_dir) / f"{cfg.alignment_group}.json")
+    return default_state_file(cfg.alignment_group, cfg.checkpoint.location)
+
+
+def member_id(cfg: JobConfig, sink: str, source: str) -> str:
+    return f"{cfg.name}/{sink}/{source}"
+
+
+def aligned_members(cfg: JobConfig) -> tuple[str, ...]:
+    if cfg.mode != "backfill" or cfg.alignment.mode == "unordered":
+        return ()
+    return tuple(member_id(cfg, sink, src) for sink in cfg.sinks for src in cfg.sources)
+
+
+def source_spec(cfg: JobConfig, sink: str, name: str, parallelism: int) -> SourceSpec:
+    src = cfg.sources[name]
+    assert isinstance(src, IcebergSourceBase)
+    return SourceSpec(
+        name=name,
+        member=member_id(cfg, sink, name),
+        source=src,
+        catalog=cfg.catalogs[src.catalog].properties(),
+        ordering_column=cfg.ordering_column(name),
+        window=cfg.window,
+        alignment=cfg.alignment,
+        group=cfg.alignment_group,
+        members=aligned_members(cfg),
+        state_file=state_file(cfg),
+        trace_path=cfg.trace_path,
+        parallelism=parallelism,
+    )
+
+
+def source_frames(spark: SparkSession, cfg: JobConfig, sink: str) -> dict[str, DataFrame]:
+    parallelism = spark.sparkContext.defaultParallelism
+    frames = {}
+    for name, src in cfg.sources.items():
+        if isinstance(src, KafkaSource):
+            from spark_app.sources.kafka import kafka_frame
+
+            frames[name] = kafka_frame(spark, cfg, name, src)
+            continue
+        spec = source_spec(cfg, sink, name, parallelism)
+        frames[name] = spark.readStream.format(FORMAT).option("spec", spec.model_dump_json()).load()
+    return frames
+
+
+# --- pipeline ----------------------------------------------------------------------------
+
+
+def load_pipeline(entry: str) -> Pipeline:
+    module_name, func_name = entry.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"pipeline {entry!r}: cannot import module {module_name!r} ({exc})") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ConfigError(f"pipeline {entry!r}: module {module_name!r} has no function {func_name!r}")
+    return func  # type: ignore[no-any-return]
+
+
+def outputs_for(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> dict[str, DataFrame]:
+    """Call the pipeline once per output, each with its own source readers."""
+    outputs = {}
+    for sink in cfg.sinks:
+        result = pipeline(source_frames(spark, cfg, sink), **cfg.pipeline_args)
+        if not isinstance(result, dict):
+            raise ConfigError(f"pipeline {cfg.pipeline} must return {{sink name: DataFrame}}, got {type(result)}")
+        missing = sorted(set(cfg.sinks) - set(result))
+        extra = sorted(set(result) - set(cfg.sinks))
+        if missing or extra:
+            raise ConfigError(
+                f"pipeline {cfg.pipeline} returned outputs {sorted(result)} but sinks are {sorted(cfg.sinks)}: "
+                f"missing {missing}, unknown {extra}; name the sinks after the pipeline's outputs"
+            )
+        outputs[sink] = result[sink]
+    return outputs
+
+
+# --- lateness guard --------------------------------------------------------------------
+
+
+def plan_max_span(cfg: JobConfig) -> timedelta:
+    """Largest split span over the backfill's sources, planned exactly as the sources will."""
+    spans = []
+    for name, src in cfg.sources.items():
+        if not isinstance(src, IcebergBackfillSource):
+            continue
+        spec = source_spec(cfg, next(iter(cfg.sinks)), name, 1)
+        table = scan.load_table(spec.catalog_name, spec.catalog, src.table)
+        sid = src.snapshot_id or (table.current_snapshot().snapshot_id if table.current_snapshot() else None)
+        if sid is None:
+            continue
+        spans.append(max_span(backfill_plan(table, spec, sid)))
+    return timedelta(microseconds=max(spans, default=0))
+
+
+def plan_watermark_delay(df: DataFrame) -> timedelta | None:
+    delays = watermark_delays(df._jdf.queryExecution().analyzed().toString())
+    return min(delays) if delays else None
+
+
+def lateness_verdict(cfg: JobConfig, outputs: dict[str, DataFrame]) -> Verdict | None:
+    if cfg.mode != "backfill":
+        return None
+    delay = cfg.alignment.lateness
+    if delay is None:
+        found = [d for df in outputs.values() if (d := plan_watermark_delay(df)) is not None]
+        delay = min(found) if found else None
+    verdict = check_lateness(
+        delay, cfg.alignment.effective_drift, plan_max_span(cfg), cfg.alignment.mode, cfg.alignment.allow_late_drops
+    )
+    if not verdict.ok:
+        raise LatenessError(verdict.message)
+    log.info("lateness guard: %s", verdict.message)
+    return verdict
+
+
+# --- sinks -------------------------------------------------------------------------------
+
+
+def restrict_to_window(cfg: JobConfig, sink: SinkConfig, df: DataFrame) -> DataFrame:
+    """Backfill output is the window's: warm-up output (before start) is not written."""
+    if cfg.mode != "backfill" or sink.time_column is None or cfg.window is None:
+        return df
+    col = F.col(sink.time_column)
+    start = F.lit(cfg.window.start).cast("timestamp")
+    end = F.lit(cfg.window.end).cast("timestamp")
+    return df.where((col >= start) & (col < end))
+
+
+def start_query(cfg: JobConfig, name: str, df: DataFrame) -> StreamingQuery:
+    sink = cfg.sinks[name]
+    writer = restrict_to_window(cfg, sink, df).writeStream.queryName(f"{cfg.name}-{name}")
+    writer = writer.option("checkpointLocation", f"{cfg.checkpoint.location.rstrip('/')}/{name}")
+    writer = writer.outputMode(sink.output_mode)
+    trig = cfg.effective_trigger
+    if trig.kind == "availableNow":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(trig.interval.total_seconds() * 1000)} milliseconds")
+    if isinstance(sink, ParquetSink):
+        writer = writer.format("parquet").option("path", sink.path)
+        if sink.partition_by:
+            writer = writer.partitionBy(*sink.partition_by)
+    elif isinstance(sink, ConsoleSink):
+        writer = writer.format("console").option("truncate", "false")
+    return writer.start()
+
+
+# --- progress ----------------------------------------------------------------------------
+
+
+class ProgressLog(StreamingQueryListener):
+    """Every progress event of every query (recentProgress keeps only the last few)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        self.events.append(json.loads(event.progress.json))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+@dataclass
+class RunReport:
+    name: str
+    mode: str
+    seconds: float
+    progress: list[dict[str, Any]] = field(default_factory=list)
+    lateness: Verdict | None = None
+
+    def for_query(self, sink: str) -> list[dict[str, Any]]:
+        return [p for p in self.progress if p.get("name") == f"{self.name}-{sink}"]
+
+    @property
+    def input_rows(self) -> int:
+        return sum(p.get("numInputRows", 0) for p in self.progress)
+
+    @property
+    def batches(self) -> int:
+        return sum(1 for p in self.progress if p.get("numInputRows", 0) > 0)
+
+    @property
+    def dropped_by_watermark(self) -> int:
+        return sum(op.get("numRowsDroppedByWatermark", 0) for p in self.progress for op in p.get("stateOperators", []))
+
+    @property
+    def peak_state_rows(self) -> int:
+        return max(
+            (sum(op.get("numRowsTotal", 0) for op in p.get("stateOperators", [])) for p in self.progress), default=0
+        )
+
+    def summary(self) -> dict[str, Any]:
+        wms = [p["eventTime"]["watermark"] for p in self.progress if p.get("eventTime", {}).get("watermark")]
+        return {
+            "name": self.name,
+            "mode": self.mode,
+            "seconds": round(self.seconds, 2),
+            "batches": self.batches,
+            "input_rows": self.input_rows,
+            "rows_per_s": round(self.input_rows / self.seconds, 1) if self.seconds else None,
+            "dropped_by_watermark": self.dropped_by_watermark,
+            "peak_state_rows": self.peak_state_rows,
+            "first_watermark": wms[0] if wms else None,
+            "last_watermark": wms[-1] if wms else None,
+            "lateness_guard": self.lateness.message if self.lateness else None,
+        }
+
+
+def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None = None) -> RunReport:
+    """Run the job to the end (availableNow) or until ``timeout`` (processingTime)."""
+    spark = spark or build_session(cfg)
+    register(spark)
+    if cfg.window is not None:
+        log.info("backfill window %s .. %s (warm-up %s)", cfg.window.start, cfg.window.end, cfg.window.warmup)
+    members = aligned_members(cfg)
+    fresh = not any(Path(cfg.checkpoint.location, s).exists() for s in cfg.sinks)
+    if members and fresh:
+        LocalWatermarkProvider(state_file(cfg), members).reset()
+    outputs = outputs_for(spark, cfg, load_pipeline(cfg.pipeline))
+    verdict = lateness_verdict(cfg, outputs)
+    listener = ProgressLog()
+    spark.streams.addListener(listener)
+    started = time.monotonic()
+    queries = []
+    try:
+        queries = [start_query(cfg, name, df) for name, df in outputs.items()]
+        deadline = None if timeout is None else started + timeout
+        for q in queries:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            finished = q.awaitTermination(remaining) if remaining is not None else q.awaitTermination()
+            if finished is False:
+                q.stop()
+        for q in queries:
+            if q.exception() is not None:
+                raise q.exception()  # type: ignore[misc]
+    finally:
+        for q in queries:
+            if q.isActive:
+                q.stop()
+        spark.streams.removeListener(listener)
+    report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, list(listener.events), verdict)
+    return report
+
+
+def user_message(exc: BaseException) -> str:
+    """The message a person acts on: ours when a source raised one, else the first line."""
+    text = str(exc)
+    for cls in KappaError.__subclasses__():
+        marker = f"{cls.__name__}: "
+        if marker in text:
+            return text[text.index(marker) :].split("\n")[0]
+    return text.strip().split("\n")[0]

@@ -1,0 +1,1 @@
+"""Sources: the Iceberg streaming source (live and backfill) and the Kafka passthrough."""

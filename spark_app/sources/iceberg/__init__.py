@@ -1,0 +1,1 @@
+"""The Iceberg streaming source: live incremental appends and aligned backfill of history."""

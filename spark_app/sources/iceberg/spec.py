@@ -1,0 +1,39 @@
+"""What the runtime hands one Iceberg source (one JSON option, ``spec``).
+
+Spark builds the source in several processes (schema in a worker, the reader in the
+source runner, partitions pickled to executors), so everything it needs travels in this
+one frozen model instead of process state.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from spark_app.config import (
+    AlignmentConfig,
+    IcebergBackfillSource,
+    IcebergLiveSource,
+    KappaModel,
+    Window,
+)
+
+
+class SourceSpec(KappaModel):
+    name: str
+    member: str
+    """Member id in the alignment group (`<job>/<source>`)."""
+    source: IcebergLiveSource | IcebergBackfillSource = Field(discriminator="kind")
+    catalog: dict[str, str]
+    ordering_column: str
+    window: Window | None = None
+    alignment: AlignmentConfig = AlignmentConfig()
+    group: str = ""
+    members: tuple[str, ...] = ()
+    state_file: str | None = None
+    trace_path: str | None = None
+    parallelism: int = 2
+    batch_rows: int = 1 << 17
+
+    @property
+    def catalog_name(self) -> str:
+        return self.source.catalog

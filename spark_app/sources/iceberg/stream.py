@@ -1,0 +1,432 @@
+"""The streaming readers Spark drives: backfill (aligned history) and live (incremental).
+
+Each reader runs in its own process on the driver and is rebuilt by the planner, so it keeps
+only caches that can be recomputed from its spec and the offsets: a restart from the
+checkpoint plans the same splits and produces the same batches. Every admission decision
+goes to the trace (when configured) so it can be audited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.table import Table
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from spark_app.alignment import WatermarkProvider
+from spark_app.alignment.local import LocalWatermarkProvider
+from spark_app.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
+from spark_app.planning.admission import Limits, admit, source_watermark
+from spark_app.planning.offsets import BackfillOffset, LiveOffset
+from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits
+from spark_app.sources.iceberg import scan
+from spark_app.sources.iceberg.reader import ReadSpec, SplitsPartition, read_splits
+from spark_app.sources.iceberg.schema import arrow_schema, ordering_field
+from spark_app.sources.iceberg.spec import SourceSpec
+from spark_app.telemetry import trace
+
+log = logging.getLogger("kappa.iceberg")
+
+
+def micros(dt: Any) -> int:
+    return int(dt.timestamp() * 1_000_000)
+
+
+def default_state_file(group: str, checkpoint: str) -> str:
+    """Zero set-up: one state file per (group, checkpoint) under the system temp dir."""
+    key = hashlib.sha1(f"{group}\0{checkpoint}".encode()).hexdigest()[:16]
+    return str(Path(tempfile.gettempdir()) / "kappa-alignment" / f"{group}-{key}.json")
+
+
+def backfill_plan(table: Table, spec: SourceSpec, snapshot_id: int) -> list[Split]:
+    """The ordered splits of the window in one snapshot (shared by the reader and the guard)."""
+    scan.require_snapshot(table, snapshot_id, "the snapshot this backfill reads")
+    window = spec.window
+    assert window is not None, "a backfill source needs the window"
+    bounds = (micros(window.read_start), micros(window.end))
+    files = scan.files_in_window(table, snapshot_id, spec.ordering_column, bounds, spec.source.filter)
+    splits = plan_splits(files, spec.source.split, bounds)
+    trace(
+        spec.trace_path,
+        "plan",
+        source=spec.name,
+        member=spec.member,
+        snapshot_id=str(snapshot_id),
+        files=len(files),
+        paths=[f.path for f in files],
+        splits=len(splits),
+        rows=sum(s.rows for s in splits),
+        max_span_us=max((s.span for s in splits), default=0),
+    )
+    return splits
+
+
+class _IcebergReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, spec: SourceSpec, schema: StructType) -> None:
+        self.spec = spec
+        self.schema = schema
+        self._table: Table | None = None
+        self._read_spec: ReadSpec | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_table"] = None
+        state["_cache"] = {}
+        return state
+
+    @property
+    def table(self) -> Table:
+        if self._table is None:
+            self._table = scan.load_table(self.spec.catalog_name, self.spec.catalog, self.spec.source.table)
+        return self._table
+
+    def refresh(self) -> Table:
+        self._table = None
+        return self.table
+
+    # -- limits -------------------------------------------------------------------------
+    def getDefaultReadLimit(self) -> ReadLimit:
+        rl = self.spec.source.read_limit
+        if rl.max_files:
+            return ReadMaxFiles(rl.max_files)
+        if rl.max_rows:
+            return ReadMaxRows(rl.max_rows)
+        if rl.max_bytes:
+            return ReadMaxBytes(rl.max_bytes)
+        return ReadAllAvailable()
+
+    def limits(self, limit: ReadLimit | None) -> Limits:
+        """The engine's limit wins; ReadAllAvailable means the trigger wants everything."""
+        if limit is None or isinstance(limit, ReadAllAvailable):
+            return Limits.unlimited()
+        rl = self.spec.source.read_limit
+        return Limits(
+            max_files=limit.max_files if isinstance(limit, ReadMaxFiles) else rl.max_files,
+            max_rows=limit.max_rows if isinstance(limit, ReadMaxRows) else rl.max_rows,
+            max_bytes=limit.max_bytes if isinstance(limit, ReadMaxBytes) else rl.max_bytes,
+        )
+
+    # -- reading ------------------------------------------------------------------------
+    def read_spec(self) -> ReadSpec:
+        if self._read_spec is None:
+            table = self.table
+            spec = self.spec
+            ordering = ordering_field(table.schema(), spec.ordering_column, spec.source.table)
+            output = list(self.schema.fieldNames())
+            root = spec.ordering_column.split(".")[0]
+            read_columns = output + ([root] if root not in output else [])
+            predicate = self._predicate(ordering)
+            self._read_spec = ReadSpec(
+                io_properties={**spec.catalog, **table.io.properties},
+                location=table.metadata.location,
+                read_columns=read_columns,
+                output_columns=output,
+                predicate=predicate,
+                target_schema=arrow_schema(self.schema),
+                batch_rows=spec.batch_rows,
+                trace_path=spec.trace_path,
+                source=spec.name,
+            )
+        return self._read_spec
+
+    def _predicate(self, ordering: Any) -> pc.Expression | None:
+        from pyiceberg.expressions.visitors import bind
+        from pyiceberg.io.pyarrow import expression_to_pyarrow
+
+        parts: list[pc.Expression] = []
+        if self.spec.source.filter:
+            bound = bind(self.table.schema(), scan.row_filter(self.spec.source.filter), case_sensitive=True)
+            parts.append(expression_to_pyarrow(bound, self.table.schema()))
+        window = self.spec.window
+        if window is not None and self.spec.source.kind == "icebergBackfill":
+            column = pc.field(*self.spec.ordering_column.split("."))
+            ts_type = pa.timestamp("us", tz="UTC" if "tz" in str(ordering.field_type) else None)
+            parts.append(column >= pa.scalar(micros(window.read_start), ts_type))
+            parts.append(column < pa.scalar(micros(window.end), ts_type))
+        if not parts:
+            return None
+        expr = parts[0]
+        for p in parts[1:]:
+            expr = expr & p
+        return expr
+
+    def partitions_for(self, splits: Sequence[Split]) -> list[InputPartition]:
+        spec = self.read_spec()
+        tasks = pack_tasks(splits, self.spec.parallelism, self.spec.source.split.task_target_bytes)
+        return [SplitsPartition(t, spec) for t in tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, SplitsPartition)
+        return read_splits(partition)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class BackfillReader(_IcebergReader):
+    """History of one fixed snapshot, splits admitted in order under the drift bound."""
+
+    def __init__(self, spec: SourceSpec, schema: StructType) -> None:
+        super().__init__(spec, schema)
+        self._plans: dict[int, tuple[list[Split], str]] = {}
+        self._provider: WatermarkProvider | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_provider"] = None
+        return state
+
+    def plan(self, snapshot_id: int) -> tuple[list[Split], str]:
+        if snapshot_id not in self._plans:
+            splits = backfill_plan(self.table, self.spec, snapshot_id)
+            self._plans[snapshot_id] = (splits, plan_fingerprint(splits))
+        return self._plans[snapshot_id]
+
+    def provider(self) -> WatermarkProvider:
+        if self._provider is None:
+            assert self.spec.state_file, "the runtime sets state_file for aligned sources"
+            self._provider = LocalWatermarkProvider(self.spec.state_file, self.spec.members)
+        return self._provider
+
+    def _offset(self, d: dict) -> tuple[BackfillOffset, list[Split]]:
+        off = BackfillOffset.from_dict(d)
+        splits, fingerprint = self.plan(off.snapshot_id)
+        if fingerprint != off.plan:
+            raise PlanChangedError(
+                f"source {self.spec.name}: the checkpoint was planned with other split settings, window or "
+                f"filter (plan {off.plan}, now {fingerprint}); keep them unchanged to resume, or start the "
+                "backfill with a fresh checkpoint location"
+            )
+        return off, splits
+
+    def initialOffset(self) -> dict:
+        sid = self.spec.source.snapshot_id
+        if sid is None:
+            current = self.table.current_snapshot()
+            if current is None:
+                raise SnapshotExpiredError(f"{self.spec.source.table} has no snapshot: nothing to backfill")
+            sid = current.snapshot_id
+        _, fingerprint = self.plan(sid)
+        return BackfillOffset(sid, 0, fingerprint).to_dict()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """The plan is fixed at the snapshot in the offsets: later commits are never read."""
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        off, splits = self._offset(start)
+        mode = self.spec.alignment.mode
+        wm = source_watermark(splits, off.position)
+        view = None
+        bound = None
+        if mode != "unordered":
+            view = self.provider().report(self.spec.member, wm)
+            drift = int(self.spec.alignment.effective_drift.total_seconds() * 1_000_000)
+            bound = view.bound(drift)
+        decision = admit(splits, off.position, bound, self.limits(limit))
+        new_wm = source_watermark(splits, decision.end)
+        if mode != "unordered" and new_wm != wm:
+            self.provider().report(self.spec.member, new_wm)
+        trace(
+            self.spec.trace_path,
+            "admission",
+            source=self.spec.name,
+            member=self.spec.member,
+            group=self.spec.group,
+            mode=mode,
+            watermark=wm,
+            global_watermark=None if view is None else view.global_watermark,
+            missing=[] if view is None else list(view.missing),
+            bound=bound,
+            start=decision.start,
+            end=decision.end,
+            total=len(splits),
+            throttled=decision.throttled,
+            admitted=[[s.lower, s.upper, s.rows] for s in splits[decision.start : decision.end]],
+        )
+        return BackfillOffset(off.snapshot_id, decision.end, off.plan).to_dict()
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        s, splits = self._offset(start)
+        e, _ = self._offset(end)
+        return self.partitions_for(splits[s.position : e.position])
+
+
+class LiveReader(_IcebergReader):
+    """Incremental appends of the table's history, snapshot by snapshot."""
+
+    def __init__(self, spec: SourceSpec, schema: StructType) -> None:
+        super().__init__(spec, schema)
+        self._cache: dict[int, list[Split]] = {}
+        self._bounded = False
+        self._target: int | None = None
+
+    def splits_of(self, snapshot_id: int) -> list[Split]:
+        if snapshot_id not in self._cache:
+            snap = scan.require_snapshot(self.table, snapshot_id, "a snapshot this query reads")
+            files = scan.files_added_by(self.table, snap, self.spec.ordering_column, self.spec.source.filter)
+            self._cache[snapshot_id] = plan_splits(files, self.spec.source.split)
+        return self._cache[snapshot_id]
+
+    def initialOffset(self) -> dict:
+        src = self.spec.source
+        assert src.kind == "icebergLive"
+        table = self.refresh()
+        chain = scan.history(table)
+        current = chain[-1].snapshot_id if chain else None
+        if src.starting_snapshot_id is not None:
+            if src.starting_snapshot_id not in {s.snapshot_id for s in chain}:
+                raise SnapshotExpiredError(
+                    f"sources.{self.spec.name}.startingSnapshotId {src.starting_snapshot_id} is not in the "
+                    f"history of {src.table} (expired, or not an ancestor of the current snapshot)"
+                )
+            return LiveOffset(src.starting_snapshot_id, 0, False).to_dict()
+        if src.starting_timestamp is not None:
+            ms = micros(src.starting_timestamp) // 1000
+            first = next((s for s in chain if s.timestamp_ms >= ms), None)
+            if first is None:
+                return LiveOffset(current, 0, True).to_dict()
+            return LiveOffset(first.snapshot_id, 0, False).to_dict()
+        if src.starting_position == "earliest" and chain:
+            return LiveOffset(chain[0].snapshot_id, 0, False).to_dict()
+        return LiveOffset(current, 0, True).to_dict()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        current = self.refresh().current_snapshot()
+        self._bounded = True
+        self._target = current.snapshot_id if current else None
+
+    def _chain_after(self, offset: LiveOffset) -> list[int]:
+        """Snapshot ids from the offset's snapshot (inclusive) to the newest allowed."""
+        chain = [s.snapshot_id for s in scan.history(self.table)]
+        if self._bounded:
+            chain = chain[: chain.index(self._target) + 1] if self._target in chain else []
+        if offset.snapshot_id is None:
+            return chain
+        if offset.snapshot_id not in chain:
+            scan.require_snapshot(self.table, offset.snapshot_id, "the last snapshot this query read")
+            if not self._bounded:
+                raise SnapshotExpiredError(
+                    f"{self.spec.source.table}: snapshot {offset.snapshot_id}, which this query read last, is "
+                    "no longer an ancestor of the current snapshot (the table was rolled back); reading on "
+                    "would skip or repeat data: restart from a fresh checkpoint with a starting position"
+                )
+            return []
+        return chain[chain.index(offset.snapshot_id) :]
+
+    def _readable(self, snapshot_id: int) -> bool:
+        """Whether a snapshot adds data to read; non-appends are skipped or fail per config."""
+        snap = scan.require_snapshot(self.table, snapshot_id, "a snapshot this query reads")
+        op = snap.summary.operation.value if snap.summary else "append"
+        if op == "append":
+            return True
+        if op == "replace":
+            log.info("%s: snapshot %s rewrites files (replace): no new data", self.spec.name, snapshot_id)
+            return False
+        if self.spec.source.on_non_append == "skip":
+            log.warning("%s: skipping %s snapshot %s (onNonAppend: skip)", self.spec.name, op, snapshot_id)
+            trace(self.spec.trace_path, "skip", source=self.spec.name, snapshot_id=str(snapshot_id), operation=op)
+            return False
+        raise NonAppendSnapshotError(
+            f"{self.spec.source.table}: snapshot {snapshot_id} is a {op}; a live source reads appends only. "
+            f"Set sources.{self.spec.name}.onNonAppend: skip to log and skip such snapshots"
+        )
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        off = LiveOffset.from_dict(start)
+        self.refresh()
+        chain = self._chain_after(off)
+        limits = self.limits(limit)
+        max_snapshots = self.spec.source.read_limit.max_snapshots
+        used_files = used_rows = used_bytes = 0
+        started = 0
+        current = off
+        admitted: list[list[Any]] = []
+        for sid in chain:
+            if current.snapshot_id == sid and current.complete:
+                continue
+            if current.snapshot_id != sid:
+                if max_snapshots is not None and started >= max_snapshots:
+                    break
+                started += 1
+                if not self._readable(sid):
+                    current = LiveOffset(sid, 0, True)
+                    continue
+                current = LiveOffset(sid, 0, False)
+            splits = self.splits_of(sid)
+            remaining = Limits(
+                max_files=None if limits.max_files is None else limits.max_files - used_files,
+                max_rows=None if limits.max_rows is None else limits.max_rows - used_rows,
+                max_bytes=None if limits.max_bytes is None else limits.max_bytes - used_bytes,
+            )
+            if (used_files or used_rows or used_bytes) and any(
+                v is not None and v <= 0 for v in (remaining.max_files, remaining.max_rows, remaining.max_bytes)
+            ):
+                break
+            decision = admit(splits, current.position, None, remaining, at_least_one=not admitted)
+            taken = splits[decision.start : decision.end]
+            used_files += sum(s.files for s in taken)
+            used_rows += sum(s.rows for s in taken)
+            used_bytes += sum(s.size_bytes for s in taken)
+            admitted += [[str(sid), s.lower, s.upper, s.rows] for s in taken]
+            current = LiveOffset(sid, decision.end, decision.end >= len(splits))
+            if not current.complete:
+                break
+        if admitted or current != off:
+            trace(
+                self.spec.trace_path,
+                "live",
+                source=self.spec.name,
+                start=start,
+                end=current.to_dict(),
+                admitted=admitted,
+            )
+        return current.to_dict()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        s, e = LiveOffset.from_dict(start), LiveOffset.from_dict(end)
+        if e.snapshot_id is None or s == e:
+            return []
+        chain = self._chain_upto(s, e)
+        picked: list[Split] = []
+        for sid in chain:
+            snap = scan.require_snapshot(self.table, sid, "a snapshot of this batch")
+            op = snap.summary.operation.value if snap.summary else "append"
+            if op != "append":
+                continue
+            splits = self.splits_of(sid)
+            lo = s.position if sid == s.snapshot_id else 0
+            hi = e.position if sid == e.snapshot_id else len(splits)
+            picked += splits[lo:hi]
+        return self.partitions_for(picked)
+
+    def _chain_upto(self, s: LiveOffset, e: LiveOffset) -> list[int]:
+        full = [snap.snapshot_id for snap in scan.history(self.table)]
+        if e.snapshot_id not in full:
+            scan.require_snapshot(self.table, e.snapshot_id, "the end of this batch")  # type: ignore[arg-type]
+        hi = full.index(e.snapshot_id)  # type: ignore[arg-type]
+        if s.snapshot_id is None:
+            return full[: hi + 1]
+        if s.snapshot_id not in full:
+            scan.require_snapshot(self.table, s.snapshot_id, "the start of this batch")
+        lo = full.index(s.snapshot_id)
+        chain = full[lo : hi + 1]
+        return chain[1:] if s.complete else chain
