@@ -17,6 +17,7 @@ from typing import Any
 def trace(path: str | None, event: str, /, **fields: Any) -> None:
     if not path:
         return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps({"t": time.time(), "event": event, "pid": os.getpid(), **fields}, default=str)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

@@ -463,7 +463,7 @@ def write_commit(impressions: Table, playbacks: Table, commit: Commit) -> None:
         SNAPSHOT_INGESTION_END: commit.ingestion_end.isoformat(),
     }
     for table, batch in ((impressions, commit.impressions), (playbacks, commit.playbacks)):
-        if True:
+        if batch.num_rows:
             table.append(batch, snapshot_properties=props)
 
 

@@ -1,22 +1,99 @@
-"""Shared fixtures of the Spark tests: one local SparkSession for the whole test session."""
+"""Shared fixtures of the Spark tests: one local SparkSession and one generated dataset.
+
+The dataset is written once per test session the way an ingestion job writes it (a commit
+every 5 minutes of ingestion time, late events, 4x skew) into a SQLite SqlCatalog.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
+
+from spark_app.config import JobConfig, parse_config
+from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
+from spark_app.runtime import register
+
+T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("kappa-tests")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
+    register(session)
     yield session
     session.stop()
+
+
+@dataclass(frozen=True)
+class Dataset:
+    root: Path
+    props: dict[str, str]
+    stats: GeneratedStats
+    generator: GeneratorConfig
+
+    def catalog(self) -> SqlCatalog:
+        return SqlCatalog("default", **self.props)
+
+    def config(self, tmp: Path, **fields: Any) -> JobConfig:
+        """A JobConfig on this dataset; outputs and checkpoints under ``tmp``."""
+        sink_kind = fields.pop("sink_time_column", None)
+        output = fields.pop("output", "attributed_plays")
+        base: dict[str, Any] = {
+            "name": "job",
+            "pipeline": "spark_app.examples.rmi:pipeline",
+            "catalogs": {"default": {"type": "sql", **self.props}},
+            "sinks": {output: {"kind": "parquet", "path": str(tmp / "out")}},
+            "checkpoint": {"location": str(tmp / "ckpt")},
+            "tracePath": str(tmp / "trace.jsonl"),
+        }
+        if sink_kind:
+            base["sinks"][output]["timeColumn"] = sink_kind
+        base.update(fields)
+        return parse_config(base)
+
+
+def sources(kind: str, names: tuple[str, ...] = ("impressions", "playbacks"), **extra: Any) -> dict[str, Any]:
+    out = {}
+    for n in names:
+        src: dict[str, Any] = {"kind": kind, "table": f"demo.{n}", **extra}
+        if kind == "icebergLive":
+            src.setdefault("startingPosition", "earliest")
+            src.setdefault("readLimit", {"maxSnapshots": 1})
+        out[n] = src
+    return out
+
+
+def make_dataset(root: Path, hours: float) -> Dataset:
+    props = {"uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
+    gen = GeneratorConfig(start=T0, hours=hours, impressions_per_hour=3000, commit_interval=timedelta(minutes=5))
+    stats = generate(SqlCatalog("default", **props), gen)
+    return Dataset(root, props, stats, gen)
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    """Two hours of impressions and playbacks (read-only: tests that append use their own)."""
+    return make_dataset(tmp_path_factory.mktemp("dataset"), hours=2)
+
+
+@pytest.fixture
+def fresh_dataset(tmp_path: Path) -> Callable[[float], Dataset]:
+    return lambda hours: make_dataset(tmp_path / "data", hours)

@@ -70,6 +70,13 @@ def test_order_by_lower_upper_path() -> None:
     assert all(s.files == 1 and s.pieces[0].row_groups is None for s in plan)
 
 
+def test_bundles_with_equal_bounds_ordered_by_first_path() -> None:
+    # bundles [z, b] and [m] both span (0, 10): the plan is ordered by the first file's path
+    files = [f("z", 0, 5, size=40), f("b", 0, 10, size=40), f("m", 0, 10, size=40)]
+    plan = plan_splits(files, cfg(target=80))
+    assert [[p.path for p in s.pieces] for s in plan] == [["m"], ["z", "b"]]
+
+
 def test_small_files_bundled_up_to_target() -> None:
     files = [f(f"f{i}", i, i + 1, size=30) for i in range(7)]
     plan = plan_splits(files, cfg(target=100))
@@ -183,8 +190,8 @@ def data_files(draw: st.DrawFn) -> DataFileInfo:
         cuts = draw(st.lists(st.integers(1, max(size - 1, 1)), max_size=6, unique=True))
         rgs = tuple(sorted({0, *[c for c in cuts if c < size]}))
     has_stats = draw(st.integers(0, 9)) > 0
-    lower = draw(st.integers(0, 10_000)) if has_stats else None
-    upper = None if lower is None else lower + draw(st.integers(0, 500))
+    lower = draw(st.one_of(st.integers(0, 20), st.integers(0, 10_000))) if has_stats else None
+    upper = None if lower is None else lower + draw(st.one_of(st.integers(0, 5), st.integers(0, 500)))
     return DataFileInfo(f"p{n}", draw(st.integers(0, 1000)), size, lower, upper, rgs)
 
 
