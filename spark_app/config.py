@@ -71,7 +71,7 @@ def format_duration(value: timedelta) -> str:
         if n:
             parts.append(f"{int(n)}{unit}")
     if total:
-        parts.append(f"{total:g}s")
+        parts.append(f"{total:.6f}".rstrip("0").rstrip(".") + "s")
     return "".join(parts)
 
 
@@ -89,11 +89,24 @@ def parse_timestamp(value: Any) -> datetime:
     return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
 
 
+def parse_non_negative_duration(value: Any) -> timedelta:
+    d = parse_duration(value)
+    if d < timedelta(0):
+        raise ValueError(f"must not be negative, got {value!r}")
+    return d
+
+
 Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_non_negative_duration),
+    PlainSerializer(format_duration, return_type=str),
+]
+SignedDuration = Annotated[
     timedelta,
     BeforeValidator(parse_duration),
     PlainSerializer(format_duration, return_type=str),
 ]
+"""A duration whose sign its field checks itself, with a field-specific message."""
 Timestamp = Annotated[
     datetime,
     BeforeValidator(parse_timestamp),
@@ -298,7 +311,7 @@ class AlignmentConfig(KappaModel):
     same with no drift; `unordered`: no coordination (stateless pipelines, top throughput)."""
     group: str | None = None
     """Alignment group; default: the job name. Groups can span queries and jobs."""
-    max_drift: Duration = timedelta(minutes=10)
+    max_drift: SignedDuration = timedelta(minutes=10)
     ordering_column: str = "event_ts"
     """Event time, or an ingestion-time column such as `__metadata__.ingestion_ts`."""
     lateness: Duration | None = None
@@ -409,8 +422,13 @@ class JobConfig(KappaModel):
 
 def _format_errors(exc: ValidationError, origin: str) -> str:
     lines = [f"invalid job config {origin}:"]
+    tags = {"icebergLive", "icebergBackfill", "kafka", "parquet", "console"}
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
+        # sources.<name>.<kind tag>.<field>: the tag is pydantic's, not a key of the user's file
+        if len(parts) > 2 and parts[0] in ("sources", "sinks") and parts[2] in tags:
+            del parts[2]
+        loc = ".".join(parts)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "literal_error" or err["type"] == "union_tag_invalid":
             msg = msg.replace("Input should be", "allowed:")

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_app.alignment.local import LocalWatermarkProvider
@@ -41,7 +40,7 @@ from spark_app.planning.splits import max_span
 from spark_app.sources.iceberg import scan
 from spark_app.sources.iceberg.datasource import FORMAT, KappaIcebergDataSource
 from spark_app.sources.iceberg.spec import SourceSpec
-from spark_app.sources.iceberg.stream import backfill_plan, default_state_file
+from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
 
 log = logging.getLogger("kappa.runtime")
 
@@ -205,13 +204,30 @@ def lateness_verdict(cfg: JobConfig, outputs: dict[str, DataFrame]) -> Verdict |
 
 
 def restrict_to_window(cfg: JobConfig, sink: SinkConfig, df: DataFrame) -> DataFrame:
-    """Backfill output is the window's: warm-up output (before start) is not written."""
+    """Backfill output is the window's: warm-up output (before start) is not written.
+
+    The filter runs in an Arrow map, not as a ``where``: Spark pushes a predicate on a
+    grouping key below the aggregate, and for session windows that filters raw events by
+    their *initial* session start, which splits sessions that begin in the warm-up.
+    """
     if cfg.mode != "backfill" or sink.time_column is None or cfg.window is None:
         return df
-    col = F.col(sink.time_column)
-    start = F.lit(cfg.window.start).cast("timestamp")
-    end = F.lit(cfg.window.end).cast("timestamp")
-    return df.where((col >= start) & (col < end))
+    if sink.time_column not in df.columns:
+        raise ConfigError(f"sink timeColumn {sink.time_column!r} is not an output column ({', '.join(df.columns)})")
+    return df.mapInArrow(window_filter(sink.time_column, micros(cfg.window.start), micros(cfg.window.end)), df.schema)
+
+
+def window_filter(column: str, start_us: int, end_us: int) -> Callable[[Any], Any]:
+    def keep_window(batches: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        lo, hi = pa.scalar(start_us, pa.timestamp("us", "UTC")), pa.scalar(end_us, pa.timestamp("us", "UTC"))
+        for b in batches:
+            ts = b.column(column).cast(pa.timestamp("us", "UTC"))
+            yield b.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi)))
+
+    return keep_window
 
 
 def start_query(cfg: JobConfig, name: str, df: DataFrame) -> StreamingQuery:

@@ -49,10 +49,10 @@ class LocalWatermarkProvider:
             return global_view(self.members, reported)
 
     def view(self) -> GroupView:
-        if not self.state_file.exists():
-            return global_view(self.members, {})
-        return global_view(self.members, json.loads(self.state_file.read_text()).get("watermarks", {}))
+        with self._locked() as state:
+            return global_view(self.members, state.get("watermarks", {}))
 
     def reset(self) -> None:
         """Forget every report (a fresh query: stale watermarks must not let anyone run ahead)."""
-        self.state_file.unlink(missing_ok=True)
+        with self._locked() as state:
+            state.clear()

@@ -81,7 +81,7 @@ def value_schema(cfg: JobConfig, src: KafkaSource, *, name: str | None = None) -
             f"{field} is {src.schema_from!r}: expected {_SCHEMA_FROM_FORM}, e.g. 'default:ads.impressions'"
         )
     catalog, table = match["catalog"], match["table"]
-    if False:
+    if catalog not in cfg.catalogs:
         known = ", ".join(sorted(cfg.catalogs)) or "none defined"
         raise ConfigError(
             f"{field} is {src.schema_from!r}: catalog {catalog!r} is not in catalogs ({known}); "

@@ -381,4 +381,16 @@ def test_other_missing_data_sources_are_not_mistaken_for_kafka(spark: SparkSessi
         spark.read.format("kappa_no_such_source").load()
     assert not is_missing_kafka_connector(err.value)
     assert not is_missing_kafka_connector(ValueError("kafka is down"))
+    # Spark 3.x wording (no condition), and the provider class named instead of "kafka"
     assert is_missing_kafka_connector(RuntimeError("Failed to find data source: kafka. Please deploy ..."))
+    assert is_missing_kafka_connector(
+        RuntimeError("[DATA_SOURCE_NOT_FOUND] Failed to find the data source: org.apache.spark.sql.kafka010.Kafka")
+    )
+
+
+def test_missing_connector_is_matched_by_condition_whatever_the_wording() -> None:
+    class Reworded(Exception):
+        def getCondition(self) -> str:  # PySpark's name
+            return "KAFKA_DATA_SOURCE_NOT_ENABLED"
+
+    assert is_missing_kafka_connector(Reworded("the Kafka integration is not deployed"))

@@ -78,6 +78,14 @@ def test_limits_always_admit_one(limits: Limits) -> None:
     assert (a.end, a.throttled) == (1, False)
 
 
+@pytest.mark.parametrize("limits", [Limits(max_files=1), Limits(max_rows=1), Limits(max_bytes=1)])
+def test_at_least_one_false_lets_a_limit_stop_the_first_split(limits: Limits) -> None:
+    big = [sp(0, rows=1000, size=10**6, files=5), sp(1)]
+    a = admit(big, 0, 10, limits, at_least_one=False)
+    assert (a.start, a.end, a.throttled) == (0, 0, False)
+    assert admit(SPLITS, 0, None, Limits(max_files=2), at_least_one=False).end == 2
+
+
 def test_limit_counts_files_of_bundles() -> None:
     splits = [sp(0, files=3), sp(1, files=3), sp(2, files=1)]
     assert admit(splits, 0, None, Limits(max_files=5)).end == 1
@@ -127,9 +135,7 @@ def source_plans(draw: st.DrawFn) -> list[list[Split]]:
     n = draw(st.integers(1, 4))
     plans = []
     for k in range(n):
-        items = draw(
-            st.lists(st.tuples(st.integers(0, 500), st.integers(0, 60), st.integers(1, 5)), max_size=15)
-        )
+        items = draw(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 60), st.integers(1, 5)), max_size=15))
         splits = [
             Split(lo, lo + span, (FilePiece(f"s{k}-{i}", None, rows, rows),), rows, rows)
             for i, (lo, span, rows) in enumerate(items)

@@ -122,7 +122,7 @@ def test_reset_forgets_every_report(tmp_path: Path) -> None:
     p.report("a", 10)
     p.report("b", 20)
     p.reset()
-    assert not state.exists()
+    assert json.loads(state.read_text()) == {}, "reset empties the state under the lock"
     assert p.view() == GroupView(HELD, ("a", "b"))
     assert p.report("b", 30) == GroupView(HELD, ("a",))
     p.reset()

@@ -441,7 +441,7 @@ def test_negative_warmup() -> None:
     d = variant(BACKFILL)
     d["window"]["warmup"] = -60
     msg = config_error(d)
-    assert "window: warmup must not be negative" in msg
+    assert "window.warmup: must not be negative" in msg
 
 
 @pytest.mark.parametrize("drift", [0, -5, "0s", "PT0S"])

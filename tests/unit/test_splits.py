@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter
 from datetime import timedelta
@@ -283,7 +284,9 @@ def test_plan_invariants(
     for path in sliced:
         x = by_path[path]
         total = sum(p.size_bytes for s in plan for p in s.pieces if p.path == path)
-        sizes = [max(e - o, 1) for o, e in zip(x.row_group_offsets, [*x.row_group_offsets[1:], x.size_bytes], strict=True)]
+        sizes = [
+            max(e - o, 1) for o, e in zip(x.row_group_offsets, [*x.row_group_offsets[1:], x.size_bytes], strict=True)
+        ]
         assert total == sum(sizes)
 
 
@@ -302,7 +305,7 @@ def test_bundles_are_greedy(files: list[DataFileInfo], c: SplitConfig) -> None:
     )
     for b in bundles:
         assert b == list(range(b[0], b[0] + len(b)))  # contiguous in (lower, upper, path) order
-    for a, b in zip(bundles, bundles[1:], strict=False):
+    for a, b in itertools.pairwise(bundles):
         if b[0] != a[-1] + 1:
             continue  # a sliced file in between
         nxt = ordered[b[0]]
@@ -332,6 +335,10 @@ def test_pack_tasks_invariants(splits: list[Split], parallelism: int, target: in
         assert len(tasks) == min(len(splits), max(parallelism, -(-total // target)))
         loads = [sum(s.size_bytes for s in t) for t in tasks]
         assert max(loads) - min(loads) <= max(s.size_bytes for s in splits)
+        # greedy by bytes: the last (smallest) split put on a task went to a least-loaded task
+        for t, load in zip(tasks, loads, strict=True):
+            if len(t) > 1:
+                assert load - min(s.size_bytes for s in t) <= min(loads)
     for t in tasks:
         assert t == sorted(t, key=Split.sort_key)
     shuffled = list(splits)
@@ -344,4 +351,6 @@ def test_pack_tasks_uses_every_core(parallelism: int) -> None:
     plan = plan_splits([f(f"f{i}", i, i, size=MB) for i in range(8)], cfg(target=MB))
     tasks = pack_tasks(plan, parallelism, 128 * MB)
     assert len(tasks) == parallelism
-    assert sorted(len(t) for t in tasks) == sorted([8 // parallelism + (i < 8 % parallelism) for i in range(parallelism)])
+    assert sorted(len(t) for t in tasks) == sorted(
+        [8 // parallelism + (i < 8 % parallelism) for i in range(parallelism)]
+    )
