@@ -9,6 +9,7 @@ watermark is the minimum) or from ``alignment.lateness``.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -45,6 +46,10 @@ class Verdict:
     message: str
 
 
+def _short(d: timedelta) -> str:
+    return format_duration(timedelta(seconds=math.ceil(d.total_seconds())))  # never understate a bound
+
+
 def check_lateness(
     delay: timedelta | None,
     max_drift: timedelta,
@@ -62,14 +67,14 @@ def check_lateness(
             True,
             required,
             delay,
-            f"watermark delay {format_duration(delay)} >= maxDrift {format_duration(max_drift)} + largest split "
-            f"span {format_duration(max_split_span)}: no row is dropped as late",
+            f"watermark delay {_short(delay)} >= maxDrift {_short(max_drift)} + largest split "
+            f"span {_short(max_split_span)}: no row is dropped as late",
         )
     msg = (
-        f"the pipeline's watermark delay is {format_duration(delay)} but this backfill can deliver rows up to "
-        f"{format_duration(required)} out of order (alignment.maxDrift {format_duration(max_drift)} + largest "
-        f"split span {format_duration(max_split_span)}): rows would be dropped as late. Raise the watermark "
-        f"delay (withWatermark, or alignment.lateness) to at least {format_duration(required)}, or lower "
+        f"the pipeline's watermark delay is {_short(delay)} but this backfill can deliver rows up to "
+        f"{_short(required)} out of order (alignment.maxDrift {_short(max_drift)} + largest "
+        f"split span {_short(max_split_span)}): rows would be dropped as late. Raise the watermark "
+        f"delay (withWatermark, or alignment.lateness) to at least {_short(required)}, or lower "
         "alignment.maxDrift, or set alignment.allowLateDrops: true to accept the drops"
     )
     if allow_late_drops:

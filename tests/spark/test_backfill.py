@@ -43,18 +43,25 @@ def rows(spark: SparkSession, path: Path, order: list[str]) -> list[tuple[Any, .
 @pytest.fixture(scope="module")
 def rmi_live(spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunReport]:
     tmp = tmp_path_factory.mktemp("rmi-live")
-    cfg = dataset.config(tmp, name="rmi-live", mode="live", trigger={"kind": "availableNow"},
-                         sources=sources("icebergLive"))
+    cfg = dataset.config(
+        tmp, name="rmi-live", mode="live", trigger={"kind": "availableNow"}, sources=sources("icebergLive")
+    )
     return tmp, run(cfg, spark)
 
 
 @pytest.fixture(scope="module")
-def rmi_backfill(spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunReport]:
+def rmi_backfill(
+    spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, RunReport]:
     tmp = tmp_path_factory.mktemp("rmi-backfill")
     cfg = dataset.config(
-        tmp, name="rmi-backfill", mode="backfill", sink_time_column="playback_ts",
+        tmp,
+        name="rmi-backfill",
+        mode="backfill",
+        sink_time_column="playback_ts",
         sources=sources("icebergBackfill", split=SPLIT),
-        window={**WINDOW, "warmup": "30m"}, alignment={"maxDrift": "4m"},
+        window={**WINDOW, "warmup": "30m"},
+        alignment={"maxDrift": "4m"},
     )
     return tmp, run(cfg, spark)
 
@@ -102,20 +109,31 @@ def test_admissions_never_exceed_global_watermark_plus_drift(rmi_backfill: tuple
     assert all(any(e == t for s2, e, t in ends if s2 == s) for s in ("impressions", "playbacks") for _, _, t in ends)
 
 
-def test_sessions_backfill_equals_live_sessions(
-    spark: SparkSession, dataset: Dataset, tmp_path: Path
-) -> None:
+def test_sessions_backfill_equals_live_sessions(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
     cols = ["profile_id", "session_start", "session_end", "plays", "watch_s", "first_play_ts", "last_play_ts"]
     names = ("playbacks",)
-    live_cfg = dataset.config(tmp_path / "live", name="sessions-live", pipeline="spark_app.examples.sessions:pipeline",
-                              output="sessions", mode="live", trigger={"kind": "availableNow"},
-                              sources=sources("icebergLive", names))
+    live_cfg = dataset.config(
+        tmp_path / "live",
+        name="sessions-live",
+        pipeline="spark_app.examples.sessions:pipeline",
+        output="sessions",
+        mode="live",
+        trigger={"kind": "availableNow"},
+        sources=sources("icebergLive", names),
+    )
     live = run(live_cfg, spark)
     window = {"start": (T0 + timedelta(minutes=30)).isoformat(), "end": (T0 + timedelta(minutes=105)).isoformat()}
-    bf_cfg = dataset.config(tmp_path / "bf", name="sessions-bf", pipeline="spark_app.examples.sessions:pipeline",
-                            output="sessions", mode="backfill", sink_time_column="session_start",
-                            sources=sources("icebergBackfill", names, split=SPLIT),
-                            window={**window, "warmup": "10m"}, alignment={"maxDrift": "4m"})
+    bf_cfg = dataset.config(
+        tmp_path / "bf",
+        name="sessions-bf",
+        pipeline="spark_app.examples.sessions:pipeline",
+        output="sessions",
+        mode="backfill",
+        sink_time_column="session_start",
+        sources=sources("icebergBackfill", names, split=SPLIT),
+        window={**window, "warmup": "10m"},
+        alignment={"maxDrift": "4m"},
+    )
     bf = run(bf_cfg, spark)
     assert live.dropped_by_watermark == 0 and bf.dropped_by_watermark == 0
     final_wm = bf.summary()["last_watermark"]
@@ -148,9 +166,14 @@ def _table_files(dataset: Dataset, table: str) -> dict[str, tuple[int, int]]:
 def test_window_pruning_and_warmup(spark: SparkSession, dataset: Dataset, tmp_path: Path, suppress: bool) -> None:
     window = {"start": (T0 + timedelta(minutes=40)).isoformat(), "end": (T0 + timedelta(minutes=60)).isoformat()}
     cfg = dataset.config(
-        tmp_path, name="copy", pipeline="spark_app.examples.copy:pipeline", output="copy", mode="backfill",
+        tmp_path,
+        name="copy",
+        pipeline="spark_app.examples.copy:pipeline",
+        output="copy",
+        mode="backfill",
         sink_time_column="event_ts" if suppress else None,
-        sources=sources("icebergBackfill", ("impressions",)), window={**window, "warmup": "15m"},
+        sources=sources("icebergBackfill", ("impressions",)),
+        window={**window, "warmup": "15m"},
         alignment={"mode": "unordered"},
     )
     run(cfg, spark)
@@ -167,7 +190,8 @@ def test_window_pruning_and_warmup(spark: SparkSession, dataset: Dataset, tmp_pa
     read_from = T0 + timedelta(minutes=40) if suppress else T0 + timedelta(minutes=25)
     ts = table.column("event_ts").to_pylist()
     expected_ids = sorted(
-        i for i, t in zip(table.column("impression_id").to_pylist(), ts, strict=True)
+        i
+        for i, t in zip(table.column("impression_id").to_pylist(), ts, strict=True)
         if read_from.replace(tzinfo=None) <= t < (T0 + timedelta(minutes=60)).replace(tzinfo=None)
     )
     got = spark.read.parquet(str(tmp_path / "out"))
@@ -178,8 +202,11 @@ def test_window_pruning_and_warmup(spark: SparkSession, dataset: Dataset, tmp_pa
 def test_lateness_guard_refuses_then_drops_when_allowed(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
     names = ("playbacks",)
     common: dict[str, Any] = dict(
-        pipeline="spark_app.examples.sessions:pipeline", pipelineArgs={"lateness": "1 minute"}, output="sessions",
-        mode="backfill", sources=sources("icebergBackfill", names, split=SPLIT),
+        pipeline="spark_app.examples.sessions:pipeline",
+        pipelineArgs={"lateness": "1 minute"},
+        output="sessions",
+        mode="backfill",
+        sources=sources("icebergBackfill", names, split=SPLIT),
         window={"start": (T0 + timedelta(minutes=20)).isoformat(), "end": (T0 + timedelta(minutes=110)).isoformat()},
     )
     refused = dataset.config(tmp_path / "a", name="late", alignment={"maxDrift": "10m"}, **common)
@@ -189,8 +216,9 @@ def test_lateness_guard_refuses_then_drops_when_allowed(spark: SparkSession, dat
     assert "watermark delay is 1m" in msg and "to at least" in msg and "allowLateDrops" in msg
     assert not (tmp_path / "a" / "ckpt").exists(), "a refused backfill starts nothing"
 
-    allowed = dataset.config(tmp_path / "b", name="late", alignment={"maxDrift": "10m", "allowLateDrops": True},
-                             **common)
+    allowed = dataset.config(
+        tmp_path / "b", name="late", alignment={"maxDrift": "10m", "allowLateDrops": True}, **common
+    )
     report = run(allowed, spark)
     assert report.dropped_by_watermark > 0
     assert report.lateness is not None and report.lateness.message.startswith("allowLateDrops")

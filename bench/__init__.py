@@ -1,0 +1,1 @@
+"""Benchmarks (run as modules, e.g. ``python -m bench.source_throughput``); results in bench/RESULTS.md."""
