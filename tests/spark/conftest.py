@@ -82,6 +82,7 @@ def sources(kind: str, names: tuple[str, ...] = ("impressions", "playbacks"), **
 
 
 def make_dataset(root: Path, hours: float) -> Dataset:
+    root.mkdir(parents=True, exist_ok=True)
     props = {"uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
     gen = GeneratorConfig(start=T0, hours=hours, impressions_per_hour=3000, commit_interval=timedelta(minutes=5))
     stats = generate(SqlCatalog("default", **props), gen)

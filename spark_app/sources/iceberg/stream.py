@@ -323,14 +323,15 @@ class LiveReader(_IcebergReader):
             return chain
         if offset.snapshot_id not in chain:
             scan.require_snapshot(self.table, offset.snapshot_id, "the last snapshot this query read")
-            if not self._bounded:
-                raise SnapshotExpiredError(
-                    f"{self.spec.source.table}: snapshot {offset.snapshot_id}, which this query read last, is "
-                    "no longer an ancestor of the current snapshot (the table was rolled back); reading on "
-                    "would skip or repeat data: restart from a fresh checkpoint with a starting position"
-                )
-            return []
+            raise self._not_ancestor(offset.snapshot_id, "which this query read last")
         return chain[chain.index(offset.snapshot_id) :]
+
+    def _not_ancestor(self, snapshot_id: int, what: str) -> SnapshotExpiredError:
+        return SnapshotExpiredError(
+            f"{self.spec.source.table}: snapshot {snapshot_id}, {what}, is no longer an ancestor of the "
+            "current snapshot (the table was rolled back, or snapshots in between expired); reading on would "
+            "skip or repeat data: restart from a fresh checkpoint with an explicit starting position"
+        )
 
     def _readable(self, snapshot_id: int) -> bool:
         """Whether a snapshot adds data to read; non-appends are skipped or fail per config."""
@@ -357,7 +358,7 @@ class LiveReader(_IcebergReader):
         limits = self.limits(limit)
         max_snapshots = self.spec.source.read_limit.max_snapshots
         used_files = used_rows = used_bytes = 0
-        started = 0
+        started = 0 if off.complete else 1  # a snapshot this batch continues counts as one
         current = off
         admitted: list[list[Any]] = []
         for sid in chain:
@@ -420,13 +421,12 @@ class LiveReader(_IcebergReader):
 
     def _chain_upto(self, s: LiveOffset, e: LiveOffset) -> list[int]:
         full = [snap.snapshot_id for snap in scan.history(self.table)]
-        if e.snapshot_id not in full:
-            scan.require_snapshot(self.table, e.snapshot_id, "the end of this batch")  # type: ignore[arg-type]
+        for off, what in ((e, "the end of this batch"), (s, "the start of this batch")):
+            if off.snapshot_id is not None and off.snapshot_id not in full:
+                scan.require_snapshot(self.table, off.snapshot_id, what)
+                raise self._not_ancestor(off.snapshot_id, what)
         hi = full.index(e.snapshot_id)  # type: ignore[arg-type]
         if s.snapshot_id is None:
             return full[: hi + 1]
-        if s.snapshot_id not in full:
-            scan.require_snapshot(self.table, s.snapshot_id, "the start of this batch")
-        lo = full.index(s.snapshot_id)
-        chain = full[lo : hi + 1]
+        chain = full[full.index(s.snapshot_id) : hi + 1]
         return chain[1:] if s.complete else chain
