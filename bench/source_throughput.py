@@ -331,6 +331,8 @@ def machine() -> dict[str, Any]:
         "pyiceberg": pyiceberg.__version__,
         "pyarrow": pyarrow.__version__,
         "platform": platform.platform(),
+        # Other processes on the box skew every number: 1-minute load average when the bench ended.
+        "loadavg_1m_end": round(os.getloadavg()[0], 2),
     }
 
 
@@ -354,6 +356,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(out / sub, ignore_errors=True)
     runs = out / "runs"
     bench_started = time.monotonic()
+    load_start = round(os.getloadavg()[0], 2)
 
     log.info("generating %s h at %d impressions/h into %s", profile["hours"], profile["impressions_per_hour"], out)
     props, _gen, stats, gen_seconds = generate_dataset(out / "data", profile["hours"], profile["impressions_per_hour"])
@@ -469,7 +472,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             n: {k: v for k, v in r.items() if k not in ("run_dir",)}
             for n, r in [*((m, results[m]) for m in STREAM_MODES), ("copy_stream", copy_stream)]
         },
-        "machine": machine(),
+        "machine": {**machine(), "loadavg_1m_start": load_start},
         "config": {
             "profile": "quick" if args.quick else "default",
             "hours": profile["hours"],

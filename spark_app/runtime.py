@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery
 
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.config import (
@@ -252,23 +252,10 @@ def start_query(cfg: JobConfig, name: str, df: DataFrame) -> StreamingQuery:
 # --- progress ----------------------------------------------------------------------------
 
 
-class ProgressLog(StreamingQueryListener):
-    """Every progress event of every query (recentProgress keeps only the last few)."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-
-    def onQueryStarted(self, event: Any) -> None:
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:
-        self.events.append(json.loads(event.progress.json))
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
+def query_progress(q: StreamingQuery) -> list[dict[str, Any]]:
+    """Every progress of a finished query, read from the query itself: a listener's events
+    arrive asynchronously and may still be queued when the query has ended."""
+    return [p if isinstance(p, dict) else json.loads(p.json) for p in q.recentProgress]
 
 
 @dataclass
@@ -329,8 +316,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         LocalWatermarkProvider(state_file(cfg), members).reset()
     outputs = outputs_for(spark, cfg, load_pipeline(cfg.pipeline))
     verdict = lateness_verdict(cfg, outputs)
-    listener = ProgressLog()
-    spark.streams.addListener(listener)
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     started = time.monotonic()
     queries = []
     try:
@@ -348,8 +334,8 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         for q in queries:
             if q.isActive:
                 q.stop()
-        spark.streams.removeListener(listener)
-    report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, list(listener.events), verdict)
+    progress = [p for q in queries for p in query_progress(q)]
+    report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict)
     return report
 
 
