@@ -199,7 +199,9 @@ def test_window_pruning_and_warmup(spark: SparkSession, dataset: Dataset, tmp_pa
     assert got.schema.fieldNames() == ["impression_id", "profile_id", "title_id", "event_ts", "__metadata__"]
 
 
-def test_lateness_guard_refuses_then_runs_when_drops_are_allowed(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
+def test_lateness_guard_refuses_then_runs_when_drops_are_allowed(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
     names = ("playbacks",)
     common: dict[str, Any] = dict(
         pipeline="spark_app.examples.sessions:pipeline",
