@@ -298,7 +298,12 @@ def repeated(n: int, base: Path, name: str, fn: Callable[[Path], dict[str, Any]]
         r["run_dir"] = str(run_dir)
         log.info(
             "run %s: %d rows in %.2f s (%.0f rows/s), %d batches, %d output rows",
-            name, r["input_rows"], r["seconds"], r["input_rows"] / r["seconds"], r["batches"], r["output_rows"],
+            name,
+            r["input_rows"],
+            r["seconds"],
+            r["input_rows"] / r["seconds"],
+            r["batches"],
+            r["output_rows"],
         )
         results.append(r)
     results.sort(key=lambda r: r["seconds"])
@@ -343,14 +348,14 @@ def rate(r: dict[str, Any]) -> float:
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from spark_app.examples import copy as copy_example
     from spark_app.examples import rmi
-    from spark_app.runtime import build_session
+    from spark_app.runtime import build_session, run
 
     profile = dict(PROFILES["quick" if args.quick else "default"])
     if args.hours:
         profile["hours"] = args.hours
     if args.impressions_per_hour:
         profile["impressions_per_hour"] = args.impressions_per_hour
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="kappa-bench-"))
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for sub in ("data", "runs"):  # the bench's own subdirectories: a re-run starts clean
         shutil.rmtree(out / sub, ignore_errors=True)
@@ -365,7 +370,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     window = {"start": start.isoformat(), "end": end.isoformat(), "warmup": "0s"}
     log.info(
         "generated %d impressions, %d playbacks in %d commits (%.1f s); window %s .. %s",
-        stats.impressions, stats.playbacks, stats.commits, gen_seconds, start, end,
+        stats.impressions,
+        stats.playbacks,
+        stats.commits,
+        gen_seconds,
+        start,
+        end,
     )
 
     def rmi_cfg(run_dir: Path, mode: str, lateness: timedelta | None = None) -> Any:
@@ -388,8 +398,6 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     # does not pay for them.
     warm = runs / "warmup"
     first_hour = {"start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat(), "warmup": "0s"}
-    from spark_app.runtime import run
-
     run(job_config(props, warm / "stream", "bench-warmup", first_hour, {"mode": "unordered"}), spark)
     wf = {t: batch_frame(spark, props, t, (start, start + timedelta(hours=1))) for t in TABLES}
     rmi.pipeline(wf)[RMI_OUTPUT].write.parquet(str(warm / "batch"))
@@ -397,32 +405,56 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     for mode in STREAM_MODES:
         results[mode] = repeated(
-            args.repeat, runs, mode,
+            args.repeat,
+            runs,
+            mode,
             lambda d, mode=mode: measure_stream(spark, events, rmi_cfg(d, mode, lateness_arg), d / "out"),
         )
     results["spark_batch"] = repeated(
-        args.repeat, runs, "spark_batch",
+        args.repeat,
+        runs,
+        "spark_batch",
         lambda d: measure_batch(
-            spark, props, TABLES, (start, end),
-            lambda f: rmi.pipeline(f, **({"lateness": f"{int(lateness.total_seconds())} seconds"}))[RMI_OUTPUT],
+            spark,
+            props,
+            TABLES,
+            (start, end),
+            lambda f: rmi.pipeline(f, lateness=f"{int(lateness.total_seconds())} seconds")[RMI_OUTPUT],
             d / "out",
         ),
     )
     copy_stream = repeated(
-        args.repeat, runs, "copy_stream",
+        args.repeat,
+        runs,
+        "copy_stream",
         lambda d: measure_stream(
             spark,
             events,
-            job_config(props, d, "bench-copy", window, {"mode": "unordered"}, "spark_app.examples.copy:pipeline",
-                       copy_example.OUTPUT, ("impressions",), {"source": "impressions"}),
+            job_config(
+                props,
+                d,
+                "bench-copy",
+                window,
+                {"mode": "unordered"},
+                "spark_app.examples.copy:pipeline",
+                copy_example.OUTPUT,
+                ("impressions",),
+                {"source": "impressions"},
+            ),
             d / "out",
         ),
     )
     copy_batch = repeated(
-        args.repeat, runs, "copy_batch",
+        args.repeat,
+        runs,
+        "copy_batch",
         lambda d: measure_batch(
-            spark, props, ("impressions",), (start, end),
-            lambda f: copy_example.pipeline(f, source="impressions")[copy_example.OUTPUT], d / "out",
+            spark,
+            props,
+            ("impressions",),
+            (start, end),
+            lambda f: copy_example.pipeline(f, source="impressions")[copy_example.OUTPUT],
+            d / "out",
         ),
     )
 
@@ -488,6 +520,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "max_drift": MAX_DRIFT,
             "rmi_lateness_s": lateness.total_seconds(),
             "rmi_lateness_raised": lateness_arg is not None,
+            # How close the aligned run came to the guard refusing it (watermark delay - drift - span).
+            "guard_margin_s": (lateness - session_cfg.alignment.max_drift - max_span).total_seconds(),
             "allow_late_drops": False,
             "dropped_by_watermark": {m: results[m]["dropped_by_watermark"] for m in STREAM_MODES},
             "batch_schemas_equal_source": results["spark_batch"]["schemas_equal"] and copy_batch["schemas_equal"],
@@ -508,11 +542,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="2 h at 20k impressions/h (< 4 min on 2 cores)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    p.add_argument("--out", help="directory for the dataset and outputs (default: a new temp dir)")
+    p.add_argument("--out", help="directory for the dataset and outputs (default: a temp dir, removed at the end)")
+    p.add_argument("--keep", action="store_true", help="keep the default temp dir (with --out it is always kept)")
     p.add_argument("--repeat", type=int, default=1, help="runs per measurement; the median is kept")
     p.add_argument("--hours", type=float, help="override the profile's hours of data")
     p.add_argument("--impressions-per-hour", type=int, help="override the profile's impressions per hour")
     args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error("--repeat must be >= 1")
 
     saved_stdout = None
     if args.json:
@@ -522,7 +559,14 @@ def main(argv: list[str] | None = None) -> int:
         saved_stdout = os.dup(1)
         os.dup2(2, 1)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    result = bench(args)
+    temp = None
+    if not args.out:
+        temp = args.out = tempfile.mkdtemp(prefix="kappa-bench-")
+    try:
+        result = bench(args)
+    finally:
+        if temp and not args.keep:
+            shutil.rmtree(temp, ignore_errors=True)
     if saved_stdout is not None:
         sys.stdout.flush()
         os.write(saved_stdout, (json.dumps(result) + "\n").encode())
