@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from spark_app.planning.admission import HELD
+from spark_app.planning.admission import HELD, drift_bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +24,7 @@ class GroupView:
     missing: tuple[str, ...] = ()
 
     def bound(self, drift_us: int) -> int | None:
-        return None if self.global_watermark is None else self.global_watermark + drift_us
+        return drift_bound(self.global_watermark, drift_us)
 
 
 class WatermarkProvider(Protocol):

@@ -87,7 +87,6 @@ class _IcebergReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_table"] = None
-        state["_cache"] = {}
         return state
 
     @property
