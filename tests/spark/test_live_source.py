@@ -238,9 +238,7 @@ def test_snapshots_appended_under_a_running_query_are_read_exactly_once(
 
 
 @pytest.mark.parametrize("limit", [ALL, ReadMaxFiles(2)], ids=["all-available", "max-files-2"])
-def test_live_offsets_replan_identically_in_a_fresh_reader(
-    dataset: Dataset, tmp_path: Path, limit: ReadLimit
-) -> None:
+def test_live_offsets_replan_identically_in_a_fresh_reader(dataset: Dataset, tmp_path: Path, limit: ReadLimit) -> None:
     cfg = live_config(dataset, tmp_path, startingPosition="earliest", readLimit={"maxSnapshots": 3})
     reader = build_reader(cfg)
     assert isinstance(reader, LiveReader)
@@ -467,9 +465,7 @@ def test_expired_unread_snapshot_between_offset_and_head_raises(
     assert str(LiveOffset.from_dict(end).snapshot_id) in str(err.value) or str(unread) in str(err.value)
 
 
-def test_rolled_back_snapshot_of_the_offset_raises(
-    fresh_dataset: Callable[[float], Dataset], tmp_path: Path
-) -> None:
+def test_rolled_back_snapshot_of_the_offset_raises(fresh_dataset: Callable[[float], Dataset], tmp_path: Path) -> None:
     ds = fresh_dataset(0.5)
     chain = history(impressions(ds))
     cfg = live_config(ds, tmp_path, startingPosition="earliest")
