@@ -266,7 +266,49 @@ class ConsoleSink(SinkBase):
     kind: Literal["console"]
 
 
-SinkConfig = Annotated[ParquetSink | ConsoleSink, Field(discriminator="kind")]
+_PARTITION = r"^(\w+|(hour|day|month|year)\(\w+\)|(bucket|truncate)\(\d+,\s*\w+\))$"
+
+
+class IcebergSink(SinkBase):
+    """Exactly-once Iceberg table: executors write Parquet, the driver commits one snapshot per
+    micro-batch carrying the query and batch ids (a replayed batch is skipped)."""
+
+    kind: Literal["iceberg"]
+    catalog: str = "default"
+    """Name of an entry in `catalogs`."""
+    table: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
+    """Table identifier, `namespace.table`; created from the output schema if missing."""
+    branch: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][-_.A-Za-z0-9]*$")
+    """Default: `main` live, `backfill-<name>` in a backfill (main keeps serving meanwhile)."""
+    partition_by: list[str] = []
+    """Partition spec of a table the sink creates: `col`, `hour(col)`, `day(col)`,
+    `month(col)`, `year(col)`, `bucket(N, col)`, `truncate(N, col)`."""
+    key: list[str] = []
+    """Columns identifying a row, for the full diff of validate/publish (else counts only)."""
+    commit_retries: int = Field(default=20, ge=0)
+    """Commit conflicts with other writers are retried this many times (with backoff)."""
+    target_file_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
+    """Each task rolls to a new file after about this many bytes of Arrow data."""
+
+    @field_validator("partition_by")
+    @classmethod
+    def _transforms(cls, value: list[str]) -> list[str]:
+        for i, item in enumerate(value):
+            if not re.match(_PARTITION, item.replace(" ", "")):
+                raise ValueError(
+                    f"partitionBy[{i}] {item!r}: use col, hour(col), day(col), month(col), year(col), "
+                    "bucket(N, col) or truncate(N, col)"
+                )
+        return value
+
+    @model_validator(mode="after")
+    def _append_only(self) -> IcebergSink:
+        if self.output_mode != "append":
+            raise ValueError("an iceberg sink appends: outputMode must be append (aggregate with a watermark)")
+        return self
+
+
+SinkConfig = Annotated[ParquetSink | ConsoleSink | IcebergSink, Field(discriminator="kind")]
 
 
 # --- run-level settings ------------------------------------------------------------------
@@ -396,6 +438,10 @@ class JobConfig(KappaModel):
             if isinstance(src, IcebergSourceBase) and src.catalog not in self.catalogs:
                 known = ", ".join(sorted(self.catalogs)) or "none defined"
                 raise ValueError(f"sources.{name}.catalog {src.catalog!r} is not in catalogs ({known})")
+        for name, sink in self.sinks.items():
+            if isinstance(sink, IcebergSink) and sink.catalog not in self.catalogs:
+                known = ", ".join(sorted(self.catalogs)) or "none defined"
+                raise ValueError(f"sinks.{name}.catalog {sink.catalog!r} is not in catalogs ({known})")
         if self.trigger and self.trigger.kind == "processingTime" and self.mode == "backfill":
             raise ValueError("a backfill ends by itself: trigger.kind must be availableNow")
         return self
@@ -416,13 +462,19 @@ class JobConfig(KappaModel):
         own = getattr(src, "ordering_column", None)
         return own or self.alignment.ordering_column
 
+    def sink_branch(self, sink: str) -> str:
+        """Where a sink's snapshots go: its branch, else main live and `backfill-<name>` in a backfill."""
+        cfg = self.sinks[sink]
+        given = getattr(cfg, "branch", None)
+        return given or (f"backfill-{self.name}" if self.mode == "backfill" else "main")
+
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True, indent=2)
 
 
 def _format_errors(exc: ValidationError, origin: str) -> str:
     lines = [f"invalid job config {origin}:"]
-    tags = {"icebergLive", "icebergBackfill", "kafka", "parquet", "console"}
+    tags = {"icebergLive", "icebergBackfill", "kafka", "parquet", "console", "iceberg"}
     for err in exc.errors():
         parts = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
         # sources.<name>.<kind tag>.<field>: the tag is pydantic's, not a key of the user's file

@@ -25,19 +25,21 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_app.alignment.local import LocalWatermarkProvider
+from spark_app.catalogs import load_table
 from spark_app.config import (
     ConsoleSink,
     IcebergBackfillSource,
+    IcebergSink,
     IcebergSourceBase,
     JobConfig,
     KafkaSource,
     ParquetSink,
-    SinkConfig,
 )
 from spark_app.errors import ConfigError, KappaError, LatenessError
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
 from spark_app.planning.splits import max_span
-from spark_app.sources.iceberg import scan
+from spark_app.sinks.iceberg.writer import IcebergBatchWriter
+from spark_app.sinks.warmup import restrict_to_window
 from spark_app.sources.iceberg.datasource import FORMAT, KappaIcebergDataSource
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
@@ -171,7 +173,7 @@ def plan_max_span(cfg: JobConfig) -> timedelta:
         if not isinstance(src, IcebergBackfillSource):
             continue
         spec = source_spec(cfg, next(iter(cfg.sinks)), name, 1)
-        table = scan.load_table(spec.catalog_name, spec.catalog, src.table)
+        table = load_table(spec.catalog_name, spec.catalog, src.table)
         sid = src.snapshot_id or (table.current_snapshot().snapshot_id if table.current_snapshot() else None)
         if sid is None:
             continue
@@ -203,37 +205,12 @@ def lateness_verdict(cfg: JobConfig, outputs: dict[str, DataFrame]) -> Verdict |
 # --- sinks -------------------------------------------------------------------------------
 
 
-def restrict_to_window(cfg: JobConfig, sink: SinkConfig, df: DataFrame) -> DataFrame:
-    """Backfill output is the window's: warm-up output (before start) is not written.
-
-    The filter runs in an Arrow map, not as a ``where``: Spark pushes a predicate on a
-    grouping key below the aggregate, and for session windows that filters raw events by
-    their *initial* session start, which splits sessions that begin in the warm-up.
-    """
-    if cfg.mode != "backfill" or sink.time_column is None or cfg.window is None:
-        return df
-    if sink.time_column not in df.columns:
-        raise ConfigError(f"sink timeColumn {sink.time_column!r} is not an output column ({', '.join(df.columns)})")
-    return df.mapInArrow(window_filter(sink.time_column, micros(cfg.window.start), micros(cfg.window.end)), df.schema)
-
-
-def window_filter(column: str, start_us: int, end_us: int) -> Callable[[Any], Any]:
-    def keep_window(batches: Any) -> Any:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        lo, hi = pa.scalar(start_us, pa.timestamp("us", "UTC")), pa.scalar(end_us, pa.timestamp("us", "UTC"))
-        for b in batches:
-            ts = b.column(column).cast(pa.timestamp("us", "UTC"))
-            yield b.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi)))
-
-    return keep_window
-
-
 def start_query(cfg: JobConfig, name: str, df: DataFrame) -> StreamingQuery:
     sink = cfg.sinks[name]
-    writer = restrict_to_window(cfg, sink, df).writeStream.queryName(f"{cfg.name}-{name}")
-    writer = writer.option("checkpointLocation", f"{cfg.checkpoint.location.rstrip('/')}/{name}")
+    if cfg.mode == "backfill" and cfg.window is not None:
+        df = restrict_to_window(df, sink.time_column, micros(cfg.window.start), micros(cfg.window.end))
+    checkpoint = f"{cfg.checkpoint.location.rstrip('/')}/{name}"
+    writer = df.writeStream.queryName(f"{cfg.name}-{name}").option("checkpointLocation", checkpoint)
     writer = writer.outputMode(sink.output_mode)
     trig = cfg.effective_trigger
     if trig.kind == "availableNow":
@@ -246,6 +223,11 @@ def start_query(cfg: JobConfig, name: str, df: DataFrame) -> StreamingQuery:
             writer = writer.partitionBy(*sink.partition_by)
     elif isinstance(sink, ConsoleSink):
         writer = writer.format("console").option("truncate", "false")
+    elif isinstance(sink, IcebergSink):
+        batch_writer = IcebergBatchWriter(
+            cfg.name, name, sink, cfg.catalogs[sink.catalog], cfg.sink_branch(name), checkpoint, cfg.trace_path
+        )
+        writer = writer.foreachBatch(batch_writer)
     return writer.start()
 
 

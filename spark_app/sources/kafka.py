@@ -24,9 +24,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
+from spark_app.catalogs import load_table
 from spark_app.config import JobConfig, KafkaSource
 from spark_app.errors import ConfigError, ConnectorMissingError
-from spark_app.sources.iceberg import scan, schema
+from spark_app.sources.iceberg import schema
 
 METADATA_FIELD = "__metadata__"
 """Struct column of ingestion metadata; filled from the Kafka record when it has `ingestion_ts`."""
@@ -88,7 +89,7 @@ def value_schema(cfg: JobConfig, src: KafkaSource, *, name: str | None = None) -
             f"expected {_SCHEMA_FROM_FORM}"
         )
     try:
-        iceberg_table = scan.load_table(catalog, cfg.catalogs[catalog].properties(), table)
+        iceberg_table = load_table(catalog, cfg.catalogs[catalog].properties(), table)
         return schema.spark_schema(iceberg_table.schema())
     except ConfigError as exc:
         raise ConfigError(f"{field}: {exc}") from None

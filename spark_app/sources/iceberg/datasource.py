@@ -10,8 +10,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from spark_app.catalogs import load_table
 from spark_app.errors import ConfigError
-from spark_app.sources.iceberg import scan
 from spark_app.sources.iceberg.schema import ordering_field, project, spark_schema
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import BackfillReader, LiveReader
@@ -33,7 +33,7 @@ class KappaIcebergDataSource(DataSource):
 
     def schema(self) -> StructType:
         spec = self.spec
-        table = scan.load_table(spec.catalog_name, spec.catalog, spec.source.table)
+        table = load_table(spec.catalog_name, spec.catalog, spec.source.table)
         ordering_field(table.schema(), spec.ordering_column, spec.source.table)
         return spark_schema(project(table.schema(), spec.source.columns, spec.source.table))
 

@@ -7,11 +7,8 @@ ordering column's lower/upper bounds. No data file is opened to plan.
 
 from __future__ import annotations
 
-import json
 import logging
-from functools import cache
 
-from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import (
     AlwaysTrue,
@@ -30,22 +27,6 @@ from spark_app.errors import ConfigError, SnapshotExpiredError
 from spark_app.planning.splits import DataFileInfo
 
 log = logging.getLogger("kappa.iceberg")
-
-
-@cache
-def _catalog(name: str, props_json: str) -> Catalog:
-    return load_catalog(name, **json.loads(props_json))
-
-
-def load_table(catalog_name: str, props: dict[str, str], identifier: str) -> Table:
-    """Load a table (the catalog is cached per process: SQLite engines are not free)."""
-    catalog = _catalog(catalog_name, json.dumps(props, sort_keys=True))
-    try:
-        return catalog.load_table(identifier)
-    except Exception as exc:
-        if type(exc).__name__ in ("NoSuchTableError", "NoSuchNamespaceError"):
-            raise ConfigError(f"table {identifier} does not exist in catalog {catalog_name!r}") from None
-        raise
 
 
 def window_filter(column: str, lo: int | None, hi: int | None) -> BooleanExpression:

@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 
 from spark_app.alignment import WatermarkProvider
 from spark_app.alignment.local import LocalWatermarkProvider
+from spark_app.catalogs import load_table
 from spark_app.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
 from spark_app.planning.admission import Limits, admit, source_watermark
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
@@ -92,7 +93,7 @@ class _IcebergReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def table(self) -> Table:
         if self._table is None:
-            self._table = scan.load_table(self.spec.catalog_name, self.spec.catalog, self.spec.source.table)
+            self._table = load_table(self.spec.catalog_name, self.spec.catalog, self.spec.source.table)
         return self._table
 
     def refresh(self) -> Table:

@@ -1,0 +1,114 @@
+"""Driver side of the sink: one Iceberg snapshot per micro-batch, exactly once.
+
+Every snapshot carries the writing query's id and the batch id. Spark replays a batch whose
+commit it did not log (a crash after our commit, before Spark's): finding that batch already
+in the branch's history, the sink skips it. A conflicting commit by another writer is retried
+on the refreshed table; each attempt re-checks the history first, so a commit whose outcome
+was unknown is never applied twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+
+log = logging.getLogger("kappa.sink")
+
+QUERY_ID = "kappa.query-id"
+BATCH_ID = "kappa.batch-id"
+JOB = "kappa.job"
+
+
+class CommitConflictError(Exception):
+    """Commit conflicts outlasted the configured retries."""
+
+
+def branch_history(table: Table, branch: str) -> Iterator[Snapshot]:
+    """Snapshots of ``branch``, newest first (nothing when the branch does not exist yet)."""
+    head = table.snapshot_by_name(branch)
+    return ancestors_of(head, table.metadata) if head is not None else iter(())
+
+
+def batch_of(snapshot: Snapshot, query_id: str) -> int | None:
+    props = snapshot.summary.additional_properties if snapshot.summary else {}
+    if props.get(QUERY_ID) != query_id or BATCH_ID not in props:
+        return None
+    return int(props[BATCH_ID])
+
+
+def find_batch(table: Table, branch: str, query_id: str, batch_id: int) -> Snapshot | None:
+    """The snapshot that committed this batch, if any. Batches commit in order, so the walk
+    stops at the query's first older batch: O(1) for the usual case."""
+    for snap in branch_history(table, branch):
+        written = batch_of(snap, query_id)
+        if written is None:
+            continue
+        if written == batch_id:
+            return snap
+        if written < batch_id:
+            return None
+    return None
+
+
+def backoff(attempt: int) -> None:
+    """Exponential, jittered: writers that conflicted once should not collide again."""
+    time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    snapshot_id: int
+    attempts: int
+    skipped: bool
+    """True when the batch was already committed (a replay): nothing was added."""
+
+
+def data_files(table: Table, paths: list[str]) -> list[DataFile]:
+    """Footers only: stats and the (single) partition of each file."""
+    return [parquet_file_to_data_file(table.io, table.metadata, p) for p in paths]
+
+
+def commit_batch(
+    load: Callable[[], Table],
+    branch: str,
+    paths: list[str],
+    properties: dict[str, str],
+    retries: int,
+) -> CommitOutcome:
+    """Append ``paths`` as one snapshot on ``branch`` unless the batch is already there."""
+    query_id, batch_id = properties[QUERY_ID], int(properties[BATCH_ID])
+    files: list[DataFile] | None = None
+    for attempt in range(1, retries + 2):
+        table = load()
+        done = find_batch(table, branch, query_id, batch_id)
+        if done is not None:
+            return CommitOutcome(done.snapshot_id, attempt, skipped=True)
+        files = files if files is not None else data_files(table, paths)
+        tx = table.transaction()
+        with tx.update_snapshot(snapshot_properties=properties, branch=branch).fast_append() as append:
+            for f in files:
+                append.append_data_file(f)
+        try:
+            committed = tx.commit_transaction()
+        except CommitFailedException as exc:
+            if attempt > retries:
+                raise CommitConflictError(
+                    f"{table.name()}: batch {batch_id} still conflicts after {retries} retries ({exc}); "
+                    "raise the sink's commitRetries"
+                ) from exc
+            log.info("commit conflict on %s batch %s (attempt %d), retrying", branch, batch_id, attempt)
+            backoff(attempt)
+            continue
+        head = committed.snapshot_by_name(branch)
+        assert head is not None
+        return CommitOutcome(head.snapshot_id, attempt, skipped=False)
+    raise AssertionError("unreachable")

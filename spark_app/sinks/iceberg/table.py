@@ -1,0 +1,95 @@
+"""The sink's table: loaded, or created from the output's schema with the configured
+partitioning. Spark timestamps become Iceberg ``timestamptz`` (instants, UTC)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.transforms import (
+    BucketTransform,
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    TruncateTransform,
+    YearTransform,
+)
+
+from spark_app.errors import ConfigError
+
+_CALL = re.compile(r"^(?P<fn>\w+)\((?:(?P<n>\d+),)?(?P<col>\w+)\)$")
+_UNARY: dict[str, Transform] = {
+    "hour": HourTransform(),
+    "day": DayTransform(),
+    "month": MonthTransform(),
+    "year": YearTransform(),
+}
+
+
+def parse_transform(text: str) -> tuple[str, Transform, str]:
+    """``hour(ts)`` -> ("ts", HourTransform, "ts_hour"); a bare column is identity."""
+    item = text.replace(" ", "")
+    if re.fullmatch(r"\w+", item):
+        return item, IdentityTransform(), item
+    m = _CALL.match(item)
+    if m is None:
+        raise ConfigError(f"partitionBy {text!r}: use col, hour(col), day(col), bucket(N, col) or truncate(N, col)")
+    fn, n, col = m["fn"], m["n"], m["col"]
+    if fn in _UNARY and n is None:
+        return col, _UNARY[fn], f"{col}_{fn}"
+    if fn == "bucket" and n is not None:
+        return col, BucketTransform(int(n)), f"{col}_bucket"
+    if fn == "truncate" and n is not None:
+        return col, TruncateTransform(int(n)), f"{col}_trunc"
+    raise ConfigError(f"partitionBy {text!r}: unknown transform {fn!r}")
+
+
+def partition_spec(schema: Schema, partition_by: list[str]) -> PartitionSpec:
+    fields = []
+    for i, text in enumerate(partition_by):
+        col, transform, name = parse_transform(text)
+        try:
+            source = schema.find_field(col)
+        except ValueError:
+            raise ConfigError(f"partitionBy {text!r}: {col!r} is not an output column") from None
+        fields.append(PartitionField(source_id=source.field_id, field_id=1000 + i, transform=transform, name=name))
+    return PartitionSpec(*fields)
+
+
+def utc_schema(schema: pa.Schema) -> pa.Schema:
+    """Timestamps with any zone are instants: store them as UTC (Iceberg ``timestamptz``)."""
+    fields = []
+    for f in schema:
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+            f = f.with_type(pa.timestamp("us", "UTC"))
+        fields.append(f)
+    return pa.schema(fields)
+
+
+def load_or_create(catalog: Catalog, identifier: str, arrow_schema: pa.Schema, partition_by: list[str]) -> Table:
+    """Load the sink's table; create it (and its namespace) from the output schema if missing."""
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError:
+        pass
+    namespace = identifier.rsplit(".", 1)[0]
+    with contextlib.suppress(NamespaceAlreadyExistsError):
+        catalog.create_namespace(namespace)
+    try:
+        table = catalog.create_table(identifier, schema=utc_schema(arrow_schema))
+    except TableAlreadyExistsError:  # another writer created it first
+        return catalog.load_table(identifier)
+    if partition_by:
+        spec = partition_spec(table.schema(), partition_by)
+        with table.update_spec() as update:
+            for f in spec.fields:
+                update.add_field(table.schema().find_field(f.source_id).name, f.transform, f.name)
+    return table

@@ -1,0 +1,136 @@
+"""Undo a query's batches after N (for rewind): remove exactly the data files those batches
+added from the branch's *current* state, in a new snapshot.
+
+History is not rewritten (no rollback): another writer may have committed since, and its
+rows stay. The sink writes each batch into files of its own, so removing a batch's files
+removes exactly its rows. A file that is no longer live (a publish or compaction rewrote it)
+cannot be removed by reference: it is reported, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pyiceberg.exceptions import CommitFailedException, ValidationException
+from pyiceberg.manifest import DataFile, ManifestEntryStatus
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from spark_app.errors import KappaError
+from spark_app.sinks.iceberg.commit import CommitConflictError, backoff, batch_of, branch_history
+
+log = logging.getLogger("kappa.undo")
+
+UNDO_QUERY_ID = "kappa.undo-query-id"
+
+
+class UndoIncompleteError(KappaError):
+    """Some files the batches wrote are no longer live (rewritten since): undo would be partial."""
+
+
+@dataclass(frozen=True)
+class WrittenBatch:
+    batch_id: int
+    snapshot_id: int
+    paths: tuple[str, ...]
+
+
+def added_files(table: Table, snapshot: Snapshot) -> list[str]:
+    paths = []
+    for manifest in snapshot.manifests(table.io):
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id:
+                paths.append(entry.data_file.file_path)
+    return paths
+
+
+def batches_after(table: Table, branch: str, query_id: str, after_batch: int) -> list[WrittenBatch]:
+    """Snapshots ``query_id`` committed on ``branch`` for batches > ``after_batch``, oldest first."""
+    out = []
+    for snap in branch_history(table, branch):
+        batch = batch_of(snap, query_id)
+        if batch is not None and batch > after_batch:
+            out.append(WrittenBatch(batch, snap.snapshot_id, tuple(added_files(table, snap))))
+    return out[::-1]
+
+
+def undone_files(table: Table, branch: str, query_id: str) -> set[str]:
+    """Files earlier undos of this query removed (so undo is idempotent)."""
+    out: set[str] = set()
+    for snap in branch_history(table, branch):
+        props = snap.summary.additional_properties if snap.summary else {}
+        if props.get(UNDO_QUERY_ID) != query_id:
+            continue
+        for manifest in snap.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                if entry.status == ManifestEntryStatus.DELETED and entry.snapshot_id == snap.snapshot_id:
+                    out.add(entry.data_file.file_path)
+    return out
+
+
+def live_files(table: Table, branch: str) -> dict[str, DataFile]:
+    head = table.snapshot_by_name(branch)
+    if head is None:
+        return {}
+    return {
+        e.data_file.file_path: e.data_file
+        for m in head.manifests(table.io)
+        for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
+    }
+
+
+@dataclass(frozen=True)
+class UndoResult:
+    batches: tuple[int, ...]
+    files_removed: int
+    rows_removed: int
+    snapshot_id: int | None
+    """The snapshot that removed them (None: nothing was written after the batch)."""
+
+
+def undo(
+    load: Callable[[], Table],
+    branch: str,
+    query_id: str,
+    after_batch: int,
+    retries: int = 20,
+) -> UndoResult:
+    for attempt in range(1, retries + 2):
+        table = load()
+        written = batches_after(table, branch, query_id, after_batch)
+        live = live_files(table, branch)
+        undone = undone_files(table, branch, query_id)
+        wanted = [p for b in written for p in b.paths if p not in undone]
+        gone = [p for p in wanted if p not in live]
+        if gone:
+            raise UndoIncompleteError(
+                f"{table.name()}: {len(gone)} file(s) written by batches > {after_batch} of query {query_id} "
+                f"are no longer live on {branch!r} (rewritten by a publish or compaction since), e.g. {gone[0]}; "
+                "their rows cannot be removed by reference. Nothing was changed"
+            )
+        if not wanted:
+            return UndoResult((), 0, 0, None)
+        files = [live[p] for p in wanted]
+        props = {UNDO_QUERY_ID: query_id, "kappa.undo-after-batch": str(after_batch)}
+        tx = table.transaction()
+        with tx.update_snapshot(snapshot_properties=props, branch=branch).overwrite() as overwrite:
+            for f in files:
+                overwrite.delete_data_file(f)
+        try:
+            committed = tx.commit_transaction()
+        except (CommitFailedException, ValidationException) as exc:  # another writer committed: plan again
+            if attempt > retries:
+                raise CommitConflictError(f"{table.name()}: undo still conflicts after {retries} retries") from exc
+            backoff(attempt)
+            continue
+        head = committed.snapshot_by_name(branch)
+        assert head is not None
+        rows = sum(f.record_count for f in files)
+        log.info("undid batches > %d of %s on %s: -%d rows", after_batch, query_id, branch, rows)
+        batches = tuple(b.batch_id for b in written if any(p in live for p in b.paths))
+        return UndoResult(batches, len(files), rows, head.snapshot_id)
+    raise AssertionError("unreachable")

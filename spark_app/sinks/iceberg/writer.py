@@ -1,0 +1,103 @@
+"""The ``foreachBatch`` function of an Iceberg sink: skip a replayed batch, let the executors
+write the files, commit them on the driver."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+
+from pyarrow import fs
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from spark_app.catalogs import catalog_for
+from spark_app.config import CatalogConfig, IcebergSink
+from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
+from spark_app.sinks.iceberg.files import FILES_SCHEMA, FileWriteSpec, write_data_files
+from spark_app.sinks.iceberg.table import load_or_create
+from spark_app.telemetry import trace
+
+log = logging.getLogger("kappa.sink")
+
+FAULT_ENV = "KAPPA_SINK_FAULT"
+
+
+def checkpoint_query_id(checkpoint: str) -> str:
+    """The streaming query's id, stable across restarts: Spark keeps it in ``<checkpoint>/metadata``."""
+    uri = checkpoint.replace("s3a://", "s3://", 1).rstrip("/") + "/metadata"
+    filesystem, path = fs.FileSystem.from_uri(uri if "://" in uri else f"file://{uri}")
+    with filesystem.open_input_stream(path) as f:
+        return str(json.loads(f.read().decode().splitlines()[0])["id"])
+
+
+class IcebergBatchWriter:
+    def __init__(
+        self,
+        job: str,
+        sink_name: str,
+        sink: IcebergSink,
+        catalog: CatalogConfig,
+        branch: str,
+        checkpoint: str,
+        trace_path: str | None = None,
+    ) -> None:
+        self.job, self.sink_name, self.sink, self.branch = job, sink_name, sink, branch
+        self.catalog_name, self.properties = sink.catalog, catalog.properties()
+        self.checkpoint, self.trace_path = checkpoint, trace_path
+        self._query_id: str | None = None
+
+    def table(self) -> Table:
+        return catalog_for(self.catalog_name, self.properties).load_table(self.sink.table)
+
+    @property
+    def query_id(self) -> str:
+        if self._query_id is None:
+            self._query_id = checkpoint_query_id(self.checkpoint)
+        return self._query_id
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        catalog = catalog_for(self.catalog_name, self.properties)
+        schema = to_arrow_schema(df.schema, timezone="UTC")
+        table = load_or_create(catalog, self.sink.table, schema, self.sink.partition_by)
+        done = find_batch(table, self.branch, self.query_id, batch_id)
+        if done is not None:
+            # Still run the batch (to a no-op sink): Spark checks that every stateful operator
+            # committed its state for the batch; only our data is already in the table.
+            df.write.format("noop").mode("overwrite").save()
+            log.info(
+                "%s: batch %d already committed as snapshot %d, skipped", self.sink.table, batch_id, done.snapshot_id
+            )
+            trace(
+                self.trace_path,
+                "commit",
+                sink=self.sink_name,
+                batch=batch_id,
+                skipped=True,
+                snapshot_id=str(done.snapshot_id),
+            )
+            return
+        spec = FileWriteSpec(self.properties, table.metadata.model_dump_json(), self.sink.target_file_bytes)
+        written = df.mapInArrow(write_data_files(spec), FILES_SCHEMA).collect()
+        if not written:
+            trace(self.trace_path, "commit", sink=self.sink_name, batch=batch_id, files=0, rows=0, skipped=False)
+            return
+        props = {QUERY_ID: self.query_id, BATCH_ID: str(batch_id), JOB: self.job}
+        outcome = commit_batch(self.table, self.branch, [r.path for r in written], props, self.sink.commit_retries)
+        trace(
+            self.trace_path,
+            "commit",
+            sink=self.sink_name,
+            batch=batch_id,
+            files=len(written),
+            rows=sum(r.rows for r in written),
+            bytes=sum(r.bytes for r in written),
+            attempts=outcome.attempts,
+            skipped=outcome.skipped,
+            snapshot_id=str(outcome.snapshot_id),
+        )
+        if os.environ.get(FAULT_ENV) == f"kill-after-commit:{batch_id}":
+            # Fault injection for tests: die like a killed driver, after our commit, before Spark's.
+            os.killpg(os.getpgrp(), signal.SIGKILL)

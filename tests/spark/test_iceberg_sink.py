@@ -1,0 +1,310 @@
+"""The exactly-once Iceberg sink with real local Spark and a real SqlCatalog: snapshots per
+batch, a kill between our commit and Spark's, branches, publish and undo.
+
+Module-scoped: one live rmi run writes ``out.plays`` (main); one backfill of a window writes
+``backfill-rmi-bf``. Tests that change the table work on their own copy (a fresh table).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
+from pyspark.sql import SparkSession
+
+from spark_app.config import JobConfig
+from spark_app.runtime import RunReport, run
+from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID, batch_of
+from spark_app.sinks.iceberg.publish import ValidationFailedError, publish
+from spark_app.sinks.iceberg.undo import batches_after, undo
+from spark_app.sinks.iceberg.window import TimeWindow
+from spark_app.sinks.iceberg.writer import FAULT_ENV, checkpoint_query_id
+from spark_app.telemetry import read_trace
+from tests.spark.conftest import T0, Dataset, sources
+
+pytestmark = pytest.mark.spark
+
+KEY = ["playback_id", "impression_id"]
+START, END = T0 + timedelta(minutes=40), T0 + timedelta(minutes=80)
+WINDOW = TimeWindow("playback_ts", START, END)
+
+
+def sink(table: str, **extra: Any) -> dict[str, Any]:
+    return {"attributed_plays": {"kind": "iceberg", "table": table, "timeColumn": "playback_ts", **extra}}
+
+
+def live_config(dataset: Dataset, tmp: Path, table: str, name: str = "rmi-live", **extra: Any) -> JobConfig:
+    return dataset.config(
+        tmp,
+        name=name,
+        mode="live",
+        trigger={"kind": "availableNow"},
+        sources=sources("icebergLive"),
+        sinks=sink(table, partitionBy=["hour(playback_ts)"], key=KEY),
+        **extra,
+    )
+
+
+def backfill_config(dataset: Dataset, tmp: Path, table: str, name: str = "rmi-bf") -> JobConfig:
+    return dataset.config(
+        tmp,
+        name=name,
+        mode="backfill",
+        sources=sources("icebergBackfill", split={"maxBundleSpan": "2m"}),
+        sinks=sink(table),
+        window={"start": START.isoformat(), "end": END.isoformat(), "warmup": "30m"},
+        alignment={"maxDrift": "4m"},
+    )
+
+
+def table_rows(table: Table, ref: str = "main") -> list[tuple[Any, ...]]:
+    snap = table.snapshot_by_name(ref)
+    assert snap is not None, f"no {ref}"
+    t = table.scan(snapshot_id=snap.snapshot_id).to_arrow().sort_by([(k, "ascending") for k in KEY])
+    return [tuple(r.values()) for r in t.select(sorted(t.column_names)).to_pylist()]
+
+
+def in_window(rows: list[tuple[Any, ...]], table: Table) -> list[tuple[Any, ...]]:
+    i = sorted(table.schema().column_names).index("playback_ts")
+    return [r for r in rows if START <= r[i] < END]
+
+
+@pytest.fixture(scope="module")
+def written(
+    spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, RunReport, RunReport]:
+    tmp = tmp_path_factory.mktemp("iceberg-sink")
+    live = run(live_config(dataset, tmp / "live", "out.plays"), spark)
+    bf = run(backfill_config(dataset, tmp / "bf", "out.plays"), spark)
+    return tmp, live, bf
+
+
+def test_one_snapshot_per_batch_with_query_and_batch_ids(
+    written: tuple[Path, RunReport, RunReport], dataset: Dataset
+) -> None:
+    tmp, _, _ = written
+    table = dataset.catalog().load_table("out.plays")
+    query_id = checkpoint_query_id(str(tmp / "live" / "ckpt" / "attributed_plays"))
+    commits = [e for e in read_trace(tmp / "live" / "trace.jsonl") if e["event"] == "commit" and e["files"]]
+    ours = [s for s in table.snapshots() if s.summary and s.summary.additional_properties.get(QUERY_ID) == query_id]
+    assert len(ours) == len(commits) > 10
+    assert sorted(batch_of(s, query_id) for s in ours) == sorted(e["batch"] for e in commits)
+    assert all(s.summary.additional_properties[BATCH_ID].isdigit() for s in ours if s.summary)
+    assert sum(e["rows"] for e in commits) == len(table_rows(table)) > 500
+    # partitioned by hour(playback_ts): every file lies in one hour partition
+    hours = {}
+    for task in table.scan().plan_files():
+        hours[task.file.file_path] = task.file.partition[0]
+    assert len(set(hours.values())) >= 2
+
+
+def test_live_output_equals_the_file_sink_output(
+    spark: SparkSession, written: tuple[Path, RunReport, RunReport], dataset: Dataset, tmp_path: Path
+) -> None:
+    table = dataset.catalog().load_table("out.plays")
+    cfg = dataset.config(
+        tmp_path, name="rmi-live", mode="live", trigger={"kind": "availableNow"}, sources=sources("icebergLive")
+    )
+    run(cfg, spark)
+    cols = sorted(table.schema().column_names)
+    expected = sorted(tuple(r) for r in spark.read.parquet(str(tmp_path / "out")).select(*cols).collect())
+    got = sorted(tuple(v.replace(tzinfo=None) if isinstance(v, datetime) else v for v in r) for r in table_rows(table))
+    assert got == expected
+
+
+def test_backfill_writes_its_branch_and_leaves_main_untouched(
+    written: tuple[Path, RunReport, RunReport], dataset: Dataset
+) -> None:
+    tmp, _, bf = written
+    table = dataset.catalog().load_table("out.plays")
+    main_query = checkpoint_query_id(str(tmp / "live" / "ckpt" / "attributed_plays"))
+    head = table.snapshot_by_name("main")
+    assert head is not None and head.summary is not None
+    assert head.summary.additional_properties[QUERY_ID] == main_query, "main's head is still the live job's"
+    branch = table_rows(table, "backfill-rmi-bf")
+    assert branch and all(START <= r[sorted(table.schema().column_names).index("playback_ts")] < END for r in branch)
+    assert branch == in_window(table_rows(table), table), "aligned backfill == live output over the window"
+    assert bf.dropped_by_watermark == 0
+
+
+def _copy(dataset: Dataset, name: str) -> Table:
+    """A fresh table with main = the live output and backfill-rmi-bf = the backfill's."""
+    catalog = dataset.catalog()
+    src = catalog.load_table("out.plays")
+    dst = catalog.create_table(f"out.{name}", schema=src.schema(), partition_spec=src.spec())
+    main = src.scan(snapshot_id=src.snapshot_by_name("main").snapshot_id).to_arrow()  # type: ignore[union-attr]
+    branch = src.scan(snapshot_id=src.snapshot_by_name("backfill-rmi-bf").snapshot_id).to_arrow()  # type: ignore[union-attr]
+    # two appends to main, so files straddle nothing but partitions; the branch as its own history
+    dst.append(main)
+    dst.append(branch, branch="backfill-rmi-bf")
+    return dst
+
+
+def test_publish_replaces_the_window_in_one_snapshot(
+    written: tuple[Path, RunReport, RunReport], dataset: Dataset
+) -> None:
+    table = _copy(dataset, "published")
+    # make main's window wrong, as an outage would: drop a third of its window rows
+    main = table.scan().to_arrow()
+    window_rows = main.filter(WINDOW.mask(main))
+    outage = window_rows.slice(0, window_rows.num_rows // 3)
+    table.delete(f"playback_id in ({', '.join(repr(p) for p in outage['playback_id'].to_pylist())})")
+    before = table.refresh().snapshot_by_name("main")
+    expected_outside = [r for r in table_rows(table) if r not in in_window(table_rows(table), table)]
+    branch_rows = table_rows(table, "backfill-rmi-bf")
+
+    load = lambda: dataset.catalog().load_table("out.published")  # noqa: E731
+    with pytest.raises(ValidationFailedError, match="nothing was published"):
+        publish(load, "backfill-rmi-bf", WINDOW, key=KEY, min_match_ratio=0.999)
+    result = publish(load, "backfill-rmi-bf", WINDOW, key=KEY)
+    assert result.comparison.main_rows == window_rows.num_rows - outage.num_rows
+    assert result.comparison.branch_rows == window_rows.num_rows
+    assert result.comparison.match_ratio == pytest.approx(
+        (window_rows.num_rows - outage.num_rows) / window_rows.num_rows
+    )
+    assert result.rows_removed == result.comparison.main_rows and result.rows_added == len(branch_rows)
+
+    table = load()
+    after = table.snapshot_by_name("main")
+    assert after is not None and before is not None and after.parent_snapshot_id == before.snapshot_id, "one snapshot"
+    assert after.summary is not None and after.summary.operation.value == "overwrite"
+    rows = table_rows(table)
+    assert in_window(rows, table) == branch_rows
+    assert sorted(r for r in rows if r not in branch_rows) == sorted(expected_outside)
+    again = publish(load, "backfill-rmi-bf", WINDOW, key=KEY)
+    assert again.comparison.match_ratio == 1.0
+
+
+def test_publish_is_atomic_when_its_commit_fails(
+    written: tuple[Path, RunReport, RunReport], dataset: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = _copy(dataset, "atomic")
+    before, rows = table.snapshot_by_name("main"), table_rows(table)
+    from pyiceberg.table import Transaction
+
+    def fail(self: Transaction) -> Table:
+        raise OSError("injected: catalog unreachable")
+
+    monkeypatch.setattr(Transaction, "commit_transaction", fail)
+    with pytest.raises(OSError, match="injected"):
+        publish(lambda: dataset.catalog().load_table("out.atomic"), "backfill-rmi-bf", WINDOW, key=KEY)
+    monkeypatch.undo()
+    table = dataset.catalog().load_table("out.atomic")
+    assert table.snapshot_by_name("main") == before
+    assert table_rows(table) == rows
+
+
+def test_undo_removes_exactly_the_batches_after_n_and_keeps_another_writers_rows(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    cfg = live_config(dataset, tmp_path, "out.undo", name="rmi-undo")
+    run(cfg, spark)
+    catalog = dataset.catalog()
+    table = catalog.load_table("out.undo")
+    query_id = checkpoint_query_id(str(tmp_path / "ckpt" / "attributed_plays"))
+    commits = {
+        e["batch"]: e["rows"] for e in read_trace(tmp_path / "trace.jsonl") if e["event"] == "commit" and e["files"]
+    }
+    n = sorted(commits)[len(commits) // 2]
+    kept_by_us = sum(r for b, r in commits.items() if b <= n)
+
+    other = table.scan().to_arrow().slice(0, 7)
+    other = other.set_column(0, "playback_id", pa.array([f"other-{i}" for i in range(7)]))
+    table.append(other)  # another writer commits after our batches
+
+    load = lambda: catalog.load_table("out.undo")  # noqa: E731
+    assert [b.batch_id for b in batches_after(load(), "main", query_id, n)] == [b for b in sorted(commits) if b > n]
+    result = undo(load, "main", query_id, n)
+    assert result.rows_removed == sum(r for b, r in commits.items() if b > n)
+    table = load()
+    rows = table.scan().to_arrow()
+    assert rows.num_rows == kept_by_us + 7
+    assert pc.sum(pc.starts_with(rows["playback_id"], "other-")).as_py() == 7
+    assert undo(load, "main", query_id, n).snapshot_id is None, "nothing left to undo"
+
+
+def test_kill_between_iceberg_commit_and_spark_commit_duplicates_nothing(
+    written: tuple[Path, RunReport, RunReport], dataset: Dataset, tmp_path: Path
+) -> None:
+    cfg = live_config(
+        dataset,
+        tmp_path,
+        "out.killed",
+        name="rmi-kill",
+        master="local[2]",
+        sparkConf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
+    )
+    cfg_path = tmp_path / "job.json"
+    cfg_path.write_text(cfg.to_json())
+    log = tmp_path / "driver.log"
+    cmd = [sys.executable, "-m", "spark_app", "--config", str(cfg_path)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    killed = subprocess.run(
+        cmd,
+        env={**env, FAULT_ENV: "kill-after-commit:3"},
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        timeout=600,
+    )
+    assert killed.returncode == -9, log.read_text()[-3000:]
+    ckpt = tmp_path / "ckpt" / "attributed_plays"
+    assert (ckpt / "offsets" / "3").exists() and not (ckpt / "commits" / "3").exists(), (
+        "killed after ours, before Spark's"
+    )
+
+    restarted = subprocess.run(cmd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, timeout=600)
+    assert restarted.returncode == 0, log.read_text()[-3000:]
+    replays = [e for e in read_trace(tmp_path / "trace.jsonl") if e["event"] == "commit" and e["batch"] == 3]
+    assert [e["skipped"] for e in replays] == [False, True], "batch 3 replayed and skipped"
+
+    table = dataset.catalog().load_table("out.killed")
+    ids = Counter(zip(*(table.scan().to_arrow()[k].to_pylist() for k in KEY), strict=True))
+    assert max(ids.values()) == 1, "no duplicate rows"
+    reference = dataset.catalog().load_table("out.plays")  # the uninterrupted live run
+    assert sorted(ids) == sorted(zip(*(reference.scan().to_arrow()[k].to_pylist() for k in KEY), strict=True))
+
+
+def test_two_writers_on_one_table_both_land(dataset: Dataset, tmp_path: Path) -> None:
+    """Two processes' worth of commits racing on one table: every batch of both is there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spark_app.sinks.iceberg.commit import JOB, commit_batch
+
+    catalog = dataset.catalog()
+    schema = pa.schema([pa.field("writer", pa.string()), pa.field("n", pa.int64())])
+    catalog.create_namespace_if_not_exists("out")
+    table = catalog.create_table("out.racing", schema=schema)
+    mapping = table.schema().name_mapping.model_dump_json()  # plain Parquet files carry no field ids
+    table = table.transaction().set_properties({"schema.name-mapping.default": mapping}).commit_transaction()
+
+    def writer(name: str) -> list[int]:
+        own = SqlCatalog("default", **dataset.props)  # its own connection, like another process
+        attempts = []
+        for b in range(8):
+            t = own.load_table("out.racing")
+            path = f"{t.location()}/data/{name}-{b}.parquet"
+            import pyarrow.parquet as pq
+
+            with t.io.new_output(path).create() as f:
+                pq.write_table(pa.table({"writer": [name] * 3, "n": [b] * 3}, schema=schema), f)
+            props = {QUERY_ID: name, BATCH_ID: str(b), JOB: name}
+            attempts.append(commit_batch(lambda: own.load_table("out.racing"), "main", [path], props, 20).attempts)
+        return attempts
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(writer, ["a", "b"]))
+    rows = table.refresh().scan().to_arrow()
+    assert Counter(zip(rows["writer"].to_pylist(), rows["n"].to_pylist(), strict=True)) == {
+        (w, b): 3 for w in "ab" for b in range(8)
+    }
