@@ -301,11 +301,12 @@ class IcebergSink(SinkBase):
                 )
         return value
 
-    @model_validator(mode="after")
-    def _append_only(self) -> IcebergSink:
-        if self.output_mode != "append":
+    @field_validator("output_mode")
+    @classmethod
+    def _append_only(cls, value: str) -> str:
+        if value != "append":
             raise ValueError("an iceberg sink appends: outputMode must be append (aggregate with a watermark)")
-        return self
+        return value
 
 
 SinkConfig = Annotated[ParquetSink | ConsoleSink | IcebergSink, Field(discriminator="kind")]
