@@ -93,3 +93,14 @@ def load_or_create(catalog: Catalog, identifier: str, arrow_schema: pa.Schema, p
             for f in spec.fields:
                 update.add_field(table.schema().find_field(f.source_id).name, f.transform, f.name)
     return table
+
+
+def ensure_main_snapshot(table: Table) -> Table:
+    """Iceberg catalogs refuse a branch on a table without snapshots: give main an empty one
+    (a backfill may be the first writer of a new table)."""
+    if table.metadata.current_snapshot_id is not None or table.snapshots():
+        return table
+    tx = table.transaction()
+    with tx.update_snapshot(snapshot_properties={"kappa.init": "empty main, so branches can exist"}).fast_append():
+        pass
+    return tx.commit_transaction()

@@ -17,7 +17,7 @@ from spark_app.catalogs import catalog_for
 from spark_app.config import CatalogConfig, IcebergSink
 from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
 from spark_app.sinks.iceberg.files import FILES_SCHEMA, FileWriteSpec, write_data_files
-from spark_app.sinks.iceberg.table import load_or_create
+from spark_app.sinks.iceberg.table import ensure_main_snapshot, load_or_create
 from spark_app.telemetry import trace
 
 log = logging.getLogger("kappa.sink")
@@ -62,6 +62,8 @@ class IcebergBatchWriter:
         catalog = catalog_for(self.catalog_name, self.properties)
         schema = to_arrow_schema(df.schema, timezone="UTC")
         table = load_or_create(catalog, self.sink.table, schema, self.sink.partition_by)
+        if self.branch != "main":
+            table = ensure_main_snapshot(table)
         done = find_batch(table, self.branch, self.query_id, batch_id)
         if done is not None:
             # Still run the batch (to a no-op sink): Spark checks that every stateful operator

@@ -1,0 +1,300 @@
+"""The backfill benchmark: the ``rmi`` pipeline into the exactly-once Iceberg sink, live and
+backfilled, against baselines measured in the same run.
+
+One generated dataset (impressions + playbacks with 4x volume skew, a commit every 5 minutes,
+overlapping file spans, late events) in a SQLite SqlCatalog, one local SparkSession:
+
+* ``live``         rmi live over the commits one by one (``maxSnapshots: 1``), as production ran,
+                   into ``bench.attributed_plays`` (main, partitioned by hour);
+* ``aligned``      a backfill of the whole event-time range, alignment aligned (maxDrift 10m),
+                   into the branch ``backfill-bench-aligned``;
+* ``unordered`` / ``strict``  the same backfill in those modes, each into its own branch;
+* ``aligned_parquet``  the aligned backfill into Spark's parquet file sink (the sink's overhead);
+* ``spark_batch``  a batch query over the same data files with the same rmi logic, to parquet
+                   (the "second batch job" users would otherwise write).
+
+Then the aligned branch is validated against main over the window (full diff on the key
+``playback_id, impression_id``: the match ratio) and published into main (one snapshot).
+
+rows/s = input rows of both sources / wall seconds of the run (query start to end, incl. the
+lateness guard and every commit). Only ratios should be compared across machines. Run from the
+repository root::
+
+    .venv/bin/python -m bench.backfill --quick --json
+
+``--json`` prints exactly one JSON object on stdout; everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python bench/backfill.py`: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.source_throughput import (
+    MASTER,
+    SPARK_CONF,
+    batch_frame,
+    batch_stats,
+    events_listener,
+    generate_dataset,
+    hour_floor,
+    machine,
+)
+
+log = logging.getLogger("bench.backfill")
+
+PROFILES = {
+    "quick": {"hours": 2.0, "impressions_per_hour": 20_000},
+    "default": {"hours": 6.0, "impressions_per_hour": 50_000},
+}
+MAX_DRIFT = "10m"
+TABLE = "bench.attributed_plays"
+KEY = ["playback_id", "impression_id"]
+OUTPUT = "attributed_plays"
+TABLES = ("impressions", "playbacks")
+
+
+def config(
+    props: dict[str, str],
+    run_dir: Path,
+    name: str,
+    mode: str,
+    sink: dict[str, Any],
+    window: dict[str, str] | None = None,
+    alignment: dict[str, Any] | None = None,
+) -> Any:
+    from spark_app.config import parse_config
+
+    live = mode == "live"
+    source: dict[str, Any] = (
+        {"kind": "icebergLive", "startingPosition": "earliest", "readLimit": {"maxSnapshots": 1}}
+        if live
+        else {"kind": "icebergBackfill"}
+    )
+    return parse_config(
+        {
+            "name": name,
+            "pipeline": "spark_app.examples.rmi:pipeline",
+            "mode": "live" if live else "backfill",
+            "master": MASTER,
+            "sparkConf": SPARK_CONF,
+            "catalogs": {"default": {"type": "sql", **props}},
+            "sources": {t: {**source, "table": f"demo.{t}"} for t in TABLES},
+            "sinks": {OUTPUT: {"timeColumn": "playback_ts", **sink}},
+            "checkpoint": {"location": str(run_dir / "ckpt")},
+            "trigger": {"kind": "availableNow"},
+            "tracePath": str(run_dir / "trace.jsonl"),
+            **({} if live else {"window": window, "alignment": {**(alignment or {}), "stateDir": str(run_dir)}}),
+        }
+    )
+
+
+def iceberg_sink(**extra: Any) -> dict[str, Any]:
+    return {"kind": "iceberg", "table": TABLE, "partitionBy": ["hour(playback_ts)"], "key": KEY, **extra}
+
+
+def measure(spark: Any, events: Any, cfg: Any) -> dict[str, Any]:
+    from spark_app.runtime import run
+    from spark_app.telemetry import read_trace
+
+    events.reset()
+    started = time.monotonic()
+    report = run(cfg, spark)
+    wall = time.monotonic() - started
+    stats = batch_stats(events.complete())
+    commits = [e for e in read_trace(cfg.trace_path) if e["event"] == "commit"] if cfg.trace_path else []
+    return {
+        **stats,
+        "seconds": round(wall, 3),
+        "rows_per_s": round(stats["input_rows"] / wall, 1),
+        "snapshots": sum(1 for e in commits if e.get("files")),
+        "output_rows": sum(e.get("rows", 0) for e in commits),
+        "commit_attempts_max": max((e.get("attempts", 1) for e in commits), default=0),
+        "lateness_guard": report.lateness.message if report.lateness else None,
+    }
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from spark_app.examples import rmi
+    from spark_app.runtime import build_session, run
+    from spark_app.sinks.iceberg.publish import publish
+    from spark_app.sinks.iceberg.window import TimeWindow
+
+    profile = dict(PROFILES["quick" if args.quick else "default"])
+    if args.hours:
+        profile["hours"] = args.hours
+    out = Path(args.out)
+    for sub in ("data", "runs"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+    runs = out / "runs"
+    started = time.monotonic()
+    props, _gen, stats, gen_seconds = generate_dataset(out / "data", profile["hours"], profile["impressions_per_hour"])
+    start, end = hour_floor(stats.first_event), hour_floor(stats.last_event) + timedelta(hours=1)
+    window = {"start": start.isoformat(), "end": end.isoformat(), "warmup": "0s"}
+    log.info("generated %d impressions, %d playbacks; window %s .. %s", stats.impressions, stats.playbacks, start, end)
+
+    spark = build_session(config(props, runs / "session", "session", "live", {"kind": "console"}))
+    spark.sparkContext.setLogLevel("WARN")
+    events = events_listener()
+    spark.streams.addListener(events)
+
+    # Untimed warm-up: JVM, Python workers, the join, the sink's first table creation path.
+    warm = runs / "warmup"
+    first_hour = {"start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat(), "warmup": "0s"}
+    run(config(props, warm, "warmup", "backfill", iceberg_sink(table="warm.plays"), first_hour), spark)
+
+    results: dict[str, dict[str, Any]] = {}
+    log.info("live run (commit by commit) ...")
+    results["live"] = measure(spark, events, config(props, runs / "live", "bench-live", "live", iceberg_sink()))
+    for mode in ("aligned", "unordered", "strict"):
+        log.info("%s backfill ...", mode)
+        cfg = config(
+            props,
+            runs / mode,
+            f"bench-{mode}",
+            "backfill",
+            iceberg_sink(),
+            window,
+            {"mode": mode, "maxDrift": MAX_DRIFT},
+        )
+        results[mode] = measure(spark, events, cfg)
+    log.info("aligned backfill into Spark's parquet sink ...")
+    parquet_dir = runs / "aligned_parquet"
+    results["aligned_parquet"] = measure(
+        spark,
+        events,
+        config(
+            props,
+            parquet_dir,
+            "bench-parquet",
+            "backfill",
+            {"kind": "parquet", "path": str(parquet_dir / "out")},
+            window,
+            {"mode": "aligned", "maxDrift": MAX_DRIFT},
+        ),
+    )
+    results["aligned_parquet"]["output_rows"] = spark.read.parquet(str(parquet_dir / "out")).count()
+
+    log.info("spark batch ...")
+    t0 = time.monotonic()
+    frames = {t: batch_frame(spark, props, t, (start, end)) for t in TABLES}
+    rmi.pipeline(frames)[OUTPUT].write.parquet(str(runs / "spark_batch"))
+    batch_seconds = time.monotonic() - t0
+    batch_rows = sum(batch_frame(spark, props, t, (start, end)).count() for t in TABLES)
+    results["spark_batch"] = {
+        "input_rows": batch_rows,
+        "seconds": round(batch_seconds, 3),
+        "rows_per_s": round(batch_rows / batch_seconds, 1),
+        "output_rows": spark.read.parquet(str(runs / "spark_batch")).count(),
+    }
+    spark.streams.removeListener(events)
+    spark.stop()
+
+    catalog = SqlCatalog("default", **props)
+    tw = TimeWindow("playback_ts", start, end)
+    t0 = time.monotonic()
+    published = publish(lambda: catalog.load_table(TABLE), "backfill-bench-aligned", tw, key=KEY)
+    publish_seconds = time.monotonic() - t0
+    comparison = published.comparison
+    rps = {k: results[k]["rows_per_s"] for k in ("aligned", "unordered", "strict", "spark_batch")}
+    peak = {k: results[k]["peak_state_rows"] for k in ("live", "aligned", "unordered")}
+    wall_hours = results["aligned"]["seconds"] / 3600
+    return {
+        "bench": "backfill",
+        "rows": results["aligned"]["input_rows"],
+        "rows_per_s": rps,
+        "peak_state_rows": peak,
+        "late_dropped_rows": results["aligned"]["dropped_by_watermark"],
+        "match_ratio": round(comparison.match_ratio, 6),
+        "event_hours_per_wall_hour": round((end - start).total_seconds() / 3600 / wall_hours, 1),
+        "ratios": {
+            "aligned_vs_unordered": round(rps["aligned"] / rps["unordered"], 3),
+            "aligned_vs_spark_batch": round(rps["aligned"] / rps["spark_batch"], 3),
+            "aligned_peak_vs_live_peak": round(peak["aligned"] / peak["live"], 3) if peak["live"] else None,
+            "unordered_peak_vs_live_peak": round(peak["unordered"] / peak["live"], 3) if peak["live"] else None,
+            "iceberg_sink_wall_vs_parquet_sink": round(
+                results["aligned"]["seconds"] / results["aligned_parquet"]["seconds"], 3
+            ),
+        },
+        "validation": {
+            "key": KEY,
+            "main_rows_in_window": comparison.main_rows,
+            "branch_rows": comparison.branch_rows,
+            "matched": comparison.matched,
+            "only_live": comparison.only_main,
+            "only_backfill": comparison.only_branch,
+        },
+        "publish": {
+            "seconds": round(publish_seconds, 3),
+            "rows_removed": published.rows_removed,
+            "rows_added": published.rows_added,
+            "files_removed": published.files_removed,
+            "files_added": published.files_added,
+            "files_rewritten": published.files_rewritten,
+        },
+        "late_dropped_rows_by_run": {k: results[k].get("dropped_by_watermark") for k in results},
+        "output_rows": {k: results[k]["output_rows"] for k in results},
+        "runs": results,
+        "machine": machine(),
+        "config": {
+            "profile": "quick" if args.quick else "default",
+            "hours": profile["hours"],
+            "impressions_per_hour": profile["impressions_per_hour"],
+            "impressions": stats.impressions,
+            "playbacks": stats.playbacks,
+            "commits": stats.commits,
+            "max_file_span_s": stats.max_file_span_s,
+            "window": window,
+            "max_drift": MAX_DRIFT,
+            "generate_seconds": round(gen_seconds, 2),
+            "total_seconds": round(time.monotonic() - started, 1),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="2 h at 20k impressions/h (a few minutes on 2 cores)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--out", help="directory for the dataset and outputs (default: a temp dir, removed at the end)")
+    p.add_argument("--hours", type=float, help="override the profile's hours of data")
+    args = p.parse_args(argv)
+    saved_stdout = None
+    if args.json:  # the JVM inherits fd 1: send everything to stderr, keep the real stdout for the JSON
+        sys.stdout.flush()
+        saved_stdout = os.dup(1)
+        os.dup2(2, 1)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    temp = None
+    if not args.out:
+        temp = args.out = tempfile.mkdtemp(prefix="kappa-bench-backfill-")
+    try:
+        result = bench(args)
+    finally:
+        if temp:
+            shutil.rmtree(temp, ignore_errors=True)
+    if saved_stdout is not None:
+        sys.stdout.flush()
+        os.write(saved_stdout, (json.dumps(result) + "\n").encode())
+        os.close(saved_stdout)
+    else:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
