@@ -130,7 +130,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
     from spark_app.examples import rmi
-    from spark_app.runtime import build_session, run
+    from spark_app.runtime import build_session
     from spark_app.sinks.iceberg.publish import publish
     from spark_app.sinks.iceberg.window import TimeWindow
 
@@ -155,7 +155,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     # Untimed warm-up: JVM, Python workers, the join, the sink's first table creation path.
     warm = runs / "warmup"
     first_hour = {"start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat(), "warmup": "0s"}
-    run(config(props, warm, "warmup", "backfill", iceberg_sink(table="warm.plays"), first_hour), spark)
+    # measure() waits for the query's last progress event, so none leaks into the next run.
+    measure(spark, events, config(props, warm, "warmup", "backfill", iceberg_sink(table="warm.plays"), first_hour))
 
     results: dict[str, dict[str, Any]] = {}
     log.info("live run (commit by commit) ...")

@@ -19,8 +19,17 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--seed", type=int, default=7)
     demo.add_argument("--out", type=Path, default=Path("demo-out"), help="working directory (recreated)")
     demo.add_argument("--max-drift", default="5m", help="alignment maxDrift of the backfill")
+    coord = sub.add_parser("coordinator", help="run the global watermark coordinator service")
+    coord.add_argument("--host", default="127.0.0.1")
+    coord.add_argument("--port", type=int, default=8471)
+    coord.add_argument(
+        "--token-file", type=Path, help="file holding the bearer token (default: $KAPPA_COORDINATOR_TOKEN)"
+    )
+    coord.add_argument("--state-file", type=Path, help="where group definitions survive a restart (JSON)")
     args = parser.parse_args(argv)
     console = Console(stderr=False)
+    if args.command == "coordinator":
+        return run_coordinator(args, console)
     if args.command == "demo":
         from kappa_operator.demo import DemoSettings, run_demo
 
@@ -35,6 +44,24 @@ def main(argv: list[str] | None = None) -> int:
         if summary["match_ratio"] < 1.0 or summary["backfill"]["dropped_by_watermark"]:
             console.print("[red]the backfill did not reproduce the live output of the window[/]")
             return 1
+    return 0
+
+
+def run_coordinator(args: argparse.Namespace, console: Console) -> int:
+    import logging
+    import os
+
+    from kappa_operator.coordinator.server import Service, serve
+    from kappa_operator.coordinator.store import GroupStore
+
+    token = args.token_file.read_text().strip() if args.token_file else os.environ.get("KAPPA_COORDINATOR_TOKEN", "")
+    if not token:
+        console.print("[red]error:[/] no token: pass --token-file or set KAPPA_COORDINATOR_TOKEN")
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    store = GroupStore(args.state_file) if args.state_file else None
+    console.print(f"coordinator on http://{args.host}:{args.port} (state: {args.state_file or 'memory'})")
+    serve(Service(token, store), args.host, args.port)
     return 0
 
 

@@ -111,6 +111,7 @@ def source_spec(cfg: JobConfig, sink: str, name: str, parallelism: int) -> Sourc
         group=cfg.alignment_group,
         members=aligned_members(cfg),
         state_file=state_file(cfg),
+        coordinator=cfg.coordinator,
         trace_path=cfg.trace_path,
         parallelism=parallelism,
     )
@@ -294,7 +295,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         log.info("backfill window %s .. %s (warm-up %s)", cfg.window.start, cfg.window.end, cfg.window.warmup)
     members = aligned_members(cfg)
     fresh = not any(Path(cfg.checkpoint.location, s).exists() for s in cfg.sinks)
-    if members and fresh:
+    if members and fresh and cfg.coordinator is None:
         LocalWatermarkProvider(state_file(cfg), members).reset()
     outputs = outputs_for(spark, cfg, load_pipeline(cfg.pipeline))
     verdict = lateness_verdict(cfg, outputs)

@@ -22,14 +22,19 @@ class GroupView:
     """Min over unfinished members; ``HELD`` while a declared member has not reported;
     None when every member finished."""
     missing: tuple[str, ...] = ()
+    holders: tuple[str, ...] = ()
+    """Members that set the global watermark (the missing ones while held)."""
 
     def bound(self, drift_us: int) -> int | None:
         return drift_bound(self.global_watermark, drift_us)
 
 
 class WatermarkProvider(Protocol):
-    def report(self, member: str, watermark: int | None) -> GroupView:
-        """Record ``member``'s watermark (None: finished) and return the group's view."""
+    def report(self, member: str, watermark: int | None, throttled: bool = False, reset: bool = False) -> GroupView:
+        """Record ``member``'s watermark (None: finished) and return the group's view.
+
+        ``throttled``: the member's last admission was cut by the bound (metrics);
+        ``reset``: accept a lower watermark than before (a restart from a checkpoint)."""
         ...
 
 
@@ -37,6 +42,9 @@ def global_view(members: tuple[str, ...], reported: dict[str, int | None]) -> Gr
     """The alignment rule in one place: min over unfinished members, held by missing ones."""
     missing = tuple(m for m in members if m not in reported)
     if missing:
-        return GroupView(HELD, missing)
-    live = [w for m in members if (w := reported[m]) is not None]
-    return GroupView(min(live) if live else None)
+        return GroupView(HELD, missing, missing)
+    live = {m: w for m in members if (w := reported[m]) is not None}
+    if not live:
+        return GroupView(None)
+    low = min(live.values())
+    return GroupView(low, (), tuple(m for m, w in live.items() if w == low))

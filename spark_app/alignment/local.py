@@ -41,7 +41,7 @@ class LocalWatermarkProvider:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def report(self, member: str, watermark: int | None) -> GroupView:
+    def report(self, member: str, watermark: int | None, throttled: bool = False, reset: bool = False) -> GroupView:
         with self._locked() as state:
             reported = state.setdefault("watermarks", {})
             reported[member] = watermark

@@ -136,3 +136,8 @@ def test_a_branch_commit_leaves_main_alone(table: tuple[SqlCatalog, Table]) -> N
     assert t.current_snapshot() == main
     branch = t.snapshot_by_name("backfill-x")
     assert branch is not None and len(t.scan(snapshot_id=branch.snapshot_id).to_arrow()) == 5
+    # the live job keeps committing to main meanwhile; the branch does not move
+    commit_batch(load, "main", [_file(t, "live-1", 4)], {QUERY_ID: "live", BATCH_ID: "1", JOB: "j"}, 3)
+    t = load()
+    assert len(t.scan().to_arrow()) == 7
+    assert t.snapshot_by_name("backfill-x") == branch

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from spark_app.config import (
     AlignmentConfig,
+    CoordinatorConfig,
     IcebergBackfillSource,
     IcebergLiveSource,
     KappaModel,
@@ -30,6 +31,8 @@ class SourceSpec(KappaModel):
     group: str = ""
     members: tuple[str, ...] = ()
     state_file: str | None = None
+    coordinator: CoordinatorConfig | None = None
+    """The HTTP coordinator of the group; None: the local state file (one driver)."""
     trace_path: str | None = None
     parallelism: int = 2
     batch_rows: int = 1 << 17

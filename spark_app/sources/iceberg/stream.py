@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_app.alignment import WatermarkProvider
+from spark_app.alignment import GroupView, WatermarkProvider
+from spark_app.alignment.http import HttpWatermarkProvider
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.catalogs import load_table
 from spark_app.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
-from spark_app.planning.admission import Limits, admit, source_watermark
+from spark_app.planning.admission import Admission, Limits, admit, source_watermark
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits
 from spark_app.sources.iceberg import scan
@@ -186,10 +188,13 @@ class BackfillReader(_IcebergReader):
         super().__init__(spec, schema)
         self._plans: dict[int, tuple[list[Split], str]] = {}
         self._provider: WatermarkProvider | None = None
+        self._reported = False
+        self._available_now = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_provider"] = None
+        state["_reported"] = False
         return state
 
     def plan(self, snapshot_id: int) -> tuple[list[Split], str]:
@@ -200,8 +205,14 @@ class BackfillReader(_IcebergReader):
 
     def provider(self) -> WatermarkProvider:
         if self._provider is None:
-            assert self.spec.state_file, "the runtime sets state_file for aligned sources"
-            self._provider = LocalWatermarkProvider(self.spec.state_file, self.spec.members)
+            coord = self.spec.coordinator
+            if coord is not None:
+                self._provider = HttpWatermarkProvider(
+                    coord.url, self.spec.group, coord.token, coord.timeout.total_seconds()
+                )
+            else:
+                assert self.spec.state_file, "the runtime sets state_file for aligned sources"
+                self._provider = LocalWatermarkProvider(self.spec.state_file, self.spec.members)
         return self._provider
 
     def _offset(self, d: dict) -> tuple[BackfillOffset, list[Split]]:
@@ -226,22 +237,51 @@ class BackfillReader(_IcebergReader):
         return BackfillOffset(sid, 0, fingerprint).to_dict()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """The plan is fixed at the snapshot in the offsets: later commits are never read."""
+        """The plan is fixed at the snapshot in the offsets: later commits are never read.
+
+        Under AvailableNow a source that returns its start offset ends the query, so a source
+        throttled to nothing by a member of *another* query waits instead (see ``_decide``)."""
+        self._available_now = True
+
+    def _decide(
+        self, splits: list[Split], position: int, limit: ReadLimit
+    ) -> tuple[Admission, GroupView | None, int | None]:
+        mode = self.spec.alignment.mode
+        if mode == "unordered":
+            return admit(splits, position, None, self.limits(limit)), None, None
+        drift = int(self.spec.alignment.effective_drift.total_seconds() * 1_000_000)
+        wm = source_watermark(splits, position)
+        pause, waited = 0.05, 0.0
+        while True:
+            first = not self._reported
+            view = self.provider().report(self.spec.member, wm, reset=first)
+            self._reported = True
+            bound = view.bound(drift)
+            decision = admit(splits, position, bound, self.limits(limit))
+            outside = bool(view.holders) and not set(view.holders) & set(self.spec.members)
+            if decision.end > position or wm is None or not getattr(self, "_available_now", False) or not outside:
+                return decision, view, bound
+            # Held by a member of another query: returning our start offset would end this query.
+            if waited == 0.0 or waited // 30 != (waited + pause) // 30:
+                log.info(
+                    "%s waits for %s (global %s, bound %s)",
+                    self.spec.member,
+                    ", ".join(view.holders),
+                    view.global_watermark,
+                    bound,
+                )
+            time.sleep(pause)
+            waited += pause
+            pause = min(pause * 2, 1.0)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         off, splits = self._offset(start)
         mode = self.spec.alignment.mode
         wm = source_watermark(splits, off.position)
-        view = None
-        bound = None
-        if mode != "unordered":
-            view = self.provider().report(self.spec.member, wm)
-            drift = int(self.spec.alignment.effective_drift.total_seconds() * 1_000_000)
-            bound = view.bound(drift)
-        decision = admit(splits, off.position, bound, self.limits(limit))
+        decision, view, bound = self._decide(splits, off.position, limit)
         new_wm = source_watermark(splits, decision.end)
-        if mode != "unordered" and new_wm != wm:
-            self.provider().report(self.spec.member, new_wm)
+        if mode != "unordered" and (new_wm != wm or decision.throttled):
+            self.provider().report(self.spec.member, new_wm, throttled=decision.throttled)
         trace(
             self.spec.trace_path,
             "admission",

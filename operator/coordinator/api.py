@@ -1,0 +1,75 @@
+"""The coordinator's wire format: JSON bodies validated with pydantic (camelCase).
+
+Watermarks travel as integers (microseconds since the epoch, UTC), durations as strings
+("5m", "90s") or microseconds, so a curl user and the Spark source read the same thing.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from kappa_operator.coordinator.core import Answer
+from spark_app.config import Duration
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+def micros(d: timedelta) -> int:
+    return d // timedelta(microseconds=1)
+
+
+class GroupBody(Wire):
+    """PUT /v1/groups/{name}: declare (or re-declare) a group."""
+
+    members: list[str] = Field(default=[], max_length=100_000)
+    """Source ids; each holds the group until it reports. Empty with selfRegister: members join by reporting."""
+    max_drift: Duration
+    """How far ahead of the global watermark a member may admit (> 0)."""
+    idle_timeout: Duration | None = None
+    """A member whose watermark has not advanced for this long stops holding the group (None: never)."""
+    self_register: bool = False
+    """Accept reports from undeclared members (local runs)."""
+
+
+class ReportBody(Wire):
+    """POST /v1/groups/{name}/reports: a member's progress after an admission decision."""
+
+    member: str = Field(min_length=1, max_length=512)
+    watermark: int | None = None
+    """Lower bound of the member's next split (microseconds); null with finished."""
+    finished: bool = False
+    reset: bool = False
+    """Accept a lower watermark than before (a rewind restarts the member)."""
+    throttled: bool = False
+    """The member's last admission was cut by the drift bound (for metrics)."""
+
+
+class AnswerBody(Wire):
+    group: str
+    global_watermark: int | None
+    bound: int | None
+    held: bool
+    missing: list[str]
+    idle: list[str]
+    finished: bool
+    holders: list[str]
+
+    @classmethod
+    def of(cls, a: Answer) -> AnswerBody:
+        return cls(
+            group=a.group,
+            global_watermark=a.global_watermark if not a.held else None,
+            bound=a.bound if not a.held else None,
+            held=a.held,
+            missing=list(a.missing),
+            idle=list(a.idle),
+            finished=a.finished,
+            holders=list(a.holders),
+        )

@@ -1,0 +1,382 @@
+"""The coordinator's rules as pure functions over immutable group state.
+
+A group's global watermark is the min over its unfinished, non-idle members, ``HELD`` while a
+declared member has not reported (a late starter must not find the others far ahead), None
+once every member finished. A member may admit splits whose lower bound is at most
+``global + maxDrift`` (``drift_bound``). Watermarks only go forward; going back is a rewind and
+must say so (``reset=True``), or a restarted member replaying old offsets would silently drag
+the group back.
+
+No I/O and no clock: callers pass ``now_us``, which is what makes idleness (a member whose
+watermark has not advanced for ``idle_timeout_us``) testable. ``Coordinator`` is the thin
+mutable shell the service holds; it is not thread-safe (the service serializes calls).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from spark_app.alignment import GroupView
+from spark_app.planning.admission import HELD, drift_bound
+
+Event = tuple[str, str]
+"""``(kind, member)``: kind is registered, reset, finished, idle or active."""
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+class CoordinatorError(Exception):
+    """Base of the errors a report or a look-up can raise (the service maps them to 4xx)."""
+
+
+class UnknownGroupError(CoordinatorError, LookupError):
+    pass
+
+
+class UnknownMemberError(CoordinatorError, LookupError):
+    pass
+
+
+class WatermarkRegressionError(CoordinatorError, ValueError):
+    pass
+
+
+# --- inputs ------------------------------------------------------------------------------
+
+
+class GroupSpec(BaseModel):
+    """An alignment group as declared (from the CRs, or by a local run)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    name: str = Field(min_length=1)
+    members: tuple[str, ...] = ()
+    """Source ids (``job/sink/source``) that hold the group until they report."""
+    max_drift_us: int = Field(gt=0)
+    idle_timeout_us: int | None = Field(default=None, gt=0)
+    """A member whose watermark has not advanced for this long stops holding the group.
+    None (the default) never: a slow or quiet member holds the group forever, which is safe."""
+    self_register: bool = False
+    """Accept reports from undeclared members, adding them on first report (local runs)."""
+
+    @field_validator("members")
+    @classmethod
+    def _distinct_ids(cls, members: tuple[str, ...]) -> tuple[str, ...]:
+        if any(not m for m in members):
+            raise ValueError("member ids must be non-empty")
+        if dups := sorted({m for m in members if members.count(m) > 1}):
+            raise ValueError(f"duplicate member ids: {dups}")
+        return members
+
+    @model_validator(mode="after")
+    def _someone_to_wait_for(self) -> GroupSpec:
+        if not self.members and not self.self_register:
+            raise ValueError("members: must not be empty unless self_register (nobody could ever report)")
+        return self
+
+
+class Report(BaseModel):
+    """A member's watermark, or that it finished (then ``watermark`` is None)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    member: str = Field(min_length=1)
+    watermark: int | None = None
+    finished: bool = False
+    reset: bool = False
+    """A rewind: replace the member's state, so its watermark may go back."""
+
+    @model_validator(mode="after")
+    def _watermark_unless_finished(self) -> Report:
+        if self.finished and self.watermark is not None:
+            raise ValueError("watermark: must be None when finished (a finished member holds nobody)")
+        if not self.finished and self.watermark is None:
+            raise ValueError("watermark: required unless finished")
+        return self
+
+    @classmethod
+    def of(cls, member: str, watermark: int | None, reset: bool = False) -> Report:
+        """From the ``WatermarkProvider`` convention, where None means finished."""
+        return cls(member=member, watermark=watermark, finished=watermark is None, reset=reset)
+
+
+# --- state and answers -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    watermark: int | None
+    """Last reported watermark, kept after finishing for diagnosis; None only if the member
+    finished before ever reporting one."""
+    finished: bool
+    last_report_us: int
+    last_advance_us: int
+    """When the watermark last went up (or first arrived): the clock idleness runs on."""
+    reports: int
+
+
+def _frozen(members: Mapping[str, MemberState]) -> Mapping[str, MemberState]:
+    return MappingProxyType(dict(members))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    spec: GroupSpec
+    members: Mapping[str, MemberState] = field(default_factory=dict)
+    """Only members that reported; a declared member absent here holds the group."""
+    declared_us: int = 0
+    idle: frozenset[str] = frozenset()
+    """Idle members as of the last report, to turn idleness (a matter of time) into events."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "members", _frozen(self.members))
+
+    @property
+    def roster(self) -> tuple[str, ...]:
+        """Declared members in declared order, then self-registered ones in arrival order."""
+        declared = set(self.spec.members)
+        return self.spec.members + tuple(m for m in self.members if m not in declared)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    group: str
+    global_watermark: int | None
+    bound: int | None
+    """Largest split lower bound a member may admit; None: no limit (all finished)."""
+    held: bool
+    """A declared member has not reported yet (or nobody has joined a self-register group)."""
+    missing: tuple[str, ...]
+    idle: tuple[str, ...]
+    finished: bool
+    """Every member finished."""
+    member_watermark: int | None = None
+    """The reporter's watermark (None when it finished, or for a view)."""
+    holders: tuple[str, ...] = ()
+    """Who sets the global watermark: the missing members while held, else those at the minimum.
+    A source throttled to nothing waits only when no holder runs in its own query."""
+
+    def group_view(self) -> GroupView:
+        """The answer as the Spark side's ``WatermarkProvider`` returns it."""
+        return GroupView(self.global_watermark, self.missing, self.holders)
+
+
+# --- rules -------------------------------------------------------------------------------
+
+
+def _is_idle(spec: GroupSpec, m: MemberState, now_us: int) -> bool:
+    return spec.idle_timeout_us is not None and not m.finished and now_us - m.last_advance_us >= spec.idle_timeout_us
+
+
+def _idle_members(state: GroupState, now_us: int) -> tuple[str, ...]:
+    return tuple(
+        name for name in state.roster if (m := state.members.get(name)) is not None and _is_idle(state.spec, m, now_us)
+    )
+
+
+def _answer(state: GroupState, now_us: int, member_watermark: int | None) -> Answer:
+    roster = state.roster
+    missing = tuple(m for m in state.spec.members if m not in state.members)
+    idle = _idle_members(state, now_us)
+    live = {name: m.watermark for name, m in state.members.items() if not m.finished and m.watermark is not None}
+    held = bool(missing) or not roster
+    global_watermark: int | None
+    holders: tuple[str, ...] = missing
+    if held:
+        global_watermark = HELD
+    elif not live:
+        global_watermark = None
+    else:
+        # all idle: the min over them, so nobody races ahead without limit
+        active = {name: w for name, w in live.items() if name not in idle} or live
+        global_watermark = min(active.values())
+        holders = tuple(name for name, w in active.items() if w == global_watermark)
+    return Answer(
+        group=state.spec.name,
+        global_watermark=global_watermark,
+        bound=drift_bound(global_watermark, state.spec.max_drift_us),
+        held=held,
+        missing=missing,
+        idle=idle,
+        finished=not held and not live,
+        member_watermark=member_watermark,
+        holders=holders,
+    )
+
+
+def view(state: GroupState, now_us: int) -> Answer:
+    """The group as a reader sees it at ``now_us``; changes nothing."""
+    return _answer(state, now_us, None)
+
+
+def declare(state: GroupState | None, spec: GroupSpec, now_us: int) -> GroupState:
+    """Create a group, or update it (the operator re-declares from the CRs after a restart).
+
+    Members that remain keep their state; removed ones lose it. Self-registered members
+    survive only while the group still accepts self-registration."""
+    if state is None:
+        return GroupState(spec=spec, declared_us=now_us)
+    if state.spec.name != spec.name:
+        raise ValueError(f"cannot re-declare group {state.spec.name!r} as {spec.name!r}")
+    declared = set(spec.members)
+    members = {name: m for name, m in state.members.items() if name in declared or spec.self_register}
+    return GroupState(spec=spec, members=members, declared_us=state.declared_us, idle=state.idle & members.keys())
+
+
+def _next_member(group: str, old: MemberState | None, report: Report, now_us: int) -> MemberState:
+    if old is None or report.reset:
+        return MemberState(report.watermark, report.finished, now_us, now_us, 1)
+    if report.finished:  # any time, idempotent; the last watermark stays for diagnosis
+        return replace(old, finished=True, last_report_us=now_us, reports=old.reports + 1)
+    new = report.watermark
+    assert new is not None  # Report's validator
+    if old.finished:
+        raise WatermarkRegressionError(
+            f"group {group!r}: member {report.member!r} reported watermark {new} after finishing "
+            f"(last watermark {old.watermark}); a rewind must reset the member (reset=True)"
+        )
+    assert old.watermark is not None  # unfinished members always have one
+    if new < old.watermark:
+        raise WatermarkRegressionError(
+            f"group {group!r}: member {report.member!r} reported watermark {new} below its last {old.watermark}; "
+            f"watermarks never go back, a rewind must reset the member (reset=True)"
+        )
+    advanced = new > old.watermark
+    return replace(
+        old,
+        watermark=new,
+        last_report_us=now_us,
+        last_advance_us=now_us if advanced else old.last_advance_us,
+        reports=old.reports + 1,
+    )
+
+
+def refresh(state: GroupState, now_us: int) -> tuple[GroupState, list[Event]]:
+    """Recompute who is idle at ``now_us``; the events say who became idle or active again."""
+    idle = _idle_members(state, now_us)
+    events: list[Event] = [("idle", m) for m in idle if m not in state.idle]
+    events += [
+        ("active", m)
+        for m in state.roster
+        if m in state.idle and m not in idle and (s := state.members.get(m)) is not None and not s.finished
+    ]
+    return replace(state, idle=frozenset(idle)), events
+
+
+def apply_report(state: GroupState, report: Report, now_us: int) -> tuple[GroupState, Answer, list[Event]]:
+    """Fold one report into the group; return the new state, the reporter's answer and events.
+
+    Raises ``UnknownMemberError`` for an undeclared member (unless self-register) and
+    ``WatermarkRegressionError`` for a watermark going back without ``reset``; the state is
+    then unchanged (the caller simply keeps the old one)."""
+    spec = state.spec
+    name = report.member
+    events: list[Event] = []
+    old = state.members.get(name)
+    if old is None and name not in spec.members:
+        if not spec.self_register:
+            raise UnknownMemberError(f"group {spec.name!r}: {name!r} is not a member (members: {list(spec.members)})")
+        events.append(("registered", name))
+    new = _next_member(spec.name, old, report, now_us)
+    if old is not None and report.reset:
+        events.append(("reset", name))
+    if new.finished and (old is None or not old.finished or report.reset):
+        events.append(("finished", name))
+    state, idle_events = refresh(replace(state, members={**state.members, name: new}), now_us)
+    answer = _answer(state, now_us, None if new.finished else new.watermark)
+    return state, answer, events + idle_events
+
+
+def lag_us(state: GroupState, member: str, now_us: int) -> int | None:
+    """Member watermark minus global watermark, for metrics (negative for an idle laggard).
+
+    None when not computable: the member has not reported or finished, or the group is held
+    or finished."""
+    if member not in state.roster:
+        raise UnknownMemberError(f"group {state.spec.name!r}: {member!r} is not a member")
+    m = state.members.get(member)
+    answer = view(state, now_us)
+    if m is None or m.finished or m.watermark is None or answer.held or answer.global_watermark is None:
+        return None
+    return m.watermark - answer.global_watermark
+
+
+# --- the mutable shell -------------------------------------------------------------------
+
+
+class Accepted(NamedTuple):
+    """One accepted report, as the history keeps it."""
+
+    now_us: int
+    member: str
+    watermark: int | None
+    global_watermark: int | None
+    bound: int | None
+
+
+class Coordinator:
+    """All groups in memory; every rule is delegated to the pure functions above.
+
+    ``history``: accepted reports kept per group (a bounded deque; 0 keeps none), so tests
+    and debugging can replay what bound each member got. ``on_event(group, kind, member)``
+    receives transitions (registered, reset, finished, idle, active) for logging."""
+
+    def __init__(self, history: int = 10_000, on_event: Callable[[str, str, str], None] | None = None) -> None:
+        if history < 0:
+            raise ValueError(f"history: must be >= 0, got {history}")
+        self._groups: dict[str, GroupState] = {}
+        self._history: dict[str, deque[Accepted]] = {}
+        self._history_len = history
+        self._on_event = on_event
+
+    def _state(self, group: str) -> GroupState:
+        try:
+            return self._groups[group]
+        except KeyError:
+            raise UnknownGroupError(f"unknown alignment group {group!r}") from None
+
+    def declare(self, spec: GroupSpec, now_us: int) -> GroupState:
+        state = declare(self._groups.get(spec.name), spec, now_us)
+        self._groups[spec.name] = state
+        self._history.setdefault(spec.name, deque(maxlen=self._history_len))
+        return state
+
+    def delete(self, name: str) -> bool:
+        """Forget a group; False if there was none (deletes are retried, so not an error)."""
+        self._history.pop(name, None)
+        return self._groups.pop(name, None) is not None
+
+    def report(self, group: str, report: Report, now_us: int) -> Answer:
+        state, answer, events = apply_report(self._state(group), report, now_us)
+        self._groups[group] = state
+        self._history[group].append(
+            Accepted(now_us, report.member, report.watermark, answer.global_watermark, answer.bound)
+        )
+        if self._on_event is not None:
+            for kind, member in events:
+                self._on_event(group, kind, member)
+        return answer
+
+    def view(self, group: str, now_us: int) -> Answer:
+        return view(self._state(group), now_us)
+
+    def lag_us(self, group: str, member: str, now_us: int) -> int | None:
+        return lag_us(self._state(group), member, now_us)
+
+    def state(self, group: str) -> GroupState:
+        return self._state(group)
+
+    def groups(self) -> Mapping[str, GroupState]:
+        """A snapshot of every group's state, by name."""
+        return MappingProxyType(dict(self._groups))
+
+    def history(self, group: str) -> tuple[Accepted, ...]:
+        self._state(group)
+        return tuple(self._history[group])

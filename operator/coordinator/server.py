@@ -1,0 +1,276 @@
+"""The coordinator as an HTTP service (aiohttp): thin handlers over the pure core.
+
+Routes (JSON in and out; every route but the health checks needs ``Authorization: Bearer``):
+
+    GET    /healthz, /readyz                 liveness / readiness (no token)
+    GET    /v1/groups                        every group's view
+    PUT    /v1/groups/{group}                declare or update a group (GroupBody)
+    GET    /v1/groups/{group}                the group's view, members and recent history
+    DELETE /v1/groups/{group}                remove it
+    POST   /v1/groups/{group}/reports        a member's progress (ReportBody) -> AnswerBody
+    GET    /metrics                          Prometheus exposition
+
+Errors are ``{"error": message}`` with 400 (bad body), 401 (token), 404 (unknown group or
+member), 409 (watermark regression) or 413 (body too large).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+
+from kappa_operator.coordinator.api import MAX_BODY_BYTES, AnswerBody, GroupBody, ReportBody, micros
+from kappa_operator.coordinator.core import (
+    Coordinator,
+    GroupSpec,
+    Report,
+    UnknownGroupError,
+    UnknownMemberError,
+    WatermarkRegressionError,
+)
+from kappa_operator.coordinator.metrics import CoordinatorMetrics
+from kappa_operator.coordinator.store import GroupStore
+
+log = logging.getLogger("kappa.coordinator")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PUBLIC = frozenset({"/healthz", "/readyz"})
+
+
+SERVICE: web.AppKey[Service] = web.AppKey("service")
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass
+class Service:
+    """What the handlers share: the core, its metrics, the durable group store."""
+
+    token: str
+    store: GroupStore | None = None
+    core: Coordinator = field(init=False)
+    metrics: CoordinatorMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.core = Coordinator(on_event=self._event)
+        self.metrics = CoordinatorMetrics(self.core)
+        if self.store is not None:
+            for spec in self.store.load():
+                self.core.declare(spec, now_us())
+                log.info(
+                    "group %s restored with %d members (all hold until they re-report)", spec.name, len(spec.members)
+                )
+
+    def _event(self, group: str, kind: str, member: str) -> None:
+        log.info("group %s: member %s %s", group, member, kind)
+
+    def persist(self) -> None:
+        if self.store is not None:
+            self.store.save([s.spec for s in self.core.groups().values()])
+
+
+def error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@web.middleware
+async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    service: Service = request.app[SERVICE]
+    if request.path not in PUBLIC:
+        given = request.headers.get("Authorization", "")
+        if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].encode(), service.token.encode()):
+            return error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+    try:
+        return await handler(request)
+    except web.HTTPRequestEntityTooLarge:
+        service.metrics.rejected.labels("too_large").inc()
+        return error(413, f"body larger than {MAX_BODY_BYTES} bytes")
+    except ValidationError as exc:
+        service.metrics.rejected.labels("bad_body").inc()
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "<body>"
+        return error(400, f"{where}: {first['msg']}")
+    except ValueError as exc:  # not JSON, or a core validation error
+        service.metrics.rejected.labels("bad_body").inc()
+        return error(400, str(exc) or "malformed JSON body")
+    except (UnknownGroupError, UnknownMemberError) as exc:
+        service.metrics.rejected.labels("unknown").inc()
+        return error(404, str(exc))
+    except web.HTTPException:
+        raise
+
+
+async def body_json(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw:
+        raise ValueError("empty body: send a JSON object")
+    import json
+
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"malformed JSON body: {exc}") from None
+
+
+async def health(_: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def put_group(request: web.Request) -> web.Response:
+    service: Service = request.app[SERVICE]
+    name = request.match_info["group"]
+    body = GroupBody.model_validate(await body_json(request))
+    spec = GroupSpec(
+        name=name,
+        members=tuple(body.members),
+        max_drift_us=micros(body.max_drift),
+        idle_timeout_us=micros(body.idle_timeout) if body.idle_timeout is not None else None,
+        self_register=body.self_register,
+    )
+    t = now_us()
+    service.core.declare(spec, t)
+    service.persist()
+    return web.json_response(AnswerBody.of(service.core.view(name, t)).model_dump(by_alias=True))
+
+
+async def get_group(request: web.Request) -> web.Response:
+    service: Service = request.app[SERVICE]
+    name = request.match_info["group"]
+    t = now_us()
+    answer = service.core.view(name, t)
+    state = service.core.state(name)
+    members = {
+        m: {
+            "watermark": s.watermark,
+            "finished": s.finished,
+            "reports": s.reports,
+            "lagUs": service.core.lag_us(name, m, t),
+        }
+        for m, s in state.members.items()
+    }
+    limit = int(request.query.get("history", "1000"))
+    history = [list(h) for h in service.core.history(name)[-limit:]] if limit > 0 else []
+    return web.json_response(
+        {
+            **AnswerBody.of(answer).model_dump(by_alias=True),
+            "declared": list(state.spec.members),
+            "maxDriftUs": state.spec.max_drift_us,
+            "members": members,
+            "history": history,
+        }
+    )
+
+
+async def list_groups(request: web.Request) -> web.Response:
+    service: Service = request.app[SERVICE]
+    t = now_us()
+    return web.json_response(
+        {"groups": [AnswerBody.of(service.core.view(n, t)).model_dump(by_alias=True) for n in service.core.groups()]}
+    )
+
+
+async def delete_group(request: web.Request) -> web.Response:
+    service: Service = request.app[SERVICE]
+    name = request.match_info["group"]
+    state = service.core.groups().get(name)
+    if not service.core.delete(name):
+        return error(404, f"no alignment group {name!r}")
+    service.persist()
+    service.metrics.forget(name, list(state.roster) if state else [])
+    return web.json_response({"deleted": name})
+
+
+async def post_report(request: web.Request) -> web.Response:
+    service: Service = request.app[SERVICE]
+    started = time.perf_counter()
+    name = request.match_info["group"]
+    body = ReportBody.model_validate(await body_json(request))
+    report = Report(member=body.member, watermark=body.watermark, finished=body.finished, reset=body.reset)
+    t = now_us()
+    try:
+        answer = service.core.report(name, report, t)
+    except WatermarkRegressionError as exc:
+        service.metrics.rejected.labels("regression").inc()
+        return error(409, str(exc))
+    service.metrics.observe(name, body.member, body.throttled, time.time())
+    service.metrics.report_latency.observe(time.perf_counter() - started)
+    return web.json_response(AnswerBody.of(answer).model_dump(by_alias=True))
+
+
+async def metrics(request: web.Request) -> web.Response:
+    service: Service = request.app[SERVICE]
+    resp = web.Response(body=generate_latest(service.metrics.registry))
+    resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+    return resp
+
+
+def make_app(service: Service) -> web.Application:
+    app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY_BYTES)
+    app[SERVICE] = service
+    app.router.add_get("/healthz", health)
+    app.router.add_get("/readyz", health)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/groups", list_groups)
+    app.router.add_put("/v1/groups/{group}", put_group)
+    app.router.add_get("/v1/groups/{group}", get_group)
+    app.router.add_delete("/v1/groups/{group}", delete_group)
+    app.router.add_post("/v1/groups/{group}/reports", post_report)
+    return app
+
+
+class EmbeddedCoordinator:
+    """The service on its own event loop in a daemon thread (local runs, tests, the operator)."""
+
+    def __init__(self, service: Service, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.service, self.host, self.port = service, host, port
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kappa-coordinator", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> EmbeddedCoordinator:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=30)
+        log.info("coordinator listening on %s", self.url)
+        return self
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(make_app(self.service), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        server = site._server  # the bound port when 0 was asked for
+        if server is not None and server.sockets:  # type: ignore[union-attr]
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(timeout=30)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> EmbeddedCoordinator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(service: Service, host: str, port: int) -> None:
+    """Run in the foreground (``kappa coordinator``)."""
+    web.run_app(make_app(service), host=host, port=port, access_log=None, print=lambda *_: None)

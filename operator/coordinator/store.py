@@ -1,0 +1,37 @@
+"""Durable group definitions: after a restart no member may run ahead, so groups come back
+(their members holding until they re-report). Watermarks are not stored: a member's
+re-report is the only safe source of its progress.
+
+A JSON file replaced atomically; in a cluster the operator re-declares groups from CRs
+instead, and the file is optional.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from kappa_operator.coordinator.core import GroupSpec
+
+
+class GroupStore:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def load(self) -> list[GroupSpec]:
+        if not self.path.exists():
+            return []
+        data = json.loads(self.path.read_text())
+        return [GroupSpec.model_validate(g) for g in data.get("groups", [])]
+
+    def save(self, specs: list[GroupSpec]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"groups": [s.model_dump(mode="json") for s in sorted(specs, key=lambda s: s.name)]}
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".groups-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(body, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

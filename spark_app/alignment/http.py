@@ -1,0 +1,111 @@
+"""A watermark provider over HTTP: the coordinator service (groups spanning queries and jobs).
+
+The source reports after each admission decision and uses the answer. When the coordinator
+cannot be reached, the source keeps the last view it was given (so it admits nothing beyond
+the last bound), retries with backoff on its next call, logs, and fails the query only once
+the coordinator has been unreachable for ``unavailable_timeout``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import time
+from urllib.parse import quote, urlsplit
+
+from spark_app.alignment import GroupView
+from spark_app.errors import KappaError
+from spark_app.planning.admission import HELD
+
+log = logging.getLogger("kappa.alignment")
+
+
+class CoordinatorUnavailableError(KappaError):
+    """The coordinator stayed unreachable for longer than the configured timeout."""
+
+
+class CoordinatorRejectedError(KappaError):
+    """The coordinator refused a report (bad token, unknown group or member, regression)."""
+
+
+class HttpWatermarkProvider:
+    def __init__(
+        self,
+        url: str,
+        group: str,
+        token: str | None,
+        unavailable_timeout: float,
+        request_timeout: float = 5.0,
+    ) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"coordinator.url {url!r}: expected http(s)://host:port")
+        self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
+        self.path = f"{parts.path.rstrip('/')}/v1/groups/{quote(group, safe='')}/reports"
+        self.group, self.token = group, token
+        self.unavailable_timeout, self.request_timeout = unavailable_timeout, request_timeout
+        self._conn: http.client.HTTPConnection | None = None
+        self._last: GroupView | None = None
+        self._failing_since: float | None = None
+        self._attempt = 0
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            self._conn = cls(self.host, self.port, timeout=self.request_timeout)
+        return self._conn
+
+    def _post(self, body: dict[str, object]) -> dict[str, object]:
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        conn = self._connection()
+        try:
+            conn.request("POST", self.path, body=json.dumps(body), headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            self._conn = None
+            raise
+        if resp.status >= 500:
+            raise OSError(f"coordinator answered {resp.status}")
+        data = json.loads(payload or b"{}")
+        if resp.status != 200:
+            raise CoordinatorRejectedError(f"coordinator refused the report of group {self.group}: {data.get('error')}")
+        return data
+
+    def report(self, member: str, watermark: int | None, throttled: bool = False, reset: bool = False) -> GroupView:
+        body = {"member": member, "watermark": watermark, "finished": watermark is None, "throttled": throttled}
+        if reset:
+            body["reset"] = True
+        try:
+            data = self._post(body)
+        except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
+            return self._unreachable(exc)
+        self._failing_since, self._attempt = None, 0
+        held = bool(data.get("held"))
+        gw = data.get("globalWatermark")
+        self._last = GroupView(
+            HELD if held else (int(gw) if gw is not None else None),  # type: ignore[call-overload]
+            tuple(data.get("missing") or ()),  # type: ignore[arg-type]
+            tuple(data.get("holders") or ()),  # type: ignore[arg-type]
+        )
+        return self._last
+
+    def _unreachable(self, exc: BaseException) -> GroupView:
+        now = time.monotonic()
+        self._failing_since = self._failing_since or now
+        down = now - self._failing_since
+        if down > self.unavailable_timeout:
+            raise CoordinatorUnavailableError(
+                f"coordinator at {self.scheme}://{self.host}:{self.port} unreachable for {down:.0f}s "
+                f"(coordinator.timeout {self.unavailable_timeout:.0f}s): {exc}"
+            ) from exc
+        pause = min(5.0, 0.1 * 2**self._attempt)
+        self._attempt += 1
+        log.warning("coordinator unreachable (%s); keeping the last bound, retrying in %.1fs", exc, pause)
+        time.sleep(pause)
+        # Nothing beyond the last bound: the last view, or held if there never was one.
+        return self._last if self._last is not None else GroupView(HELD)

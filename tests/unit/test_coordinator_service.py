@@ -1,0 +1,215 @@
+"""The coordinator service over real HTTP (an embedded aiohttp server on 127.0.0.1) with the
+Spark side's real client: auth, validation, the alignment answers, restart safety, metrics."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
+from kappa_operator.coordinator.store import GroupStore
+from spark_app.alignment.http import CoordinatorRejectedError, CoordinatorUnavailableError, HttpWatermarkProvider
+from spark_app.planning.admission import HELD
+
+TOKEN = "s3cret"
+MIN = 60_000_000
+
+
+def call(
+    url: str, method: str, path: str, body: Any = None, token: str | None = TOKEN, raw: bytes | None = None
+) -> tuple[int, Any]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = raw if raw is not None else (json.dumps(body) if body is not None else None)
+    conn.request(method, path, body=data, headers=headers)
+    resp = conn.getresponse()
+    payload = resp.read()
+    conn.close()
+    try:
+        return resp.status, json.loads(payload)
+    except json.JSONDecodeError:
+        return resp.status, payload.decode()
+
+
+@pytest.fixture
+def coordinator(tmp_path: Path) -> Iterator[EmbeddedCoordinator]:
+    with EmbeddedCoordinator(Service(TOKEN, GroupStore(tmp_path / "groups.json"))) as c:
+        yield c
+
+
+def declare(url: str, group: str = "g", members: tuple[str, ...] = ("a", "b"), drift: str = "5m", **extra: Any) -> None:
+    status, body = call(url, "PUT", f"/v1/groups/{group}", {"members": list(members), "maxDrift": drift, **extra})
+    assert status == 200, body
+
+
+def provider(url: str, group: str = "g", timeout: float = 5.0, token: str | None = TOKEN) -> HttpWatermarkProvider:
+    return HttpWatermarkProvider(url, group, token, unavailable_timeout=timeout, request_timeout=2.0)
+
+
+def test_health_needs_no_token_everything_else_does(coordinator: EmbeddedCoordinator) -> None:
+    assert call(coordinator.url, "GET", "/healthz", token=None) == (200, {"status": "ok"})
+    assert call(coordinator.url, "GET", "/readyz", token=None)[0] == 200
+    for token in (None, "wrong"):
+        status, body = call(coordinator.url, "GET", "/v1/groups", token=token)
+        assert status == 401 and "bearer token" in body["error"]
+        assert call(coordinator.url, "GET", "/metrics", token=token)[0] == 401
+    with pytest.raises(CoordinatorRejectedError, match="bearer token"):
+        provider(coordinator.url, token="wrong").report("a", 0)
+
+
+def test_a_missing_member_holds_then_the_global_is_the_min(coordinator: EmbeddedCoordinator) -> None:
+    declare(coordinator.url)
+    p = provider(coordinator.url)
+    held = p.report("a", 10 * MIN)
+    assert held.global_watermark == HELD and held.missing == ("b",) and held.holders == ("b",)
+    assert held.bound(5 * MIN) is not None and held.bound(5 * MIN) < 0  # nothing is admissible
+    v = p.report("b", 3 * MIN)
+    assert (v.global_watermark, v.bound(5 * MIN), v.holders) == (3 * MIN, 8 * MIN, ("b",))
+    assert p.report("b", None).global_watermark == 10 * MIN  # b finished: a sets the pace
+    assert p.report("a", None).global_watermark is None  # everyone finished: no bound
+    status, state = call(coordinator.url, "GET", "/v1/groups/g")
+    assert status == 200 and state["finished"] and [h[1] for h in state["history"]] == ["a", "b", "b", "a"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"{not json", "malformed JSON body"),
+        (b"", "empty body"),
+        (json.dumps({"watermark": 5}).encode(), "member"),
+        (json.dumps({"member": "a", "watermark": "soon"}).encode(), "watermark"),
+        (json.dumps({"member": "a", "extra": 1}).encode(), "extra"),
+    ],
+)
+def test_malformed_reports_get_400_with_a_message(coordinator: EmbeddedCoordinator, raw: bytes, message: str) -> None:
+    declare(coordinator.url)
+    status, body = call(coordinator.url, "POST", "/v1/groups/g/reports", raw=raw)
+    assert status == 400 and message in body["error"]
+
+
+def test_bad_group_bodies_name_the_field(coordinator: EmbeddedCoordinator) -> None:
+    status, body = call(coordinator.url, "PUT", "/v1/groups/g", {"members": ["a"], "maxDrift": "soon"})
+    assert status == 400 and body["error"].startswith("maxDrift")
+    status, body = call(coordinator.url, "PUT", "/v1/groups/g", {"members": ["a", "a"], "maxDrift": "1m"})
+    assert status == 400 and "a" in body["error"]
+
+
+def test_oversized_bodies_are_rejected(coordinator: EmbeddedCoordinator) -> None:
+    declare(coordinator.url)
+    raw = json.dumps({"member": "a" * 100_000, "watermark": 1}).encode()
+    status, body = call(coordinator.url, "POST", "/v1/groups/g/reports", raw=raw)
+    assert status == 413 and "larger than" in body["error"]
+
+
+def test_regression_unknown_member_and_group(coordinator: EmbeddedCoordinator) -> None:
+    declare(coordinator.url)
+    p = provider(coordinator.url)
+    p.report("a", 10 * MIN)
+    with pytest.raises(CoordinatorRejectedError, match="reset"):
+        p.report("a", 9 * MIN)
+    assert p.report("a", 9 * MIN, reset=True).missing == ("b",)  # a rewind may go back
+    with pytest.raises(CoordinatorRejectedError):
+        p.report("intruder", 1)
+    status, body = call(coordinator.url, "POST", "/v1/groups/nope/reports", {"member": "a", "watermark": 1})
+    assert status == 404 and "nope" in body["error"]
+    assert call(coordinator.url, "DELETE", "/v1/groups/g")[0] == 200
+    assert call(coordinator.url, "GET", "/v1/groups/g")[0] == 404
+
+
+def test_groups_survive_a_restart_and_hold_until_members_re_report(tmp_path: Path) -> None:
+    store = GroupStore(tmp_path / "groups.json")
+    with EmbeddedCoordinator(Service(TOKEN, store)) as c:
+        declare(c.url, drift="2m")
+        p = provider(c.url)
+        p.report("a", 10 * MIN)
+        assert p.report("b", 12 * MIN).global_watermark == 10 * MIN
+        port = c.port
+    with EmbeddedCoordinator(Service(TOKEN, store), port=port) as c:
+        p = provider(c.url)
+        v = p.report("b", 12 * MIN)
+        assert v.global_watermark == HELD and v.missing == ("a",), "a has not re-reported: nobody runs ahead"
+        assert p.report("a", 10 * MIN).global_watermark == 10 * MIN
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_client_keeps_the_last_bound_while_unreachable_then_fails(tmp_path: Path) -> None:
+    never = provider(f"http://127.0.0.1:{_free_port()}", timeout=0.3)
+    assert never.report("a", 1).global_watermark == HELD, "no answer yet: admit nothing"
+    store = GroupStore(tmp_path / "groups.json")
+    c = EmbeddedCoordinator(Service(TOKEN, store)).start()
+    declare(c.url, members=("a",))
+    p = provider(c.url, timeout=0.6)
+    assert p.report("a", 7 * MIN).global_watermark == 7 * MIN
+    c.stop()
+    started = time.monotonic()
+    assert p.report("a", 8 * MIN).global_watermark == 7 * MIN, "the last bound, nothing beyond it"
+    with pytest.raises(CoordinatorUnavailableError, match="unreachable"):
+        while time.monotonic() - started < 10:
+            p.report("a", 8 * MIN)
+
+
+def test_metrics_expose_lag_global_watermark_and_membership(coordinator: EmbeddedCoordinator) -> None:
+    declare(coordinator.url, members=("a", "b", "c"))
+    p = provider(coordinator.url)
+    p.report("a", 10 * MIN)
+    p.report("b", 13 * MIN, throttled=True)
+    p.report("c", None)
+    status, text = call(coordinator.url, "GET", "/metrics")
+    assert status == 200
+    assert 'kappa_alignment_lag_seconds{group="g",member="b"} 180.0' in text
+    assert 'kappa_alignment_global_watermark_seconds{group="g"} 600.0' in text
+    assert 'kappa_alignment_member_throttled{group="g",member="b"} 1.0' in text
+    assert 'kappa_alignment_group_members{group="g",state="finished"} 1.0' in text
+    assert 'kappa_alignment_group_members{group="g",state="active"} 2.0' in text
+    assert 'kappa_coordinator_reports_total{group="g"} 3.0' in text
+    assert "kappa_coordinator_report_duration_seconds_bucket" in text
+    assert 'job="' not in text
+
+
+def test_kappa_coordinator_runs_standalone(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    port = _free_port()
+    state = tmp_path / "groups.json"
+    cmd = [sys.executable, "-m", "kappa_operator.cli", "coordinator", "--port", str(port), "--state-file", str(state)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "KAPPA_COORDINATOR_TOKEN": TOKEN}, stdout=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if call(url, "GET", "/healthz", token=None)[0] == 200:
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the coordinator did not start"
+                time.sleep(0.1)
+        declare(url, members=("a",))
+        assert provider(url).report("a", 5 * MIN).global_watermark == 5 * MIN
+        assert json.loads(state.read_text())["groups"][0]["name"] == "g"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    no_token = subprocess.run(
+        [sys.executable, "-m", "kappa_operator.cli", "coordinator", "--port", str(port)],
+        env={k: v for k, v in os.environ.items() if k != "KAPPA_COORDINATOR_TOKEN"},
+        capture_output=True,
+        text=True,
+    )
+    assert no_token.returncode == 2 and "KAPPA_COORDINATOR_TOKEN" in no_token.stdout
