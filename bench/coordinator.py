@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument("--quick", action="store_true", help="3 s per case instead of 10 (both cases still run)")
-    p.add_argument("--concurrency", type=int, default=32, help="connections in flight")
+    p.add_argument("--concurrency", type=int, default=16, help="connections in flight")
     args = p.parse_args(argv)
     seconds = 3.0 if args.quick else 10.0
     results = [run_case(n, seconds, args.concurrency) for n in (1_000, 10_000)]

@@ -123,6 +123,8 @@ class MemberState:
 
 
 def _frozen(members: Mapping[str, MemberState]) -> Mapping[str, MemberState]:
+    if isinstance(members, MappingProxyType):  # already ours (every GroupState wraps a private copy)
+        return members
     return MappingProxyType(dict(members))
 
 
@@ -141,6 +143,8 @@ class GroupState:
     @property
     def roster(self) -> tuple[str, ...]:
         """Declared members in declared order, then self-registered ones in arrival order."""
+        if not self.spec.self_register:  # undeclared members are refused: nothing to add
+            return self.spec.members
         declared = set(self.spec.members)
         return self.spec.members + tuple(m for m in self.members if m not in declared)
 
@@ -176,6 +180,8 @@ def _is_idle(spec: GroupSpec, m: MemberState, now_us: int) -> bool:
 
 
 def _idle_members(state: GroupState, now_us: int) -> tuple[str, ...]:
+    if state.spec.idle_timeout_us is None:
+        return ()
     return tuple(
         name for name in state.roster if (m := state.members.get(name)) is not None and _is_idle(state.spec, m, now_us)
     )
@@ -260,6 +266,8 @@ def _next_member(group: str, old: MemberState | None, report: Report, now_us: in
 
 def refresh(state: GroupState, now_us: int) -> tuple[GroupState, list[Event]]:
     """Recompute who is idle at ``now_us``; the events say who became idle or active again."""
+    if state.spec.idle_timeout_us is None and not state.idle:
+        return state, []
     idle = _idle_members(state, now_us)
     events: list[Event] = [("idle", m) for m in idle if m not in state.idle]
     events += [
@@ -289,7 +297,9 @@ def apply_report(state: GroupState, report: Report, now_us: int) -> tuple[GroupS
         events.append(("reset", name))
     if new.finished and (old is None or not old.finished or report.reset):
         events.append(("finished", name))
-    state, idle_events = refresh(replace(state, members={**state.members, name: new}), now_us)
+    members = dict(state.members)
+    members[name] = new
+    state, idle_events = refresh(replace(state, members=MappingProxyType(members)), now_us)
     answer = _answer(state, now_us, None if new.finished else new.watermark)
     return state, answer, events + idle_events
 

@@ -213,3 +213,16 @@ def test_kappa_coordinator_runs_standalone(tmp_path: Path) -> None:
         text=True,
     )
     assert no_token.returncode == 2 and "KAPPA_COORDINATOR_TOKEN" in no_token.stdout
+
+
+def test_the_hot_path_answer_has_the_documented_shape() -> None:
+    from kappa_operator.coordinator.api import AnswerBody
+    from kappa_operator.coordinator.core import Answer
+    from kappa_operator.coordinator.server import answer_json
+
+    for a in (
+        Answer("g", 5, 10, False, (), ("x",), False, 5, ("a",)),
+        Answer("g", HELD, HELD + 5, True, ("b",), (), False, None, ("b",)),
+        Answer("g", None, None, False, (), (), True),
+    ):
+        assert answer_json(a) == AnswerBody.of(a).model_dump(by_alias=True)
