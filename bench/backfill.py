@@ -28,12 +28,9 @@ repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import shutil
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -51,6 +48,7 @@ from bench.source_throughput import (
     generate_dataset,
     hour_floor,
     machine,
+    run_measured,
 )
 
 log = logging.getLogger("bench.backfill")
@@ -274,27 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="directory for the dataset and outputs (default: a temp dir, removed at the end)")
     p.add_argument("--hours", type=float, help="override the profile's hours of data")
     args = p.parse_args(argv)
-    saved_stdout = None
-    if args.json:  # the JVM inherits fd 1: send everything to stderr, keep the real stdout for the JSON
-        sys.stdout.flush()
-        saved_stdout = os.dup(1)
-        os.dup2(2, 1)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    temp = None
-    if not args.out:
-        temp = args.out = tempfile.mkdtemp(prefix="kappa-bench-backfill-")
-    try:
-        result = bench(args)
-    finally:
-        if temp:
-            shutil.rmtree(temp, ignore_errors=True)
-    if saved_stdout is not None:
-        sys.stdout.flush()
-        os.write(saved_stdout, (json.dumps(result) + "\n").encode())
-        os.close(saved_stdout)
-    else:
-        print(json.dumps(result, indent=2))
-    return 0
+    return run_measured(args, bench, "kappa-bench-backfill-")
 
 
 if __name__ == "__main__":

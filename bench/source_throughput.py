@@ -538,6 +538,33 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def run_measured(args: argparse.Namespace, measure: Callable[[argparse.Namespace], dict[str, Any]], prefix: str) -> int:
+    """The benches' common frame: with ``--json`` everything (Python and the JVM, which inherits
+    fd 1) writes to stderr and the one JSON object alone goes to the real stdout; without
+    ``--out`` the data lives in a temp dir removed at the end (unless ``--keep``)."""
+    saved_stdout = None
+    if args.json:
+        sys.stdout.flush()
+        saved_stdout = os.dup(1)
+        os.dup2(2, 1)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    temp = None
+    if not args.out:
+        temp = args.out = tempfile.mkdtemp(prefix=prefix)
+    try:
+        result = measure(args)
+    finally:
+        if temp and not getattr(args, "keep", False):
+            shutil.rmtree(temp, ignore_errors=True)
+    if saved_stdout is not None:
+        sys.stdout.flush()
+        os.write(saved_stdout, (json.dumps(result) + "\n").encode())
+        os.close(saved_stdout)
+    else:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="2 h at 20k impressions/h (< 4 min on 2 cores)")
@@ -551,29 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
 
-    saved_stdout = None
-    if args.json:
-        # Everything (Python and the JVM, which inherits fd 1) writes to stderr; the JSON alone
-        # goes to the real stdout.
-        sys.stdout.flush()
-        saved_stdout = os.dup(1)
-        os.dup2(2, 1)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    temp = None
-    if not args.out:
-        temp = args.out = tempfile.mkdtemp(prefix="kappa-bench-")
-    try:
-        result = bench(args)
-    finally:
-        if temp and not args.keep:
-            shutil.rmtree(temp, ignore_errors=True)
-    if saved_stdout is not None:
-        sys.stdout.flush()
-        os.write(saved_stdout, (json.dumps(result) + "\n").encode())
-        os.close(saved_stdout)
-    else:
-        print(json.dumps(result, indent=2))
-    return 0
+    return run_measured(args, bench, "kappa-bench-")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ over HTTP for groups that span queries and jobs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from spark_app.planning.admission import HELD, drift_bound
@@ -22,8 +22,9 @@ class GroupView:
     """Min over unfinished members; ``HELD`` while a declared member has not reported;
     None when every member finished."""
     missing: tuple[str, ...] = ()
-    holders: tuple[str, ...] = ()
-    """Members that set the global watermark (the missing ones while held)."""
+    holders: tuple[str, ...] = field(default=(), compare=False)
+    """Members that set the global watermark (the missing ones while held); advisory, so two
+    views with the same watermark and missing members are equal whoever holds them."""
 
     def bound(self, drift_us: int) -> int | None:
         return drift_bound(self.global_watermark, drift_us)

@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
 log = logging.getLogger("kappa.sink")
@@ -64,6 +64,24 @@ def backoff(attempt: int) -> None:
     time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
 
 
+def try_commit(tx: Transaction, branch: str, attempt: int, retries: int, what: str) -> int | None:
+    """Commit ``tx``; the new head of ``branch``, or None after a conflict with another writer
+    (the caller plans again on the refreshed table). Raises once ``retries`` are spent."""
+    try:
+        committed = tx.commit_transaction()
+    except (CommitFailedException, ValidationException) as exc:
+        if attempt > retries:
+            raise CommitConflictError(
+                f"{what} still conflicts after {retries} retries ({exc}); raise commitRetries"
+            ) from exc
+        log.info("commit conflict: %s (attempt %d), retrying", what, attempt)
+        backoff(attempt)
+        return None
+    head = committed.snapshot_by_name(branch)
+    assert head is not None
+    return head.snapshot_id
+
+
 @dataclass(frozen=True)
 class CommitOutcome:
     snapshot_id: int
@@ -97,18 +115,7 @@ def commit_batch(
         with tx.update_snapshot(snapshot_properties=properties, branch=branch).fast_append() as append:
             for f in files:
                 append.append_data_file(f)
-        try:
-            committed = tx.commit_transaction()
-        except CommitFailedException as exc:
-            if attempt > retries:
-                raise CommitConflictError(
-                    f"{table.name()}: batch {batch_id} still conflicts after {retries} retries ({exc}); "
-                    "raise the sink's commitRetries"
-                ) from exc
-            log.info("commit conflict on %s batch %s (attempt %d), retrying", branch, batch_id, attempt)
-            backoff(attempt)
-            continue
-        head = committed.snapshot_by_name(branch)
-        assert head is not None
-        return CommitOutcome(head.snapshot_id, attempt, skipped=False)
+        snapshot_id = try_commit(tx, branch, attempt, retries, f"{table.name()}@{branch} batch {batch_id}")
+        if snapshot_id is not None:
+            return CommitOutcome(snapshot_id, attempt, skipped=False)
     raise AssertionError("unreachable")

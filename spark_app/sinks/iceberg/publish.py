@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from spark_app.errors import KappaError
-from spark_app.sinks.iceberg.commit import CommitConflictError, backoff
+from spark_app.sinks.iceberg.commit import try_commit
 from spark_app.sinks.iceberg.window import TimeWindow
 
 log = logging.getLogger("kappa.publish")
@@ -182,17 +181,9 @@ def publish(
                 overwrite.delete_data_file(f)
             for f in appends:
                 overwrite.append_data_file(f)
-        try:
-            committed = tx.commit_transaction()
-        except (CommitFailedException, ValidationException) as exc:  # another writer committed: plan again
-            if attempt > retries:
-                raise CommitConflictError(f"{table.name()}: publish still conflicts after {retries} retries") from exc
-            backoff(attempt)
+        snapshot_id = try_commit(tx, "main", attempt, retries, f"publish of {branch} into {table.name()}")
+        if snapshot_id is None:
             continue
-        head = committed.snapshot_by_name("main")
-        assert head is not None
-        log.info("published %s into main: -%d +%d rows (snapshot %d)", branch, removed, added, head.snapshot_id)
-        return PublishResult(
-            comparison, removed, added, len(deletes), len(appends), rewritten, head.snapshot_id, attempt
-        )
+        log.info("published %s into main: -%d +%d rows (snapshot %d)", branch, removed, added, snapshot_id)
+        return PublishResult(comparison, removed, added, len(deletes), len(appends), rewritten, snapshot_id, attempt)
     raise AssertionError("unreachable")

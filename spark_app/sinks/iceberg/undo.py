@@ -13,13 +13,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.manifest import DataFile, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from spark_app.errors import KappaError
-from spark_app.sinks.iceberg.commit import CommitConflictError, backoff, batch_of, branch_history
+from spark_app.sinks.iceberg.commit import batch_of, branch_history, try_commit
 
 log = logging.getLogger("kappa.undo")
 
@@ -120,17 +119,11 @@ def undo(
         with tx.update_snapshot(snapshot_properties=props, branch=branch).overwrite() as overwrite:
             for f in files:
                 overwrite.delete_data_file(f)
-        try:
-            committed = tx.commit_transaction()
-        except (CommitFailedException, ValidationException) as exc:  # another writer committed: plan again
-            if attempt > retries:
-                raise CommitConflictError(f"{table.name()}: undo still conflicts after {retries} retries") from exc
-            backoff(attempt)
+        snapshot_id = try_commit(tx, branch, attempt, retries, f"undo on {table.name()}@{branch}")
+        if snapshot_id is None:
             continue
-        head = committed.snapshot_by_name(branch)
-        assert head is not None
         rows = sum(f.record_count for f in files)
         log.info("undid batches > %d of %s on %s: -%d rows", after_batch, query_id, branch, rows)
         batches = tuple(b.batch_id for b in written if any(p in live for p in b.paths))
-        return UndoResult(batches, len(files), rows, head.snapshot_id)
+        return UndoResult(batches, len(files), rows, snapshot_id)
     raise AssertionError("unreachable")
