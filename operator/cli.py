@@ -26,8 +26,13 @@ def main(argv: list[str] | None = None) -> int:
         "--token-file", type=Path, help="file holding the bearer token (default: $KAPPA_COORDINATOR_TOKEN)"
     )
     coord.add_argument("--state-file", type=Path, help="where group definitions survive a restart (JSON)")
+    crds = sub.add_parser("crds", help="write crds/*.yaml generated from the models")
+    crds.add_argument("--out", type=Path, default=Path("crds"), help="directory (default: crds)")
+    crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
     args = parser.parse_args(argv)
     console = Console(stderr=False)
+    if args.command == "crds":
+        return write_crds(args.out, args.check, console)
     if args.command == "coordinator":
         return run_coordinator(args, console)
     if args.command == "demo":
@@ -44,6 +49,25 @@ def main(argv: list[str] | None = None) -> int:
         if summary["match_ratio"] < 1.0 or summary["backfill"]["dropped_by_watermark"]:
             console.print("[red]the backfill did not reproduce the live output of the window[/]")
             return 1
+    return 0
+
+
+def write_crds(out: Path, check: bool, console: Console) -> int:
+    from kappa_operator.models.crd import render_all
+
+    stale = []
+    for name, text in render_all().items():
+        path = out / name
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path))
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        console.print(f"wrote {path}")
+    if stale:
+        console.print(f"[red]stale:[/] {', '.join(stale)}: run `kappa crds`")
+        return 1
     return 0
 
 

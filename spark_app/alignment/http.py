@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import time
 from urllib.parse import quote, urlsplit
 
@@ -43,7 +44,8 @@ class HttpWatermarkProvider:
             raise ValueError(f"coordinator.url {url!r}: expected http(s)://host:port")
         self.scheme, self.host, self.port = parts.scheme, parts.hostname, parts.port
         self.path = f"{parts.path.rstrip('/')}/v1/groups/{quote(group, safe='')}/reports"
-        self.group, self.token = group, token
+        # In a cluster the token comes from a Secret through the driver's environment.
+        self.group, self.token = group, token or os.environ.get("KAPPA_COORDINATOR_TOKEN")
         self.unavailable_timeout, self.request_timeout = unavailable_timeout, request_timeout
         self._conn: http.client.HTTPConnection | None = None
         self._last: GroupView | None = None

@@ -1,0 +1,178 @@
+"""CustomResourceDefinitions generated from the models (``kappa crds``), so the API server's
+schema and the operator's models cannot drift apart (a test fails on stale ``crds/*.yaml``).
+
+pydantic's JSON Schema becomes a *structural* OpenAPI v3 schema: ``$ref`` inlined,
+``X | None`` as ``nullable``, no ``title``/``additionalProperties: false`` (Kubernetes prunes
+unknown fields instead), CEL rules kept as ``x-kubernetes-validations``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from kappa_operator.models.backfill import BackfillSpec, BackfillStatus
+from kappa_operator.models.common import GROUP, VERSION
+from kappa_operator.models.streaming_job import StreamingJobSpec, StreamingJobStatus
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    plural: str
+    short: str
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    description: str
+    columns: tuple[dict[str, Any], ...]
+
+
+AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+KINDS = (
+    Kind(
+        "StreamingJob",
+        "streamingjobs",
+        "sj",
+        StreamingJobSpec,
+        StreamingJobStatus,
+        "A live PySpark Structured Streaming job run as a SparkApplication.",
+        (
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "State", "type": "string", "jsonPath": ".status.applicationState"},
+            {"name": "Watermark", "type": "string", "jsonPath": ".status.watermark"},
+            {"name": "Last Checkpoint", "type": "string", "jsonPath": ".status.lastCheckpoint"},
+            {"name": "Suspended", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
+            {"name": "Application", "type": "string", "jsonPath": ".status.applicationName", "priority": 1},
+            AGE,
+        ),
+    ),
+    Kind(
+        "Backfill",
+        "backfills",
+        "bf",
+        BackfillSpec,
+        BackfillStatus,
+        "Re-run a StreamingJob's pipeline over its Iceberg history for a window, aligned, into a branch.",
+        (
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Progress", "type": "string", "jsonPath": ".status.progress"},
+            {"name": "Global Watermark", "type": "string", "jsonPath": ".status.globalWatermark"},
+            {"name": "Lag", "type": "string", "jsonPath": ".status.alignmentLag"},
+            {"name": "ETA", "type": "string", "jsonPath": ".status.eta"},
+            {"name": "Job", "type": "string", "jsonPath": ".spec.jobRef.name", "priority": 1},
+            {"name": "Branch", "type": "string", "jsonPath": ".status.branch", "priority": 1},
+            AGE,
+        ),
+    ),
+)
+
+_DROP = {"title", "$defs"}
+NAME_RULE = {
+    # The name becomes the SparkApplication's, its pods' label values and an Iceberg branch:
+    # a DNS label, stricter than what the API server allows for custom resources.
+    "rule": "!has(self.metadata.name) || (self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')"
+    " && size(self.metadata.name) <= 63)",
+    "message": "metadata.name must be a DNS label: lowercase letters, digits and '-', at most 63 characters",
+}
+
+
+def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One pydantic JSON Schema node as a structural OpenAPI v3 node."""
+    defs = schema.get("$defs", {}) if defs is None else defs
+    if "$ref" in schema:
+        target = defs[schema["$ref"].split("/")[-1]]
+        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+        return structural(merged, defs)
+    out: dict[str, Any] = {}
+    options = schema.get("anyOf")
+    if options is not None:
+        non_null = [o for o in options if o.get("type") != "null"]
+        if len(non_null) != 1:
+            raise ValueError(f"a CRD field must have one type, not {options}")
+        out = structural(non_null[0], defs)
+        out["nullable"] = True
+        for k, v in schema.items():
+            if k not in ("anyOf", "default", *_DROP):
+                out[k] = v
+        if schema.get("default") is not None:
+            out["default"] = schema["default"]
+        return out
+    for key, value in schema.items():
+        if key in _DROP or (key == "default" and value is None):
+            continue
+        if key == "additionalProperties":
+            if value is False:
+                continue
+            out[key] = structural(value, defs) if isinstance(value, dict) else value
+        elif key == "properties":
+            out[key] = {name: structural(v, defs) for name, v in value.items()}
+        elif key == "items":
+            out[key] = structural(value, defs)
+        elif key == "const":
+            out["enum"] = [value]
+        else:
+            out[key] = value
+    if out.get("x-kubernetes-preserve-unknown-fields"):
+        out["type"] = "object"
+        out.pop("additionalProperties", None)
+    if "type" not in out and "properties" in out:
+        out["type"] = "object"
+    return out
+
+
+def crd(kind: Kind) -> dict[str, Any]:
+    spec = structural(kind.spec.model_json_schema(by_alias=True))
+    status = structural(kind.status.model_json_schema(by_alias=True))
+    status["x-kubernetes-preserve-unknown-fields"] = True  # the operator may add fields before the schema
+    status.pop("additionalProperties", None)
+    spec.pop("description", None)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{kind.plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": kind.kind,
+                "listKind": f"{kind.kind}List",
+                "plural": kind.plural,
+                "singular": kind.kind.lower(),
+                "shortNames": [kind.short],
+                "categories": ["kappa"],
+            },
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": list(kind.columns),
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": kind.description,
+                            "x-kubernetes-validations": [NAME_RULE],
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render_all() -> dict[str, str]:
+    """File name -> YAML text of every CRD."""
+    header = "# Generated by `kappa crds` from kappa_operator.models; do not edit.\n"
+    return {f"{k.plural}.{GROUP}.yaml": header + yaml.safe_dump(crd(k), sort_keys=False, width=100) for k in KINDS}

@@ -1,0 +1,183 @@
+"""``StreamingJob`` (``sj``): a live PySpark pipeline, and what its backfills and rewinds reuse."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from kappa_operator.models.common import (
+    API_VERSION,
+    CRModel,
+    DurationStr,
+    ExecutorResources,
+    ObjectMeta,
+    Resources,
+    StatusBase,
+)
+
+ENTRY_POINT = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+TABLE = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$"
+
+
+class LiveSource(CRModel):
+    """Where the live job reads a source."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.kind != 'icebergLive' || has(self.table)", "message": "icebergLive needs table"},
+                {
+                    "rule": "self.kind != 'kafka' || (has(self.bootstrapServers) && has(self.topic))",
+                    "message": "kafka needs bootstrapServers and topic",
+                },
+            ]
+        }
+    )
+    kind: Literal["icebergLive", "kafka"]
+    """`icebergLive` reads a table's appends snapshot by snapshot; `kafka` reads a topic."""
+    catalog: str = "default"
+    """Name of an entry in spec.catalogs (icebergLive)."""
+    table: str | None = Field(default=None, pattern=TABLE)
+    """`namespace.table` (icebergLive)."""
+    starting_position: Literal["earliest", "latest"] = "latest"
+    """Where a new query starts (icebergLive)."""
+    on_non_append: Literal["skip", "fail"] = "fail"
+    """What a delete/overwrite snapshot does to the live query (icebergLive)."""
+    bootstrap_servers: str | None = None
+    """Kafka bootstrap servers (kafka)."""
+    topic: str | None = None
+    """Kafka topic (kafka)."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> LiveSource:
+        if self.kind == "icebergLive" and self.table is None:
+            raise ValueError("icebergLive needs table")
+        if self.kind == "kafka" and (self.bootstrap_servers is None or self.topic is None):
+            raise ValueError("kafka needs bootstrapServers and topic")
+        return self
+
+
+class HistorySource(CRModel):
+    """The Iceberg table that holds a source's history: what a Backfill reads."""
+
+    catalog: str = "default"
+    """Name of an entry in spec.catalogs."""
+    table: str = Field(pattern=TABLE)
+    """`namespace.table`."""
+    ordering_column: str | None = None
+    """Column whose order a backfill replays (default: spec.orderingColumn)."""
+
+
+class JobSource(CRModel):
+    """One named source of the pipeline: its live definition and its history."""
+
+    live: LiveSource
+    """What the live job reads."""
+    history: HistorySource
+    """What a backfill of this job reads instead."""
+    columns: list[str] | None = None
+    """Projection (top-level columns); default all."""
+    filter: str | None = None
+    """Row filter in pyiceberg expression syntax."""
+
+
+class JobSink(CRModel):
+    """One named output of the pipeline."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.kind != 'iceberg' || has(self.table)", "message": "an iceberg sink needs table"},
+                {"rule": "self.kind != 'parquet' || has(self.path)", "message": "a parquet sink needs path"},
+            ]
+        }
+    )
+    kind: Literal["iceberg", "parquet"] = "iceberg"
+    """`iceberg`: the exactly-once sink (branches, publish, undo); `parquet`: Spark's file sink."""
+    catalog: str = "default"
+    """Name of an entry in spec.catalogs (iceberg)."""
+    table: str | None = Field(default=None, pattern=TABLE)
+    """`namespace.table` (iceberg); created from the output schema if missing."""
+    path: str | None = None
+    """Output directory (parquet)."""
+    time_column: str | None = None
+    """Output event-time column: what a backfill's window and publish apply to."""
+    partition_by: list[str] = []
+    """Partition spec of a table the sink creates, e.g. hour(playback_ts)."""
+    key: list[str] = []
+    """Columns identifying a row, for a backfill's validation diff."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> JobSink:
+        if self.kind == "iceberg" and self.table is None:
+            raise ValueError("an iceberg sink needs table")
+        if self.kind == "parquet" and self.path is None:
+            raise ValueError("a parquet sink needs path")
+        return self
+
+
+class CheckpointSpec(CRModel):
+    """Where Spark keeps the job's checkpoints."""
+
+    location: str = Field(min_length=1)
+    """Base URI (s3a://, hdfs://, file://); one query per sink under `<location>/<sink>`."""
+
+
+class StreamingJobSpec(CRModel):
+    """A live PySpark Structured Streaming job."""
+
+    image: str = Field(min_length=1)
+    """Spark image holding spark_app and the pipeline's code."""
+    pipeline: str = Field(pattern=ENTRY_POINT)
+    """Entry point `module:function`; it takes {source: DataFrame} and returns {sink: DataFrame}."""
+    pipeline_args: dict[str, Any] = Field(default={}, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    """Keyword arguments of the pipeline function."""
+    catalogs: dict[str, dict[str, str]] = Field(min_length=1)
+    """pyiceberg catalog properties by name (type, uri, warehouse, ...)."""
+    sources: dict[str, JobSource] = Field(min_length=1)
+    """The pipeline's inputs by name."""
+    sinks: dict[str, JobSink] = Field(min_length=1)
+    """The pipeline's outputs by name."""
+    checkpoint: CheckpointSpec
+    """Checkpoint location."""
+    trigger_interval: DurationStr = "10s"
+    """Micro-batch interval of the live job (and the poll interval of Iceberg sources)."""
+    ordering_column: str = "event_ts"
+    """Default ordering column of the sources' history (event time)."""
+    spark_conf: dict[str, str] = {}
+    """Extra Spark configuration."""
+    driver: Resources = Resources()
+    """Driver resources."""
+    executor: ExecutorResources = ExecutorResources()
+    """Executor resources."""
+    service_account: str = "spark"
+    """Service account of the Spark driver."""
+    suspend: bool = False
+    """Stop the application and keep its checkpoint; false resumes from it."""
+
+
+class StreamingJobStatus(StatusBase):
+    """What the operator observed."""
+
+    application_state: str | None = None
+    """The SparkApplication's state (RUNNING, FAILED, ...)."""
+    application_name: str | None = None
+    """The SparkApplication this job runs as."""
+    config_hash: str | None = None
+    """Hash of the rendered JobConfig the application runs: a spec change restarts it."""
+    last_checkpoint: str | None = None
+    """Time of the newest restorable checkpoint."""
+    watermark: str | None = None
+    """Latest event-time watermark reported by the job."""
+
+
+class StreamingJob(CRModel):
+    """A live streaming job."""
+
+    model_config = ConfigDict(extra="ignore")
+    api_version: Literal["kappa.dev/v1alpha1"] = API_VERSION
+    kind: Literal["StreamingJob"] = "StreamingJob"
+    metadata: ObjectMeta
+    spec: StreamingJobSpec
+    status: StreamingJobStatus | None = None

@@ -1,0 +1,134 @@
+"""StreamingJob and Backfill rendered into JobConfig, ConfigMap and SparkApplication (pure)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kappa_operator.models.backfill import Backfill
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.render.jobconfig import backfill_config, config_hash, streaming_job_config
+from kappa_operator.render.spark_application import (
+    BACKFILL_RESTART,
+    LIVE_RESTART,
+    Launch,
+    Owner,
+    config_map,
+    spark_application,
+)
+from spark_app.config import IcebergSink, parse_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manifest(name: str) -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "examples" / name).read_text())
+
+
+@pytest.fixture
+def job() -> StreamingJob:
+    return StreamingJob.model_validate({**manifest("rmi-streamingjob.yaml"), "metadata": {"name": "rmi", "uid": "u-1"}})
+
+
+@pytest.fixture
+def backfill() -> Backfill:
+    data = manifest("rmi-backfill.yaml")
+    return Backfill.model_validate({**data, "metadata": {**data["metadata"], "uid": "abcdef0123"}})
+
+
+def test_a_streaming_job_runs_live_with_its_own_checkpoint(job: StreamingJob) -> None:
+    cfg = streaming_job_config(job)
+    assert cfg.mode == "live" and cfg.name == "rmi" and cfg.pipeline == "spark_app.examples.rmi:pipeline"
+    assert {s.kind for s in cfg.sources.values()} == {"icebergLive"}
+    assert cfg.checkpoint.location == "s3a://lake/checkpoints/rmi/live"
+    assert cfg.effective_trigger.kind == "processingTime" and cfg.effective_trigger.interval.total_seconds() == 30
+    assert cfg.sink_branch("attributed_plays") == "main"
+    assert parse_config(json.loads(cfg.to_json())) == cfg, "the JSON in the ConfigMap round-trips"
+
+
+def test_a_backfill_reads_history_into_its_branch_from_a_fresh_checkpoint(
+    job: StreamingJob, backfill: Backfill
+) -> None:
+    cfg = backfill_config(backfill, job, "http://kappa-coordinator.kappa:8471")
+    assert cfg.mode == "backfill" and cfg.effective_trigger.kind == "availableNow"
+    assert {n: (s.kind, s.table) for n, s in cfg.sources.items()} == {  # type: ignore[union-attr]
+        "impressions": ("icebergBackfill", "ingest.impressions"),
+        "playbacks": ("icebergBackfill", "ingest.playbacks"),
+    }
+    assert cfg.window is not None and cfg.window.warmup.total_seconds() == 1800
+    assert cfg.checkpoint.location == "s3a://lake/checkpoints/rmi/backfills/rmi-outage-abcdef01"
+    sink = cfg.sinks["attributed_plays"]
+    assert isinstance(sink, IcebergSink) and cfg.sink_branch("attributed_plays") == "backfill-rmi-outage"
+    assert sink.key == ["playback_id", "impression_id"]
+    assert cfg.alignment.group == "rmi-outage" and cfg.alignment.max_drift.total_seconds() == 600
+    assert cfg.coordinator is not None and cfg.coordinator.token is None, "the token is not put in a ConfigMap"
+
+
+def test_backfill_overrides_and_unknown_sources(job: StreamingJob, backfill: Backfill) -> None:
+    data = backfill.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["sources"] = {"playbacks": {"table": "archive.playbacks", "filter": "duration_s > 0"}}
+    data["spec"]["output"] = {"branch": "audit"}
+    cfg = backfill_config(Backfill.model_validate(data), job, None)
+    assert cfg.sources["playbacks"].table == "archive.playbacks"  # type: ignore[union-attr]
+    assert cfg.sources["playbacks"].filter == "(duration_s > 0)"  # type: ignore[union-attr]
+    assert cfg.sink_branch("attributed_plays") == "audit" and cfg.coordinator is None
+    data["spec"]["sources"] = {"clicks": {"table": "x.clicks"}}
+    with pytest.raises(ValueError, match=r"\['clicks'\] are not sources of StreamingJob rmi"):
+        backfill_config(Backfill.model_validate(data), job, None)
+
+
+def test_spark_application_and_config_map(job: StreamingJob) -> None:
+    cfg = streaming_job_config(job)
+    owner = Owner("StreamingJob", "rmi", "default", "u-1")
+    launch = Launch(job.spec.image, job.spec.driver, job.spec.executor, "spark", LIVE_RESTART)
+    h = config_hash(cfg)
+    cm = config_map(owner, cfg)
+    app = spark_application(owner, cfg, launch, h)
+    assert json.loads(cm["data"]["job.json"]) == json.loads(cfg.to_json())
+    ref = app["metadata"]["ownerReferences"][0]
+    assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("StreamingJob", "rmi", "u-1", True)
+    assert cm["metadata"]["ownerReferences"] == [ref]
+    spec = app["spec"]
+    assert (spec["type"], spec["mode"], spec["restartPolicy"]["type"]) == ("Python", "cluster", "Always")
+    assert spec["arguments"] == ["--config", "/etc/kappa/job.json"]
+    assert spec["volumes"][0]["configMap"]["name"] == cm["metadata"]["name"]
+    for role in ("driver", "executor"):
+        assert spec[role]["volumeMounts"] == [{"name": "jobconfig", "mountPath": "/etc/kappa"}]
+        assert spec[role]["labels"]["kappa.dev/config-hash"] == h
+    assert spec["executor"]["instances"] == 2 and spec["executor"]["memory"] == "4g"
+    assert app["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kappa-operator"
+
+
+def test_rendered_spark_applications_validate_against_the_spark_operator_crd(
+    job: StreamingJob, backfill: Backfill
+) -> None:
+    from tests.crd_validation import load_crd, validate
+
+    crd = load_crd(ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml")
+    live = spark_application(
+        Owner("StreamingJob", "rmi", "default", "u-1"),
+        streaming_job_config(job),
+        Launch(job.spec.image, job.spec.driver, job.spec.executor, "spark", LIVE_RESTART),
+        "h",
+    )
+    bf = spark_application(
+        Owner("Backfill", "rmi-outage", "default", "abcdef0123"),
+        backfill_config(backfill, job, "http://c:8471"),
+        Launch(job.spec.image, job.spec.driver, job.spec.executor, "spark", BACKFILL_RESTART, "kappa-coordinator"),
+        "h",
+    )
+    assert validate(crd, live) == []
+    assert validate(crd, bf) == []
+    assert bf["spec"]["driver"]["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "kappa-coordinator", "key": "token"}
+
+
+def test_the_config_hash_changes_with_the_spec(job: StreamingJob) -> None:
+    data = job.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["pipelineArgs"] = {"lateness": "45 minutes"}
+    changed = StreamingJob.model_validate(data)
+    assert config_hash(streaming_job_config(job)) != config_hash(streaming_job_config(changed))
+    assert config_hash(streaming_job_config(job)) == config_hash(streaming_job_config(job))
