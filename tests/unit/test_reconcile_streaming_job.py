@@ -1,0 +1,79 @@
+"""The StreamingJob decision (pure): what to create, delete and report for each observation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.phases import STATES
+from kappa_operator.reconcile.streaming_job import plan_streaming_job
+
+ROOT = Path(__file__).resolve().parents[2]
+NOW, LATER = "2026-11-21T10:00:00Z", "2026-11-21T11:00:00Z"
+
+
+def job(**spec: Any) -> StreamingJob:
+    data = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
+    data["metadata"].update(uid="u1", generation=3)
+    data["spec"].update(spec)
+    return StreamingJob.model_validate(data)
+
+
+def with_status(j: StreamingJob, status: dict[str, Any]) -> StreamingJob:
+    return StreamingJob.model_validate({**j.model_dump(by_alias=True, exclude_none=True), "status": status})
+
+
+def running_app(j: StreamingJob, state: str = "RUNNING") -> dict[str, Any]:
+    plan = plan_streaming_job(j, None, NOW)
+    assert plan.create_app is not None
+    return {**plan.create_app, "status": {"applicationState": {"state": state}}}
+
+
+def test_no_application_yet_creates_it_with_its_config_map() -> None:
+    plan = plan_streaming_job(job(), None, NOW)
+    assert plan.create_app is not None and plan.config_map is not None and not plan.delete_app
+    assert plan.status["phase"] == "Submitted" and plan.status["observedGeneration"] == 3
+    assert [e.reason for e in plan.events] == ["Submitted"]
+
+
+def test_the_running_application_is_mirrored_and_nothing_is_created() -> None:
+    j = job()
+    plan = plan_streaming_job(j, running_app(j), NOW)
+    assert plan.create_app is None and plan.config_map is None and not plan.delete_app
+    assert plan.status["phase"] == "Running" and plan.status["applicationState"] == "RUNNING"
+    ready = plan.status["conditions"][0]
+    assert (ready["type"], ready["status"], ready["lastTransitionTime"]) == ("Ready", "True", NOW)
+    again = plan_streaming_job(with_status(j, plan.status), running_app(j), LATER)
+    assert again.status["conditions"][0]["lastTransitionTime"] == NOW, "no transition, no new time"
+    assert again.events == (), "no event without a change"
+
+
+def test_a_spec_change_restarts_from_the_checkpoint() -> None:
+    old = job()
+    new = job(pipelineArgs={"lateness": "45 minutes"})
+    plan = plan_streaming_job(new, running_app(old), NOW)
+    assert plan.delete_app and plan.create_app is None
+    assert plan.status["phase"] == "Restarting" and [e.reason for e in plan.events] == ["SpecChanged"]
+    recreated = plan_streaming_job(new, None, NOW).create_app
+    assert recreated is not None and recreated["metadata"]["annotations"] != running_app(old)["metadata"]["annotations"]
+
+
+def test_suspend_deletes_and_resume_recreates() -> None:
+    j = job(suspend=True)
+    plan = plan_streaming_job(j, running_app(job()), NOW)
+    assert plan.delete_app and plan.status["phase"] == "Suspending"
+    assert plan_streaming_job(j, None, NOW).status["phase"] == "Suspended"
+    assert plan_streaming_job(job(suspend=False), None, NOW).create_app is not None
+
+
+@pytest.mark.parametrize("state", sorted(STATES))
+def test_every_spark_operator_state_has_a_phase(state: str) -> None:
+    j = job()
+    plan = plan_streaming_job(j, running_app(j, state), NOW)
+    assert plan.status["phase"] == STATES[state][0]
+    warning = STATES[state][0] == "Failed"
+    assert all((e.type == "Warning") == warning for e in plan.events)
