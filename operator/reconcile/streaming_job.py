@@ -64,12 +64,12 @@ def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) 
 
     if job.spec.suspend:
         if app is not None:
+            # Straight to Suspended (not "Suspending"): the application's DELETED event reports
+            # the same status, so whichever of the two status writes lands last, they agree.
             return JobPlan(
                 delete_app=True,
-                status=status(
-                    "Suspending", False, "Suspending", "stopping the application; its checkpoint is kept", None
-                ),
-                events=(Event("Normal", "Suspending", "spec.suspend: deleting the SparkApplication, checkpoint kept"),),
+                status=status("Suspended", False, "Suspended", "suspended; the checkpoint is kept", None),
+                events=(Event("Normal", "Suspended", "spec.suspend: deleted the SparkApplication, checkpoint kept"),),
             )
         return JobPlan(status=status("Suspended", False, "Suspended", "suspended; the checkpoint is kept", None))
 

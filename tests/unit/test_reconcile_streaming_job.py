@@ -65,7 +65,7 @@ def test_a_spec_change_restarts_from_the_checkpoint() -> None:
 def test_suspend_deletes_and_resume_recreates() -> None:
     j = job(suspend=True)
     plan = plan_streaming_job(j, running_app(job()), NOW)
-    assert plan.delete_app and plan.status["phase"] == "Suspending"
+    assert plan.delete_app and plan.status["phase"] == "Suspended"
     assert plan_streaming_job(j, None, NOW).status["phase"] == "Suspended"
     assert plan_streaming_job(job(suspend=False), None, NOW).create_app is not None
 
