@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 
 from kappa_operator.cluster import Cluster
-from kappa_operator.models.common import GROUP, VERSION
+from kappa_operator.models.common import GROUP, VERSION, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.streaming_job import JobPlan, plan_streaming_job
@@ -45,9 +45,8 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 def _parse_job(body: kopf.Body | dict[str, Any]) -> StreamingJob:
-    data = {k: body.get(k) for k in ("apiVersion", "kind", "metadata", "spec", "status") if body.get(k) is not None}
     try:
-        return StreamingJob.model_validate(data)
+        return StreamingJob.model_validate(manifest_fields(dict(body)))
     except ValueError as exc:
         raise kopf.PermanentError(f"invalid StreamingJob: {exc}") from exc
 

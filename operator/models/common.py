@@ -49,10 +49,6 @@ TimestampStr = Annotated[
 ]
 
 
-def seconds(d: str) -> float:
-    return parse_duration(d).total_seconds()
-
-
 def instant(t: str) -> datetime:
     return parse_timestamp(t)
 
@@ -131,4 +127,6 @@ class ExecutorResources(Resources):
 
 def manifest_fields(data: dict[str, Any]) -> dict[str, Any]:
     """A manifest without the server-managed fields pydantic should not see."""
-    return {k: v for k, v in data.items() if k in ("apiVersion", "kind", "metadata", "spec", "status")}
+    return {
+        k: v for k, v in data.items() if k in ("apiVersion", "kind", "metadata", "spec", "status") and v is not None
+    }

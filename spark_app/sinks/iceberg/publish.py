@@ -69,16 +69,14 @@ def matched_rows(a: pa.Table, b: pa.Table, key: list[str]) -> int:
     unique_a = _unique_on(a.select(columns), key)
     unique_b = _unique_on(b.select(columns), key)
     j = unique_a.join(unique_b, key, join_type="inner", right_suffix="__b")
-    equal = pa.chunked_array([pa.array([True] * j.num_rows, pa.bool_())]) if j.num_rows else None
-    if equal is None:
+    if j.num_rows == 0:
         return 0
-    for c in columns:
-        if c in key:
-            continue
+    equal = None
+    for c in (c for c in columns if c not in key):
         left, right = j[c], j[f"{c}__b"]
-        same = pc.or_kleene(pc.equal(left, right), pc.and_(pc.is_null(left), pc.is_null(right)))
-        equal = pc.and_(equal, pc.fill_null(same, False))
-    return int(pc.sum(equal).as_py() or 0)
+        same = pc.fill_null(pc.or_kleene(pc.equal(left, right), pc.and_(pc.is_null(left), pc.is_null(right))), False)
+        equal = same if equal is None else pc.and_(equal, same)
+    return j.num_rows if equal is None else int(pc.sum(equal).as_py() or 0)
 
 
 def _unique_on(t: pa.Table, key: list[str]) -> pa.Table:
