@@ -1,4 +1,4 @@
-"""The `kappa` command for people: local demo and local runs of the Spark app."""
+"""The `kappa` command for people: the local demo, the operator, the coordinator, the CRDs."""
 
 from __future__ import annotations
 
@@ -26,6 +26,19 @@ def main(argv: list[str] | None = None) -> int:
         "--token-file", type=Path, help="file holding the bearer token (default: $KAPPA_COORDINATOR_TOKEN)"
     )
     coord.add_argument("--state-file", type=Path, help="where group definitions survive a restart (JSON)")
+    op = sub.add_parser(
+        "operator", help="run the operator (kopf) with the coordinator embedded, on the current kubeconfig"
+    )
+    op.add_argument("--namespace", action="append", default=[], help="watch this namespace (repeat; default: all)")
+    op.add_argument("--server", help="API server URL without auth (emulators); default: in-cluster or kubeconfig")
+    op.add_argument("--coordinator-bind", default="127.0.0.1:8471", help="host:port of the embedded coordinator")
+    op.add_argument("--coordinator-url", help="URL Spark drivers use to reach it (default: http://<bind>)")
+    op.add_argument(
+        "--token-file", type=Path, help="coordinator token (default: $KAPPA_COORDINATOR_TOKEN, else random)"
+    )
+    op.add_argument("--token-secret", default="kappa-coordinator-token", help="Secret drivers read the token from")
+    op.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    op.add_argument("--health-port", type=int, help="serve kopf's liveness /healthz on this port")
     crds = sub.add_parser("crds", help="write crds/*.yaml generated from the models")
     crds.add_argument("--out", type=Path, default=Path("crds"), help="directory (default: crds)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
@@ -35,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         return write_crds(args.out, args.check, console)
     if args.command == "coordinator":
         return run_coordinator(args, console)
+    if args.command == "operator":
+        return run_operator(args)
     if args.command == "demo":
         from kappa_operator.demo import DemoSettings, run_demo
 
@@ -71,14 +86,40 @@ def write_crds(out: Path, check: bool, console: Console) -> int:
     return 0
 
 
+def _token(path: Path | None) -> str | None:
+    import os
+
+    return path.read_text().strip() if path else os.environ.get("KAPPA_COORDINATOR_TOKEN") or None
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    import logging
+
+    from kappa_operator.runner import OperatorOptions, run_operator
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run_operator(
+        OperatorOptions(
+            namespaces=tuple(args.namespace),
+            server=args.server,
+            coordinator_bind=args.coordinator_bind,
+            coordinator_url=args.coordinator_url,
+            token=_token(args.token_file),
+            token_secret=args.token_secret,
+            metrics_port=args.metrics_port,
+            health_port=args.health_port,
+        )
+    )
+    return 0
+
+
 def run_coordinator(args: argparse.Namespace, console: Console) -> int:
     import logging
-    import os
 
     from kappa_operator.coordinator.server import Service, serve
     from kappa_operator.coordinator.store import GroupStore
 
-    token = args.token_file.read_text().strip() if args.token_file else os.environ.get("KAPPA_COORDINATOR_TOKEN", "")
+    token = _token(args.token_file)
     if not token:
         console.print("[red]error:[/] no token: pass --token-file or set KAPPA_COORDINATOR_TOKEN")
         return 2

@@ -92,3 +92,21 @@ class Cluster:
 
     def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name, {"status": status})
+
+    # --- Secrets -------------------------------------------------------------------------
+
+    def apply_secret(self, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]) -> None:
+        """The coordinator token where a backfill's driver can read it (its own namespace)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "type": "Opaque",
+            "stringData": data,
+        }
+        try:
+            self.core.create_namespaced_secret(namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            self.core.patch_namespaced_secret(name, namespace, {"stringData": data})

@@ -22,10 +22,11 @@ from rich.table import Table
 
 from kappa_operator.coordinator.core import GroupSpec
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
+from spark_app.alignment.members import aligned_members
 from spark_app.config import JobConfig, parse_config
 from spark_app.examples import rmi
 from spark_app.examples.generator import GeneratorConfig, generate
-from spark_app.runtime import RunReport, aligned_members, build_session, run
+from spark_app.runtime import RunReport, build_session, run
 from spark_app.telemetry import read_trace
 
 START = datetime(2026, 11, 1, 10, tzinfo=UTC)

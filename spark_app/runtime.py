@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_app.alignment.local import LocalWatermarkProvider
+from spark_app.alignment.members import aligned_members, member_id
 from spark_app.catalogs import load_table
 from spark_app.config import (
     ConsoleSink,
@@ -85,16 +86,6 @@ def state_file(cfg: JobConfig) -> str:
     if cfg.alignment.state_dir:
         return str(Path(cfg.alignment.state_dir) / f"{cfg.alignment_group}.json")
     return default_state_file(cfg.alignment_group, cfg.checkpoint.location)
-
-
-def member_id(cfg: JobConfig, sink: str, source: str) -> str:
-    return f"{cfg.name}/{sink}/{source}"
-
-
-def aligned_members(cfg: JobConfig) -> tuple[str, ...]:
-    if cfg.mode != "backfill" or cfg.alignment.mode == "unordered":
-        return ()
-    return tuple(member_id(cfg, sink, src) for sink in cfg.sinks for src in cfg.sources)
 
 
 def source_spec(cfg: JobConfig, sink: str, name: str, parallelism: int) -> SourceSpec:

@@ -236,6 +236,27 @@ def declare(state: GroupState | None, spec: GroupSpec, now_us: int) -> GroupStat
     return GroupState(spec=spec, members=members, declared_us=state.declared_us, idle=state.idle & members.keys())
 
 
+def joined(existing: GroupSpec | None, mine: GroupSpec) -> GroupSpec:
+    """A backfill joins a group others may share: its members are added, nobody else's removed.
+
+    The drift bound is the tightest asked for, so no member runs further ahead than any
+    backfill in the group allows."""
+    if existing is None:
+        return mine
+    members = existing.members + tuple(m for m in mine.members if m not in existing.members)
+    return existing.model_copy(
+        update={"members": members, "max_drift_us": min(existing.max_drift_us, mine.max_drift_us)}
+    )
+
+
+def left(existing: GroupSpec, members: tuple[str, ...]) -> GroupSpec | None:
+    """A finished or deleted backfill leaves: its members go; None when nobody is left."""
+    rest = tuple(m for m in existing.members if m not in members)
+    if not rest and not existing.self_register:
+        return None
+    return existing.model_copy(update={"members": rest})
+
+
 def _next_member(group: str, old: MemberState | None, report: Report, now_us: int) -> MemberState:
     if old is None or report.reset:
         return MemberState(report.watermark, report.finished, now_us, now_us, 1)

@@ -121,6 +121,24 @@ class BackfillSpec(CRModel):
     """Validation and publish."""
     image: str | None = None
     """Another Spark image (default: the job's)."""
+    restart_nonce: int = Field(default=0, ge=0)
+    """Change it to run a failed backfill again from its checkpoint and branch (as Flink's
+    restartNonce): the operator deletes the old application and submits a new one."""
+
+
+class PublishedTable(CRModel):
+    """One sink table's validation and publish."""
+
+    table: str
+    """The table (`namespace.table`)."""
+    match_ratio: float
+    """Rows matching on the key / rows in either side, over the window."""
+    rows_removed: int
+    """Rows of main's window replaced."""
+    rows_added: int
+    """Rows the branch put in main's window."""
+    snapshot_id: int | None = None
+    """The one snapshot that replaced main's window (none: main already equalled the branch)."""
 
 
 class BackfillStatus(StatusBase):
@@ -143,7 +161,11 @@ class BackfillStatus(StatusBase):
     eta: str | None = None
     """Estimated time to the end of the window."""
     match_ratio: float | None = None
-    """Validation result against main."""
+    """Validation result against main (the lowest over the published tables)."""
+    restart_nonce: int | None = None
+    """The spec.restartNonce of the last submission."""
+    published: list[PublishedTable] = []
+    """What publish did, per Iceberg sink table."""
 
 
 class Backfill(CRModel):

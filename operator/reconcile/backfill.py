@@ -1,9 +1,10 @@
 """What to do for a Backfill (pure): resolve its job, launch it, follow it, finish it.
 
 Phases: Pending (the StreamingJob is missing) -> Running (application submitted; progress is
-the alignment group's global watermark between window start and end) -> Succeeded | Failed.
-A failed backfill keeps its checkpoint and branch: deleting its application and letting the
-operator recreate it resumes from where it stopped.
+the alignment group's global watermark between window start and end) -> Publishing (when
+spec.publish.enabled) -> Succeeded | Failed. A failed backfill keeps its checkpoint, branch
+and group membership: bumping spec.restartNonce submits it again and it resumes where it
+stopped.
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kappa_operator.models.backfill import Backfill
+from kappa_operator.coordinator.core import GroupSpec
+from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.common import Condition, instant
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.phases import STATES, app_message, app_state, condition
 from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
 from kappa_operator.render.spark_application import BACKFILL_RESTART, Launch, Owner, config_map, spark_application
+from spark_app.alignment.members import aligned_members
+from spark_app.config import JobConfig
+from spark_app.errors import KappaError
 
 
 @dataclass(frozen=True)
@@ -56,10 +61,65 @@ def progress(
 class BackfillPlan:
     config_map: dict[str, Any] | None = None
     create_app: dict[str, Any] | None = None
+    delete_app: bool = False
+    """Delete the application (a restartNonce change: it is submitted again afterwards)."""
+    join_group: GroupSpec | None = None
+    """Declare this backfill's members in its alignment group (idempotent)."""
+    leave_group: GroupSpec | None = None
+    """Remove this backfill's members from its group (done, or deleted)."""
+    publish: bool = False
+    """Validate the branch against main and publish the window (then ``published``)."""
     status: dict[str, Any] = field(default_factory=dict)
     events: tuple[Event, ...] = ()
     retry_after: float | None = None
     """Look again later (the job is missing)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What publishing a backfill's tables did."""
+
+    results: list[PublishedTable]
+    error: str | None
+    """Why a table was refused (tables before it are published, later ones untouched)."""
+
+
+#: A nonce on the application says which spec.restartNonce submitted it.
+NONCE = "kappa.dev/restart-nonce"
+TERMINAL = ("Succeeded", "Failed")
+
+
+def alignment_group(cfg: JobConfig) -> GroupSpec | None:
+    """The members this backfill's driver reports as, in the group it shares (None: unordered)."""
+    members = aligned_members(cfg)
+    if not members:
+        return None
+    drift = cfg.alignment.effective_drift // timedelta(microseconds=1)
+    return GroupSpec(name=cfg.alignment_group, members=members, max_drift_us=max(drift, 1))
+
+
+class _Status:
+    """Status documents of one Backfill at one instant: conditions keep their transition times."""
+
+    def __init__(self, bf: Backfill, now: str) -> None:
+        self.bf, self.now = bf, now
+        self.previous: list[Condition] = list(bf.status.conditions) if bf.status else []
+        self.base: dict[str, Any] = {"observedGeneration": bf.metadata.generation, "branch": backfill_branch(bf)}
+
+    def __call__(self, phase: str, ok: bool, reason: str, message: str, **extra: Any) -> dict[str, Any]:
+        conds = condition(self.previous, "Succeeded" if phase in TERMINAL else "Ready", ok, reason, message, self.now)
+        if phase == "Succeeded":  # a finished backfill is no longer Ready/Running
+            conds = [c for c in conds if c.type != "Ready"]
+        return {
+            **self.base,
+            **extra,
+            "phase": phase,
+            "message": message,
+            "conditions": [c.model_dump(by_alias=True) for c in conds],
+        }
+
+    def kept(self) -> dict[str, Any]:
+        return self.bf.status.model_dump(by_alias=True, exclude_none=True) if self.bf.status else {}
 
 
 def plan_backfill(
@@ -70,57 +130,119 @@ def plan_backfill(
     now: str,
     token_secret: str | None = None,
 ) -> BackfillPlan:
-    previous: list[Condition] = list(bf.status.conditions) if bf.status else []
-    base: dict[str, Any] = {"observedGeneration": bf.metadata.generation, "branch": backfill_branch(bf)}
-
-    def status(phase: str, ok: bool, reason: str, message: str, **extra: Any) -> dict[str, Any]:
-        conds = condition(previous, "Succeeded" if phase == "Succeeded" else "Ready", ok, reason, message, now)
-        return {
-            **base,
-            **extra,
-            "phase": phase,
-            "message": message,
-            "conditions": [c.model_dump(by_alias=True) for c in conds],
-        }
-
+    status = _Status(bf, now)
+    phase_now = bf.status.phase if bf.status else None
+    nonce = bf.spec.restart_nonce
+    if phase_now == "Succeeded" or (phase_now == "Failed" and app is None and _submitted_nonce(bf) == nonce):
+        return BackfillPlan(status=status.kept())  # done; a new restartNonce runs a failed one again
     if job is None:
         msg = f"StreamingJob {bf.spec.job_ref.name} not found in {bf.metadata.namespace}; waiting for it"
-        changed = bf.status is None or bf.status.phase != "Pending"
         return BackfillPlan(
             status=status("Pending", False, "JobNotFound", msg),
-            events=(Event("Warning", "JobNotFound", msg),) if changed else (),
+            events=(Event("Warning", "JobNotFound", msg),) if phase_now != "Pending" else (),
             retry_after=30,
         )
-    cfg = backfill_config(bf, job, coordinator_url)
+    try:
+        cfg = backfill_config(bf, job, coordinator_url)
+    except (ValueError, KappaError) as exc:
+        msg = f"cannot run this backfill: {exc}"
+        return BackfillPlan(
+            status=status("Failed", False, "InvalidSpec", msg),  # no nonce: a fixed spec is tried again
+            events=(Event("Warning", "InvalidSpec", msg),) if phase_now != "Failed" else (),
+        )
+    group = alignment_group(cfg)
     owner = Owner("Backfill", bf.metadata.name, bf.metadata.namespace, bf.metadata.uid)
-    extra = {"applicationName": owner.name, "checkpoint": backfill_checkpoint(bf, job)}
+    extra: dict[str, Any] = {"applicationName": owner.name, "checkpoint": backfill_checkpoint(bf, job)}
+    if phase_now == "Publishing":  # resumable: publish is atomic per table and a no-op once done
+        return BackfillPlan(publish=True, status=status.kept())
     if app is None:
-        if bf.status is not None and bf.status.phase in ("Succeeded", "Failed"):
-            return BackfillPlan(status=bf.status.model_dump(by_alias=True, exclude_none=True))
         launch = Launch(
             bf.spec.image or job.spec.image,
             job.spec.driver,
             job.spec.executor,
             job.spec.service_account,
             BACKFILL_RESTART,
-            token_secret,
+            token_secret if group is not None else None,
         )
+        created = spark_application(owner, cfg, launch, config_hash(cfg))
+        created["metadata"]["annotations"][NONCE] = str(nonce)
         window = f"{bf.spec.window.start} .. {bf.spec.window.end}"
+        verb = "resubmitted" if phase_now == "Failed" else "created"
         return BackfillPlan(
             config_map=config_map(owner, cfg),
-            create_app=spark_application(owner, cfg, launch, config_hash(cfg)),
-            status=status("Running", False, "Submitted", f"backfilling {window} into {backfill_branch(bf)}", **extra),
-            events=(Event("Normal", "Submitted", f"created SparkApplication {owner.name} for {window}"),),
+            create_app=created,
+            join_group=group,
+            status=status(
+                "Running",
+                False,
+                "Submitted",
+                f"backfilling {window} into {backfill_branch(bf)}",
+                restartNonce=nonce,
+                **extra,
+            ),
+            events=(Event("Normal", "Submitted", f"{verb} SparkApplication {owner.name} for {window}"),),
+        )
+    app_nonce = ((app.get("metadata") or {}).get("annotations") or {}).get(NONCE, "0")
+    if app_nonce != str(nonce):
+        msg = f"restartNonce {app_nonce} -> {nonce}: resubmitting from the checkpoint"
+        return BackfillPlan(
+            delete_app=True,
+            status=status("Running", False, "Restarting", msg, **extra),
+            events=(Event("Normal", "Restarting", msg),),
         )
     state = app_state(app) or ""
-    phase, _, reason = STATES.get(state, ("Unknown", False, "Unknown"))
-    mapped = {"Completed": "Succeeded", "Failed": "Failed"}.get(phase, "Running")
+    _, _, reason = STATES.get(state, ("Unknown", False, "Unknown"))
     message = app_message(app) or f"SparkApplication is {state or 'submitted'}"
+    extra["applicationState"] = state
+    if state == "COMPLETED":
+        if bf.spec.publish.enabled:
+            msg = f"completed; validating {backfill_branch(bf)} against main and publishing the window"
+            return BackfillPlan(
+                publish=True,
+                status=status("Publishing", True, "Publishing", msg, **extra),
+                events=(Event("Normal", "Publishing", msg),),
+            )
+        msg = f"completed into branch {backfill_branch(bf)} (publish is not enabled)"
+        return BackfillPlan(
+            leave_group=group,
+            status=status("Succeeded", True, "Completed", msg, **extra),
+            events=(Event("Normal", "Completed", msg),),
+        )
+    phase = "Failed" if STATES.get(state, ("",))[0] == "Failed" else "Running"
+    if phase == "Failed":
+        message = f"{message}; checkpoint and branch kept: bump spec.restartNonce to resume"
     changed = bf.status is None or bf.status.application_state != state
-    kind = "Warning" if mapped == "Failed" else "Normal"
+    kind = "Warning" if phase == "Failed" else "Normal"
     return BackfillPlan(
-        status=status(mapped, mapped != "Failed", reason, message, applicationState=state, **extra),
+        join_group=group if phase == "Running" else None,
+        status=status(phase, phase != "Failed", reason, message, **extra),
         events=(Event(kind, reason, message),) if changed else (),
+    )
+
+
+def _submitted_nonce(bf: Backfill) -> int | None:
+    return bf.status.restart_nonce if bf.status is not None else None
+
+
+def published(bf: Backfill, outcome: Outcome, group: GroupSpec | None, now: str) -> BackfillPlan:
+    """After publish: Succeeded with what each table got (and the group left), or Failed with
+    the reason (main unchanged for the table that refused; branch, checkpoint, group kept)."""
+    status = _Status(bf, now)
+    results = outcome.results
+    done = [r.model_dump(by_alias=True) for r in results]
+    ratio = min((r.match_ratio for r in results), default=None)
+    if outcome.error is not None:
+        msg = f"publish refused: {outcome.error}"
+        return BackfillPlan(
+            status=status("Failed", False, "ValidationFailed", msg, published=done, matchRatio=ratio),
+            events=(Event("Warning", "ValidationFailed", msg),),
+        )
+    tables = ", ".join(f"{r.table} (match {r.match_ratio:.4f}, -{r.rows_removed} +{r.rows_added})" for r in results)
+    msg = f"published {backfill_branch(bf)} into main: {tables or 'no Iceberg sink to publish'}"
+    return BackfillPlan(
+        leave_group=group,
+        status=status("Succeeded", True, "Published", msg, published=done, matchRatio=ratio),
+        events=(Event("Normal", "Published", msg),),
     )
 
 

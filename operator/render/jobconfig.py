@@ -80,6 +80,11 @@ def backfill_branch(bf: Backfill) -> str:
     return bf.spec.output.branch or f"backfill-{bf.metadata.name}"
 
 
+def backfill_group(bf: Backfill) -> str:
+    """Groups are global in the coordinator: namespaced, so two teams' "rmi" never meet."""
+    return f"{bf.metadata.namespace}.{bf.spec.alignment.group or bf.metadata.name}"
+
+
 def backfill_checkpoint(bf: Backfill, job: StreamingJob) -> str:
     """A fresh location per Backfill object (its uid): a retry of the same object resumes it,
     a new Backfill of the same name starts clean."""
@@ -113,7 +118,7 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
     a = spec.alignment
     alignment: dict[str, Any] = {
         "mode": a.mode,
-        "group": a.group or bf.metadata.name,
+        "group": backfill_group(bf),
         "maxDrift": a.max_drift,
         "orderingColumn": a.ordering_column or jspec.ordering_column,
         "allowLateDrops": a.allow_late_drops,

@@ -11,7 +11,7 @@ from kappa_operator.render.jobconfig import CONFIG_PATH
 from spark_app.config import JobConfig
 
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
-SPARK_VERSION = "4.0.0"
+SPARK_VERSION = "4.3.0"
 MAIN = "local:///opt/kappa/spark_app/__main__.py"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kappa-operator"}
 TOKEN_ENV = "KAPPA_COORDINATOR_TOKEN"

@@ -64,7 +64,7 @@ def test_a_backfill_reads_history_into_its_branch_from_a_fresh_checkpoint(
     sink = cfg.sinks["attributed_plays"]
     assert isinstance(sink, IcebergSink) and cfg.sink_branch("attributed_plays") == "backfill-rmi-outage"
     assert sink.key == ["playback_id", "impression_id"]
-    assert cfg.alignment.group == "rmi-outage" and cfg.alignment.max_drift.total_seconds() == 600
+    assert cfg.alignment.group == "default.rmi-outage" and cfg.alignment.max_drift.total_seconds() == 600
     assert cfg.coordinator is not None and cfg.coordinator.token is None, "the token is not put in a ConfigMap"
 
 

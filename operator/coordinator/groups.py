@@ -1,0 +1,84 @@
+"""Alignment groups as the operator manages them: a Backfill joins its group when its
+application is submitted and leaves it when it finishes or is deleted.
+
+One interface (``Groups``) so handlers do not care whether the coordinator is embedded in
+the operator process (the default: the chart runs one process) or reached over HTTP."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from kappa_operator.coordinator.core import GroupSpec, UnknownGroupError, joined, left
+from kappa_operator.coordinator.server import Service
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What `kubectl get bf` shows of a group: its global watermark and the largest lag."""
+
+    global_watermark_us: int | None
+    """None while held (a member has not reported) or once every member finished."""
+    lag_us: int | None
+    finished: bool
+
+
+class Groups(Protocol):
+    def join(self, spec: GroupSpec) -> None: ...
+
+    def leave(self, group: str, owner: str) -> None:
+        """Remove the members ``owner`` (a backfill's name: ids are ``owner/sink/source``) joined with."""
+        ...
+
+    def progress(self, group: str, owner: str) -> Progress | None:
+        """None: no such group (not declared yet, or already left)."""
+        ...
+
+
+class EmbeddedGroups:
+    """Groups of the coordinator ``Service`` running in this process."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self._lock = threading.Lock()  # kopf runs sync handlers in a thread pool
+
+    def join(self, spec: GroupSpec) -> None:
+        with self._lock:
+            core = self.service.core
+            existing = core.groups().get(spec.name)
+            core.declare(joined(existing.spec if existing else None, spec), _now())
+            self.service.persist()
+
+    def leave(self, group: str, owner: str) -> None:
+        with self._lock:
+            core = self.service.core
+            existing = core.groups().get(group)
+            if existing is None:
+                return
+            rest = left(existing.spec, owned(existing.spec.members, owner))
+            if rest is None:
+                core.delete(group)
+            else:
+                core.declare(rest, _now())
+            self.service.persist()
+
+    def progress(self, group: str, owner: str) -> Progress | None:
+        core, now = self.service.core, _now()
+        try:
+            answer = core.view(group, now)
+        except UnknownGroupError:
+            return None
+        mine = owned(core.state(group).roster, owner)
+        lags = [lag for m in mine if (lag := core.lag_us(group, m, now)) is not None]
+        gw = None if answer.held or answer.finished else answer.global_watermark
+        return Progress(gw, max(lags, default=None), answer.finished)
+
+
+def owned(members: tuple[str, ...], owner: str) -> tuple[str, ...]:
+    return tuple(m for m in members if m.startswith(f"{owner}/"))
+
+
+def _now() -> int:
+    return time.time_ns() // 1000

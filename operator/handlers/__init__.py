@@ -1,0 +1,11 @@
+"""kopf handlers: thin. Observe (the resource, its SparkApplication, its alignment group),
+decide (``kappa_operator.reconcile``, pure), act (``Cluster``, ``Groups``, publish), record
+status and events.
+
+Run with ``kappa operator`` (or ``kopf run -m kappa_operator.handlers``). Importing this
+package registers every handler with kopf."""
+
+from kappa_operator.handlers import applications, backfill, streaming_job
+from kappa_operator.handlers.context import configure
+
+__all__ = ["applications", "backfill", "configure", "streaming_job"]

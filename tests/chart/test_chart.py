@@ -1,0 +1,612 @@
+"""The Helm chart (charts/kappa-operator), offline: `helm lint`, `helm template` with default and
+non-default values, every object against the Kubernetes schemas, the alerts under promtool,
+and the dashboard's PromQL.
+
+A chart breaks in someone's cluster, not here, unless these pin what matters: the flags of
+`kappa operator` (the contract with the CLI), least-privilege RBAC, a locked-down pod, CRDs
+equal to the generated ones, alerts that fire when they should, and dashboard queries that name
+metrics the operator and the coordinator really export.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import promql_parser
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "kappa-operator"
+KUBE_VERSION = "1.30"
+RELEASE, NAMESPACE = "kappa", "kappa-system"
+FULLNAME = f"{RELEASE}-kappa-operator"
+PROMTOOL = shutil.which("promtool")
+
+#: Everything a user may reasonably change at once.
+CUSTOM: dict[str, Any] = {
+    "watchNamespaces": ["a", "b"],
+    "image": {"repository": "registry.example.com/kappa/operator", "tag": "1.2.3", "pullPolicy": "Always"},
+    "resources": {"requests": {"cpu": "250m", "memory": "300Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
+    "coordinator": {"existingSecret": "my-coordinator-token", "jobSecretName": "job-token"},
+    "extraArgs": ["--verbose"],
+    "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+    "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+    "dashboard": {"enabled": True, "annotations": {"grafana_folder": "kappa"}},
+}
+
+#: What the coordinator and the operator export. A renamed metric must fail the dashboard and
+#: alert tests below.
+GAUGES = {
+    "kappa_alignment_member_watermark_seconds",
+    "kappa_alignment_global_watermark_seconds",
+    "kappa_alignment_lag_seconds",
+    "kappa_alignment_member_throttled",
+    "kappa_alignment_group_members",
+    "kappa_operator_backfills",
+    "kappa_backfill_progress_ratio",
+    "kappa_streamingjob_phase",
+    "kappa_backfill_phase",
+}
+COUNTERS = {
+    "kappa_alignment_throttled_seconds_total",
+    "kappa_coordinator_reports_total",
+    "kappa_coordinator_rejected_reports_total",
+    "kappa_operator_reconciles_total",
+    "kappa_operator_reconcile_errors_total",
+}
+HISTOGRAMS = {"kappa_coordinator_report_duration_seconds"}
+METRICS = GAUGES | COUNTERS | HISTOGRAMS
+SERIES = GAUGES | COUNTERS | {f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
+#: Grafana's macros, replaced by a duration before the query is parsed as PromQL.
+GRAFANA_MACROS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+
+
+def expected_permissions(job_secret: str = "kappa-coordinator-token") -> set[tuple[str, str, str, str]]:
+    """(apiGroup, resource, verb, resourceName or "*"): every API call the operator makes."""
+    perms = set()
+    for kind in ("streamingjobs", "backfills", "rewinds"):
+        perms |= {("kappa.dev", kind, verb, "*") for verb in ("get", "list", "watch", "patch")}
+        perms |= {("kappa.dev", f"{kind}/status", verb, "*") for verb in ("get", "patch")}
+    spark_verbs = ("get", "list", "watch", "create", "delete")
+    perms |= {("sparkoperator.k8s.io", "sparkapplications", verb, "*") for verb in spark_verbs}
+    perms |= {("", "configmaps", verb, "*") for verb in ("create", "patch", "delete")}
+    # The token copy: created in any namespace it launches in; read and updated by name only.
+    perms |= {("", "secrets", "create", "*"), ("", "secrets", "get", job_secret), ("", "secrets", "patch", job_secret)}
+    perms |= {("", "events", "create", "*"), ("events.k8s.io", "events", "create", "*")}
+    return perms
+
+
+def permissions(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+    out = set()
+    for rule in rules:
+        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule  # no nonResourceURLs
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in rule.get("resourceNames") or ["*"]:
+                        out.add((group, resource, verb, name))
+    return out
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm_python.Chart]:
+    with helm_python.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def render(chart: helm_python.Chart, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    return [
+        doc
+        for path, text in sorted(manifests.items())
+        if path.endswith(".yaml")
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+@pytest.fixture(scope="module")
+def default(chart: helm_python.Chart) -> list[dict[str, Any]]:
+    return render(chart)
+
+
+@pytest.fixture(scope="module")
+def custom(chart: helm_python.Chart) -> list[dict[str, Any]]:
+    return render(chart, CUSTOM)
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = of_kind(objects, kind)
+    return found
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def container_ports(objects: list[dict[str, Any]]) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in operator_container(objects)["ports"]}
+
+
+# --- lint and what gets created -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [None, CUSTOM], ids=["default", "custom"])
+def test_lint_is_clean(values: dict[str, Any] | None) -> None:
+    report = helm_python.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}.0")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]  # 2 warning, 3 error; 1 is info
+    assert report["errors"] == [] and problems == [], report
+
+
+def test_default_install(default: list[dict[str, Any]]) -> None:
+    assert Counter(o["kind"] for o in default) == {
+        "ServiceAccount": 1,
+        "Secret": 1,
+        "Service": 1,
+        "Deployment": 1,
+        "ClusterRole": 1,
+        "ClusterRoleBinding": 1,
+    }
+    assert {o["metadata"].get("namespace") for o in default if not o["kind"].startswith("Cluster")} == {NAMESPACE}
+
+
+def test_custom_install(custom: list[dict[str, Any]]) -> None:
+    assert Counter(o["kind"] for o in custom) == {
+        "ServiceAccount": 1,
+        "Service": 1,
+        "Deployment": 1,
+        "Role": 2,
+        "RoleBinding": 2,
+        "ServiceMonitor": 1,
+        "PrometheusRule": 1,
+        "ConfigMap": 1,
+    }
+
+
+# --- the Deployment -------------------------------------------------------------------------
+
+
+def test_operator_args_follow_the_cli_contract(default: list[dict[str, Any]], custom: list[dict[str, Any]]) -> None:
+    common = [
+        "--coordinator-bind",
+        "0.0.0.0:8471",
+        "--coordinator-url",
+        f"http://{FULLNAME}-coordinator.{NAMESPACE}.svc:8471",
+        "--token-file",
+        "/var/run/kappa/token",
+    ]
+    ports = ["--metrics-port", "8080", "--health-port", "8081"]
+    container = operator_container(default)
+    assert "command" not in container  # the image's entrypoint is `kappa operator`
+    assert container["args"] == [*common, "--token-secret", "kappa-coordinator-token", *ports]
+    assert operator_container(custom)["args"] == [
+        *("--namespace", "a", "--namespace", "b"),
+        *common,
+        *("--token-secret", "job-token"),
+        *ports,
+        "--verbose",
+    ]
+
+
+def test_coordinator_url_can_be_overridden(chart: helm_python.Chart) -> None:
+    objects = render(chart, {"coordinator": {"url": "https://coordinator.example.com"}})
+    args = operator_container(objects)["args"]
+    assert args[args.index("--coordinator-url") + 1] == "https://coordinator.example.com"
+
+
+def test_token_file_is_the_mounted_secret(default: list[dict[str, Any]], custom: list[dict[str, Any]]) -> None:
+    for objects, secret in ((default, f"{FULLNAME}-token"), (custom, "my-coordinator-token")):
+        pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+        (mount,) = [m for m in operator_container(objects)["volumeMounts"] if m["name"] == "token"]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "token"]
+        assert mount["readOnly"] is True
+        assert volume["secret"]["secretName"] == secret
+        (item,) = volume["secret"]["items"]
+        assert item["key"] == "token"
+        assert f"{mount['mountPath']}/{item['path']}" == "/var/run/kappa/token"
+
+
+@pytest.mark.parametrize("which", ["default", "custom"])
+def test_pod_is_locked_down(which: str, request: pytest.FixtureRequest) -> None:
+    objects = request.getfixturevalue(which)
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # kopf standalone: never two at once
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    security = operator_container(objects)["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] == 10001
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    (tmp,) = [m for m in operator_container(objects)["volumeMounts"] if m["mountPath"] == "/tmp"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == tmp["name"]]
+    assert "emptyDir" in volume
+    assert pod["serviceAccountName"] == FULLNAME
+    assert one(objects, "ServiceAccount")["metadata"]["name"] == FULLNAME
+
+
+def test_probes(default: list[dict[str, Any]]) -> None:
+    container, ports = operator_container(default), container_ports(default)
+    assert ports == {"coordinator": 8471, "metrics": 8080, "health": 8081}
+    live, ready = container["livenessProbe"]["httpGet"], container["readinessProbe"]["httpGet"]
+    assert (live["path"], ports[live["port"]]) == ("/healthz", 8081)  # kopf's liveness endpoint
+    assert (ready["path"], ports[ready["port"]]) == ("/readyz", 8471)  # the coordinator serves
+
+
+def test_image_and_resources(default: list[dict[str, Any]], custom: list[dict[str, Any]]) -> None:
+    container = operator_container(default)
+    assert container["image"] == "kappa-operator:0.1.0"  # the chart's appVersion
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    assert container["resources"]["limits"] == {"memory": "512Mi"}
+    container = operator_container(custom)
+    assert container["image"] == "registry.example.com/kappa/operator:1.2.3"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["resources"] == CUSTOM["resources"]
+
+
+# --- Service, Secret ------------------------------------------------------------------------
+
+
+def test_service_exposes_coordinator_and_metrics(default: list[dict[str, Any]]) -> None:
+    service = one(default, "Service")
+    assert service["metadata"]["name"] == f"{FULLNAME}-coordinator"  # the host in --coordinator-url
+    ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
+    assert ports == {"coordinator": (8471, "coordinator"), "metrics": (8080, "metrics")}
+    pod_labels = one(default, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_token_secret_is_generated_or_given(chart: helm_python.Chart, default: list[dict[str, Any]]) -> None:
+    secret = one(default, "Secret")
+    assert secret["metadata"]["name"] == f"{FULLNAME}-token"
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert re.fullmatch(r"[A-Za-z0-9]{32}", token)
+    given = one(render(chart, {"coordinator": {"token": "s3cret-token"}}), "Secret")
+    assert base64.b64decode(given["data"]["token"]).decode() == "s3cret-token"
+
+
+def test_existing_secret_replaces_the_charts(custom: list[dict[str, Any]]) -> None:
+    assert of_kind(custom, "Secret") == []
+
+
+# --- RBAC -----------------------------------------------------------------------------------
+
+
+def test_rbac_is_cluster_wide_without_watch_namespaces(default: list[dict[str, Any]]) -> None:
+    assert of_kind(default, "Role") == [] and of_kind(default, "RoleBinding") == []
+    role, binding = one(default, "ClusterRole"), one(default, "ClusterRoleBinding")
+    assert permissions(role["rules"]) == expected_permissions()
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": FULLNAME}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+
+
+def test_rbac_is_per_namespace_with_watch_namespaces(custom: list[dict[str, Any]]) -> None:
+    assert of_kind(custom, "ClusterRole") == [] and of_kind(custom, "ClusterRoleBinding") == []
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(custom, "Role")}
+    bindings = {b["metadata"]["namespace"]: b for b in of_kind(custom, "RoleBinding")}
+    assert set(roles) == set(bindings) == {"a", "b"}
+    for namespace in ("a", "b"):
+        assert permissions(roles[namespace]["rules"]) == expected_permissions("job-token")
+        binding = bindings[namespace]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": FULLNAME}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+
+
+# --- schemas --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["default", "custom"])
+def test_objects_validate_against_kubernetes_schemas(which: str, request: pytest.FixtureRequest) -> None:
+    checked = []
+    for obj in request.getfixturevalue(which):
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # not built in: see the ServiceMonitor and PrometheusRule tests
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{obj['kind']} {obj['metadata']['name']}: {'.'.join(map(str, exc.path))}: {exc.message}")
+        checked.append(obj["kind"])
+    assert "Deployment" in checked
+
+
+def test_strict_validation_catches_a_misspelt_field(default: list[dict[str, Any]]) -> None:
+    deployment = json.loads(json.dumps(one(default, "Deployment")))
+    deployment["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBE_VERSION, strict=True)
+
+
+def test_crds_validate_against_the_apiextensions_schema(chart: helm_python.Chart) -> None:
+    crds = [yaml.safe_load(c["data"]) for c in chart.crds]
+    assert {c["spec"]["group"] for c in crds} == {"kappa.dev"}
+    for crd in crds:
+        kubernetes_validate.validate(crd, KUBE_VERSION, strict=True)
+
+
+def test_chart_crds_equal_the_generated_ones() -> None:
+    generated = {p.name: p.read_bytes() for p in sorted((ROOT / "crds").glob("*.yaml"))}
+    packaged = {p.name: p.read_bytes() for p in sorted((CHART / "crds").glob("*.yaml"))}
+    assert generated, "no CRDs in crds/"
+    differ = [name for name, text in generated.items() if packaged.get(name) != text]
+    extra = sorted(set(packaged) - set(generated))
+    assert not differ and not extra, (
+        f"charts/kappa-operator/crds/ is not crds/ (differ or missing: {differ}, not generated: {extra}): "
+        "run `kappa crds --out charts/kappa-operator/crds`"
+    )
+
+
+def test_service_monitor_scrapes_the_metrics_port(custom: list[dict[str, Any]]) -> None:
+    monitor, service = one(custom, "ServiceMonitor"), one(custom, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    # Our series carry the job's `namespace`: keep it rather than the operator pod's.
+    assert endpoint["honorLabels"] is True
+
+
+def test_prometheus_rule_structure(custom: list[dict[str, Any]]) -> None:
+    rule = one(custom, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    (group,) = rule["spec"]["groups"]
+    for alert in group["rules"]:
+        assert set(alert) == {"alert", "expr", "for", "labels", "annotations"}, alert
+        assert alert["labels"]["severity"] in {"warning", "critical"}
+        assert set(alert["annotations"]) == {"summary", "description"}
+
+
+# --- alerts under promtool ------------------------------------------------------------------
+
+
+def rule_groups(chart: helm_python.Chart) -> list[dict[str, Any]]:
+    """The PrometheusRule's groups with the chart's default thresholds."""
+    rule = one(render(chart, {"prometheusRule": {"enabled": True}}), "PrometheusRule")
+    groups: list[dict[str, Any]] = rule["spec"]["groups"]
+    return groups
+
+
+def test_rule_expressions_name_exported_metrics(chart: helm_python.Chart) -> None:
+    for group in rule_groups(chart):
+        for rule in group["rules"]:
+            assert metric_names(rule["expr"]) <= SERIES, rule["alert"]
+
+
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not on PATH (Debian package `prometheus`; .ci/run installs it)"
+)
+
+
+@needs_promtool
+def test_promtool_checks_the_rules(chart: helm_python.Chart, tmp_path: Path) -> None:
+    groups = rule_groups(chart)
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    result = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = re.search(r"SUCCESS: (\d+) rules found", result.stdout + result.stderr)
+    assert found and int(found.group(1)) == sum(len(g["rules"]) for g in groups) == 4, result.stdout
+
+
+def series(metric: str, values: str, **labels: str) -> dict[str, str]:
+    selector = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{metric}{{{selector}}}", "values": values}
+
+
+def expect(alertname: str, at: str, *fired: dict[str, str]) -> dict[str, Any]:
+    return {"eval_time": at, "alertname": alertname, "exp_alerts": [{"exp_labels": labels} for labels in fired]}
+
+
+SJ, BF = "kappa_streamingjob_phase", "kappa_backfill_phase"
+PROGRESS, ERRORS = "kappa_backfill_progress_ratio", "kappa_operator_reconcile_errors_total"
+#: Series in, alerts out, with the chart's default thresholds (lag > 3600 s for 15m, progress
+#: flat over 30m for 5m, Failed for 10m, errors > 0.05/s for 15m). One sample a minute.
+ALERT_CASES: list[dict[str, Any]] = [
+    {
+        "input_series": [
+            series("kappa_alignment_lag_seconds", "4000x40", group="rmi", member="impressions"),
+            series("kappa_alignment_lag_seconds", "0x40", group="rmi", member="playbacks"),
+        ],
+        "alert_rule_test": [
+            expect("KappaAlignmentLagHigh", "10m"),  # still pending
+            expect("KappaAlignmentLagHigh", "20m", {"severity": "warning", "group": "rmi", "member": "impressions"}),
+        ],
+    },
+    {
+        "input_series": [
+            series(SJ, "1 1 0x30", namespace="prod", streamingjob="rmi", phase="Running"),
+            series(SJ, "0 0 1x30", namespace="prod", streamingjob="rmi", phase="Failed"),
+            series(SJ, "1x32", namespace="prod", streamingjob="ok", phase="Running"),
+            series(SJ, "0x32", namespace="prod", streamingjob="ok", phase="Failed"),
+        ],
+        "alert_rule_test": [
+            expect("KappaStreamingJobFailing", "8m"),
+            expect(
+                "KappaStreamingJobFailing",
+                "15m",
+                {"severity": "critical", "namespace": "prod", "streamingjob": "rmi", "phase": "Failed"},
+            ),
+        ],
+    },
+    {
+        # stuck: moves for 2 minutes, then flat; moving: always moves; fresh: started at minute
+        # 50 and has not moved yet, which is not "flat for 30m".
+        "input_series": [
+            series(BF, "1x70", namespace="prod", backfill="stuck", phase="Running"),
+            series(PROGRESS, "0.1 0.2 0.3x68", namespace="prod", backfill="stuck"),
+            series(BF, "1x70", namespace="prod", backfill="moving", phase="Running"),
+            series(PROGRESS, "0+0.01x70", namespace="prod", backfill="moving"),
+            series(BF, "_x50 1x20", namespace="prod", backfill="fresh", phase="Running"),
+            series(PROGRESS, "_x50 0x20", namespace="prod", backfill="fresh"),
+        ],
+        "alert_rule_test": [
+            expect("KappaBackfillStalled", "20m"),
+            *(
+                expect(
+                    "KappaBackfillStalled",
+                    at,
+                    {"severity": "warning", "namespace": "prod", "backfill": "stuck", "phase": "Running"},
+                )
+                for at in ("40m", "68m")
+            ),
+        ],
+    },
+    {
+        "input_series": [
+            series(ERRORS, "0+60x40", kind="Backfill"),  # 1/s
+            series(ERRORS, "0x40", kind="StreamingJob"),
+        ],
+        "alert_rule_test": [
+            expect("KappaOperatorReconcileErrors", "10m"),
+            expect("KappaOperatorReconcileErrors", "25m", {"severity": "warning", "kind": "Backfill"}),
+        ],
+    },
+]
+
+
+@needs_promtool
+def test_alerts_fire_on_their_series(chart: helm_python.Chart, tmp_path: Path) -> None:
+    # Annotations are prose for people: promtool would compare them verbatim. Their templates
+    # are checked by `promtool check rules` and by the label test below; here, the expressions.
+    groups = [
+        {**g, "rules": [{k: v for k, v in r.items() if k != "annotations"} for r in g["rules"]]}
+        for g in rule_groups(chart)
+    ]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
+    tests = [{"interval": "1m", **case} for case in ALERT_CASES]
+    unit = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(unit))
+    result = subprocess.run(
+        [PROMTOOL, "test", "rules", "test.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    tested = {t["alertname"] for case in ALERT_CASES for t in case["alert_rule_test"]}
+    assert tested == {r["alert"] for g in groups for r in g["rules"]}  # every alert has a case
+
+
+def test_annotations_name_only_labels_the_alert_has(chart: helm_python.Chart) -> None:
+    fired = {
+        t["alertname"]: set(alert["exp_labels"])
+        for case in ALERT_CASES
+        for t in case["alert_rule_test"]
+        for alert in t["exp_alerts"]
+    }
+    for group in rule_groups(chart):
+        for rule in group["rules"]:
+            named = {n for text in rule["annotations"].values() for n in re.findall(r"\$labels\.(\w+)", text)}
+            assert named and named <= fired[rule["alert"]], rule["alert"]
+
+
+# --- the Grafana dashboard ------------------------------------------------------------------
+
+
+def metric_names(query: str) -> set[str]:
+    for macro, duration in GRAFANA_MACROS.items():
+        query = query.replace(macro, duration)
+    names: set[str] = set()
+
+    def visit(node: promql_parser.Expr) -> None:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            names.add(node.name)
+
+    promql_parser.walk(promql_parser.parse(query), visit)
+    return names
+
+
+def panels(dashboard: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+@pytest.fixture(scope="module")
+def dashboard() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((CHART / "dashboards" / "kappa.json").read_text())
+    return loaded
+
+
+def test_dashboard_configmap_carries_the_file(custom: list[dict[str, Any]], dashboard: dict[str, Any]) -> None:
+    config_map = one(custom, "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "kappa"}
+    assert json.loads(config_map["data"]["kappa.json"]) == dashboard
+
+
+def test_dashboard_queries_parse_and_name_exported_metrics(dashboard: dict[str, Any]) -> None:
+    shown: set[str] = set()
+    queried = [p for p in panels(dashboard) if p["type"] != "row"]
+    assert len({p["id"] for p in panels(dashboard)}) == len(list(panels(dashboard)))
+    for panel in queried:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            names = metric_names(target["expr"])
+            assert names and names <= SERIES, f"{panel['title']}: {target['expr']}"
+            shown |= names
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            (name,) = re.findall(r"label_values\((\w+),", variable["query"]["query"])
+            assert name in SERIES, variable["name"]
+    histograms = {f"{h}{suffix}": h for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
+    assert {histograms.get(n, n) for n in shown} == METRICS  # every metric is on a panel
+
+
+def test_dashboard_shows_event_time_throughput(dashboard: dict[str, Any]) -> None:
+    exprs = [t["expr"] for p in panels(dashboard) for t in p.get("targets", [])]
+    assert any(e.startswith("deriv(kappa_alignment_global_watermark_seconds") for e in exprs)
+
+
+# --- values.yaml ----------------------------------------------------------------------------
+
+
+def undocumented_values(text: str) -> list[str]:
+    """Leaf keys with no comment line above them or above one of their parents."""
+    missing: list[str] = []
+    stack: list[tuple[int, str, bool]] = []  # (indent, key, documented)
+    commented = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            commented = True
+            continue
+        match = re.match(r"(\s*)([\w.-]+):(.*)$", line)
+        if not match:
+            commented = False
+            continue
+        indent, key, rest = len(match.group(1)), match.group(2), match.group(3).strip()
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        documented = commented or any(d for _, _, d in stack)
+        if rest and not documented:
+            missing.append(".".join([*(k for _, k, _ in stack), key]))
+        stack.append((indent, key, documented))
+        commented = False
+    return missing
+
+
+def test_every_value_is_documented() -> None:
+    assert undocumented_values((CHART / "values.yaml").read_text()) == []
+    assert undocumented_values("a:\n  # doc\n  b: 1\n  c: 2\n") == ["a.c"]

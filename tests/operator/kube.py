@@ -1,0 +1,119 @@
+"""Helpers for running the operator against the kmock Kubernetes emulator: resource
+registration, a small REST client, polling, and starting/stopping kopf in the test's loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kmock
+import kopf
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = "/apis/kappa.dev/v1alpha1/namespaces/default/streamingjobs"
+APPS = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/default/sparkapplications"
+CMS = "/api/v1/namespaces/default/configmaps"
+BACKFILLS = "/apis/kappa.dev/v1alpha1/namespaces/default/backfills"
+SECRETS = "/api/v1/namespaces/default/secrets"
+VERBS = {"list", "watch", "get", "patch", "create", "delete", "update"}
+
+
+def register(emulator: kmock.KubernetesEmulator) -> None:
+    emulator.resources.load_bundled()
+    emulator.resources["kappa.dev/v1alpha1/streamingjobs"] = kmock.ResourceInfo(
+        kind="StreamingJob", namespaced=True, verbs=VERBS, subresources={"status"}, shortnames={"sj"}
+    )
+    emulator.resources["kappa.dev/v1alpha1/backfills"] = kmock.ResourceInfo(
+        kind="Backfill", namespaced=True, verbs=VERBS, subresources={"status"}, shortnames={"bf"}
+    )
+    emulator.resources["sparkoperator.k8s.io/v1beta2/sparkapplications"] = kmock.ResourceInfo(
+        kind="SparkApplication", namespaced=True, verbs=VERBS, subresources={"status"}
+    )
+
+
+class Api:
+    def __init__(self, base: str, http: aiohttp.ClientSession) -> None:
+        self.base, self.http = base, http
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        async with self.http.get(self.base + path) as r:
+            return None if r.status == 404 else await r.json()
+
+    async def post(self, path: str, body: dict[str, Any]) -> None:
+        async with self.http.post(self.base + path, json=body) as r:
+            assert r.status < 300, await r.text()
+
+    async def patch(self, path: str, body: dict[str, Any]) -> None:
+        headers = {"Content-Type": "application/merge-patch+json"}
+        async with self.http.patch(self.base + path, data=json.dumps(body), headers=headers) as r:
+            assert r.status < 300, await r.text()
+
+    async def delete(self, path: str) -> None:
+        async with self.http.delete(self.base + path) as r:
+            assert r.status < 300 or r.status == 404, await r.text()
+
+
+async def eventually(check: Callable[[], Awaitable[Any]], what: str, timeout: float = 45.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def start_operator() -> tuple[asyncio.Event, asyncio.Task[None]]:
+    settings = kopf.OperatorSettings()
+    settings.scanning.disabled = True
+    settings.watching.server_timeout = 10
+    settings.watching.client_timeout = 15
+    stop = asyncio.Event()
+    task = asyncio.create_task(kopf.operator(namespaces=["default"], settings=settings, stop_flag=stop))
+    return stop, task
+
+
+async def stop_operator(stop: asyncio.Event, task: asyncio.Task[None]) -> None:
+    """Ask kopf to stop; its watch streams on the emulator may linger, so cancel after a grace."""
+    stop.set()
+    done, _ = await asyncio.wait({task}, timeout=5)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task}, timeout=10)
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+
+
+async def equals(get: Callable[[], Awaitable[Any]], value: Any) -> bool:
+    return await get() == value
+
+
+async def absent(api: Api, path: str) -> bool:
+    return await api.get(path) is None
+
+
+def manifest(name: str, uid: str, **changes: Any) -> dict[str, Any]:
+    """An example manifest as the API server would hold it (kmock assigns no uid,
+    resourceVersion or generation; kopf test-patches on resourceVersion)."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "examples" / name).read_text())
+    data["metadata"].update(uid=uid, resourceVersion="1", generation=1)
+    for key, value in changes.items():
+        data["spec"][key] = value
+    return data
+
+
+def reasons(emulator: kmock.KubernetesEmulator) -> list[str]:
+    """Reasons of the events the operator posted, in order, from the emulator's request log
+    (kmock has no generateName, so it stores only the first of kopf's events)."""
+    return [
+        str((r.data or {}).get("reason"))
+        for r in list(emulator)
+        if str(r.method).upper().endswith("POST") and r.url.path.endswith("/events")
+    ]
