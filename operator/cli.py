@@ -11,7 +11,8 @@ from rich.console import Console
 from spark_app.errors import KappaError
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line (tests check the Helm chart's args against it)."""
     parser = argparse.ArgumentParser(prog="kappa", description="kappa-operator: backfill and rewind streaming jobs")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="generate data into a local Iceberg catalog, run rmi live, then backfill")
@@ -39,10 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     op.add_argument("--token-secret", default="kappa-coordinator-token", help="Secret drivers read the token from")
     op.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
     op.add_argument("--health-port", type=int, help="serve kopf's liveness /healthz on this port")
+    op.add_argument("--verbose", action="store_true", help="debug logging")
     crds = sub.add_parser("crds", help="write crds/*.yaml generated from the models")
     crds.add_argument("--out", type=Path, default=Path("crds"), help="directory (default: crds)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     console = Console(stderr=False)
     if args.command == "crds":
         return write_crds(args.out, args.check, console)
@@ -97,7 +103,8 @@ def run_operator(args: argparse.Namespace) -> int:
 
     from kappa_operator.runner import OperatorOptions, run_operator
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    level = logging.DEBUG if args.verbose else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run_operator(
         OperatorOptions(
             namespaces=tuple(args.namespace),

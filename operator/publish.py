@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from functools import partial
 
+from pyiceberg.table import Table
+
 from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.reconcile.backfill import Outcome
 from spark_app.catalogs import load_table
 from spark_app.config import IcebergSink, JobConfig
 from spark_app.errors import KappaError
+from spark_app.sinks.iceberg.commit import branch_history
 from spark_app.sinks.iceberg.publish import publish
 from spark_app.sinks.iceberg.window import TimeWindow
 
@@ -41,8 +44,11 @@ def publish_backfill(bf: Backfill, cfg: JobConfig) -> Outcome:
             )
         except KappaError as exc:
             return Outcome(results, str(exc))
+        tag = f"{bf.metadata.namespace}/{bf.metadata.name}"
+        earlier = None if done.snapshot_id else _earlier(load_table(sink.catalog, catalog, sink.table), sink.table, tag)
         results.append(
-            PublishedTable(
+            earlier
+            or PublishedTable(
                 table=sink.table,
                 match_ratio=round(done.comparison.match_ratio, 6),
                 rows_removed=done.rows_removed,
@@ -51,3 +57,19 @@ def publish_backfill(bf: Backfill, cfg: JobConfig) -> Outcome:
             )
         )
     return Outcome(results, None)
+
+
+def _earlier(table: Table, name: str, tag: str) -> PublishedTable | None:
+    """This backfill's publish already in main (a resumed or repeated publish changes nothing):
+    report what that one did, not the empty second run."""
+    for snap in branch_history(table, "main"):
+        props = snap.summary.additional_properties if snap.summary else {}
+        if props.get(BACKFILL) == tag and "kappa.rows-added" in props:
+            return PublishedTable(
+                table=name,
+                match_ratio=float(props.get("kappa.match-ratio", "1")),
+                rows_removed=int(props["kappa.rows-removed"]),
+                rows_added=int(props["kappa.rows-added"]),
+                snapshot_id=snap.snapshot_id,
+            )
+    return None

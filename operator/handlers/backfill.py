@@ -6,6 +6,7 @@ restarted mid-way resumes from the recorded phase and every step is safe to repe
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,6 +26,10 @@ KIND = "Backfill"
 PLURAL = "backfills"
 PROGRESS_INTERVAL = 5.0
 """Seconds between looks at a running backfill's group (and at a Pending one's job)."""
+
+
+_PUBLISHING: set[tuple[str, str]] = set()
+_PUBLISHING_LOCK = threading.Lock()
 
 
 def _job(bf: Backfill) -> StreamingJob | None:
@@ -59,8 +64,16 @@ def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -
     status = plan.status
     if plan.publish and job is not None:
         cluster.patch_status(PLURAL, ns, name, status)  # intent first: a restart resumes the publish
-        cfg = backfill_config(bf, job, None)
-        outcome = publish_backfill(bf, cfg)
+        with _PUBLISHING_LOCK:
+            if (ns, name) in _PUBLISHING:
+                return status  # the application's event and the timer both got here: one publishes
+            _PUBLISHING.add((ns, name))
+        try:
+            cfg = backfill_config(bf, job, None)
+            outcome = publish_backfill(bf, cfg)
+        finally:
+            with _PUBLISHING_LOCK:
+                _PUBLISHING.discard((ns, name))
         return act(published(bf, outcome, alignment_group(cfg), now_rfc3339()), bf, job, body)
     observe(KIND, body, status)
     return status
@@ -92,13 +105,14 @@ def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]
     PLURAL,
     interval=PROGRESS_INTERVAL,
     initial_delay=PROGRESS_INTERVAL,
-    when=lambda status, **_: status.get("phase") in ("Pending", "Running"),
+    when=lambda status, **_: status.get("phase") in ("Pending", "Running", "Publishing"),
 )
 @counted(KIND)
 def follow(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    """Pending: look for the job again. Running: progress and ETA from the group's watermark."""
+    """Pending: look for the job again. Running: progress and ETA from the group's watermark.
+    Publishing: a publish that raised (catalog unreachable) is tried again."""
     bf = parse(Backfill, body)
-    if bf.status is None or bf.status.phase == "Pending":
+    if bf.status is None or bf.status.phase in ("Pending", "Publishing"):
         job = _job(bf)
         if job is not None:
             app = ctx().cluster().get_app(bf.metadata.namespace, bf.metadata.name)

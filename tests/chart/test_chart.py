@@ -26,6 +26,8 @@ import promql_parser
 import pytest
 import yaml
 
+from kappa_operator.cli import build_parser
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kappa-operator"
 KUBE_VERSION = "1.30"
@@ -202,6 +204,20 @@ def test_operator_args_follow_the_cli_contract(default: list[dict[str, Any]], cu
         *ports,
         "--verbose",
     ]
+
+
+def test_the_real_command_line_accepts_the_args(default: list[dict[str, Any]], custom: list[dict[str, Any]]) -> None:
+    """The chart's args parse with `kappa operator`'s own parser (a renamed flag fails here)."""
+    parsed = build_parser().parse_args(["operator", *operator_container(default)["args"]])
+    assert (parsed.namespace, parsed.coordinator_bind, parsed.metrics_port, parsed.health_port) == (
+        [],
+        "0.0.0.0:8471",
+        8080,
+        8081,
+    )
+    assert str(parsed.token_file) == "/var/run/kappa/token"
+    parsed = build_parser().parse_args(["operator", *operator_container(custom)["args"]])
+    assert parsed.namespace == ["a", "b"] and parsed.token_secret == "job-token" and parsed.verbose
 
 
 def test_coordinator_url_can_be_overridden(chart: helm_python.Chart) -> None:

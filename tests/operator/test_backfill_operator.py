@@ -167,6 +167,14 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             assert s["matchRatio"] == 0.5, "main had 2 of the branch's 4 rows"
             assert window_ids(catalog) == ["after", "before", "p0", "p1", "p2", "p3"]
             assert GROUP not in coordinator.service.core.groups(), "the group is left once published"
+            # an operator restarted mid-publish resumes it: main is not changed twice, the
+            # status still reports what the one publish did
+            head = catalog.load_table("marts.attributed_plays").snapshot_by_name("main")
+            await api.patch(f"{BACKFILLS}/rmi-outage/status", {"status": {"phase": "Publishing"}})
+            await eventually(lambda: _phase(api, "rmi-outage", "Publishing"), "the publish marked unfinished")
+            again = await eventually(lambda: _phase(api, "rmi-outage", "Succeeded"), "the resumed publish", 60)
+            assert again["published"] == s["published"]
+            assert catalog.load_table("marts.attributed_plays").snapshot_by_name("main") == head
             seen = reasons(kmock)
             for reason in ("JobNotFound", "Submitted", "Running", "Publishing", "Published"):
                 assert reason in seen, f"no {reason} event in {seen}"

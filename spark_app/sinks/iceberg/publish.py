@@ -144,12 +144,15 @@ def publish(
         deletes: list[DataFile] = []
         appends: list[DataFile] = []
         for task in (t for t in main_tasks if t.file.file_path not in shared):
-            deletes.append(task.file)
             if window.inside(table, task):
+                deletes.append(task.file)
                 removed += task.file.record_count
                 continue
             rows = window.read(table, [task])
             keep = rows.filter(pc.invert(window.mask(rows)))
+            if keep.num_rows == rows.num_rows:
+                continue  # its stats straddle the window, none of its rows is in it
+            deletes.append(task.file)
             removed += rows.num_rows - keep.num_rows
             appends += _rewrite(table, keep)
             rewritten += 1
@@ -160,6 +163,8 @@ def publish(
                 continue
             rows = window.read(table, [task])
             take = rows.filter(window.mask(rows))
+            if take.num_rows == 0:
+                continue
             added += take.num_rows
             appends += _rewrite(table, take)
             rewritten += 1
@@ -170,6 +175,7 @@ def publish(
             "kappa.window": f"{window.column} [{window.start.isoformat()}, {window.end.isoformat()})",
             "kappa.rows-removed": str(removed),
             "kappa.rows-added": str(added),
+            "kappa.match-ratio": f"{comparison.match_ratio:.6f}",
             **(properties or {}),
         }
         tx = table.transaction()
