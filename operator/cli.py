@@ -41,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
     op.add_argument("--health-port", type=int, help="serve kopf's liveness /healthz on this port")
     op.add_argument("--verbose", action="store_true", help="debug logging")
+    ck = sub.add_parser("checkpoints", help="externalized checkpoints")
+    ck_sub = ck.add_subparsers(dest="action", required=True)
+    ck_list = ck_sub.add_parser("list", help="a live checkpoint's batches, or an external location's snapshots")
+    ck_list.add_argument("location", help="path or URI (s3://, s3a://, file://, hdfs://)")
+    rw = sub.add_parser("rewind", help="print what a Rewind manifest would do (a dry run; changes nothing)")
+    rw.add_argument("manifest", type=Path, help="the Rewind (YAML)")
+    rw.add_argument("--job", type=Path, required=True, help="its StreamingJob (YAML)")
+    rw.add_argument("--jobs", type=Path, nargs="*", default=[], help="other StreamingJobs, for downstream")
     crds = sub.add_parser("crds", help="write crds/*.yaml generated from the models")
     crds.add_argument("--out", type=Path, default=Path("crds"), help="directory (default: crds)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
@@ -56,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_coordinator(args, console)
     if args.command == "operator":
         return run_operator(args)
+    if args.command in ("checkpoints", "rewind"):
+        return run_report(args, console)
     if args.command == "demo":
         from kappa_operator.demo import DemoSettings, run_demo
 
@@ -118,6 +128,30 @@ def run_operator(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def run_report(args: argparse.Namespace, console: Console) -> int:
+    import yaml
+
+    from kappa_operator.models.rewind import Rewind
+    from kappa_operator.models.streaming_job import StreamingJob
+    from kappa_operator.reports import checkpoints_table, rewind_preview
+
+    try:
+        if args.command == "checkpoints":
+            console.print(checkpoints_table(args.location))
+            return 0
+        rw = Rewind.model_validate(yaml.safe_load(args.manifest.read_text()))
+        job = StreamingJob.model_validate(yaml.safe_load(args.job.read_text()))
+        others = [StreamingJob.model_validate(d) for p in args.jobs for d in yaml.safe_load_all(p.read_text()) if d]
+        if rw.spec.job_ref.name != job.metadata.name:
+            console.print(f"[red]error:[/] the Rewind's jobRef is {rw.spec.job_ref.name}, --job is {job.metadata.name}")
+            return 2
+        console.print(rewind_preview(rw, job, others))
+        return 0
+    except (KappaError, ValueError, OSError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
 
 
 def run_coordinator(args: argparse.Namespace, console: Console) -> int:

@@ -110,3 +110,22 @@ class Cluster:
             if exc.status != 409:
                 raise
             self.core.patch_namespaced_secret(name, namespace, {"stringData": data})
+
+    # --- our resources, written by a Rewind ----------------------------------------------
+
+    def list_resources(self, plural: str, namespace: str) -> list[dict[str, Any]]:
+        listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
+        return list(listed.get("items", []))
+
+    def create_resource(self, plural: str, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def annotate(self, plural: str, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        """Set (None: remove) annotations with a merge patch."""
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, name, {"metadata": {"annotations": annotations}}
+        )

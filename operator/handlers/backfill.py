@@ -6,13 +6,23 @@ restarted mid-way resumes from the recorded phase and every step is safe to repe
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from kappa_operator.handlers.context import counted, crash_point, ctx, forget, log, observe, parse, post_events
+from kappa_operator.handlers.context import (
+    counted,
+    crash_point,
+    ctx,
+    exclusive,
+    forget,
+    log,
+    observe,
+    parse,
+    post_events,
+    referenced_job,
+)
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
@@ -28,13 +38,8 @@ PROGRESS_INTERVAL = 5.0
 """Seconds between looks at a running backfill's group (and at a Pending one's job)."""
 
 
-_PUBLISHING: set[tuple[str, str]] = set()
-_PUBLISHING_LOCK = threading.Lock()
-
-
 def _job(bf: Backfill) -> StreamingJob | None:
-    body = ctx().cluster().get_resource("streamingjobs", bf.metadata.namespace, bf.spec.job_ref.name)
-    return None if body is None else parse(StreamingJob, body)
+    return referenced_job(bf.metadata.namespace, bf.spec.job_ref.name)
 
 
 def _plan(bf: Backfill, app: dict[str, Any] | None, job: StreamingJob | None) -> BackfillPlan:
@@ -64,16 +69,11 @@ def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -
     status = plan.status
     if plan.publish and job is not None:
         cluster.patch_status(PLURAL, ns, name, status)  # intent first: a restart resumes the publish
-        with _PUBLISHING_LOCK:
-            if (ns, name) in _PUBLISHING:
+        with exclusive("publish", ns, name) as mine:
+            if not mine:
                 return status  # the application's event and the timer both got here: one publishes
-            _PUBLISHING.add((ns, name))
-        try:
             cfg = backfill_config(bf, job, None)
             outcome = publish_backfill(bf, cfg)
-        finally:
-            with _PUBLISHING_LOCK:
-                _PUBLISHING.discard((ns, name))
         return act(published(bf, outcome, alignment_group(cfg), now_rfc3339()), bf, job, body)
     observe(KIND, body, status)
     return status

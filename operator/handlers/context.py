@@ -8,7 +8,9 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,6 +20,7 @@ from kappa_operator.cluster import Cluster
 from kappa_operator.coordinator.groups import Groups
 from kappa_operator.metrics import OperatorMetrics
 from kappa_operator.models.common import CRModel, manifest_fields
+from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.streaming_job import Event
 
 log = logging.getLogger("kappa.operator")
@@ -102,6 +105,12 @@ def parse(model: type[M], body: kopf.Body | dict[str, Any]) -> M:
         raise kopf.PermanentError(f"invalid {model.__name__}: {exc}") from exc
 
 
+def referenced_job(namespace: str, name: str) -> StreamingJob | None:
+    """The StreamingJob a Backfill or Rewind names (``jobRef``), or None while it does not exist."""
+    body = CONTEXT.cluster().get_resource("streamingjobs", namespace, name)
+    return None if body is None else parse(StreamingJob, body)
+
+
 def observe(kind: str, body: kopf.Body | dict[str, Any], status: dict[str, Any]) -> None:
     if CONTEXT.metrics is None or not status.get("phase"):
         return
@@ -125,3 +134,25 @@ def crash_point(name: str) -> None:
     if os.environ.get(FAULT_ENV) == name:
         log.error("fault %s: exiting", name)
         os._exit(137)
+
+
+_BUSY: set[tuple[str, ...]] = set()
+_BUSY_LOCK = threading.Lock()
+
+
+@contextmanager
+def exclusive(*key: str) -> Iterator[bool]:
+    """Whether this thread may go ahead with ``key`` (e.g. a publish or a rewind of one object):
+    kopf runs an object's event handlers and its timers concurrently, and two restores into one
+    directory, or two publishes of one branch, must not overlap. The operator runs as one
+    process (standalone), so an in-process guard is enough."""
+    with _BUSY_LOCK:
+        if key in _BUSY:
+            yield False
+            return
+        _BUSY.add(key)
+    try:
+        yield True
+    finally:
+        with _BUSY_LOCK:
+            _BUSY.discard(key)

@@ -32,6 +32,7 @@ def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
 @kopf.on.resume(GROUP, VERSION, "streamingjobs")
 @kopf.on.create(GROUP, VERSION, "streamingjobs")
 @kopf.on.update(GROUP, VERSION, "streamingjobs", field="spec")
+@kopf.on.update(GROUP, VERSION, "streamingjobs", field="metadata.annotations")  # a Rewind pauses/moves it
 @counted(KIND)
 def reconcile_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     job = parse(StreamingJob, body)

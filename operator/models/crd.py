@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from kappa_operator.models.backfill import BackfillSpec, BackfillStatus
 from kappa_operator.models.common import GROUP, VERSION
+from kappa_operator.models.rewind import RewindSpec, RewindStatus
 from kappa_operator.models.streaming_job import StreamingJobSpec, StreamingJobStatus
 
 
@@ -64,6 +65,23 @@ KINDS = (
             {"name": "ETA", "type": "string", "jsonPath": ".status.eta"},
             {"name": "Job", "type": "string", "jsonPath": ".spec.jobRef.name", "priority": 1},
             {"name": "Branch", "type": "string", "jsonPath": ".status.branch", "priority": 1},
+            AGE,
+        ),
+    ),
+    Kind(
+        "Rewind",
+        "rewinds",
+        "rw",
+        RewindSpec,
+        RewindStatus,
+        "Restart a StreamingJob from a checkpoint taken before an outage, and undo what its sinks wrote since.",
+        (
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Job", "type": "string", "jsonPath": ".spec.jobRef.name"},
+            {"name": "Target Time", "type": "string", "jsonPath": ".spec.target.time"},
+            {"name": "Target Batch", "type": "integer", "jsonPath": ".spec.target.batchId"},
+            {"name": "Restored Batch", "type": "integer", "jsonPath": ".status.restoredBatch"},
+            {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
             AGE,
         ),
     ),

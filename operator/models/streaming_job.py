@@ -117,11 +117,26 @@ class JobSink(CRModel):
         return self
 
 
+class CheckpointRetention(CRModel):
+    """Which externalized snapshots are kept; the newest restorable one always is."""
+
+    count: int = Field(default=24, ge=1)
+    """Keep at most this many snapshots per query."""
+    max_age: DurationStr | None = None
+    """Drop snapshots older than this (e.g. 168h), never the newest."""
+
+
 class CheckpointSpec(CRModel):
-    """Where Spark keeps the job's checkpoints."""
+    """Where Spark keeps the job's checkpoints, and where restorable copies of them go."""
 
     location: str = Field(min_length=1)
-    """Base URI (s3a://, hdfs://, file://); one query per sink under `<location>/<sink>`."""
+    """Base URI (s3a://, hdfs://, file://); one query per sink under `<location>/live/<sink>`."""
+    external_location: str | None = None
+    """Where snapshots are copied to (s3://, file://, ...); unset: no snapshots, no Rewind."""
+    interval: DurationStr = "10m"
+    """How often the operator copies the newest committed batch (incrementally)."""
+    retention: CheckpointRetention = CheckpointRetention()
+    """Snapshots kept."""
 
 
 class StreamingJobSpec(CRModel):
@@ -139,8 +154,8 @@ class StreamingJobSpec(CRModel):
     """The pipeline's inputs by name."""
     sinks: dict[str, JobSink] = Field(min_length=1)
     """The pipeline's outputs by name."""
-    checkpoint: CheckpointSpec
-    """Checkpoint location."""
+    checkpoints: CheckpointSpec
+    """Checkpoint location and externalized snapshots (Rewind restores from them)."""
     trigger_interval: DurationStr = "10s"
     """Micro-batch interval of the live job (and the poll interval of Iceberg sources)."""
     ordering_column: str = "event_ts"
@@ -157,6 +172,19 @@ class StreamingJobSpec(CRModel):
     """Stop the application and keep its checkpoint; false resumes from it."""
 
 
+class RestorePoint(CRModel):
+    """One externalized snapshot a Rewind can restore."""
+
+    sink: str
+    """The query (one per sink)."""
+    batch_id: int
+    """The last committed micro-batch in the snapshot."""
+    committed_at: str
+    """When that batch was committed (RFC 3339)."""
+    watermark: str | None = None
+    """The query's event-time watermark at that batch."""
+
+
 class StreamingJobStatus(StatusBase):
     """What the operator observed."""
 
@@ -167,7 +195,13 @@ class StreamingJobStatus(StatusBase):
     config_hash: str | None = None
     """Hash of the rendered JobConfig the application runs: a spec change restarts it."""
     last_checkpoint: str | None = None
-    """Time of the newest restorable checkpoint."""
+    """Commit time of the newest restorable snapshot."""
+    checkpoints: list[RestorePoint] = []
+    """The newest restorable snapshots (a Rewind picks one)."""
+    checkpoint_location: str | None = None
+    """The checkpoint the application runs from (a Rewind moves it to a restored copy)."""
+    last_snapshot_at: str | None = None
+    """When the operator last externalized the checkpoint (the interval runs from it)."""
     watermark: str | None = None
     """Latest event-time watermark reported by the job."""
 

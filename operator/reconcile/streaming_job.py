@@ -13,7 +13,7 @@ from typing import Any
 from kappa_operator.models.common import Condition
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.phases import STATES, app_message, app_state, condition
-from kappa_operator.render.jobconfig import config_hash, streaming_job_config
+from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, config_hash, live_checkpoint, streaming_job_config
 from kappa_operator.render.spark_application import LIVE_RESTART, Launch, Owner, config_map, spark_application
 
 
@@ -49,6 +49,7 @@ def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) 
         "observedGeneration": job.metadata.generation,
         "applicationName": owner.name,
         "configHash": digest,
+        "checkpointLocation": live_checkpoint(job),
     }
     running_hash = ((app or {}).get("metadata", {}).get("annotations") or {}).get("kappa.dev/config-hash")
 
@@ -61,6 +62,17 @@ def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) 
             "message": message,
             "conditions": [c.model_dump(by_alias=True) for c in conds],
         }
+
+    paused = job.metadata.annotations.get(PAUSED_ANNOTATION)
+    if paused:
+        msg = f"stopped by {paused}; the live checkpoint is kept"
+        if app is not None:
+            return JobPlan(
+                delete_app=True,
+                status=status("Rewinding", False, "Rewinding", msg, None),
+                events=(Event("Normal", "Rewinding", f"{paused}: deleted the SparkApplication"),),
+            )
+        return JobPlan(status=status("Rewinding", False, "Rewinding", msg, None))
 
     if job.spec.suspend:
         if app is not None:

@@ -67,13 +67,25 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             "catalogs": _catalogs(job),
             "sources": {n: _live_source(s) for n, s in spec.sources.items()},
             "sinks": {n: _sink(s) for n, s in spec.sinks.items()},
-            "checkpoint": {"location": f"{spec.checkpoint.location.rstrip('/')}/live"},
+            "checkpoint": {"location": live_checkpoint(job)},
             "trigger": {"kind": "processingTime", "interval": spec.trigger_interval},
             "alignment": {"orderingColumn": spec.ordering_column},
             "sparkConf": spec.spark_conf,
         },
         origin=f"(StreamingJob {job.metadata.namespace}/{job.metadata.name})",
     )
+
+
+#: Set by a Rewind on its StreamingJob: the restored checkpoint the job resumes from.
+CHECKPOINT_ANNOTATION = "kappa.dev/checkpoint-location"
+#: Set by a Rewind while it runs: the job's application is stopped and not recreated.
+PAUSED_ANNOTATION = "kappa.dev/paused-by"
+
+
+def live_checkpoint(job: StreamingJob) -> str:
+    """Where the live queries keep their checkpoints (one directory per sink below it)."""
+    moved = job.metadata.annotations.get(CHECKPOINT_ANNOTATION)
+    return moved or f"{job.spec.checkpoints.location.rstrip('/')}/live"
 
 
 def backfill_branch(bf: Backfill) -> str:
@@ -89,7 +101,7 @@ def backfill_checkpoint(bf: Backfill, job: StreamingJob) -> str:
     """A fresh location per Backfill object (its uid): a retry of the same object resumes it,
     a new Backfill of the same name starts clean."""
     tag = (bf.metadata.uid or "local")[:8]
-    return f"{job.spec.checkpoint.location.rstrip('/')}/backfills/{bf.metadata.name}-{tag}"
+    return f"{job.spec.checkpoints.location.rstrip('/')}/backfills/{bf.metadata.name}-{tag}"
 
 
 def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None) -> JobConfig:

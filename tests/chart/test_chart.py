@@ -80,6 +80,7 @@ def expected_permissions(job_secret: str = "kappa-coordinator-token") -> set[tup
     for kind in ("streamingjobs", "backfills", "rewinds"):
         perms |= {("kappa.dev", kind, verb, "*") for verb in ("get", "list", "watch", "patch")}
         perms |= {("kappa.dev", f"{kind}/status", verb, "*") for verb in ("get", "patch")}
+    perms.add(("kappa.dev", "rewinds", "create", "*"))  # a Rewind's downstream Rewinds
     spark_verbs = ("get", "list", "watch", "create", "delete")
     perms |= {("sparkoperator.k8s.io", "sparkapplications", verb, "*") for verb in spark_verbs}
     perms |= {("", "configmaps", verb, "*") for verb in ("create", "patch", "delete")}

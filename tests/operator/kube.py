@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,20 @@ CMS = "/api/v1/namespaces/default/configmaps"
 BACKFILLS = "/apis/kappa.dev/v1alpha1/namespaces/default/backfills"
 SECRETS = "/api/v1/namespaces/default/secrets"
 VERBS = {"list", "watch", "get", "patch", "create", "delete", "update"}
+
+
+class ApiServerLike(kmock.KubernetesEmulator):
+    """kmock, plus what an API server assigns on create (uid, resourceVersion, generation):
+    kopf patches objects the operator itself created (a Rewind's downstream Rewinds) only if
+    they carry a resourceVersion. Use with ``@pytest.mark.kmock(cls=ApiServerLike)``."""
+
+    async def _handle(self, request: kmock.Request) -> Any:
+        if str(request.action).endswith("CREATE") and isinstance(request.data, dict):
+            meta = request.data.setdefault("metadata", {})
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("resourceVersion", "1")
+            meta.setdefault("generation", 1)
+        return await super()._handle(request)
 
 
 def register(emulator: kmock.KubernetesEmulator) -> None:

@@ -18,6 +18,7 @@ import yaml
 
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.crd import render_all
+from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
 from tests.crd_validation import (
     CelRuleError,
@@ -31,9 +32,13 @@ from tests.crd_validation import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD_FILES = {"StreamingJob": "streamingjobs.kappa.dev.yaml", "Backfill": "backfills.kappa.dev.yaml"}
-EXAMPLES = {"StreamingJob": "rmi-streamingjob.yaml", "Backfill": "rmi-backfill.yaml"}
-MODELS: dict[str, type[pydantic.BaseModel]] = {"StreamingJob": StreamingJob, "Backfill": Backfill}
+CRD_FILES = {
+    "StreamingJob": "streamingjobs.kappa.dev.yaml",
+    "Backfill": "backfills.kappa.dev.yaml",
+    "Rewind": "rewinds.kappa.dev.yaml",
+}
+EXAMPLES = {"StreamingJob": "rmi-streamingjob.yaml", "Backfill": "rmi-backfill.yaml", "Rewind": "rmi-rewind.yaml"}
+MODELS: dict[str, type[pydantic.BaseModel]] = {"StreamingJob": StreamingJob, "Backfill": Backfill, "Rewind": Rewind}
 KINDS = sorted(CRD_FILES)
 
 
@@ -136,13 +141,21 @@ def edited(kind: str, edits: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-BF, SJ = "Backfill", "StreamingJob"
+BF, SJ, RW = "Backfill", "StreamingJob", "Rewind"
 START = "2026-11-01T14:00:00Z"
 LIVE_IMPRESSIONS = "spec.sources.impressions.live"
 SINK = "spec.sinks.attributed_plays"
 
 # (id, kind, edits, a substring of one of the API server's errors)
 REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
+    ("rw-two-targets", RW, {"spec.target.batchId": 41}, "set exactly one of target.time, target.batchId"),
+    ("rw-no-target", RW, {"spec.target.time": DELETE}, "set exactly one of target.time, target.batchId"),
+    ("rw-negative-batch", RW, {"spec.target": {"batchId": -1}}, "spec.target.batchId in body should be greater"),
+    ("rw-bad-time", RW, {"spec.target.time": "yesterday"}, "spec.target.time in body should match"),
+    ("rw-no-job", RW, {"spec.jobRef": DELETE}, "spec.jobRef: Required value"),
+    ("rw-reset-string", RW, {"spec.resetSinks": "yes"}, "spec.resetSinks in body must be of type boolean"),
+    ("sj-retention-zero", SJ, {"spec.checkpoints.retention": {"count": 0}}, "retention.count in body should be"),
+    ("sj-interval-words", SJ, {"spec.checkpoints.interval": "hourly"}, "spec.checkpoints.interval in body should"),
     # Backfill
     ("bf-end-before-start", BF, {"spec.window.end": "2026-11-01T13:00:00Z"}, "window.end must be after start"),
     ("bf-end-equals-start", BF, {"spec.window.end": START}, 'spec.window: Invalid value: "object": window.end must'),
@@ -204,8 +217,8 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("sj-no-sinks", SJ, {"spec.sinks": {}}, "spec.sinks in body should have at least 1 properties"),
     ("sj-no-catalogs", SJ, {"spec.catalogs": {}}, "spec.catalogs in body should have at least 1 properties"),
     ("sj-catalog-prop-int", SJ, {"spec.catalogs.default.uri": 8181}, "spec.catalogs[default][uri] in body must be"),
-    ("sj-no-checkpoint", SJ, {"spec.checkpoint": DELETE}, "spec.checkpoint: Required value"),
-    ("sj-checkpoint-empty", SJ, {"spec.checkpoint.location": ""}, "spec.checkpoint.location in body should be at"),
+    ("sj-no-checkpoint", SJ, {"spec.checkpoints": DELETE}, "spec.checkpoints: Required value"),
+    ("sj-checkpoint-empty", SJ, {"spec.checkpoints.location": ""}, "spec.checkpoints.location in body should be at"),
     ("sj-trigger-words", SJ, {"spec.triggerInterval": "30 seconds"}, "spec.triggerInterval in body should match"),
     ("sj-spark-conf-int", SJ, {"spec.sparkConf": {"spark.x": 1}}, "spec.sparkConf[spark.x] in body must be of type"),
     ("sj-no-spec", SJ, {"spec": DELETE}, "spec: Required value"),

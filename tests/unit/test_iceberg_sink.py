@@ -20,6 +20,7 @@ from spark_app.errors import ConfigError
 from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
 from spark_app.sinks.iceberg.publish import matched_rows
 from spark_app.sinks.iceberg.table import parse_transform, partition_spec
+from spark_app.sinks.iceberg.undo import undo
 from spark_app.sinks.iceberg.window import TimeWindow
 
 BASE: dict[str, Any] = {
@@ -141,3 +142,18 @@ def test_a_branch_commit_leaves_main_alone(table: tuple[SqlCatalog, Table]) -> N
     t = load()
     assert len(t.scan().to_arrow()) == 7
     assert t.snapshot_by_name("backfill-x") == branch
+
+
+def test_a_rewound_query_commits_its_batch_ids_again_after_an_undo(table: tuple[SqlCatalog, Table]) -> None:
+    """A query restored to batch 1 under the same id runs batch 2 again with new contents: the
+    undo of batches > 1 is a cut, so the new batch 2 is not skipped as a replay."""
+    catalog, t = table
+    load = lambda: catalog.load_table("ns.t")  # noqa: E731
+    for b in range(4):
+        commit_batch(load, "main", [_file(t, f"old-{b}", 1)], {QUERY_ID: "q", BATCH_ID: str(b), JOB: "j"}, 3)
+    assert undo(load, "main", "q", 1).batches == (2, 3)
+    assert find_batch(load(), "main", "q", 2) is None and find_batch(load(), "main", "q", 1) is not None
+    again = commit_batch(load, "main", [_file(t, "new-2", 1)], {QUERY_ID: "q", BATCH_ID: "2", JOB: "j"}, 3)
+    assert not again.skipped
+    assert find_batch(load(), "main", "q", 2) is not None, "and a replay of the new batch 2 is skipped again"
+    assert sorted(load().scan().to_arrow()["id"].to_pylist()) == ["new-2", "old-0", "old-1"]

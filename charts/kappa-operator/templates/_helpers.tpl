@@ -80,6 +80,10 @@ list (tests/chart/test_chart.py); change both together.
 - apiGroups: ["kappa.dev"]
   resources: ["streamingjobs/status", "backfills/status", "rewinds/status"]
   verbs: ["get", "patch"]
+# A Rewind with `downstream` creates the Rewinds of the jobs reading its job's tables.
+- apiGroups: ["kappa.dev"]
+  resources: ["rewinds"]
+  verbs: ["create"]
 # The SparkApplications the operator launches (owned by our resources).
 - apiGroups: ["sparkoperator.k8s.io"]
   resources: ["sparkapplications"]

@@ -24,6 +24,8 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 log = logging.getLogger("kappa.sink")
 
 QUERY_ID = "kappa.query-id"
+UNDO_QUERY_ID = "kappa.undo-query-id"
+UNDO_AFTER_BATCH = "kappa.undo-after-batch"
 BATCH_ID = "kappa.batch-id"
 JOB = "kappa.job"
 
@@ -45,10 +47,23 @@ def batch_of(snapshot: Snapshot, query_id: str) -> int | None:
     return int(props[BATCH_ID])
 
 
+def undone_after(snapshot: Snapshot, query_id: str) -> int | None:
+    """The batch after which an undo of ``query_id`` removed everything (None: not such an undo)."""
+    props = snapshot.summary.additional_properties if snapshot.summary else {}
+    if props.get(UNDO_QUERY_ID) != query_id or UNDO_AFTER_BATCH not in props:
+        return None
+    return int(props[UNDO_AFTER_BATCH])
+
+
 def find_batch(table: Table, branch: str, query_id: str, batch_id: int) -> Snapshot | None:
     """The snapshot that committed this batch, if any. Batches commit in order, so the walk
-    stops at the query's first older batch: O(1) for the usual case."""
+    stops at the query's first older batch: O(1) for the usual case. It also stops at an undo
+    of the query to before this batch: a rewound query runs those batch ids again, with new
+    contents, and they must not be skipped as replays."""
     for snap in branch_history(table, branch):
+        cut = undone_after(snap, query_id)
+        if cut is not None and cut < batch_id:
+            return None
         written = batch_of(snap, query_id)
         if written is None:
             continue

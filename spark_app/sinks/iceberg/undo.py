@@ -18,11 +18,9 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from spark_app.errors import KappaError
-from spark_app.sinks.iceberg.commit import batch_of, branch_history, try_commit
+from spark_app.sinks.iceberg.commit import UNDO_AFTER_BATCH, UNDO_QUERY_ID, batch_of, branch_history, try_commit
 
 log = logging.getLogger("kappa.undo")
-
-UNDO_QUERY_ID = "kappa.undo-query-id"
 
 
 class UndoIncompleteError(KappaError):
@@ -114,7 +112,7 @@ def undo(
         if not wanted:
             return UndoResult((), 0, 0, None)
         files = [live[p] for p in wanted]
-        props = {UNDO_QUERY_ID: query_id, "kappa.undo-after-batch": str(after_batch)}
+        props = {UNDO_QUERY_ID: query_id, UNDO_AFTER_BATCH: str(after_batch)}
         tx = table.transaction()
         with tx.update_snapshot(snapshot_properties=props, branch=branch).overwrite() as overwrite:
             for f in files:

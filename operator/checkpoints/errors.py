@@ -1,0 +1,29 @@
+"""Errors of checkpoint management: each message says what was found and what to do."""
+
+from __future__ import annotations
+
+from spark_app.errors import KappaError
+
+
+class CheckpointError(KappaError):
+    """A checkpoint or snapshot location cannot be used as asked."""
+
+
+class IncompleteCheckpointError(CheckpointError):
+    """The live checkpoint lacks a file that batch N needs (purged by Spark, or never written)."""
+
+
+class TimelineConflictError(CheckpointError):
+    """A snapshot of this batch exists but was taken from another timeline (before a rewind)."""
+
+
+class TargetNotEmptyError(CheckpointError):
+    """A restore target holds files that are not this snapshot's: restore never overwrites."""
+
+
+class SnapshotDamagedError(CheckpointError):
+    """A manifest references pool files that are missing or have another size."""
+
+
+class NoRestorablePointError(CheckpointError):
+    """No externalized snapshot satisfies the requested rewind target."""

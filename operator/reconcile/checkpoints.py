@@ -1,0 +1,58 @@
+"""When to externalize a job's checkpoint, and what `kubectl describe sj` shows of its
+restorable points (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kappa_operator.models.common import as_timedelta
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
+
+SHOWN = 5
+"""Restore points listed in status (the newest)."""
+
+
+@dataclass(frozen=True)
+class Point:
+    sink: str
+    batch_id: int
+    committed_at: datetime
+    watermark_ms: int | None
+
+
+def snapshot_due(job: StreamingJob, now: datetime) -> bool:
+    """Externalize when the job has an external location, is not being rewound, and the
+    interval passed since the last snapshot."""
+    spec = job.spec.checkpoints
+    if spec.external_location is None or job.metadata.annotations.get(PAUSED_ANNOTATION):
+        return False
+    last = job.status.last_snapshot_at if job.status else None
+    if last is None:
+        return True
+    return now - datetime.fromisoformat(last.replace("Z", "+00:00")) >= as_timedelta(spec.interval)
+
+
+def _rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def checkpoint_status(points: list[Point], now: datetime) -> dict[str, Any]:
+    newest = sorted(points, key=lambda p: p.committed_at, reverse=True)[:SHOWN]
+    return {
+        "lastSnapshotAt": _rfc3339(now),
+        "lastCheckpoint": _rfc3339(newest[0].committed_at) if newest else None,
+        "checkpoints": [
+            {
+                "sink": p.sink,
+                "batchId": p.batch_id,
+                "committedAt": _rfc3339(p.committed_at),
+                "watermark": None
+                if p.watermark_ms is None or p.watermark_ms <= 0
+                else _rfc3339(datetime.fromtimestamp(p.watermark_ms / 1000, UTC)),
+            }
+            for p in newest
+        ],
+    }

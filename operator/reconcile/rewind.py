@@ -1,0 +1,307 @@
+"""What to do for a Rewind (pure): a state machine as a dispatch of one small function per
+phase, like the Spark operator's.
+
+Pending -> Stopping -> Restoring -> ResettingSinks -> Resuming -> Succeeded | Failed.
+
+Each step returns the status to record *before* its I/O (the intent: a restarted operator
+finds the phase and repeats the step, and every step is idempotent) and the commands to carry
+out. Restore points are chosen once, in Pending, and kept in status, so a retry restores the
+same batch even if newer snapshots appeared meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kappa_operator.models.common import Condition
+from kappa_operator.models.rewind import Rewind, SinkRestore
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.phases import condition
+from kappa_operator.reconcile.streaming_job import Event
+from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+
+TERMINAL = ("Succeeded", "Failed")
+
+
+# --- commands the handler carries out (each idempotent) -----------------------------------
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Annotate the job so its application is deleted and not recreated."""
+
+    by: str
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Materialize each chosen snapshot into ``location/<sink>`` (a fresh directory)."""
+
+    restores: tuple[SinkRestore, ...]
+    location: str
+
+
+@dataclass(frozen=True)
+class ResetSinks:
+    """Undo what each query wrote to its Iceberg table after the restored batch."""
+
+    restores: tuple[SinkRestore, ...]
+
+
+@dataclass(frozen=True)
+class RewindDownstream:
+    """Create these Rewinds (of the jobs reading this job's tables)."""
+
+    manifests: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Point the job at the restored checkpoint and let it run again."""
+
+    location: str
+
+
+Command = Pause | Restore | ResetSinks | RewindDownstream | Resume
+
+
+@dataclass(frozen=True)
+class RewindPlan:
+    status: dict[str, Any]
+    """Recorded before the commands run."""
+    commands: tuple[Command, ...] = ()
+    next_phase: str | None = None
+    """Record this phase once the commands succeeded (None: stay, look again later)."""
+    events: tuple[Event, ...] = ()
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the handler saw, for one decision."""
+
+    job: StreamingJob | None
+    app: dict[str, Any] | None
+    """The job's SparkApplication."""
+    chosen: tuple[SinkRestore, ...] | str = ()
+    """Pending only: the restore point per sink, or why there is none."""
+    downstream: tuple[StreamingJob, ...] = ()
+    """Jobs whose sources read this job's Iceberg sink tables."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_rewind(rw: Rewind, seen: Observed, now: str) -> RewindPlan:
+    phase = rw.status.phase if rw.status and rw.status.phase else "Pending"
+    if phase in TERMINAL:
+        return RewindPlan(status=_kept(rw))
+    return STEPS[phase](rw, seen, _Status(rw, now))
+
+
+class _Status:
+    def __init__(self, rw: Rewind, now: str) -> None:
+        self.rw, self.now = rw, now
+        self.previous: list[Condition] = list(rw.status.conditions) if rw.status else []
+
+    def __call__(self, phase: str, message: str, reason: str | None = None, **extra: Any) -> dict[str, Any]:
+        done = phase in TERMINAL
+        conds = condition(
+            self.previous,
+            "Succeeded" if done else "Progressing",
+            phase == "Succeeded" or not done,
+            reason or phase,
+            message,
+            self.now,
+        )
+        if done:
+            conds = [c for c in conds if c.type != "Progressing"]
+        return {
+            "observedGeneration": self.rw.metadata.generation,
+            **extra,
+            "phase": phase,
+            "message": message,
+            "conditions": [c.model_dump(by_alias=True) for c in conds],
+        }
+
+
+def _kept(rw: Rewind) -> dict[str, Any]:
+    return rw.status.model_dump(by_alias=True, exclude_none=True) if rw.status else {}
+
+
+def _restores(rw: Rewind) -> tuple[SinkRestore, ...]:
+    return tuple(rw.status.restores) if rw.status else ()
+
+
+def _location(rw: Rewind) -> str:
+    assert rw.status is not None and rw.status.checkpoint_location is not None
+    return rw.status.checkpoint_location
+
+
+def paused_by(rw: Rewind) -> str:
+    return f"rewind/{rw.metadata.name}"
+
+
+def restored_location(rw: Rewind, job: StreamingJob) -> str:
+    """A fresh directory per Rewind object: the live checkpoint is never written to."""
+    tag = (rw.metadata.uid or "local")[:8]
+    return f"{job.spec.checkpoints.location.rstrip('/')}/rewinds/{rw.metadata.name}-{tag}"
+
+
+# --- one function per phase ---------------------------------------------------------------
+
+
+def _pending(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
+    job = seen.job
+    if job is None:
+        msg = f"StreamingJob {rw.spec.job_ref.name} not found in {rw.metadata.namespace}; waiting for it"
+        return RewindPlan(status=status("Pending", msg, "JobNotFound"))
+    if isinstance(seen.chosen, str):
+        msg = f"no restorable point: {seen.chosen}"
+        return RewindPlan(
+            status=status("Failed", msg, "NoRestorablePoint"), events=(Event("Warning", "NoRestorablePoint", msg),)
+        )
+    points = ", ".join(f"{r.sink} batch {r.batch_id} ({r.committed_at})" for r in seen.chosen)
+    msg = f"restoring {points}; stopping {job.metadata.name}"
+    location = restored_location(rw, job)
+    return RewindPlan(
+        status=status(
+            "Stopping",
+            msg,
+            restores=[r.model_dump(by_alias=True) for r in seen.chosen],
+            restoredBatch=seen.chosen[0].batch_id,
+            checkpointLocation=location,
+        ),
+        commands=(Pause(paused_by(rw)),),
+        events=(Event("Normal", "Stopping", msg),),
+    )
+
+
+def _stopping(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
+    if seen.job is None:
+        return _failed(status, "JobDeleted", f"StreamingJob {rw.spec.job_ref.name} was deleted during the rewind")
+    if seen.app is not None:  # the job's handler deletes it once it sees the annotation
+        return RewindPlan(
+            status=status("Stopping", f"waiting for SparkApplication {seen.job.metadata.name} to stop"),
+            commands=(Pause(paused_by(rw)),),
+        )
+    msg = f"stopped; restoring into {_location(rw)}"
+    return RewindPlan(status=status("Restoring", msg), events=(Event("Normal", "Restoring", msg),))
+
+
+def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
+    nxt = "ResettingSinks" if rw.spec.reset_sinks else "Resuming"
+    return RewindPlan(
+        status=status("Restoring", f"restoring {len(_restores(rw))} queries into {_location(rw)}"),
+        commands=(Restore(_restores(rw), _location(rw)),),
+        next_phase=nxt,
+        events=(Event("Normal", "Restored", f"restored into {_location(rw)}; next: {nxt}"),),
+    )
+
+
+def _resetting(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
+    commands: tuple[Command, ...] = (ResetSinks(_restores(rw)),)
+    if rw.spec.downstream and seen.downstream:
+        commands += (RewindDownstream(tuple(downstream_rewind(rw, j) for j in seen.downstream)),)
+    return RewindPlan(
+        status=status("ResettingSinks", "removing what the sinks wrote after the restored batches"),
+        commands=commands,
+        next_phase="Resuming",
+    )
+
+
+def _resuming(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
+    job = seen.job
+    if job is None:
+        return _failed(status, "JobDeleted", f"StreamingJob {rw.spec.job_ref.name} was deleted during the rewind")
+    location = _location(rw)
+    moved = job.metadata.annotations.get(CHECKPOINT_ANNOTATION) == location
+    paused = job.metadata.annotations.get(PAUSED_ANNOTATION) == paused_by(rw)
+    if moved and not paused and seen.app is not None:
+        msg = f"{job.metadata.name} resumed from {location}"
+        return RewindPlan(status=status("Succeeded", msg, "Resumed"), events=(Event("Normal", "Resumed", msg),))
+    return RewindPlan(
+        status=status("Resuming", f"starting {job.metadata.name} from {location}"), commands=(Resume(location),)
+    )
+
+
+def _failed(status: _Status, reason: str, msg: str) -> RewindPlan:
+    return RewindPlan(status=status("Failed", msg, reason), events=(Event("Warning", reason, msg),))
+
+
+def step_failed(rw: Rewind, phase: str, error: str, now: str) -> RewindPlan:
+    """A step refused for good (a snapshot gone, an undo that would be partial): Failed, with
+    what was done so far kept in status, so a person can see where it stopped."""
+    hint = f"; {rw.spec.job_ref.name} stays stopped: delete this Rewind to resume it from its live checkpoint"
+    return _failed(_Status(rw, now), f"{phase}Failed", f"{phase}: {error}{hint}")
+
+
+STEPS: dict[str, Callable[[Rewind, Observed, _Status], RewindPlan]] = {
+    "Pending": _pending,
+    "Stopping": _stopping,
+    "Restoring": _restoring,
+    "ResettingSinks": _resetting,
+    "Resuming": _resuming,
+}
+
+
+def after_reset(rw: Rewind, removed: dict[str, tuple[str | None, int]], children: list[str]) -> dict[str, Any]:
+    """Status fields once the sinks were reset: per sink, the table and files removed."""
+    restores = [
+        r.model_copy(update={"table": removed[r.sink][0], "files_removed": removed[r.sink][1]})
+        if r.sink in removed
+        else r
+        for r in _restores(rw)
+    ]
+    return {"restores": [r.model_dump(by_alias=True) for r in restores], "downstream": children}
+
+
+# --- downstream jobs ------------------------------------------------------------------------
+
+
+def reads_from(job: StreamingJob, other: StreamingJob) -> bool:
+    """Does ``other`` read one of ``job``'s Iceberg sink tables live (same catalog, same table)?"""
+    written = {
+        (tuple(sorted(job.spec.catalogs[s.catalog].items())), s.table)
+        for s in job.spec.sinks.values()
+        if s.kind == "iceberg" and s.catalog in job.spec.catalogs
+    }
+    return any(
+        (tuple(sorted(other.spec.catalogs[s.live.catalog].items())), s.live.table) in written
+        for s in other.spec.sources.values()
+        if s.live.kind == "icebergLive" and s.live.catalog in other.spec.catalogs
+    )
+
+
+def downstream_of(job: StreamingJob, jobs: list[StreamingJob]) -> tuple[StreamingJob, ...]:
+    return tuple(j for j in jobs if j.metadata.name != job.metadata.name and reads_from(job, j))
+
+
+def downstream_rewind(rw: Rewind, job: StreamingJob) -> dict[str, Any]:
+    """A child Rewind of a downstream job, to before the earliest output this rewind removes."""
+    cut = min(r.committed_at for r in _restores(rw))
+    name = f"{rw.metadata.name}-{job.metadata.name}"[:63].rstrip("-")
+    return {
+        "apiVersion": "kappa.dev/v1alpha1",
+        "kind": "Rewind",
+        "metadata": {
+            "name": name,
+            "namespace": rw.metadata.namespace,
+            "labels": {"kappa.dev/rewind-parent": rw.metadata.name},
+            "ownerReferences": [
+                {
+                    "apiVersion": "kappa.dev/v1alpha1",
+                    "kind": "Rewind",
+                    "name": rw.metadata.name,
+                    "uid": rw.metadata.uid or "",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "jobRef": {"name": job.metadata.name},
+            "target": {"time": cut},
+            "resetSinks": rw.spec.reset_sinks,
+            "downstream": rw.spec.downstream,
+        },
+    }

@@ -1,0 +1,163 @@
+"""The Rewind state machine (pure): each phase's intent, commands and next phase; the
+downstream rule; and the StreamingJob's side of it (paused, moved checkpoint)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kappa_operator.models.rewind import Rewind, SinkRestore
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.rewind import (
+    Observed,
+    Pause,
+    ResetSinks,
+    Restore,
+    Resume,
+    RewindDownstream,
+    after_reset,
+    downstream_of,
+    plan_rewind,
+    reads_from,
+    step_failed,
+)
+from kappa_operator.reconcile.streaming_job import plan_streaming_job
+from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+
+ROOT = Path(__file__).resolve().parents[2]
+NOW = "2026-11-21T10:00:00Z"
+POINT = SinkRestore(sink="attributed_plays", batch_id=41, committed_at="2026-11-01T13:58:00Z", query_id="q-1")
+
+
+def load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "examples" / name).read_text())
+
+
+def rewind(phase: str | None = None, **spec: Any) -> Rewind:
+    data = load("rmi-rewind.yaml")
+    data["metadata"].update(uid="rw-uid-12345", generation=1)
+    data["spec"].update(spec)
+    if phase is not None:
+        data["status"] = {
+            "phase": phase,
+            "restores": [POINT.model_dump(by_alias=True)],
+            "checkpointLocation": "s3a://lake/checkpoints/rmi/rewinds/rmi-before-outage-rw-uid-1",
+        }
+    return Rewind.model_validate(data)
+
+
+def job(name: str = "rmi", annotations: dict[str, str] | None = None, **spec: Any) -> StreamingJob:
+    data = load("rmi-streamingjob.yaml")
+    data["metadata"].update(name=name, uid=f"uid-{name}", annotations=annotations or {})
+    data["spec"].update(spec)
+    return StreamingJob.model_validate(data)
+
+
+APP = {"metadata": {"name": "rmi", "annotations": {}}, "status": {"applicationState": {"state": "RUNNING"}}}
+
+
+def test_pending_chooses_points_records_them_and_pauses_the_job() -> None:
+    plan = plan_rewind(rewind(), Observed(job=job(), app=APP, chosen=(POINT,)), NOW)
+    assert plan.status["phase"] == "Stopping" and plan.status["restoredBatch"] == 41
+    assert plan.status["restores"][0]["queryId"] == "q-1"
+    assert plan.status["checkpointLocation"] == "s3a://lake/checkpoints/rmi/rewinds/rmi-before-outage-rw-uid-1"
+    assert plan.commands == (Pause("rewind/rmi-before-outage"),)
+
+
+def test_pending_refuses_clearly_without_a_restorable_point() -> None:
+    why = "sink attributed_plays: no snapshot committed before 2026-11-01T14:00:00Z (earliest: batch 50 at ...)"
+    plan = plan_rewind(rewind(), Observed(job=job(), app=APP, chosen=why), NOW)
+    assert plan.status["phase"] == "Failed" and why in plan.status["message"] and not plan.commands
+    assert plan.events[0].reason == "NoRestorablePoint"
+    assert plan_rewind(rewind(), Observed(job=None, app=None), NOW).status["phase"] == "Pending"
+
+
+def test_stopping_waits_for_the_application_then_restores() -> None:
+    waiting = plan_rewind(rewind("Stopping"), Observed(job=job(), app=APP), NOW)
+    assert waiting.status["phase"] == "Stopping" and waiting.next_phase is None
+    assert waiting.commands == (Pause("rewind/rmi-before-outage"),), "re-asserted: a restart may have lost it"
+    stopped = plan_rewind(rewind("Stopping"), Observed(job=job(), app=None), NOW)
+    assert stopped.status["phase"] == "Restoring" and not stopped.commands
+
+
+def test_restoring_then_resetting_then_resuming() -> None:
+    restoring = plan_rewind(rewind("Restoring"), Observed(job=job(), app=None), NOW)
+    assert restoring.commands == (Restore((POINT,), rewind("Restoring").status.checkpoint_location),)  # type: ignore[union-attr]
+    assert restoring.next_phase == "ResettingSinks"
+    no_reset = plan_rewind(rewind("Restoring", resetSinks=False), Observed(job=job(), app=None), NOW)
+    assert no_reset.next_phase == "Resuming"
+    resetting = plan_rewind(rewind("ResettingSinks", downstream=False), Observed(job=job(), app=None), NOW)
+    assert resetting.commands == (ResetSinks((POINT,)),) and resetting.next_phase == "Resuming"
+
+
+def test_resuming_moves_the_checkpoint_and_succeeds_once_the_job_runs_from_it() -> None:
+    rw = rewind("Resuming")
+    location = rw.status.checkpoint_location  # type: ignore[union-attr]
+    paused = job(annotations={PAUSED_ANNOTATION: "rewind/rmi-before-outage"})
+    first = plan_rewind(rw, Observed(job=paused, app=None), NOW)
+    assert first.commands == (Resume(location),) and first.status["phase"] == "Resuming"  # type: ignore[arg-type]
+    moved = job(annotations={CHECKPOINT_ANNOTATION: location})  # type: ignore[dict-item]
+    assert plan_rewind(rw, Observed(job=moved, app=None), NOW).status["phase"] == "Resuming", "no app yet"
+    done = plan_rewind(rw, Observed(job=moved, app=APP), NOW)
+    assert done.status["phase"] == "Succeeded" and done.events[0].reason == "Resumed"
+    again = plan_rewind(
+        Rewind.model_validate({**rw.model_dump(by_alias=True), "status": done.status}),
+        Observed(job=None, app=None),
+        NOW,
+    )
+    assert again.status["phase"] == "Succeeded" and not again.commands, "a finished rewind does nothing"
+
+
+def test_a_deleted_job_fails_the_rewind() -> None:
+    for phase in ("Stopping", "Resuming"):
+        assert plan_rewind(rewind(phase), Observed(job=None, app=None), NOW).status["phase"] == "Failed"
+
+
+def test_reset_results_are_recorded_per_sink() -> None:
+    fields = after_reset(rewind("ResettingSinks"), {"attributed_plays": ("marts.attributed_plays", 3)}, ["child"])
+    assert fields["restores"][0]["filesRemoved"] == 3 and fields["downstream"] == ["child"]
+
+
+def downstream_job() -> StreamingJob:
+    up = job()
+    sources = copy.deepcopy(load("rmi-streamingjob.yaml")["spec"]["sources"])
+    sources = {"plays": {**sources["impressions"], "live": {"kind": "icebergLive", "table": "marts.attributed_plays"}}}
+    return job("plays-per-title", sources=sources, catalogs=up.spec.model_dump(by_alias=True)["catalogs"])
+
+
+def test_downstream_jobs_are_those_reading_a_sink_table_of_the_same_catalog() -> None:
+    up, down = job(), downstream_job()
+    assert reads_from(up, down) and not reads_from(down, up)
+    elsewhere = job("other", catalogs={"default": {"type": "rest", "uri": "http://another:8181"}})
+    assert downstream_of(up, [up, down, elsewhere]) == (down,)
+    plan = plan_rewind(rewind("ResettingSinks"), Observed(job=up, app=None, downstream=(down,)), NOW)
+    (reset, child) = plan.commands
+    assert isinstance(reset, ResetSinks) and isinstance(child, RewindDownstream)
+    manifest = child.manifests[0]
+    assert manifest["metadata"]["name"] == "rmi-before-outage-plays-per-title"
+    assert manifest["spec"]["target"] == {"time": POINT.committed_at}, "to before the first output removed upstream"
+    assert manifest["metadata"]["ownerReferences"][0]["uid"] == "rw-uid-12345"
+    Rewind.model_validate(json.loads(json.dumps(manifest)))
+
+
+def test_the_job_is_stopped_while_paused_and_resumes_from_the_moved_checkpoint() -> None:
+    paused = job(annotations={PAUSED_ANNOTATION: "rewind/x"})
+    plan = plan_streaming_job(paused, APP, NOW)
+    assert plan.delete_app and plan.status["phase"] == "Rewinding" and plan.create_app is None
+    assert plan_streaming_job(paused, None, NOW).create_app is None, "not recreated while paused"
+    moved = job(annotations={CHECKPOINT_ANNOTATION: "s3a://lake/checkpoints/rmi/rewinds/x-1"})
+    created = plan_streaming_job(moved, None, NOW)
+    assert created.create_app is not None and created.config_map is not None
+    cfg = json.loads(created.config_map["data"]["job.json"])
+    assert cfg["checkpoint"]["location"] == "s3a://lake/checkpoints/rmi/rewinds/x-1"
+    assert created.status["checkpointLocation"] == "s3a://lake/checkpoints/rmi/rewinds/x-1"
+
+
+def test_a_step_refused_for_good_fails_and_says_how_to_get_the_job_back() -> None:
+    plan = step_failed(rewind("Restoring"), "Restoring", "the snapshot of batch 41 is gone", NOW)
+    assert plan.status["phase"] == "Failed" and plan.events[0].reason == "RestoringFailed"
+    assert "batch 41 is gone" in plan.status["message"] and "delete this Rewind" in plan.status["message"]
