@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     crds = sub.add_parser("crds", help="write crds/*.yaml generated from the models")
     crds.add_argument("--out", type=Path, default=Path("crds"), help="directory (default: crds)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
+    crds.add_argument(
+        "--reference", type=Path, default=Path("docs/crd-reference.md"), help="the reference for people (Markdown)"
+    )
     return parser
 
 
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
     if args.command == "crds":
-        return write_crds(args.out, args.check, console)
+        return write_crds(args.out, args.check, console, args.reference)
     if args.command == "coordinator":
         return run_coordinator(args, console)
     if args.command == "operator":
@@ -83,17 +86,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write_crds(out: Path, check: bool, console: Console) -> int:
+def write_crds(out: Path, check: bool, console: Console, reference: Path = Path("docs/crd-reference.md")) -> int:
+    """The CRDs and their reference for people, both generated from the models."""
     from kappa_operator.models.crd import render_all
+    from kappa_operator.models.reference import render_reference
 
     stale = []
-    for name, text in render_all().items():
-        path = out / name
+    files = {out / name: text for name, text in render_all().items()}
+    files[reference] = render_reference()
+    for path, text in files.items():
         if check:
             if not path.exists() or path.read_text() != text:
                 stale.append(str(path))
             continue
-        out.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         console.print(f"wrote {path}")
     if stale:

@@ -507,3 +507,15 @@ def test_kubectl_style_messages_name_the_field() -> None:
         'spec.alignment.mode: Unsupported value: "fast": supported values: "aligned", "strict", "unordered"',
         'spec.window: Invalid value: "object": window.end must be after start',
     ]
+
+
+def test_the_reference_for_people_is_current_and_covers_every_field() -> None:
+    from kappa_operator.models.reference import render_reference
+
+    text = render_reference()
+    assert (ROOT / "docs" / "crd-reference.md").read_text() == text, "docs/crd-reference.md is stale: run `kappa crds`"
+    for kind in KINDS:
+        props = _crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        for name in props:
+            assert f"`spec.{name}`" in text, f"{kind}: spec.{name} missing from the reference"
+    assert "rule: set exactly one of target.time, target.batchId" in text
