@@ -15,11 +15,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line (tests check the Helm chart's args against it)."""
     parser = argparse.ArgumentParser(prog="kappa", description="kappa-operator: backfill and rewind streaming jobs")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="generate data into a local Iceberg catalog, run rmi live, then backfill")
+    demo = sub.add_parser(
+        "demo",
+        help="the whole story on a local Iceberg catalog: rmi live, an outage, an aligned backfill validated and "
+        "published, a rewind of sessions; a summary table, plots and summary.json",
+    )
     demo.add_argument("--hours", type=float, default=2.0, help="hours of event time to generate (default 2)")
-    demo.add_argument("--seed", type=int, default=7)
+    demo.add_argument("--seed", type=int, default=7, help="seed of the generated data (default 7)")
     demo.add_argument("--out", type=Path, default=Path("demo-out"), help="working directory (recreated)")
-    demo.add_argument("--max-drift", default="5m", help="alignment maxDrift of the backfill")
+    demo.add_argument("--max-drift", default="5m", help="alignment maxDrift of the backfill (default 5m)")
     coord = sub.add_parser("coordinator", help="run the global watermark coordinator service")
     coord.add_argument("--host", default="127.0.0.1")
     coord.add_argument("--port", type=int, default=8471)
@@ -49,6 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
     rw.add_argument("manifest", type=Path, help="the Rewind (YAML)")
     rw.add_argument("--job", type=Path, required=True, help="its StreamingJob (YAML)")
     rw.add_argument("--jobs", type=Path, nargs="*", default=[], help="other StreamingJobs, for downstream")
+    run = sub.add_parser(
+        "run", help="run a StreamingJob, Backfill or Rewind manifest here, with the operator's own decisions"
+    )
+    run.add_argument("manifest", type=Path, help="the manifest (YAML; may also hold its StreamingJob)")
+    run.add_argument("--job", type=Path, help="its StreamingJob (default: same file, or next to it)")
+    run.add_argument("--local", type=Path, metavar="DIR", help="catalogs and locations mapped under DIR")
+    run.add_argument("--state", type=Path, metavar="DIR", help="local object records (default DIR/objects)")
+    run.add_argument("--follow", action="store_true", help="StreamingJob: processing-time trigger until Ctrl-C")
+    run.add_argument("--starting-position", choices=("earliest", "latest"), help="where a fresh live query starts")
+    run.add_argument("--snapshots-per-batch", type=int, metavar="N", help="live Iceberg snapshots read per micro-batch")
+    target = run.add_mutually_exclusive_group()
+    target.add_argument("--target-batch", type=int, metavar="N", help="Rewind: restore at or before this batch")
+    target.add_argument("--target-time", metavar="T", help="Rewind: restore the newest snapshot committed before T")
+    run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    run.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark conf (repeat)")
+    run.add_argument("--fresh", action="store_true", help="forget the local record first (a new object, new uid)")
     crds = sub.add_parser("crds", help="write crds/*.yaml generated from the models")
     crds.add_argument("--out", type=Path, default=Path("crds"), help="directory (default: crds)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
@@ -61,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
+    if args.command == "run":
+        from kappa_operator.local.runs import run_command
+
+        return run_command(args, console)
     if args.command == "crds":
         return write_crds(args.out, args.check, console, args.reference)
     if args.command == "coordinator":
@@ -70,19 +94,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("checkpoints", "rewind"):
         return run_report(args, console)
     if args.command == "demo":
-        from kappa_operator.demo import DemoSettings, run_demo
+        return run_demo_command(args, console)
+    return 0
 
-        try:
-            summary = run_demo(
-                DemoSettings(out=args.out.resolve(), hours=args.hours, seed=args.seed, max_drift=args.max_drift),
-                console,
-            )
-        except KappaError as exc:
-            console.print(f"[red]error:[/] {exc}")
-            return 2
-        if summary["match_ratio"] < 1.0 or summary["backfill"]["dropped_by_watermark"]:
-            console.print("[red]the backfill did not reproduce the live output of the window[/]")
-            return 1
+
+def run_demo_command(args: argparse.Namespace, console: Console) -> int:
+    """Exit 1 with the failed step (or broken promise) named; the traceback goes to error.log."""
+    import traceback
+
+    from kappa_operator.demo import DemoSettings, run_demo
+
+    try:
+        settings = DemoSettings(out=args.out.resolve(), hours=args.hours, seed=args.seed, max_drift=args.max_drift)
+    except ValueError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    try:
+        run_demo(settings, console)
+    except KappaError as exc:
+        console.print(f"[red]kappa demo failed:[/] {exc}")
+        if settings.out.is_dir():
+            log = settings.out / "error.log"
+            log.write_text("".join(traceback.format_exception(exc)))
+            console.print(f"details: {log}")
+        return 1
+    except KeyboardInterrupt:
+        console.print("[red]kappa demo interrupted[/] (its queries were stopped)")
+        return 130
     return 0
 
 

@@ -1,0 +1,261 @@
+"""``run_demo``: the product's story end to end on a local catalog, every number from the run.
+
+1. generate impressions and playbacks (4x skew, late events) the way an ingestion job commits;
+2. run the ``rmi`` StreamingJob live over the commits into the Iceberg sink (main);
+3. inject an outage into main's output (missing, then corrupt rows) and keep the clean replay
+   (main's snapshot before it);
+4. backfill the window aligned through the embedded coordinator into ``backfill-rmi-outage``,
+   and the same window unordered (for the state it would need);
+5. validate the branch against the clean replay, publish it into main, check main is whole;
+6. rewind the stateful ``sessions`` job to before the outage (rewind.py);
+7. plot, write summary.json, print the table, and fail loudly when a promise did not hold.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import time
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.catalog.sql import SqlCatalog
+from pyspark.sql import SparkSession
+from rich.console import Console
+
+from kappa_operator.coordinator.core import Accepted
+from kappa_operator.coordinator.server import EmbeddedCoordinator, Service, now_us
+from kappa_operator.demo import plots
+from kappa_operator.demo.jobs import RMI_KEY, RMI_TABLE, WARMUP, DemoSettings, rmi_backfill, rmi_live, write_log_config
+from kappa_operator.demo.outage import all_rows, compare_refs, compare_tables, head, inject_outage
+from kappa_operator.demo.report import evaluate, print_report
+from kappa_operator.demo.rewind import run_rewind
+from kappa_operator.demo.steps import DemoError, Poll, Steps, batches_poll, plural
+from kappa_operator.reconcile.backfill import alignment_group
+from spark_app.catalogs import load_table
+from spark_app.config import JobConfig
+from spark_app.examples import rmi
+from spark_app.examples.generator import generate
+from spark_app.runtime import build_session, run
+from spark_app.sinks.iceberg.publish import Comparison, publish
+from spark_app.sinks.iceberg.window import TimeWindow
+from spark_app.telemetry import read_trace
+
+BACKFILL = "rmi-outage"
+UNORDERED = "rmi-unordered"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _cmp(c: Comparison) -> dict[str, Any]:
+    return {
+        "reference_rows": c.main_rows,
+        "rows": c.branch_rows,
+        "matched": c.matched,
+        "match_ratio": round(c.match_ratio, 6),
+    }
+
+
+def _batches(cfg: JobConfig, expected: int | None) -> Poll:
+    return batches_poll(Path(cfg.checkpoint.location) / rmi.OUTPUT, expected)
+
+
+def _commit_rows(cfg: JobConfig) -> int:
+    """Rows the sink committed, from its trace (what it wrote, replays excluded)."""
+    return sum(e.get("rows", 0) for e in read_trace(cfg.trace_path or "", "commit") if not e.get("skipped"))
+
+
+def run_demo(s: DemoSettings, console: Console, spark: SparkSession | None = None) -> dict[str, Any]:
+    """Run the whole story into ``s.out`` (recreated); returns the summary (also summary.json).
+    Raises DemoError naming the failed step, or listing the checks that did not hold.
+
+    ``spark``: an existing session to use (tests share theirs); by default a local one."""
+    started = time.monotonic()
+    shutil.rmtree(s.out, ignore_errors=True)
+    s.out.mkdir(parents=True)
+    write_log_config(s)
+    catalog = SqlCatalog("default", **s.catalog_props)
+    w_start, w_end = s.window
+    window = TimeWindow(rmi.TIME_COLUMN, w_start, w_end)
+    session: list[SparkSession] = []
+
+    def stop_queries() -> None:
+        for q in session[0].streams.active if session else []:
+            q.stop()
+
+    steps = Steps(console, stop_queries)
+    gen = s.generator()
+    written = [0, 1]
+    stats = steps.run(
+        f"generate {s.hours:g} h of data",
+        lambda: generate(catalog, gen, progress=lambda d, t: written.__setitem__(slice(None), [d, t])),
+        lambda: (written[0], written[1], f"{written[0]}/{written[1]} commits"),
+        lambda st: f"{st.impressions} impressions, {st.playbacks} plays, {st.commits} commits",
+    )
+    live_cfg = rmi_live(s)
+    if spark is None:
+        spark = steps.run("start Spark local[2]", lambda: build_session(live_cfg))
+        spark.sparkContext.setLogLevel("ERROR")
+    session.append(spark)
+    live = steps.run(
+        "rmi live",
+        lambda: run(live_cfg, spark),
+        _batches(live_cfg, stats.commits),
+        lambda r: f"a commit per batch, {plural(r.batches, 'batch')} into {RMI_TABLE}",
+    )
+    load = partial(load_table, "default", live_cfg.catalogs["default"].properties(), RMI_TABLE)
+    outage = steps.run(
+        f"outage {w_start:%H:%M}-{w_end:%H:%M}",
+        lambda: inject_outage(load, window),
+        detail=lambda o: f"{o.missing} rows missing, then {o.corrupted} corrupt in main",
+    )
+
+    token = secrets.token_urlsafe(16)
+    with EmbeddedCoordinator(Service(token)) as coordinator:
+        bf_cfg = rmi_backfill(
+            s, BACKFILL, {"maxDrift": s.max_drift}, coordinator={"url": coordinator.url, "token": token}
+        )
+        group = alignment_group(bf_cfg)
+        assert group is not None, "an aligned backfill has members"
+        coordinator.service.core.declare(group, now_us())
+        read_from = w_start - WARMUP
+
+        def progress() -> tuple[float, float | None, str]:
+            answer = coordinator.service.core.view(group.name, now_us())
+            if answer.finished or answer.global_watermark is None:
+                return 100, 100, "all sources finished"
+            if answer.held:
+                return 0, 100, "waiting for every source"
+            at = EPOCH + timedelta(microseconds=answer.global_watermark)
+            ratio = (at - read_from) / (w_end - read_from)
+            return round(min(max(ratio, 0.0), 1.0) * 100), 100, f"global watermark {at:%H:%M}"
+
+        aligned = steps.run(
+            "backfill, aligned",
+            lambda: run(bf_cfg, spark),
+            progress,
+            lambda r: f"{plural(r.batches, 'batch')} into backfill-{BACKFILL}",
+        )
+        history: tuple[Accepted, ...] = coordinator.service.core.history(group.name)
+    un_cfg = rmi_backfill(s, UNORDERED, {"mode": "unordered", "maxDrift": s.max_drift})
+    unaligned = steps.run(
+        "backfill, unordered",
+        lambda: run(un_cfg, spark),
+        _batches(un_cfg, None),
+        lambda r: f"{plural(r.batches, 'batch')} into backfill-{UNORDERED}",
+    )
+
+    def validate() -> tuple[Comparison, Comparison, Comparison]:
+        table = load()
+        branch = head(table, bf_cfg.sink_branch(rmi.OUTPUT))
+        unordered = head(table, un_cfg.sink_branch(rmi.OUTPUT))
+        return (
+            compare_refs(table, window, head(table), branch, RMI_KEY),
+            compare_refs(table, window, outage.clean_snapshot, branch, RMI_KEY),
+            compare_refs(table, window, outage.clean_snapshot, unordered, RMI_KEY),
+        )
+
+    before, validation, unordered_cmp = steps.run(
+        "validate against the clean replay",
+        validate,
+        detail=lambda r: f"match {r[1].match_ratio:.4f}",
+    )
+    if validation.match_ratio < 1.0:
+        raise DemoError(
+            f"validation: backfill-{BACKFILL} matches the live output of the window at {validation.match_ratio:.4f} "
+            f"({validation.only_main} rows only in the clean replay, {validation.only_branch} only in the branch); "
+            "nothing was published"
+        )
+    published = steps.run(
+        "publish into main",
+        lambda: publish(
+            load, bf_cfg.sink_branch(rmi.OUTPUT), window, key=RMI_KEY, properties={"kappa.backfill": f"demo/{BACKFILL}"}
+        ),
+        detail=lambda p: f"-{p.rows_removed} +{p.rows_added} rows, one snapshot",
+    )
+
+    def after_publish() -> tuple[Comparison, Comparison]:
+        table = load()
+        whole = compare_tables(all_rows(table, outage.clean_snapshot), all_rows(table, head(table)), RMI_KEY)
+        return compare_refs(table, window, outage.clean_snapshot, head(table), RMI_KEY), whole
+
+    repaired, whole = steps.run(
+        "main vs the clean replay",
+        after_publish,
+        detail=lambda r: f"match {r[0].match_ratio:.4f} (window), {r[1].match_ratio:.4f} (all)",
+    )
+    rewind = run_rewind(s, steps, spark)
+    decisions = read_trace(bf_cfg.trace_path or "", "admission")
+    runs = {"live": live, "aligned": aligned, "unaligned": unaligned}
+    paths = steps.run(
+        "plots",
+        lambda: plots.write(s.out, history, s.window, bf_cfg.alignment.effective_drift, runs),
+        detail=lambda p: ", ".join(path.name for path in p.values()),
+    )
+
+    window_hours = (w_end - w_start).total_seconds() / 3600
+    summary: dict[str, Any] = {
+        "settings": {"hours": s.hours, "seed": s.seed, "max_drift": s.max_drift, "out": str(s.out)},
+        "data": {
+            "impressions": stats.impressions,
+            "playbacks": stats.playbacks,
+            "commits": stats.commits,
+            "late_events": stats.late_events,
+            "max_file_span_s": round(stats.max_file_span_s, 1),
+        },
+        "window": {
+            "start": w_start.isoformat(),
+            "end": w_end.isoformat(),
+            "warmup": f"{WARMUP // timedelta(minutes=1)}m",
+            "hours": window_hours,
+        },
+        "live": {**live.summary(), "output_rows": _commit_rows(live_cfg), "main_rows": outage.clean_rows},
+        "outage": {
+            "clean_snapshot": outage.clean_snapshot,
+            "clean_rows_in_window": outage.clean_rows,
+            "down_until": outage.down_until.isoformat(),
+            "missing_rows": outage.missing,
+            "corrupted_rows": outage.corrupted,
+            "main_vs_backfill_before_publish": _cmp(before),
+        },
+        "backfill": {
+            **aligned.summary(),
+            "branch": bf_cfg.sink_branch(rmi.OUTPUT),
+            "output_rows": _commit_rows(bf_cfg),
+            "event_hours_per_wall_hour": round(window_hours / (aligned.seconds / 3600), 1),
+            "admission_decisions": len(decisions),
+            "throttled_decisions": sum(1 for d in decisions if d["throttled"]),
+            "coordinator_reports": len(history),
+            "vs_clean_replay": _cmp(validation),
+        },
+        "unaligned": {
+            **unaligned.summary(),
+            "branch": un_cfg.sink_branch(rmi.OUTPUT),
+            "output_rows": _commit_rows(un_cfg),
+            "event_hours_per_wall_hour": round(window_hours / (unaligned.seconds / 3600), 1),
+            "vs_clean_replay": _cmp(unordered_cmp),
+        },
+        "publish": {
+            "rows_removed": published.rows_removed,
+            "rows_added": published.rows_added,
+            "files_removed": published.files_removed,
+            "files_added": published.files_added,
+            "files_rewritten": published.files_rewritten,
+            "snapshot_id": published.snapshot_id,
+            "main_vs_clean_replay_window": _cmp(repaired),
+            "main_vs_clean_replay_table": _cmp(whole),
+        },
+        "rewind": rewind.summary(),
+        "plots": {k: str(p) for k, p in paths.items()},
+        "step_seconds": {k: round(v, 2) for k, v in steps.seconds.items()},
+    }
+    summary["checks"] = [c._asdict() for c in evaluate(summary)]
+    summary["wall_seconds"] = round(time.monotonic() - started, 1)
+    (s.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print_report(console, summary)
+    failed = [c for c in summary["checks"] if not c["ok"]]
+    if failed:
+        raise DemoError("; ".join(f"{c['name']}: {c['detail']}" for c in failed))
+    return summary

@@ -1,0 +1,154 @@
+"""`kappa demo --hours 1` end to end, in-process on the session's SparkSession: the summary's
+numbers must agree with the tables the run left behind (read here independently with
+pyiceberg), and the plots must be real pictures of the series written beside them."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.table import Table
+from pyspark.sql import SparkSession
+from rich.console import Console
+
+from kappa_operator.demo import DemoSettings, run_demo
+from kappa_operator.demo.jobs import RMI_TABLE
+from spark_app.sinks.iceberg.window import TimeWindow
+
+pytestmark = pytest.mark.spark
+
+KEY = ("playback_id", "impression_id")
+
+
+@dataclass(frozen=True)
+class Demo:
+    summary: dict[str, Any]
+    out: Path
+    console: str
+    settings: DemoSettings
+
+    def catalog(self) -> SqlCatalog:
+        return SqlCatalog("default", **self.settings.catalog_props)
+
+
+@pytest.fixture(scope="module")
+def demo(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Demo:
+    settings = DemoSettings(out=tmp_path_factory.mktemp("demo") / "out", hours=1.0)
+    console = Console(file=io.StringIO(), width=100)
+    summary = run_demo(settings, console, spark)
+    assert isinstance(console.file, io.StringIO)
+    return Demo(summary, settings.out, console.file.getvalue(), settings)
+
+
+def keys(table: Table, window: TimeWindow, ref: str | int) -> set[tuple[Any, ...]]:
+    snapshot = ref if isinstance(ref, int) else table.snapshot_by_name(ref).snapshot_id  # type: ignore[union-attr]
+    return {tuple(r[k] for k in KEY) for r in window.rows(table, snapshot).select(list(KEY)).to_pylist()}
+
+
+def rows(table: Table, ref: str | int, window: TimeWindow | None = None) -> list[tuple[Any, ...]]:
+    snapshot = ref if isinstance(ref, int) else table.snapshot_by_name(ref).snapshot_id  # type: ignore[union-attr]
+    data = window.rows(table, snapshot) if window else table.scan(snapshot_id=snapshot).to_arrow()
+    return sorted(tuple(r.values()) for r in data.to_pylist())
+
+
+def test_summary_numbers_agree_with_the_tables(demo: Demo) -> None:
+    s = demo.summary
+    catalog = demo.catalog()
+    start, end = demo.settings.window
+    window = TimeWindow("playback_ts", start, end)
+    plays = catalog.load_table(RMI_TABLE)
+    bf, un, pub, out = s["backfill"], s["unaligned"], s["publish"], s["outage"]
+
+    # the data: 4x skew, and the live job read every row of both tables
+    impressions = catalog.load_table("demo.impressions").scan().to_arrow().num_rows
+    playbacks = catalog.load_table("demo.playbacks").scan().to_arrow().num_rows
+    assert (s["data"]["impressions"], s["data"]["playbacks"]) == (impressions, playbacks) == (4000, 1000)
+    assert s["live"]["input_rows"] == impressions + playbacks
+    assert s["data"]["late_events"] > 0
+
+    # the clean replay is main before the outage; the outage removed or corrupted all of its window
+    clean = keys(plays, window, out["clean_snapshot"])
+    assert len(clean) == out["clean_rows_in_window"] == out["missing_rows"] + out["corrupted_rows"] > 100
+    assert out["missing_rows"] > 0 and out["corrupted_rows"] > 0
+
+    # the branch holds exactly the clean replay's rows; what was published is what the branch holds
+    branch = keys(plays, window, bf["branch"])
+    assert branch == clean
+    assert pub["rows_added"] == len(branch) == bf["output_rows"] == bf["vs_clean_replay"]["rows"]
+    assert pub["rows_removed"] == out["corrupted_rows"]
+    assert bf["vs_clean_replay"]["match_ratio"] == 1.0 == bf["vs_clean_replay"]["matched"] / len(clean)
+    assert rows(plays, bf["branch"], window) == rows(plays, out["clean_snapshot"], window)
+
+    # main after publish equals the live output before the outage, row for row, everywhere
+    assert rows(plays, "main") == rows(plays, out["clean_snapshot"])
+    assert pub["main_vs_clean_replay_table"]["match_ratio"] == 1.0
+    assert pub["main_vs_clean_replay_table"]["rows"] == s["live"]["output_rows"] == len(rows(plays, "main"))
+
+    # alignment: no late drops, bounded state, throughput from the run's own clock
+    assert bf["dropped_by_watermark"] == 0 and s["live"]["dropped_by_watermark"] == 0
+    assert 0 < bf["peak_state_rows"] <= un["peak_state_rows"]
+    assert bf["event_hours_per_wall_hour"] == pytest.approx(
+        (end - start).total_seconds() / bf["seconds"], rel=0.01, abs=0.1
+    )
+    assert bf["throttled_decisions"] > 0 and bf["coordinator_reports"] > 0
+    assert keys(plays, window, un["branch"]) == clean, "unordered drops nothing either (one batch)"
+
+    # the rewind restored a batch from before the outage, and its output equals a clean run's
+    rw = s["rewind"]
+    assert datetime.fromisoformat(rw["restored_batch_committed_at"]) < datetime.fromisoformat(rw["outage_started"])
+    assert rw["restored_source_snapshot"] == rw["last_good_source_snapshot"]
+    assert rw["resumed_at_batch"] == rw["restored_batch"] + 1
+    assert rw["undone_batches"] and min(rw["undone_batches"]) > rw["restored_batch"]
+    assert rw["bad_rows_before_rewind"] > 0
+    columns = ["profile_id", "session_start", "session_end", "plays", "watch_s", "first_play_ts", "last_play_ts"]
+    rewound = catalog.load_table("rewind.sessions").scan().to_arrow().select(columns).to_pylist()
+    reference = catalog.load_table("rewind.sessions_clean").scan().to_arrow().select(columns).to_pylist()
+    assert sorted(tuple(r.values()) for r in rewound) == sorted(tuple(r.values()) for r in reference)
+    assert len(rewound) == rw["sessions_rows"] == rw["clean_rows"] > 20
+
+    assert all(c["ok"] for c in s["checks"]), s["checks"]
+    assert json.loads((demo.out / "summary.json").read_text())["checks"] == s["checks"]
+
+
+def test_plots_are_real_pictures_of_the_series_beside_them(demo: Demo) -> None:
+    for name in ("watermarks", "state"):
+        path = demo.out / f"{name}.png"
+        assert path.stat().st_size > 20_000, f"{path} is suspiciously small"
+        image = imread(path)
+        assert image.shape[0] >= 400 and image.shape[1] >= 800
+        pixels = image[..., :3].reshape(-1, 3)
+        assert float(pixels.std()) > 0.05, f"{path} is blank"
+        assert len(np.unique((pixels * 255).astype(np.uint8), axis=0)) > 50, f"{path} has hardly any colours"
+
+    series = json.loads((demo.out / "plots.json").read_text())
+    s = demo.summary
+    wm = series["watermarks"]
+    assert set(wm["sources"]) == {"impressions", "playbacks"}
+    assert all(len(points) >= 3 for points in wm["sources"].values())
+    global_wm = [datetime.fromisoformat(p[1]) for p in wm["global"]]
+    assert len(global_wm) >= 3 and global_wm == sorted(global_wm), "the global watermark never goes back"
+    assert global_wm[-1] > global_wm[0]
+    lags = [p[1] for points in wm["lag_minutes"].values() for p in points]
+    assert lags and min(lags) >= 0 and max(lags) > 0
+    assert sum(len(p) for p in wm["sources"].values()) <= s["backfill"]["coordinator_reports"]
+    state = series["state"]
+    assert max(p[1] for p in state["aligned"]) == s["backfill"]["peak_state_rows"]
+    assert max(p[1] for p in state["unaligned"]) == s["unaligned"]["peak_state_rows"]
+    assert max(p[1] for p in state["live"]) == s["live"]["peak_state_rows"]
+
+
+def test_console_shows_the_table_and_every_check(demo: Demo) -> None:
+    text = demo.console
+    for label in ("rmi live", "backfill aligned", "backfill unordered", "sessions rewound", "event-h/"):
+        assert label in text
+    for check in demo.summary["checks"]:
+        assert f"ok {check['name']}" in text
+    assert "FAILED" not in text and "✗" not in text
