@@ -1,0 +1,133 @@
+"""`kappa run` of a Backfill: ``plan_backfill`` -> alignment group declared in an embedded
+coordinator -> the backfill JobConfig run to its end -> Publishing / Succeeded / Failed as the
+operator decides them -> ``publish_backfill``."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from kappa_operator.coordinator.groups import EmbeddedGroups
+from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
+from kappa_operator.local.engine import Local, _status, application, log
+from kappa_operator.local.job import _failure_hint
+from kappa_operator.local.overrides import runtime_config
+from kappa_operator.models.backfill import Backfill
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.publish import publish_backfill
+from kappa_operator.reconcile.backfill import NONCE, BackfillPlan, alignment_group, plan_backfill, progress_status
+from kappa_operator.reconcile.backfill import published as after_publish
+from kappa_operator.reconcile.phases import now_rfc3339
+from kappa_operator.render.jobconfig import (
+    backfill_config,
+    backfill_group,
+)
+from spark_app.runtime import user_message
+from spark_app.telemetry import read_trace
+
+
+def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
+    show = local.show
+    if local.opts.fresh:
+        local.objects.forget(bf)
+    bf = local.objects.apply(bf)
+    token = secrets.token_urlsafe(16)
+    with EmbeddedCoordinator(Service(token)) as coordinator:
+        groups = EmbeddedGroups(coordinator.service)
+
+        def act(plan: BackfillPlan, current: Backfill) -> Backfill:
+            if plan.join_group is not None:
+                groups.join(plan.join_group)  # before the driver reports into it
+            if plan.leave_group is not None:
+                groups.leave(plan.leave_group.name, current.metadata.name)
+            return local.record(current, plan.status)
+
+        plan = plan_backfill(bf, job, None, coordinator.url, now_rfc3339())
+        if plan.create_app is None and not plan.publish:
+            bf = act(plan, bf)
+            return _backfill_done_before(local, bf)
+        if plan.create_app is not None:
+            bf = act(plan, bf)
+            bf, app = _run_backfill(local, bf, job, coordinator.url, token, groups)
+            plan = plan_backfill(bf, job, app, coordinator.url, now_rfc3339())
+            bf = act(plan, bf)
+        if plan.publish:  # Publishing is recorded: a run interrupted here publishes next time
+            cfg = backfill_config(bf, job, None)
+            with show.ticking(f"validating {cfg.sink_branch(next(iter(cfg.sinks)))} against main and publishing", _no):
+                outcome = publish_backfill(bf, cfg)
+            bf = act(after_publish(bf, outcome, alignment_group(cfg), now_rfc3339()), bf)
+    if bf.status and bf.status.published:
+        show.published(list(bf.status.published))
+    show.status("Backfill", bf.metadata.name, _status(bf))
+    return 0 if bf.status is not None and bf.status.phase == "Succeeded" else 1
+
+
+def _no() -> str | None:
+    return None
+
+
+def _backfill_done_before(local: Local, bf: Backfill) -> int:
+    """The planner kept a finished Backfill as it was (as the operator does)."""
+    status = _status(bf)
+    phase = status.get("phase")
+    where = local.objects.path(bf)
+    if phase == "Succeeded":
+        local.show.note(f"already Succeeded (recorded in {where}); --fresh runs it again as a new Backfill")
+        local.show.status("Backfill", bf.metadata.name, status)
+        return 0
+    if status.get("conditions") and status["conditions"][-1].get("reason") == "InvalidSpec":
+        return 2
+    local.show.note(
+        f"Failed earlier (recorded in {where}): bump spec.restartNonce to resume it from its checkpoint and branch, "
+        "as on the cluster, or run with --fresh for a new Backfill"
+    )
+    return 1
+
+
+def _run_backfill(
+    local: Local, bf: Backfill, job: StreamingJob, url: str, token: str, groups: EmbeddedGroups
+) -> tuple[Backfill, dict[str, Any]]:
+    """Run the rendered backfill; the application as it would have ended."""
+    show = local.show
+    trace = local.objects.root / "traces" / f"backfill-{bf.metadata.name}-{(bf.metadata.uid or 'local')[:8]}.jsonl"
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    cfg, notes = runtime_config(backfill_config(bf, job, url), local.opts, token=token, trace_path=str(trace))
+    show.notes(
+        "local run", notes + ([f"alignment through the embedded coordinator at {url}"] if cfg.coordinator else [])
+    )
+    group, owner = backfill_group(bf), bf.metadata.name
+    current = bf
+
+    def tick() -> str | None:
+        nonlocal current
+        seen = groups.progress(group, owner)
+        if seen is None or seen.global_watermark_us is None:
+            return local.engine.activity()
+        fields = progress_status(current, seen.global_watermark_us, seen.lag_us, datetime.now(UTC))
+        current = local.objects.patch_status(current, fields)  # as the operator's follow timer
+        return (
+            f"{owner}: {fields['progress']} of the window, global watermark {fields['globalWatermark']}, "
+            f"lag {fields['alignmentLag'] or '-'}, ETA {fields['eta'] or '-'}"
+        )
+
+    state, message, report = "COMPLETED", "", None
+    w = bf.spec.window
+    try:
+        with show.ticking(f"{owner}: backfilling {w.start} .. {w.end} from Iceberg history", tick):
+            report = local.engine.run(cfg)
+    except KeyboardInterrupt:
+        state, message = "FAILED", "interrupted by Ctrl-C"
+    except Exception as exc:  # the operator would see a FAILED application with this message
+        log.debug("backfill %s failed", cfg.name, exc_info=True)
+        state, message = "FAILED", user_message(exc)
+        _failure_hint(local, message)
+    if report is not None:
+        show.runs(f"{owner}: backfill, locally", [(owner, report)])
+        decisions = read_trace(trace, "admission") if trace.exists() else []
+        throttled = sum(1 for d in decisions if d.get("throttled"))
+        show.print(f"{throttled}/{len(decisions)} admission decisions throttled by alignment")
+        if report.lateness is not None:
+            show.print(f"guard: {report.lateness.message}")
+    bf = local.objects.apply(bf)  # with the progress the ticker recorded
+    return bf, application(state, message, {NONCE: str(bf.spec.restart_nonce)})

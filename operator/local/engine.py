@@ -1,0 +1,94 @@
+"""What the walkers of `kappa run` share: the engine that runs a JobConfig (local Spark, or a
+fake in unit tests) and one invocation's world."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kappa_operator.local.display import Display
+from kappa_operator.local.objects import LocalObjects, R
+from kappa_operator.local.overrides import RunOptions
+from kappa_operator.models.backfill import Backfill
+from kappa_operator.models.rewind import Rewind
+from kappa_operator.models.streaming_job import StreamingJob
+from spark_app.config import JobConfig
+from spark_app.runtime import RunReport
+
+log = logging.getLogger("kappa.run")
+
+
+class Engine(Protocol):
+    """Runs a JobConfig to its end: local Spark, or a fake in unit tests."""
+
+    def run(self, cfg: JobConfig) -> RunReport: ...
+
+    def activity(self) -> str | None:
+        """One line on the running queries, for the spinner (None: nothing to say)."""
+        ...
+
+
+class SparkEngine:
+    """One SparkSession per process (an existing one is reused: tests, a Rewind's resume)."""
+
+    def __init__(self) -> None:
+        self.spark: Any = None
+        self._rows: dict[tuple[str, int], int] = {}
+
+    def run(self, cfg: JobConfig) -> RunReport:
+        from spark_app.runtime import build_session, run
+
+        if self.spark is None:
+            self.spark = build_session(cfg)
+            self.spark.sparkContext.setLogLevel("ERROR")
+        self._rows = {}
+        return run(cfg, self.spark)
+
+    def activity(self) -> str | None:
+        if self.spark is None:
+            return None
+        parts = []
+        for q in self.spark.streams.active:
+            p = q.lastProgress
+            if p is None:
+                continue
+            d = p if isinstance(p, dict) else json.loads(p.json)
+            name = str(d.get("name"))
+            self._rows[(name, int(d["batchId"]))] = int(d.get("numInputRows", 0))
+            rows = sum(n for (q_name, _), n in self._rows.items() if q_name == name)
+            wm = (d.get("eventTime") or {}).get("watermark") or "-"
+            wm = "-" if wm.startswith("1970-01-01T00:00:00") else wm  # Spark's "no watermark yet"
+            parts.append(f"{name}: batch {d['batchId']}, {rows} rows read, watermark {wm}")
+        return "; ".join(parts) or None
+
+
+@dataclass
+class Local:
+    """One invocation's world."""
+
+    opts: RunOptions
+    show: Display
+    objects: LocalObjects
+    engine: Engine
+
+    def record(self, obj: R, status: dict[str, Any], quiet: bool = False) -> R:
+        """Write a status as the operator would patch it, and show the transition."""
+        obj = self.objects.patch_status(obj, status)
+        if not quiet:
+            current = obj.status.model_dump(by_alias=True, exclude_none=True) if obj.status else {}
+            self.show.phase(obj.kind, obj.metadata.namespace, obj.metadata.name, current)
+        return obj
+
+
+def application(state: str, message: str, annotations: dict[str, str]) -> dict[str, Any]:
+    """What the Spark operator would report of a local run (the planners read this)."""
+    return {
+        "metadata": {"annotations": annotations},
+        "status": {"applicationState": {"state": state, "errorMessage": message}},
+    }
+
+
+def _status(obj: StreamingJob | Backfill | Rewind) -> dict[str, Any]:
+    return obj.status.model_dump(by_alias=True, exclude_none=True) if obj.status else {}

@@ -1,0 +1,134 @@
+"""`kappa run` of a StreamingJob: ``plan_streaming_job``, the rendered live JobConfig on local
+Spark, then its checkpoint externalized (every committed batch of the run, where the operator
+copies the newest one per ``spec.checkpoints.interval``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kappa_operator.checkpoints import layout
+from kappa_operator.checkpoints.errors import IncompleteCheckpointError
+from kappa_operator.checkpoints.snapshots import apply_retention, externalize, list_snapshots
+from kappa_operator.checkpoints.storage import open_location
+from kappa_operator.local.engine import Local, application, log
+from kappa_operator.local.overrides import runtime_config
+from kappa_operator.models.common import as_timedelta
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.checkpoints import Point, checkpoint_status
+from kappa_operator.reconcile.phases import now_rfc3339
+from kappa_operator.reconcile.streaming_job import plan_streaming_job
+from kappa_operator.render.jobconfig import (
+    config_hash,
+    live_checkpoint,
+    streaming_job_config,
+)
+from spark_app.errors import KappaError
+from spark_app.runtime import RunReport, user_message
+
+
+@dataclass(frozen=True)
+class JobRun:
+    job: StreamingJob
+    state: str
+    """COMPLETED or FAILED as an application would end; "" when it was not run."""
+    message: str
+    report: RunReport | None = None
+    snapshot_error: str | None = None
+    """Externalizing the checkpoint failed (no new restore points)."""
+
+    @property
+    def app(self) -> dict[str, Any] | None:
+        return application(self.state, self.message, {}) if self.state else None
+
+
+def run_job(local: Local, job: StreamingJob) -> JobRun:
+    show, opts = local.show, local.opts
+    job = local.objects.apply(job)
+    plan = plan_streaming_job(job, None, now_rfc3339())
+    if plan.create_app is None:  # paused by a Rewind, or suspended: the operator runs nothing
+        job = local.record(job, plan.status)
+        return JobRun(job, "", str(plan.status.get("message")))
+    job = local.record(job, plan.status)
+    rendered = streaming_job_config(job)
+    digest = config_hash(rendered)
+    cfg, notes = runtime_config(rendered, opts)
+    show.notes("local run", notes)
+    hashed = {"kappa.dev/config-hash": digest}
+    running = application("RUNNING", f"running locally from {cfg.checkpoint.location}", hashed)
+    job = local.record(job, plan_streaming_job(job, running, now_rfc3339()).status)
+    report, state, message = None, "COMPLETED", "ran locally to the end of what was there (availableNow)"
+    text = f"{job.metadata.name}: live from {cfg.checkpoint.location}" + (" (Ctrl-C stops)" if opts.follow else "")
+    try:
+        with show.ticking(text, local.engine.activity):
+            report = local.engine.run(cfg)
+    except KeyboardInterrupt:
+        message = "stopped by Ctrl-C"
+    except Exception as exc:  # Spark raises its own types; the operator would see a FAILED application
+        log.debug("run of %s failed", cfg.name, exc_info=True)
+        state, message = "FAILED", user_message(exc)
+    fields: dict[str, Any] = {}
+    snapshot_error = None
+    if job.spec.checkpoints.external_location:
+        try:
+            fields = snapshot_job(local, job)
+        except KappaError as exc:  # the operator logs it and tries again on its timer
+            snapshot_error = str(exc)
+            show.error(f"externalizing the checkpoint: {exc}")
+    if state == "FAILED":
+        _failure_hint(local, message)
+    ended = application(state, message, hashed)
+    job = local.record(job, {**plan_streaming_job(job, ended, now_rfc3339()).status, **fields})
+    if report is not None:
+        show.runs(f"{job.metadata.name}: live, locally", [(job.metadata.name, report)])
+        latest = [n for n, s in cfg.sources.items() if getattr(s, "starting_position", None) == "latest"]
+        if report.input_rows == 0 and latest:
+            show.note(
+                f"nothing read: {', '.join(latest)} start at startingPosition latest (a new query reads only what "
+                "is appended after it starts); --starting-position earliest replays what the tables hold"
+            )
+    return JobRun(job, state, message, report, snapshot_error)
+
+
+def _failure_hint(local: Local, message: str) -> None:
+    if local.opts.local is not None and "does not exist in catalog" in message:
+        where = local.opts.local / "catalogs"
+        local.show.note(f"with --local the tables live in the SQLite catalogs under {where}: create them there")
+
+
+def snapshot_job(local: Local, job: StreamingJob) -> dict[str, Any]:
+    """Externalize every committed batch not externalized yet (and recheck the newest), apply
+    retention; the status fields the operator records (``reconcile.checkpoints``)."""
+    spec = job.spec.checkpoints
+    assert spec.external_location is not None
+    now = datetime.now(UTC)
+    max_age = as_timedelta(spec.retention.max_age) if spec.retention.max_age else None
+    points: list[Point] = []
+    for sink in job.spec.sinks:
+        live = open_location(f"{live_checkpoint(job).rstrip('/')}/{sink}")
+        external = open_location(f"{spec.external_location.rstrip('/')}/{sink}")
+        listing = live.list_files()
+        committed = layout.committed_batches(listing) if layout.METADATA in listing else []
+        have = {m.batch_id for m in list_snapshots(external, verify=False)}
+        # the newest batch both hold is re-checked (same offsets, or TimelineConflictError), then the new ones
+        check = [n for n in committed if n in have][-1:]
+        taken = []
+        for n in check + [n for n in committed if n > max(have, default=-1)]:
+            try:
+                if externalize(live, external, batch_id=n, now=now) is not None:  # None: that very batch is there
+                    taken.append(n)
+            except IncompleteCheckpointError:
+                continue  # Spark purged it (beyond minBatchesToRetain)
+        if taken:
+            local.show.note(f"externalized {sink} batches {_ranges(taken)} to {external.uri}")
+        apply_retention(external, spec.retention.count, max_age, now)
+        points += [Point(sink, m.batch_id, m.committed_at, m.watermark_ms) for m in list_snapshots(external)]
+    fields = checkpoint_status(points, now)
+    if fields["checkpoints"]:
+        local.show.points(f"{job.metadata.name}: newest restore points (status.checkpoints)", fields["checkpoints"])
+    return fields
+
+
+def _ranges(ids: list[int]) -> str:
+    return f"{ids[0]}..{ids[-1]}" if len(ids) > 1 else str(ids[0])
