@@ -96,6 +96,10 @@ def draw(out: Path, series: dict[str, Any]) -> dict[str, Path]:
     bottom.axhline(series["max_drift_minutes"], color="grey", linestyle="--", label="maxDrift (admission limit)")
     bottom.set_ylabel("source - global watermark (min)")
     bottom.set_xlabel("wall seconds since the first report")
+    bottom.set_title(
+        "a source's watermark is the start of its next waiting split: above maxDrift it is being held back",
+        fontsize=9,
+    )
     bottom.legend(fontsize=8, loc="upper right")
     paths = {"watermarks": out / "watermarks.png", "state": out / "state.png"}
     fig.savefig(paths["watermarks"], dpi=100)
