@@ -9,13 +9,11 @@ from typing import Any
 
 import kopf
 
-from kappa_operator.checkpoints.snapshots import apply_retention, externalize, list_snapshots
-from kappa_operator.checkpoints.storage import open_location
 from kappa_operator.handlers.context import counted, log, parse
-from kappa_operator.models.common import GROUP, VERSION, as_timedelta
+from kappa_operator.job_snapshots import externalize_job
+from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.checkpoints import Point, checkpoint_status, snapshot_due
-from kappa_operator.render.jobconfig import live_checkpoint
+from kappa_operator.reconcile.checkpoints import checkpoint_status, snapshot_due
 
 TICK = 15.0
 """Seconds between checks whether a job's snapshot interval has passed."""
@@ -40,16 +38,8 @@ def externalize_checkpoints(body: kopf.Body, patch: kopf.Patch, **_: Any) -> Non
 
 def snapshot_job(job: StreamingJob, now: datetime) -> dict[str, Any]:
     """Externalize every sink's query, apply retention; the status fields to record."""
-    spec = job.spec.checkpoints
-    assert spec.external_location is not None
-    max_age = as_timedelta(spec.retention.max_age) if spec.retention.max_age else None
-    points: list[Point] = []
-    for sink in job.spec.sinks:
-        live = open_location(f"{live_checkpoint(job).rstrip('/')}/{sink}")
-        external = open_location(f"{spec.external_location.rstrip('/')}/{sink}")
-        taken = externalize(live, external, now=now)
-        if taken is not None:
-            log.info("%s/%s: externalized %s batch %d", job.metadata.namespace, job.metadata.name, sink, taken.batch_id)
-        apply_retention(external, spec.retention.count, max_age, now)
-        points += [Point(sink, m.batch_id, m.committed_at, m.watermark_ms) for m in list_snapshots(external)]
+    taken, points = externalize_job(job, now)
+    for sink, batches in taken.items():
+        for b in batches:
+            log.info("%s/%s: externalized %s batch %d", job.metadata.namespace, job.metadata.name, sink, b)
     return checkpoint_status(points, now)

@@ -8,20 +8,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kappa_operator.checkpoints import layout
-from kappa_operator.checkpoints.errors import IncompleteCheckpointError
-from kappa_operator.checkpoints.snapshots import apply_retention, externalize, list_snapshots
-from kappa_operator.checkpoints.storage import open_location
+from kappa_operator.job_snapshots import externalize_job
 from kappa_operator.local.engine import Local, application, log
 from kappa_operator.local.overrides import runtime_config
-from kappa_operator.models.common import as_timedelta
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.checkpoints import Point, checkpoint_status
+from kappa_operator.reconcile.checkpoints import checkpoint_status
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
 from kappa_operator.render.jobconfig import (
     config_hash,
-    live_checkpoint,
     streaming_job_config,
 )
 from spark_app.errors import KappaError
@@ -98,32 +93,14 @@ def _failure_hint(local: Local, message: str) -> None:
 
 
 def snapshot_job(local: Local, job: StreamingJob) -> dict[str, Any]:
-    """Externalize every committed batch not externalized yet (and recheck the newest), apply
-    retention; the status fields the operator records (``reconcile.checkpoints``)."""
-    spec = job.spec.checkpoints
-    assert spec.external_location is not None
+    """Externalize every committed batch not externalized yet, apply retention; the status
+    fields the operator records (``reconcile.checkpoints``)."""
     now = datetime.now(UTC)
-    max_age = as_timedelta(spec.retention.max_age) if spec.retention.max_age else None
-    points: list[Point] = []
-    for sink in job.spec.sinks:
-        live = open_location(f"{live_checkpoint(job).rstrip('/')}/{sink}")
-        external = open_location(f"{spec.external_location.rstrip('/')}/{sink}")
-        listing = live.list_files()
-        committed = layout.committed_batches(listing) if layout.METADATA in listing else []
-        have = {m.batch_id for m in list_snapshots(external, verify=False)}
-        # the newest batch both hold is re-checked (same offsets, or TimelineConflictError), then the new ones
-        check = [n for n in committed if n in have][-1:]
-        taken = []
-        for n in check + [n for n in committed if n > max(have, default=-1)]:
-            try:
-                if externalize(live, external, batch_id=n, now=now) is not None:  # None: that very batch is there
-                    taken.append(n)
-            except IncompleteCheckpointError:
-                continue  # Spark purged it (beyond minBatchesToRetain)
-        if taken:
-            local.show.note(f"externalized {sink} batches {_ranges(taken)} to {external.uri}")
-        apply_retention(external, spec.retention.count, max_age, now)
-        points += [Point(sink, m.batch_id, m.committed_at, m.watermark_ms) for m in list_snapshots(external)]
+    taken, points = externalize_job(job, now, every_batch=True)
+    for sink, batches in taken.items():
+        if batches:
+            uri = f"{(job.spec.checkpoints.external_location or '').rstrip('/')}/{sink}"
+            local.show.note(f"externalized {sink} batches {_ranges(batches)} to {uri}")
     fields = checkpoint_status(points, now)
     if fields["checkpoints"]:
         local.show.points(f"{job.metadata.name}: newest restore points (status.checkpoints)", fields["checkpoints"])
