@@ -18,9 +18,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         help="the whole story on a local Iceberg catalog: rmi live, an outage, an aligned backfill validated and "
-        "published, a rewind of sessions; a summary table, plots and summary.json",
+        "published, a rewind of sessions, windows and sessions backfilled and compared with batch; a summary table, "
+        "plots and summary.json",
     )
-    demo.add_argument("--hours", type=float, default=2.0, help="hours of event time to generate (default 2)")
+    demo.add_argument("--hours", type=float, default=2.0, help="event hours to generate (default 2, at least 0.75)")
     demo.add_argument("--seed", type=int, default=7, help="seed of the generated data (default 7)")
     demo.add_argument("--out", type=Path, default=Path("demo-out"), help="working directory (recreated)")
     demo.add_argument("--max-drift", default="5m", help="alignment maxDrift of the backfill (default 5m)")

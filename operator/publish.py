@@ -16,6 +16,7 @@ from kappa_operator.reconcile.backfill import Outcome
 from spark_app.catalogs import load_table
 from spark_app.config import IcebergSink, JobConfig
 from spark_app.errors import KappaError
+from spark_app.sinks.iceberg import finality
 from spark_app.sinks.iceberg.commit import branch_history
 from spark_app.sinks.iceberg.publish import publish
 from spark_app.sinks.iceberg.window import TimeWindow
@@ -26,6 +27,7 @@ BACKFILL = "kappa.backfill"
 def publish_backfill(bf: Backfill, cfg: JobConfig) -> Outcome:
     assert cfg.window is not None
     results: list[PublishedTable] = []
+    not_final: list[str] = []
     for name, sink in cfg.sinks.items():
         if not isinstance(sink, IcebergSink):
             continue
@@ -45,7 +47,9 @@ def publish_backfill(bf: Backfill, cfg: JobConfig) -> Outcome:
         except KappaError as exc:
             return Outcome(results, str(exc))
         tag = f"{bf.metadata.namespace}/{bf.metadata.name}"
-        earlier = None if done.snapshot_id else _earlier(load_table(sink.catalog, catalog, sink.table), sink.table, tag)
+        table = load_table(sink.catalog, catalog, sink.table)
+        not_final += [f"{sink.table}: {n}" for n in finality.notices(table, cfg.sink_branch(name))]
+        earlier = None if done.snapshot_id else _earlier(table, sink.table, tag)
         results.append(
             earlier
             or PublishedTable(
@@ -56,7 +60,7 @@ def publish_backfill(bf: Backfill, cfg: JobConfig) -> Outcome:
                 snapshot_id=done.snapshot_id,
             )
         )
-    return Outcome(results, None)
+    return Outcome(results, None, tuple(not_final))
 
 
 def _earlier(table: Table, name: str, tag: str) -> PublishedTable | None:

@@ -139,6 +139,14 @@ class SplitConfig(KappaModel):
     max_bundle_span: Duration = timedelta(minutes=5)
     """A bundle never spans more event time than this plus its widest file: bundling must
     not widen the out-of-orderness bound (DESIGN: maxDrift + largest split span)."""
+    slice_span: Duration | None = timedelta(minutes=5)
+    """Backfill only: a file whose event-time range (within the window) is wider than this is
+    cut into time slices, read from its ordering column at planning time, so a few late rows
+    do not make the whole file one wide split: the largest split span (and the lateness the
+    guard requires) becomes about this plus maxBundleSpan instead of the widest file. Costs
+    one read of the ordering column per wide file when planning and one open per slice when
+    reading. Keep it above the commit interval (a file's on-time rows span about one);
+    null or 0 reads whole files."""
     task_target_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
     """Admitted splits are packed into Spark tasks of about this size (several per task)."""
 
@@ -331,7 +339,17 @@ class Window(KappaModel):
     start: Timestamp
     end: Timestamp
     warmup: Duration = timedelta(0)
-    """Read from `start - warmup` so stateful operators are warm; that output is suppressed."""
+    """Read from `start - warmup` so stateful operators are warm; that output is suppressed.
+    Refused when shorter than the pipeline's look-back (range-join bound, session gap, window
+    length, dedup horizon) while there is history before it; see `allowShortWarmup`."""
+    drain: Duration | None = None
+    """Read this far past `end` so windows and sessions that start inside the window close and
+    are emitted; that output is suppressed. Default: the pipeline's watermark delay + its
+    look-ahead (window length, session gap) when it has an operator that emits on the
+    watermark, else 0."""
+    allow_short_warmup: bool = False
+    """Start even when `warmup` is shorter than the pipeline's look-back (results at the start
+    of the window may differ from live)."""
 
     @model_validator(mode="after")
     def _ordered(self) -> Window:
@@ -344,6 +362,11 @@ class Window(KappaModel):
     @property
     def read_start(self) -> datetime:
         return self.start - self.warmup
+
+    @property
+    def read_end(self) -> datetime:
+        """Where reading stops: the end plus the drain (resolved by the runtime before reading)."""
+        return self.end + (self.drain or timedelta(0))
 
 
 class AlignmentConfig(KappaModel):

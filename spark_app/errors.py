@@ -27,3 +27,11 @@ class PlanChangedError(KappaError):
 
 class ConnectorMissingError(KappaError):
     """A Spark connector the config selects is not on the classpath."""
+
+
+class WarmupError(KappaError):
+    """The warm-up is shorter than the pipeline's look-back: results at the start would differ."""
+
+
+class IncompleteBackfillError(KappaError):
+    """A backfill query ended before it admitted every split of its window."""

@@ -29,13 +29,15 @@ _NODE = re.compile(r"EventTimeWatermark [^\n]*")
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s+(microsecond|millisecond|second|minute|hour|day|week)s?")
 
 
+def spark_interval(text: str) -> timedelta:
+    """Spark's interval text as plans print it: '30 minutes', '1 hours 30 minutes'."""
+    return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in _PART.findall(text)))
+
+
 def watermark_delays(plan: str) -> list[timedelta]:
     """Delays of every ``EventTimeWatermark`` node in a plan's text form."""
-    out = []
-    for node in _NODE.findall(plan):  # "EventTimeWatermark <id>, event_ts#8: timestamp, 30 minutes"
-        seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(node.rsplit(":", 1)[-1]))
-        out.append(timedelta(seconds=seconds))
-    return out
+    # "EventTimeWatermark <id>, event_ts#8: timestamp, 30 minutes"
+    return [spark_interval(node.rsplit(":", 1)[-1]) for node in _NODE.findall(plan)]
 
 
 @dataclass(frozen=True)

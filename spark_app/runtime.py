@@ -16,13 +16,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import StructType
 
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.members import aligned_members, member_id
@@ -35,15 +36,18 @@ from spark_app.config import (
     JobConfig,
     KafkaSource,
     ParquetSink,
+    format_duration,
 )
-from spark_app.errors import ConfigError, KappaError, LatenessError
+from spark_app.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
+from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.splits import max_span
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
 from spark_app.sources.iceberg.datasource import FORMAT, KappaIcebergDataSource
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
+from spark_app.window_edges import Edges, open_results, resolve
 
 log = logging.getLogger("kappa.runtime")
 
@@ -88,7 +92,11 @@ def state_file(cfg: JobConfig) -> str:
     return default_state_file(cfg.alignment_group, cfg.checkpoint.location)
 
 
-def source_spec(cfg: JobConfig, sink: str, name: str, parallelism: int) -> SourceSpec:
+def source_spec(
+    cfg: JobConfig, sink: str, name: str, parallelism: int, members: tuple[str, ...] | None = None
+) -> SourceSpec:
+    """``members``: the group's members this driver reports as (default: every configured
+    (sink, source) pair; the runtime narrows it to the sources the pipeline reads)."""
     src = cfg.sources[name]
     assert isinstance(src, IcebergSourceBase)
     return SourceSpec(
@@ -100,7 +108,7 @@ def source_spec(cfg: JobConfig, sink: str, name: str, parallelism: int) -> Sourc
         window=cfg.window,
         alignment=cfg.alignment,
         group=cfg.alignment_group,
-        members=aligned_members(cfg),
+        members=aligned_members(cfg) if members is None else members,
         state_file=state_file(cfg),
         coordinator=cfg.coordinator,
         trace_path=cfg.trace_path,
@@ -108,7 +116,15 @@ def source_spec(cfg: JobConfig, sink: str, name: str, parallelism: int) -> Sourc
     )
 
 
-def source_frames(spark: SparkSession, cfg: JobConfig, sink: str) -> dict[str, DataFrame]:
+def source_frames(
+    spark: SparkSession,
+    cfg: JobConfig,
+    sink: str,
+    members: tuple[str, ...] | None = None,
+    schemas: dict[str, StructType] | None = None,
+) -> dict[str, DataFrame]:
+    """``schemas``: each source's schema from an earlier build, so a rebuild skips the round
+    trip to a Python worker that resolving it costs."""
     parallelism = spark.sparkContext.defaultParallelism
     frames = {}
     for name, src in cfg.sources.items():
@@ -117,8 +133,11 @@ def source_frames(spark: SparkSession, cfg: JobConfig, sink: str) -> dict[str, D
 
             frames[name] = kafka_frame(spark, cfg, name, src)
             continue
-        spec = source_spec(cfg, sink, name, parallelism)
-        frames[name] = spark.readStream.format(FORMAT).option("spec", spec.model_dump_json()).load()
+        spec = source_spec(cfg, sink, name, parallelism, members)
+        reader = spark.readStream.format(FORMAT).option("spec", spec.model_dump_json())
+        if schemas and name in schemas:
+            reader = reader.schema(schemas[name])
+        frames[name] = reader.load()
     return frames
 
 
@@ -137,11 +156,23 @@ def load_pipeline(entry: str) -> Pipeline:
     return func  # type: ignore[no-any-return]
 
 
-def outputs_for(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> dict[str, DataFrame]:
-    """Call the pipeline once per output, each with its own source readers."""
+def outputs_for(
+    spark: SparkSession,
+    cfg: JobConfig,
+    pipeline: Pipeline,
+    members: tuple[str, ...] | None = None,
+    frames: dict[str, dict[str, DataFrame]] | None = None,
+) -> dict[str, DataFrame]:
+    """Call the pipeline once per output, each with its own source readers (``frames``, when
+    given, receives them per sink)."""
     outputs = {}
+    schemas: dict[str, StructType] = {}
     for sink in cfg.sinks:
-        result = pipeline(source_frames(spark, cfg, sink), **cfg.pipeline_args)
+        inputs = source_frames(spark, cfg, sink, members, schemas)
+        schemas.update({n: f.schema for n, f in inputs.items() if not isinstance(cfg.sources[n], KafkaSource)})
+        if frames is not None:
+            frames[sink] = inputs
+        result = pipeline(inputs, **cfg.pipeline_args)
         if not isinstance(result, dict):
             raise ConfigError(f"pipeline {cfg.pipeline} must return {{sink name: DataFrame}}, got {type(result)}")
         missing = sorted(set(cfg.sinks) - set(result))
@@ -158,11 +189,12 @@ def outputs_for(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> dict
 # --- lateness guard --------------------------------------------------------------------
 
 
-def plan_max_span(cfg: JobConfig) -> timedelta:
-    """Largest split span over the backfill's sources, planned exactly as the sources will."""
+def plan_max_span(cfg: JobConfig, read: set[str] | None = None) -> timedelta:
+    """Largest split span over the backfill's sources (those in ``read``), planned exactly as
+    the sources will."""
     spans = []
     for name, src in cfg.sources.items():
-        if not isinstance(src, IcebergBackfillSource):
+        if not isinstance(src, IcebergBackfillSource) or (read is not None and name not in read):
             continue
         spec = source_spec(cfg, next(iter(cfg.sinks)), name, 1)
         table = load_table(spec.catalog_name, spec.catalog, src.table)
@@ -178,7 +210,7 @@ def plan_watermark_delay(df: DataFrame) -> timedelta | None:
     return min(delays) if delays else None
 
 
-def lateness_verdict(cfg: JobConfig, outputs: dict[str, DataFrame]) -> Verdict | None:
+def lateness_verdict(cfg: JobConfig, outputs: dict[str, DataFrame], read: set[str] | None = None) -> Verdict | None:
     if cfg.mode != "backfill":
         return None
     delay = cfg.alignment.lateness
@@ -186,7 +218,11 @@ def lateness_verdict(cfg: JobConfig, outputs: dict[str, DataFrame]) -> Verdict |
         found = [d for df in outputs.values() if (d := plan_watermark_delay(df)) is not None]
         delay = min(found) if found else None
     verdict = check_lateness(
-        delay, cfg.alignment.effective_drift, plan_max_span(cfg), cfg.alignment.mode, cfg.alignment.allow_late_drops
+        delay,
+        cfg.alignment.effective_drift,
+        plan_max_span(cfg, read),
+        cfg.alignment.mode,
+        cfg.alignment.allow_late_drops,
     )
     if not verdict.ok:
         raise LatenessError(verdict.message)
@@ -239,6 +275,13 @@ class RunReport:
     seconds: float
     progress: list[dict[str, Any]] = field(default_factory=list)
     lateness: Verdict | None = None
+    edges: Edges | None = None
+    """A backfill's resolved edges: sources read, warm-up verdict, drain, finality."""
+
+    @property
+    def final(self) -> bool:
+        """False when the history did not reach far enough past the end to close every result."""
+        return self.edges is None or self.edges.final
 
     def for_query(self, sink: str) -> list[dict[str, Any]]:
         return [p for p in self.progress if p.get("name") == f"{self.name}-{sink}"]
@@ -275,6 +318,10 @@ class RunReport:
             "first_watermark": wms[0] if wms else None,
             "last_watermark": wms[-1] if wms else None,
             "lateness_guard": self.lateness.message if self.lateness else None,
+            "final": self.final,
+            "drain": None if self.edges is None else format_duration(self.edges.drain),
+            "state_horizon": None if self.edges is None else self.edges.horizon.describe(),
+            "notices": [] if self.edges is None else list(self.edges.notices),
         }
 
 
@@ -284,12 +331,17 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     register(spark)
     if cfg.window is not None:
         log.info("backfill window %s .. %s (warm-up %s)", cfg.window.start, cfg.window.end, cfg.window.warmup)
+    pipeline = load_pipeline(cfg.pipeline)
+    edges = None
     members = aligned_members(cfg)
+    if cfg.mode == "backfill":
+        cfg, edges, members = resolve_edges(spark, cfg, pipeline)
     fresh = not any(Path(cfg.checkpoint.location, s).exists() for s in cfg.sinks)
     if members and fresh and cfg.coordinator is None:
         LocalWatermarkProvider(state_file(cfg), members).reset()
-    outputs = outputs_for(spark, cfg, load_pipeline(cfg.pipeline))
-    verdict = lateness_verdict(cfg, outputs)
+    outputs = outputs_for(spark, cfg, pipeline, members if cfg.mode == "backfill" else None)
+    read = None if edges is None else {n for names in edges.used.values() for n in names}
+    verdict = lateness_verdict(cfg, outputs, read)
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     started = time.monotonic()
     queries = []
@@ -309,8 +361,98 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
             if q.isActive:
                 q.stop()
     progress = [p for q in queries for p in query_progress(q)]
-    report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict)
-    return report
+    if cfg.mode == "backfill":
+        require_complete(cfg, progress)
+    if edges is not None and edges.drain:
+        edges = still_open(spark, cfg, edges, progress)
+    if edges is not None:
+        record_finality(cfg, edges)
+    return RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
+
+
+def still_open(spark: SparkSession, cfg: JobConfig, edges: Edges, progress: list[dict[str, Any]]) -> Edges:
+    """Count the results that start in the window but were still open in state when reading
+    stopped (a session that goes on longer than the drain): they are not written, so the
+    report says the output is not final, and by how much."""
+    assert cfg.window is not None
+    notices = list(edges.notices)
+    for sink in cfg.sinks:
+        if not any(p.get("stateOperators") for p in progress if p.get("name") == f"{cfg.name}-{sink}"):
+            continue
+        checkpoint = f"{cfg.checkpoint.location.rstrip('/')}/{sink}"
+        n, first = open_results(spark, checkpoint, cfg.window.start, cfg.window.end)
+        if n:
+            notices.append(
+                f"not yet final: {n} windows or sessions of {sink} that start in the window (the first at "
+                f"{first}) were still open when reading stopped at {cfg.window.read_end.isoformat()}, so they are "
+                "not written; raise window.drain to cover the longest of them"
+            )
+            log.warning("backfill %s: %s", cfg.name, notices[-1])
+    return replace(edges, notices=tuple(notices))
+
+
+def resolve_edges(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> tuple[JobConfig, Edges, tuple[str, ...]]:
+    """Build the pipeline once to learn its edges; the config with the drain resolved, and the
+    members this driver reports as. Members for sources no output reads are reported finished
+    (to a coordinator that was told of every configured source), so they never hold the group."""
+    frames: dict[str, dict[str, DataFrame]] = {}
+    edges = resolve(cfg, frames, outputs_for(spark, cfg, pipeline, frames=frames))
+    assert cfg.window is not None
+    cfg = cfg.model_copy(update={"window": cfg.window.model_copy(update={"drain": edges.drain})})
+    all_members = aligned_members(cfg)
+    read = {member_id(cfg, sink, src) for sink, srcs in edges.used.items() for src in srcs}
+    members = tuple(m for m in all_members if m in read)
+    unused = tuple(m for m in all_members if m not in read)
+    if unused and cfg.coordinator is not None:
+        from spark_app.alignment.http import HttpWatermarkProvider
+
+        coord = cfg.coordinator
+        provider = HttpWatermarkProvider(coord.url, cfg.alignment_group, coord.token, coord.timeout.total_seconds())
+        for m in unused:
+            provider.report(m, None)
+    if edges.drain:
+        log.info("backfill %s: reading %s past the end to close %s", cfg.name, edges.drain, edges.horizon.describe())
+    return cfg, edges, members
+
+
+def record_finality(cfg: JobConfig, edges: Edges) -> None:
+    """Put what is not final on each Iceberg sink's table, so publish (wherever it runs) says it."""
+    from functools import partial
+
+    from spark_app.sinks.iceberg import finality
+
+    not_final = [n for n in edges.notices if n.startswith("not yet final")]
+    for name, sink in cfg.sinks.items():
+        if isinstance(sink, IcebergSink):
+            load = partial(load_table, sink.catalog, cfg.catalogs[sink.catalog].properties(), sink.table)
+            try:
+                finality.mark(load, cfg.sink_branch(name), not_final)
+            except ConfigError:
+                if not_final:  # the sink wrote nothing (no table): the report still says it
+                    log.warning("backfill %s: cannot record on %s: %s", cfg.name, sink.table, not_final)
+
+
+def require_complete(cfg: JobConfig, progress: list[dict[str, Any]]) -> None:
+    """A backfill whose query ended before admitting every split of its window has not read
+    the window: that is a failure, never a success with fewer rows."""
+    last: dict[str, BackfillOffset] = {}
+    for p in progress:
+        for src in p.get("sources", []):
+            try:
+                end = src.get("endOffset")
+                off = BackfillOffset.from_dict(json.loads(end) if isinstance(end, str) else end or {})
+            except (KappaError, KeyError, ValueError, TypeError):
+                continue
+            last[f"{p.get('name')}/{off.source}"] = off
+    short = {k: o for k, o in last.items() if not o.complete}
+    if short:
+        detail = "; ".join(f"{k} admitted {o.position} of {o.splits} splits" for k, o in sorted(short.items()))
+        raise IncompleteBackfillError(
+            f"backfill {cfg.name} ended before reading its window ({detail}): a member of alignment group "
+            f"{cfg.alignment_group!r} held the group (a source that never reported, or another query that did not "
+            "start); nothing is complete. Check that every configured source is read by the pipeline and that "
+            "every job of the group runs, then start the backfill again"
+        )
 
 
 def user_message(exc: BaseException) -> str:

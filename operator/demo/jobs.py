@@ -48,9 +48,10 @@ class DemoSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", self.out.resolve())  # catalog and log URIs need an absolute path
-        if not 0.5 <= self.hours <= 48:
+        if not 0.75 <= self.hours <= 48:
             raise ValueError(
-                f"--hours must be between 0.5 and 48 (the outage window is the middle half), got {self.hours}"
+                "--hours must be between 0.75 and 48 (the outage window is the middle half; the windows and "
+                f"sessions backfills need 22 minutes of history after theirs), got {self.hours}"
             )
         if parse_duration(self.max_drift) <= timedelta(0):  # refused now, not after the live run
             raise ValueError(f"--max-drift must be > 0, got {self.max_drift!r}")
@@ -84,7 +85,7 @@ def write_log_config(s: DemoSettings) -> Path:
     return path
 
 
-def _base(s: DemoSettings, name: str, pipeline: str, mode: str, sink: dict[str, Any], **fields: Any) -> JobConfig:
+def job_config(s: DemoSettings, name: str, pipeline: str, mode: str, sink: dict[str, Any], **fields: Any) -> JobConfig:
     return parse_config(
         {
             "name": name,
@@ -122,7 +123,7 @@ def rmi_live(s: DemoSettings) -> JobConfig:
     """The StreamingJob: one generator commit (one snapshot per table) per micro-batch, as it
     ran in production, into main."""
     live = {"kind": "icebergLive", "startingPosition": "earliest", "readLimit": {"maxSnapshots": 1}}
-    return _base(
+    return job_config(
         s,
         "rmi",
         "spark_app.examples.rmi:pipeline",
@@ -136,7 +137,7 @@ def rmi_backfill(s: DemoSettings, name: str, alignment: dict[str, Any], **fields
     """The Backfill of the outage window: the job's sources switched to their history, output
     into ``backfill-<name>``."""
     start, end = s.window
-    return _base(
+    return job_config(
         s,
         name,
         "spark_app.examples.rmi:pipeline",
@@ -155,7 +156,7 @@ def sessions_job(s: DemoSettings, table: str, checkpoint: Path, read_limit: dict
     if read_limit:
         source["readLimit"] = read_limit
     name = table.split(".")[-1].replace("_", "-")
-    return _base(
+    return job_config(
         s,
         name,
         "spark_app.examples.sessions:pipeline",

@@ -23,6 +23,12 @@ class Check(NamedTuple):
 def evaluate(s: dict[str, Any]) -> list[Check]:
     bf, un, pub, rw = s["backfill"], s["unaligned"], s["publish"], s["rewind"]
     restored_at = datetime.fromisoformat(rw["restored_batch_committed_at"])
+    return [*_rmi_checks(bf, un, pub, rw, restored_at), *_shape_checks(s["shapes"])]
+
+
+def _rmi_checks(
+    bf: dict[str, Any], un: dict[str, Any], pub: dict[str, Any], rw: dict[str, Any], restored_at: datetime
+) -> list[Check]:
     return [
         Check(
             "no late drops",
@@ -65,24 +71,53 @@ def evaluate(s: dict[str, Any]) -> list[Check]:
     ]
 
 
+def _shape_checks(sh: dict[str, Any]) -> list[Check]:
+    """Every example shape backfilled and compared with the batch computation of its pipeline
+    over the whole history: windows equal it; sessions are a part of it, and what is missing is
+    exactly what the run reported still open (nothing lost silently)."""
+    w, se = sh["windows"], sh["sessions"]
+    clean = [r["only_backfill"] == 0 and r["duplicates"] == 0 and r["dropped_by_watermark"] == 0 for r in (w, se)]
+    return [
+        Check(
+            "windows backfill = batch",
+            clean[0]
+            and w["rows"] == w["matched"] == w["batch_rows"] > 0
+            and w["open_reported"] == 0
+            and w["final"] is True,
+            f"{w['matched']} of {w['batch_rows']} equal, {w['rows']} written, {'final' if w['final'] else 'NOT final'}",
+        ),
+        Check(
+            "sessions backfill = batch, open counted",
+            clean[1]
+            and se["rows"] == se["matched"] > 0
+            and se["only_batch"] == se["open_reported"]
+            and se["final"] is (se["open_reported"] == 0),
+            f"{se['matched']} of {se['batch_rows']} equal, {se['rows']} written; {se['only_batch']} open at the "
+            f"end, {se['open_reported']} reported",
+        ),
+    ]
+
+
 def _n(value: Any) -> str:
     return "—" if value is None else str(value)
 
 
 def print_report(console: Console, s: dict[str, Any]) -> None:
-    table = Table(title="kappa demo: rmi and sessions", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    table = Table(title="kappa demo: rmi, sessions and windows", box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     table.add_column("run", no_wrap=True)
     for col in ("rows\nin", "rows\nout", "wall\ns", "event-h/\nwall-h", "peak\nstate"):
         table.add_column(col, justify="right")
     table.add_column("late\ndrops", justify="right")
     table.add_column("match", justify="right")
-    rw, bf, un = s["rewind"], s["backfill"], s["unaligned"]
+    rw, bf, un, sh = s["rewind"], s["backfill"], s["unaligned"], s["shapes"]
+    shapes = [(k, sh[k]) for k in ("windows", "sessions")]
     runs = [
         ("rmi live", s["live"], s["live"]["output_rows"], None, None),
         ("backfill aligned", bf, bf["output_rows"], bf["event_hours_per_wall_hour"], _match(bf)),
         ("backfill unordered", un, un["output_rows"], un["event_hours_per_wall_hour"], _match(un)),
         ("sessions outage", rw["outage"], None, None, None),
         ("sessions rewound", rw["resumed"], rw["sessions_rows"], None, rw["match_ratio"]),
+        *((f"{k} backfill", r, r["rows"], r["event_hours_per_wall_hour"], r["match_ratio"]) for k, r in shapes),
     ]
     for label, run, out, rate, match in runs:
         table.add_row(
@@ -96,7 +131,7 @@ def print_report(console: Console, s: dict[str, Any]) -> None:
             "—" if match is None else f"{match:.4f}",
         )
     console.print(table)
-    pub, out, w = s["publish"], s["outage"], s["window"]
+    pub, out, w, sw = s["publish"], s["outage"], s["window"], sh["window"]
     lines = [
         f"window {w['start'][11:16]}-{w['end'][11:16]} (warm-up {w['warmup']}); match = share of rows equal to the",
         "clean replay (the live output before the outage; for sessions, a clean run)",
@@ -111,6 +146,10 @@ def print_report(console: Console, s: dict[str, Any]) -> None:
         f"{_time(rw['restored_batch_committed_at'])}",
         f"  (of {rw['snapshots_externalized']} snapshots); undid batches {_span(rw['undone_batches'])} "
         f"(-{rw['rows_undone']} rows); {rw['bad_rows_before_rewind']} sessions wrong before",
+        f"windows, sessions: {sw['start'][11:16]}-{sw['end'][11:16]}, warm-up {sw['warmup']}, drain "
+        f"{sw['drain']} (lateness {sw['lateness']} + {sw['look_ahead']});",
+        "  match = share of the batch rows (the same pipeline over the whole history);",
+        f"  {sh['sessions']['open_reported']} sessions still open when reading stopped: not written, reported",
     ]
     for line in lines:
         console.print(line, highlight=False)

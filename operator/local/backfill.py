@@ -8,6 +8,8 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.markup import escape
+
 from kappa_operator.coordinator.groups import EmbeddedGroups
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.local.engine import Local, _status, application, log
@@ -23,6 +25,7 @@ from kappa_operator.render.jobconfig import (
     backfill_config,
     backfill_group,
 )
+from spark_app.config import format_duration
 from spark_app.runtime import user_message
 from spark_app.telemetry import read_trace
 
@@ -129,5 +132,10 @@ def _run_backfill(
         show.print(f"{throttled}/{len(decisions)} admission decisions throttled by alignment")
         if report.lateness is not None:
             show.print(f"guard: {report.lateness.message}")
+        if report.edges is not None:
+            e = report.edges
+            show.note(f"edges: {e.warmup_message}; drain {format_duration(e.drain)} ({e.horizon.describe()})")
+            for notice in e.notices:
+                show.print(f"[yellow]{escape(notice)}[/]" if notice.startswith("not yet final") else escape(notice))
     bf = local.objects.apply(bf)  # with the progress the ticker recorded
     return bf, application(state, message, {NONCE: str(bf.spec.restart_nonce)})

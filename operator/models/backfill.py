@@ -18,6 +18,7 @@ from kappa_operator.models.common import (
     instant,
 )
 from kappa_operator.models.streaming_job import TABLE
+from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 
 
 class JobRef(CRModel):
@@ -40,7 +41,14 @@ class BackfillWindow(CRModel):
     end: TimestampStr
     """Exclusive end (RFC 3339)."""
     warmup: DurationStr = "0s"
-    """Read from start - warmup so state is warm; that output is not written."""
+    """Read from start - warmup so state is warm; that output is not written. Refused when
+    shorter than the pipeline's look-back (range-join bound, session gap, window length,
+    dedup horizon) while there is history before it."""
+    drain: DurationStr | None = None
+    """Read this far past end so windows and sessions starting inside close and are written;
+    that output is not written. Default: the pipeline's watermark delay + its look-ahead."""
+    allow_short_warmup: bool = False
+    """Run even when warmup is shorter than the pipeline's look-back."""
 
     @model_validator(mode="after")
     def _ordered(self) -> BackfillWindow:
@@ -102,8 +110,8 @@ class PublishSpec(CRModel):
 
     enabled: bool = False
     """Publish after a successful run."""
-    min_match_ratio: float = Field(default=0.999, ge=0, le=1)
-    """Refuse to publish below this match ratio against main."""
+    min_match_ratio: float = Field(default=DEFAULT_MIN_MATCH_RATIO, ge=0, le=1)
+    """Refuse to publish below this match ratio against main (0: publish whatever the match)."""
 
 
 class BackfillSpec(CRModel):
@@ -166,6 +174,9 @@ class BackfillStatus(StatusBase):
     """The spec.restartNonce of the last submission."""
     published: list[PublishedTable] = []
     """What publish did, per Iceberg sink table."""
+    final: bool | None = None
+    """False when the run could not close every result of the window (the history does not
+    reach end + drain yet, or sessions were still open): the message says which."""
 
 
 class Backfill(CRModel):

@@ -82,6 +82,8 @@ class Outcome:
     results: list[PublishedTable]
     error: str | None
     """Why a table was refused (tables before it are published, later ones untouched)."""
+    not_final: tuple[str, ...] = ()
+    """What the backfill run said is not final yet (results it could not close), per table."""
 
 
 #: A nonce on the application says which spec.restartNonce submitted it.
@@ -239,10 +241,17 @@ def published(bf: Backfill, outcome: Outcome, group: GroupSpec | None, now: str)
         )
     tables = ", ".join(f"{r.table} (match {r.match_ratio:.4f}, -{r.rows_removed} +{r.rows_added})" for r in results)
     msg = f"published {backfill_branch(bf)} into main: {tables or 'no Iceberg sink to publish'}"
+    events = (Event("Normal", "Published", msg),)
+    if outcome.not_final:
+        # Published, but said plainly: some results of the window could not be closed yet.
+        msg += "; " + "; ".join(outcome.not_final)
+        events += (Event("Warning", "NotFinal", "; ".join(outcome.not_final)),)
     return BackfillPlan(
         leave_group=group,
-        status=status("Succeeded", True, "Published", msg, published=done, matchRatio=ratio),
-        events=(Event("Normal", "Published", msg),),
+        status=status(
+            "Succeeded", True, "Published", msg, published=done, matchRatio=ratio, final=not outcome.not_final
+        ),
+        events=events,
     )
 
 

@@ -147,7 +147,7 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         "sinks": {n: _sink(s, backfill_branch(bf), f"/backfills/{bf.metadata.name}") for n, s in jspec.sinks.items()},
         "checkpoint": {"location": backfill_checkpoint(bf, job)},
         "trigger": {"kind": "availableNow"},
-        "window": {"start": spec.window.start, "end": spec.window.end, "warmup": spec.window.warmup},
+        "window": spec.window.model_dump(by_alias=True, exclude_none=True),
         "alignment": alignment,
         "sparkConf": jspec.spark_conf,
     }

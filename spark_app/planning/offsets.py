@@ -23,14 +23,30 @@ class BackfillOffset:
     snapshot_id: int
     position: int
     plan: str
+    splits: int | None = None
+    """Splits in the plan: a query that ends with ``position < splits`` did not read its window."""
+    source: str | None = None
+    """The source's name, so a report on an incomplete read can name it."""
+
+    @property
+    def complete(self) -> bool:
+        return self.splits is None or self.position >= self.splits
 
     def to_dict(self) -> dict[str, Any]:
-        return {"v": VERSION, "kind": "backfill", **asdict(self), "snapshot_id": str(self.snapshot_id)}
+        d = {"v": VERSION, "kind": "backfill", **asdict(self), "snapshot_id": str(self.snapshot_id)}
+        return {k: v for k, v in d.items() if v is not None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BackfillOffset:
         _check(d, "backfill")
-        return cls(snapshot_id=int(d["snapshot_id"]), position=int(d["position"]), plan=str(d["plan"]))
+        splits = d.get("splits")
+        return cls(
+            snapshot_id=int(d["snapshot_id"]),
+            position=int(d["position"]),
+            plan=str(d["plan"]),
+            splits=None if splits is None else int(splits),
+            source=d.get("source"),
+        )
 
 
 @dataclass(frozen=True, slots=True)

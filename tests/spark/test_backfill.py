@@ -9,9 +9,9 @@ output depends on (the warm-up). Then:
   with its impressions from ``[start - 30m, end)``: the backfill's rows equal the live rows
   with ``playback_ts`` in the window, exactly.
 - sessions (session windows, emitted when the watermark passes a session's end): sessions
-  starting in ``[start, end)`` (warm-up >= gap tells where they begin) and ending before the
-  backfill's final watermark (later ones are never closed by a backfill that stops at
-  ``end``) equal the live ones, exactly.
+  starting in ``[start, end)`` (warm-up >= gap tells where they begin) and closed by the
+  backfill's final watermark (it reads past ``end`` by the drain: lateness + gap) equal the
+  live ones, exactly; tests/spark/test_window_edges.py checks what the drain adds.
 """
 
 from __future__ import annotations
@@ -208,8 +208,13 @@ def test_lateness_guard_refuses_then_runs_when_drops_are_allowed(
         pipelineArgs={"lateness": "1 minute"},
         output="sessions",
         mode="backfill",
+        sink_time_column="session_start",
         sources=sources("icebergBackfill", names, split=SPLIT),
-        window={"start": (T0 + timedelta(minutes=20)).isoformat(), "end": (T0 + timedelta(minutes=110)).isoformat()},
+        window={
+            "start": (T0 + timedelta(minutes=20)).isoformat(),
+            "end": (T0 + timedelta(minutes=110)).isoformat(),
+            "warmup": "10m",
+        },
     )
     refused = dataset.config(tmp_path / "a", name="late", alignment={"maxDrift": "10m"}, **common)
     with pytest.raises(LatenessError) as err:

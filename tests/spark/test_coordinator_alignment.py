@@ -197,3 +197,34 @@ def _run(cfg: JobConfig, spark: SparkSession) -> BaseException | None:
     except BaseException as exc:
         return exc
     return None
+
+
+def test_a_declared_source_the_pipeline_does_not_read_does_not_hold_the_group(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    """The operator declares a member per configured (sink, source) before the driver starts;
+    the windows pipeline reads playbacks only. The driver reports the impressions member
+    finished, so the group moves and the whole window is read (it used to end at once,
+    'complete', with nothing admitted)."""
+    cfg = dataset.config(
+        tmp_path,
+        name="windows-http",
+        pipeline="spark_app.examples.windows:pipeline",
+        output="title_windows",
+        mode="backfill",
+        sink_time_column="window_start",
+        sources=sources("icebergBackfill", split={"maxBundleSpan": "2m"}),
+        window={**WINDOW, "warmup": "10m"},
+        alignment={"maxDrift": "4m", "group": "windows"},
+        coordinator={"url": "http://127.0.0.1:1", "token": TOKEN},
+    )
+    with EmbeddedCoordinator(Service(TOKEN)) as c:
+        cfg = cfg.model_copy(update={"coordinator": cfg.coordinator.model_copy(update={"url": c.url})})  # type: ignore[union-attr]
+        declare(c, "windows", aligned_members(cfg))
+        assert len(aligned_members(cfg)) == 2
+        report = run(cfg, spark)
+    assert report.edges is not None and report.edges.unused == ("impressions",)
+    assert report.input_rows > 100 and report.batches >= 3
+    events = admissions(tmp_path / "trace.jsonl")
+    assert {e["source"] for e in events} == {"playbacks"}
+    assert events[-1]["end"] == events[-1]["total"], "the whole window was admitted"

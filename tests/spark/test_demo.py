@@ -7,20 +7,22 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from matplotlib.image import imread
+from pandas.api.types import is_datetime64_any_dtype as is_datetime
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 from rich.console import Console
 
 from kappa_operator.demo import DemoSettings, run_demo
-from kappa_operator.demo.jobs import RMI_TABLE
+from kappa_operator.demo.jobs import RMI_TABLE, START
 from spark_app.sinks.iceberg.window import TimeWindow
 
 pytestmark = pytest.mark.spark
@@ -118,6 +120,77 @@ def test_summary_numbers_agree_with_the_tables(demo: Demo) -> None:
     assert json.loads((demo.out / "summary.json").read_text())["checks"] == s["checks"]
 
 
+def micros(df: pd.DataFrame, columns: list[str]) -> set[tuple[Any, ...]]:
+    """Rows as tuples, timestamps as integer microseconds (pandas and Spark agree on those)."""
+    out = pd.DataFrame(
+        {c: df[c].astype("datetime64[us]").astype("int64") if is_datetime(df[c]) else df[c] for c in columns}
+    )
+    return {tuple(int(v) for v in r) for r in out.itertuples(index=False)}
+
+
+def naive(iso: str) -> pd.Timestamp:
+    return pd.Timestamp(datetime.fromisoformat(iso).astimezone(UTC).replace(tzinfo=None))
+
+
+def test_windows_and_sessions_backfills_agree_with_batch(demo: Demo, spark: SparkSession) -> None:
+    """Both shapes against an independent batch computation in pandas over the whole history:
+    tumbling 10-minute windows per title, and per-profile sessions split by a 10-minute gap."""
+    sh = demo.summary["shapes"]
+    w, win, ses = sh["window"], sh["windows"], sh["sessions"]
+    start, end = naive(w["start"]), naive(w["end"])
+    gap = pd.Timedelta(minutes=10)
+    history = (naive(START.isoformat()), naive((START + timedelta(hours=demo.settings.hours)).isoformat()))
+    # in the middle: history before the warm-up, and after the drain
+    assert (w["warmup"], w["lateness"], w["drain"]) == ("10m", "10m", "20m")
+    assert history[0] < start - gap and end + 2 * gap < history[1]
+    assert win["drain"] == ses["drain"] == w["drain"]
+    assert "time window of 10m" in win["state_horizon"] and "session gap of 10m" in ses["state_horizon"]
+    assert win["dropped_by_watermark"] == ses["dropped_by_watermark"] == 0
+    assert "no row is dropped as late" in win["lateness_guard"]
+
+    plays = demo.catalog().load_table("demo.playbacks").scan().to_arrow().drop_columns(["__metadata__"]).to_pandas()
+
+    # windows: exactly the batch's, each counted from the plays
+    cols = ["window_start", "title_id", "plays", "watch_s"]
+    p = plays.assign(window_start=plays["event_ts"].dt.floor("10min"))
+    p = p[(p["window_start"] >= start) & (p["window_start"] < end)]
+    expected = p.groupby(["window_start", "title_id"], as_index=False).agg(
+        plays=("playback_id", "size"), watch_s=("duration_s", "sum")
+    )
+    written = spark.read.parquet(win["path"]).toPandas()
+    assert (written["window_end"] - written["window_start"] == gap).all()
+    assert micros(written, cols) == micros(expected, cols)
+    assert len(written) == len(expected) == win["rows"] == win["batch_rows"] == win["matched"] > 50
+    assert win["final"] is True and win["open_reported"] == 0 and win["match_ratio"] == 1.0
+
+    # sessions: a part of the batch's; every one missing is one the run reported still open
+    p = plays.sort_values(["profile_id", "event_ts"])
+    step = p.groupby("profile_id")["event_ts"].diff()
+    p = p.assign(session=(step.isna() | (step >= gap)).cumsum())
+    all_sessions = p.groupby("session", as_index=False).agg(
+        profile_id=("profile_id", "first"),
+        session_start=("event_ts", "min"),
+        last_play_ts=("event_ts", "max"),
+        plays=("playback_id", "size"),
+        watch_s=("duration_s", "sum"),
+    )
+    all_sessions["session_end"] = all_sessions["last_play_ts"] + gap
+    in_window = all_sessions[(all_sessions["session_start"] >= start) & (all_sessions["session_start"] < end)]
+    cols = ["profile_id", "session_start", "session_end", "plays", "watch_s", "last_play_ts"]
+    expected_s, written_df = micros(in_window, cols), spark.read.parquet(ses["path"]).toPandas()
+    written_s = micros(written_df, cols)
+    assert len(written_s) == len(written_df) == ses["rows"] == ses["matched"] > 20
+    assert written_s <= expected_s and len(expected_s) == ses["batch_rows"]
+    missing = expected_s - written_s
+    assert len(missing) == ses["open_reported"] == ses["only_batch"] > 0, "seed 7 has sessions open at the end"
+    notice = next(n for n in ses["notices"] if "still open" in n)
+    assert notice.startswith(f"not yet final: {len(missing)} windows or sessions") and ses["final"] is False
+    # open: not closed by the watermark when reading stopped; every one written was
+    watermark = naive(ses["last_watermark"]).value // 1000
+    end_at = cols.index("session_end")
+    assert all(r[end_at] > watermark for r in missing) and all(r[end_at] <= watermark for r in written_s)
+
+
 def test_plots_are_real_pictures_of_the_series_beside_them(demo: Demo) -> None:
     for name in ("watermarks", "state"):
         path = demo.out / f"{name}.png"
@@ -147,7 +220,8 @@ def test_plots_are_real_pictures_of_the_series_beside_them(demo: Demo) -> None:
 
 def test_console_shows_the_table_and_every_check(demo: Demo) -> None:
     text = demo.console
-    for label in ("rmi live", "backfill aligned", "backfill unordered", "sessions rewound", "event-h/"):
+    labels = ("rmi live", "backfill aligned", "backfill unordered", "sessions rewound", "windows backfill")
+    for label in (*labels, "sessions backfill", "event-h/"):
         assert label in text
     for check in demo.summary["checks"]:
         assert f"ok {check['name']}" in text

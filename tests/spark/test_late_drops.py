@@ -68,7 +68,9 @@ def config(props: dict[str, str], tmp: Path, lateness: str, **alignment: Any) ->
                 "events": {
                     "kind": "icebergBackfill",
                     "table": "late.events",
-                    "split": {"maxBundleSpan": "0s"},
+                    # file-level splits: this test is about the disorder whole files create
+                    # (row-level slices would cut it to maxDrift + sliceSpan: test_time_slices.py)
+                    "split": {"maxBundleSpan": "0s", "sliceSpan": "0s"},
                     "readLimit": {"maxFiles": 1},
                 }
             },

@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import json
 import re
+from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,8 +16,11 @@ from rich.console import Console
 
 import kappa_operator.demo as demo
 from kappa_operator.cli import build_parser, main
+from kappa_operator.demo import shapes
+from kappa_operator.demo.jobs import START
 from kappa_operator.demo.report import evaluate
 from kappa_operator.demo.steps import DemoError, Steps
+from spark_app.examples import windows
 
 
 def test_flags() -> None:
@@ -27,6 +32,7 @@ def test_flags() -> None:
     ("flags", "message"),
     [
         (["--hours", "0.1"], "--hours must be between"),
+        (["--hours", "0.5"], "--hours must be between 0.75 and 48"),
         (["--max-drift", "0s"], "--max-drift must be > 0"),
         (["--max-drift", "5x"], "expected a duration"),
     ],
@@ -92,11 +98,32 @@ def _summary(**changes: Any) -> dict[str, Any]:
             "sessions_rows": 4,
             "clean_rows": 4,
         },
+        "shapes": {
+            "windows": _shape(rows=6, batch_rows=6, open_reported=0),
+            "sessions": _shape(rows=4, batch_rows=7, open_reported=3),
+        },
     }
     for path, value in changes.items():
-        part, field = path.split("__")
-        s[part][field] = value
+        *parts, field = path.split("__")
+        part = s
+        for name in parts:
+            part = part[name]
+        part[field] = value
     return json.loads(json.dumps(s))
+
+
+def _shape(rows: int, batch_rows: int, open_reported: int) -> dict[str, Any]:
+    return {
+        "rows": rows,
+        "batch_rows": batch_rows,
+        "matched": rows,
+        "only_batch": batch_rows - rows,
+        "only_backfill": 0,
+        "duplicates": 0,
+        "open_reported": open_reported,
+        "final": open_reported == 0,
+        "dropped_by_watermark": 0,
+    }
 
 
 def test_checks_hold_on_a_consistent_summary() -> None:
@@ -114,7 +141,44 @@ def test_checks_hold_on_a_consistent_summary() -> None:
         ({"rewind__outage_started": "2026-11-21T23:59:59+00:00"}, "rewound to before the outage"),
         ({"rewind__restored_source_snapshot": 8}, "rewound to before the outage"),
         ({"rewind__clean_rows": 5}, "rewound sessions = clean run"),
+        ({"shapes__windows__matched": 5}, "windows backfill = batch"),
+        ({"shapes__windows__rows": 7}, "windows backfill = batch"),
+        ({"shapes__windows__final": False}, "windows backfill = batch"),
+        ({"shapes__windows__dropped_by_watermark": 1}, "windows backfill = batch"),
+        ({"shapes__sessions__open_reported": 2}, "sessions backfill = batch, open counted"),
+        ({"shapes__sessions__only_backfill": 1}, "sessions backfill = batch, open counted"),
+        ({"shapes__sessions__duplicates": 1}, "sessions backfill = batch, open counted"),
+        ({"shapes__sessions__final": True}, "sessions backfill = batch, open counted"),
     ],
 )
 def test_each_broken_promise_fails_its_check(change: dict[str, Any], failed: str) -> None:
     assert [c.name for c in evaluate(_summary(**change)) if not c.ok] == [failed]
+
+
+@pytest.mark.parametrize("hours", [0.75, 1.0, 2.0, 48.0])
+def test_the_shapes_window_is_in_the_middle_of_the_history_with_room_to_drain(hours: float) -> None:
+    s = demo.DemoSettings(out=Path("out"), hours=hours)
+    start, end = shapes.window(s)
+    history_end = START + timedelta(hours=hours)
+    assert START + shapes.LOOK_BACK <= start < end, "history before the window, the warm-up inside it"
+    assert end + shapes.DRAIN + shapes.MARGIN <= history_end, "the drain reads history that exists"
+    assert end - start >= timedelta(minutes=8) and start - START == (history_end - START) / 3
+    cfg = shapes.job(s, windows)
+    assert cfg.window is not None and cfg.window.warmup == shapes.LOOK_BACK and cfg.window.drain is None
+    assert cfg.pipeline_args == {"lateness": "600 seconds"} and cfg.alignment.mode == "aligned"
+    assert cfg.sinks[windows.OUTPUT].time_column == windows.TIME_COLUMN
+    assert shapes.DRAIN == shapes.LATENESS + shapes.LOOK_BACK
+    assert cfg.alignment.max_drift < shapes.LATENESS, "room in the lateness guard for the split span"
+
+
+def test_open_results_are_read_from_the_notices() -> None:
+    edges = SimpleNamespace(
+        notices=(
+            "source impressions is configured but no output reads it: not an alignment member",
+            "not yet final: 4 windows or sessions of sessions that start in the window (the first at ...)",
+            "not yet final: 2 windows or sessions of other that start in the window (the first at ...)",
+            "not yet final: results are emitted once the watermark passes them, which needs history until ...",
+        )
+    )
+    assert shapes.open_reported(SimpleNamespace(edges=edges)) == 6  # type: ignore[arg-type]
+    assert shapes.open_reported(SimpleNamespace(edges=None)) == 0  # type: ignore[arg-type]

@@ -114,6 +114,18 @@ def test_published_outcomes() -> None:
     refused = published(bf({"phase": "Publishing"}), Outcome([], "match 0.5 < 0.999"), group, NOW)
     assert refused.status["phase"] == "Failed" and refused.leave_group is None
     assert refused.events[0].type == "Warning" and "0.999" in refused.status["message"]
+    assert ok.status["final"] is True
+
+
+def test_a_published_branch_that_is_not_final_says_so() -> None:
+    """The run could not close every result (history too short, sessions still open): the
+    publish succeeds but status, message and an event say what is not final."""
+    table = PublishedTable(table="rmi.out", match_ratio=1.0, rows_removed=3, rows_added=5, snapshot_id=7)
+    note = "rmi.out: not yet final: 4 windows or sessions of out that start in the window ..."
+    done = published(bf({"phase": "Publishing"}), Outcome([table], None, (note,)), None, NOW)
+    assert done.status["phase"] == "Succeeded" and done.status["final"] is False
+    assert note in done.status["message"]
+    assert [(e.type, e.reason) for e in done.events] == [("Normal", "Published"), ("Warning", "NotFinal")]
 
 
 def test_a_failed_backfill_stays_failed_until_the_restart_nonce_changes() -> None:

@@ -23,6 +23,7 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 
+from spark_app.catalogs import missing_table_message, sql_catalog_names
 from spark_app.errors import ConfigError
 
 _CALL = re.compile(r"^(?P<fn>\w+)\((?:(?P<n>\d+),)?(?P<col>\w+)\)$")
@@ -75,11 +76,20 @@ def utc_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def load_or_create(catalog: Catalog, identifier: str, arrow_schema: pa.Schema, partition_by: list[str]) -> Table:
-    """Load the sink's table; create it (and its namespace) from the output schema if missing."""
+    """Load the sink's table; create it (and its namespace) from the output schema if missing.
+
+    Refuses to create it when the same SQL database holds it under another catalog name: that
+    is a renamed catalog, and creating would split the output into a second, empty table."""
     try:
         return catalog.load_table(identifier)
     except NoSuchTableError:
         pass
+    found = sql_catalog_names(catalog, identifier)
+    if found is not None and found[1]:
+        raise ConfigError(
+            f"sink: {missing_table_message(catalog, identifier)}. Not creating it: that would start a second, "
+            f"empty {identifier} beside the existing one (to mean a separate table, create it first)"
+        )
     namespace = identifier.rsplit(".", 1)[0]
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(namespace)

@@ -34,7 +34,12 @@ from spark_app.alignment import GroupView, WatermarkProvider
 from spark_app.alignment.http import HttpWatermarkProvider
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.catalogs import load_table
-from spark_app.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
+from spark_app.errors import (
+    IncompleteBackfillError,
+    NonAppendSnapshotError,
+    PlanChangedError,
+    SnapshotExpiredError,
+)
 from spark_app.planning.admission import Admission, Limits, admit, source_watermark
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits
@@ -45,6 +50,9 @@ from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.telemetry import trace
 
 log = logging.getLogger("kappa.iceberg")
+
+MISSING_MEMBER_LIMIT_S = 1800.0
+"""A backfill held this long by a declared member that never reported fails, naming it."""
 
 
 def micros(dt: Any) -> int:
@@ -58,12 +66,19 @@ def default_state_file(group: str, checkpoint: str) -> str:
 
 
 def backfill_plan(table: Table, spec: SourceSpec, snapshot_id: int) -> list[Split]:
-    """The ordered splits of the window in one snapshot (shared by the reader and the guard)."""
+    """The ordered splits of the window in one snapshot (shared by the reader and the guard).
+
+    Wide files (late events) are cut into time slices first, unless the mode is unordered:
+    slicing only tightens the ordering bound, which unordered reading does not have."""
+    from spark_app.sources.iceberg.slices import slice_wide_files
+
     scan.require_snapshot(table, snapshot_id, "the snapshot this backfill reads")
     window = spec.window
     assert window is not None, "a backfill source needs the window"
-    bounds = (micros(window.read_start), micros(window.end))
+    bounds = (micros(window.read_start), micros(window.read_end))
     files = scan.files_in_window(table, snapshot_id, spec.ordering_column, bounds, spec.source.filter)
+    if spec.alignment.mode != "unordered":
+        files = slice_wide_files(table.io, files, spec.ordering_column, spec.source.split, bounds)
     splits = plan_splits(files, spec.source.split, bounds)
     trace(
         spec.trace_path,
@@ -73,6 +88,7 @@ def backfill_plan(table: Table, spec: SourceSpec, snapshot_id: int) -> list[Spli
         snapshot_id=str(snapshot_id),
         files=len(files),
         paths=[f.path for f in files],
+        sliced=sum(f.slices is not None for f in files),
         splits=len(splits),
         rows=sum(s.rows for s in splits),
         max_span_us=max((s.span for s in splits), default=0),
@@ -160,7 +176,7 @@ class _IcebergReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             column = pc.field(*self.spec.ordering_column.split("."))
             ts_type = pa.timestamp("us", tz="UTC" if "tz" in str(ordering.field_type) else None)
             parts.append(column >= pa.scalar(micros(window.read_start), ts_type))
-            parts.append(column < pa.scalar(micros(window.end), ts_type))
+            parts.append(column < pa.scalar(micros(window.read_end), ts_type))
         if not parts:
             return None
         expr = parts[0]
@@ -233,8 +249,8 @@ class BackfillReader(_IcebergReader):
             if current is None:
                 raise SnapshotExpiredError(f"{self.spec.source.table} has no snapshot: nothing to backfill")
             sid = current.snapshot_id
-        _, fingerprint = self.plan(sid)
-        return BackfillOffset(sid, 0, fingerprint).to_dict()
+        splits, fingerprint = self.plan(sid)
+        return BackfillOffset(sid, 0, fingerprint, len(splits), self.spec.name).to_dict()
 
     def prepareForTriggerAvailableNow(self) -> None:
         """The plan is fixed at the snapshot in the offsets: later commits are never read.
@@ -262,6 +278,13 @@ class BackfillReader(_IcebergReader):
             if decision.end > position or wm is None or not getattr(self, "_available_now", False) or not outside:
                 return decision, view, bound
             # Held by a member of another query: returning our start offset would end this query.
+            if view.missing and waited >= self._hold_limit():
+                raise IncompleteBackfillError(
+                    f"{self.spec.member} waited {waited:.0f}s for alignment group {self.spec.group!r} members that "
+                    f"never reported: {', '.join(view.missing)}. Each declared member must be read by a running "
+                    "query (a configured source the pipeline does not read is not a member; another job of the "
+                    "group must be running); nothing was admitted past the bound"
+                )
             if waited == 0.0 or waited // 30 != (waited + pause) // 30:
                 log.info(
                     "%s waits for %s (global %s, bound %s)",
@@ -273,6 +296,11 @@ class BackfillReader(_IcebergReader):
             time.sleep(pause)
             waited += pause
             pause = min(pause * 2, 1.0)
+
+    def _hold_limit(self) -> float:
+        """How long a member that never reported may hold this query before it fails: long
+        enough for another job of the group to wait for pods, short of waiting forever."""
+        return MISSING_MEMBER_LIMIT_S
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         off, splits = self._offset(start)
@@ -299,7 +327,7 @@ class BackfillReader(_IcebergReader):
             throttled=decision.throttled,
             admitted=[[s.lower, s.upper, s.rows] for s in splits[decision.start : decision.end]],
         )
-        return BackfillOffset(off.snapshot_id, decision.end, off.plan).to_dict()
+        return BackfillOffset(off.snapshot_id, decision.end, off.plan, len(splits), self.spec.name).to_dict()
 
     def reportLatestOffset(self) -> dict | None:
         return None

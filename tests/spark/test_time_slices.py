@@ -1,0 +1,145 @@
+"""Time slices on a real table with late events: the largest split span (and the lateness the
+guard requires) drops from the widest file to about ``sliceSpan``, every row is read exactly
+once, and a backfill whose watermark delay covers ``maxDrift + sliceSpan``, far less than the
+file-level requirement, drops nothing.
+
+The table is written the way ingestion writes it (``examples.generator``): a commit every
+minute, hour partitions, 1% of the events 1..90 minutes late (``LATE_THRESHOLD`` is where
+"late" starts). A late event lands in the file of its commit and its event hour, so almost
+every file spans tens of minutes while all but a few of its rows lie within ~2 minutes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyspark.sql import SparkSession
+
+from spark_app.config import JobConfig, parse_config
+from spark_app.errors import LatenessError
+from spark_app.examples.generator import GeneratorConfig, generate
+from spark_app.planning.splits import Split, max_span
+from spark_app.runtime import run, source_spec
+from spark_app.sources.iceberg.reader import SplitsPartition, read_splits
+from spark_app.sources.iceberg.schema import spark_schema
+from spark_app.sources.iceberg.stream import BackfillReader, backfill_plan
+from tests.spark.conftest import T0
+
+pytestmark = pytest.mark.spark
+
+MIN = 60_000_000
+DRIFT, SLICE = timedelta(minutes=5), timedelta(minutes=5)
+
+
+@pytest.fixture(scope="module")
+def late_table(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("late-events")
+    props = {"uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
+    gen = GeneratorConfig(
+        start=T0,
+        hours=1,
+        impressions_per_hour=3000,
+        commit_interval=timedelta(minutes=1),
+        late_fraction=0.01,
+        max_lateness=timedelta(minutes=90),
+    )
+    stats = generate(SqlCatalog("default", **props), gen)
+    assert stats.late_events > 0 and stats.max_file_span_s > 30 * 60, "precondition: wide files"
+    return props
+
+
+def config(
+    props: dict[str, str], tmp: Path, slice_span: str, window: tuple[int, int] = (0, 60), **extra: Any
+) -> JobConfig:
+    return parse_config(
+        {
+            "name": "slices",
+            "pipeline": "spark_app.examples.dedup:pipeline",
+            "pipelineArgs": {"key": "impression_id", "lateness": "10 minutes"},
+            "mode": "backfill",
+            "catalogs": {"default": {"type": "sql", **props}},
+            "sources": {
+                "impressions": {
+                    "kind": "icebergBackfill",
+                    "table": "demo.impressions",
+                    "split": {"sliceSpan": slice_span, "maxBundleSpan": "0s"},
+                }
+            },
+            "window": {
+                "start": (T0 + timedelta(minutes=window[0])).isoformat(),
+                "end": (T0 + timedelta(minutes=window[1])).isoformat(),
+            },
+            "sinks": {"deduplicated": {"kind": "parquet", "path": str(tmp / "out")}},
+            "checkpoint": {"location": str(tmp / "ckpt")},
+            **extra,
+        }
+    )
+
+
+def plan_and_read(props: dict[str, str], cfg: JobConfig) -> tuple[list[Split], list[str]]:
+    """The backfill's plan for the current snapshot, and every id read through it (one task)."""
+    spec = source_spec(cfg, "deduplicated", "impressions", 1)
+    table = SqlCatalog("default", **props).load_table("demo.impressions")
+    splits = backfill_plan(table, spec, table.current_snapshot().snapshot_id)  # type: ignore[union-attr]
+    read_spec = BackfillReader(spec, spark_schema(table.schema())).read_spec()
+    ids = [i for b in read_splits(SplitsPartition(splits, read_spec)) for i in b.column("impression_id").to_pylist()]
+    return splits, ids
+
+
+def window_ids(props: dict[str, str], column: str, lo_min: int, hi_min: int) -> list[str]:
+    rows = SqlCatalog("default", **props).load_table("demo.impressions").scan().to_arrow().to_pylist()
+    lo, hi = (
+        (T0 + timedelta(minutes=lo_min)).replace(tzinfo=None),
+        (T0 + timedelta(minutes=hi_min)).replace(tzinfo=None),
+    )
+    value = (lambda r: r["__metadata__"]["ingestion_ts"]) if "." in column else (lambda r: r[column])
+    return sorted(r["impression_id"] for r in rows if lo <= value(r) < hi)
+
+
+@pytest.mark.parametrize("column", ["event_ts", "__metadata__.ingestion_ts"])
+@pytest.mark.parametrize("window", [(0, 60), (20, 50)], ids=["whole", "inner"])
+def test_slices_narrow_the_largest_span_and_read_every_row_once(
+    late_table: dict[str, str], tmp_path: Path, column: str, window: tuple[int, int]
+) -> None:
+    ordering = {"alignment": {"maxDrift": "5m", "orderingColumn": column}}
+    files, file_ids = plan_and_read(late_table, config(late_table, tmp_path, "0s", window, **ordering))
+    sliced, sliced_ids = plan_and_read(late_table, config(late_table, tmp_path, "5m", window, **ordering))
+    expected = window_ids(late_table, column, *window)
+
+    assert max_span(files) > 20 * MIN, "file-level: a few late rows make files wide"
+    assert max_span(sliced) <= SLICE.total_seconds() * 1e6, "sliced: no split wider than sliceSpan"
+    assert any(p.time_range is not None for s in sliced for p in s.pieces)
+    assert sorted(file_ids) == expected
+    assert sorted(sliced_ids) == expected  # every row of the window ...
+    assert max(Counter(sliced_ids).values()) == 1  # ... exactly once across all slices
+    # slices count their rows exactly (file pieces count the whole file): with no file cut
+    # by the window, the plan's rows are the window's rows
+    time_rows = sum(p.rows for s in sliced for p in s.pieces if p.time_range is not None)
+    sliced_paths = {p.path for s in sliced for p in s.pieces if p.time_range is not None}
+    whole = [p for s in sliced for p in s.pieces if p.time_range is None]
+    assert not {p.path for p in whole} & sliced_paths
+    if window == (0, 60) and column == "event_ts":
+        assert time_rows + sum(p.rows for p in whole) == len(expected)
+
+
+def test_backfill_with_lateness_for_slices_drops_nothing(
+    spark: SparkSession, late_table: dict[str, str], tmp_path: Path
+) -> None:
+    """Watermark delay 10m = maxDrift + sliceSpan: refused at file level, exact when sliced."""
+    alignment = {"alignment": {"maxDrift": "5m"}}
+    with pytest.raises(LatenessError, match="largest split span"):
+        run(config(late_table, tmp_path / "files", "0s", **alignment), spark)
+
+    report = run(config(late_table, tmp_path / "sliced", "5m", **alignment), spark)
+    assert report.lateness is not None and report.lateness.ok
+    assert report.lateness.required <= DRIFT + SLICE < timedelta(minutes=20)
+    assert report.dropped_by_watermark == 0
+    expected = window_ids(late_table, "event_ts", 0, 60)
+    assert report.input_rows == len(expected)
+    got = [r[0] for r in spark.read.parquet(str(tmp_path / "sliced" / "out")).select("impression_id").collect()]
+    assert sorted(got) == expected

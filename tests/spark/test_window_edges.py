@@ -1,0 +1,176 @@
+"""A backfill's edges with real Spark: windows and sessions that close after the window's
+end are emitted (drain), a too-short warm-up is refused, a configured source the pipeline
+does not read holds nobody, and a history that does not reach far enough is reported.
+
+Every expectation is a *batch* computation of the same pipeline over the whole history,
+restricted to the window: what a live job that kept reading would have written.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_app.errors import WarmupError
+from spark_app.examples import sessions, windows
+from spark_app.runtime import RunReport, run
+from tests.spark.conftest import T0, Dataset, sources
+
+pytestmark = pytest.mark.spark
+
+# In the middle of two hours of history: 30 min of history before, 50 min after.
+START, END = T0 + timedelta(minutes=30), T0 + timedelta(minutes=70)
+SPLIT = {"maxBundleSpan": "2m"}
+
+
+def history(spark: SparkSession, dataset: Dataset, table: str) -> DataFrame:
+    """The whole table as a batch DataFrame (event_ts as a UTC timestamp, as the source gives it)."""
+    arrow = dataset.catalog().load_table(table).scan().to_arrow().drop_columns(["__metadata__"])
+    return spark.createDataFrame(arrow.to_pandas())
+
+
+def in_window(df: DataFrame, column: str) -> list[tuple[Any, ...]]:
+    """Rows whose ``column`` is in the window, filtered after collecting: Spark pushes a
+    filter on a session window's start below the aggregate, where it cuts sessions apart."""
+    start, end = START.replace(tzinfo=None), END.replace(tzinfo=None)
+    cols = sorted(df.columns)
+    return sorted(tuple(r) for r in df.select(*cols).collect() if start <= r[column] < end)
+
+
+def backfill(
+    spark: SparkSession,
+    dataset: Dataset,
+    tmp: Path,
+    module: Any,
+    names: tuple[str, ...] = ("playbacks",),
+    **fields: Any,
+) -> RunReport:
+    window = fields.pop("window", {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m"})
+    cfg = dataset.config(
+        tmp,
+        name=fields.pop("name", "edges"),
+        pipeline=f"{module.__name__}:pipeline",
+        output=module.OUTPUT,
+        mode="backfill",
+        sink_time_column=module.TIME_COLUMN,
+        sources=sources("icebergBackfill", names, split=SPLIT),
+        window=window,
+        alignment={"maxDrift": "4m"},
+        **fields,
+    )
+    return run(cfg, spark)
+
+
+def written(spark: SparkSession, tmp: Path) -> list[tuple[Any, ...]]:
+    df = spark.read.parquet(str(tmp / "out"))
+    return sorted(tuple(r) for r in df.select(*sorted(df.columns)).collect())
+
+
+def test_windows_closing_after_the_end_are_emitted(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
+    report = backfill(spark, dataset, tmp_path, windows)
+    plays = history(spark, dataset, "demo.playbacks")
+    expected = in_window(windows.pipeline({"playbacks": plays})[windows.OUTPUT], windows.TIME_COLUMN)
+    assert len(expected) > 100
+    assert written(spark, tmp_path) == expected
+    assert report.dropped_by_watermark == 0
+    # lateness 30m + the window's 10m: the read went on 40m past the end
+    assert report.edges is not None and report.edges.drain == timedelta(minutes=40)
+    assert report.final and report.summary()["final"] is True
+
+
+def test_sessions_are_emitted_or_counted_as_open(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
+    """Sessions closing within the drain (lateness 30m + gap 10m) are written exactly; a
+    session that chains on longer is still open when reading stops: not written, and the
+    report says how many, so nothing is lost silently."""
+    report = backfill(spark, dataset, tmp_path, sessions)
+    plays = history(spark, dataset, "demo.playbacks")
+    expected = in_window(sessions.pipeline({"playbacks": plays})[sessions.OUTPUT], sessions.TIME_COLUMN)
+    got = written(spark, tmp_path)
+    assert len(got) > 100 and set(got) <= set(expected)
+    assert report.edges is not None and report.edges.drain == timedelta(minutes=40)
+    cols = sorted(["profile_id", "session_start", "session_end", "plays", "watch_s", "first_play_ts", "last_play_ts"])
+    read_end = (END + report.edges.drain).replace(tzinfo=None)
+    # open: their last play is within the gap of where reading stopped (the watermark's lag aside)
+    long_ones = [r for r in set(expected) - set(got) if r[cols.index("session_end")] > read_end - timedelta(minutes=30)]
+    assert len(long_ones) == len(expected) - len(got), "every session not written is one still open"
+    if long_ones:
+        assert not report.final
+        notice = next(n for n in report.edges.notices if "still open" in n)
+        assert notice.startswith(f"not yet final: {len(long_ones)} windows or sessions")
+    # with a drain that covers them (to the end of the history), all are written
+    longer = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m", "drain": "50m"}
+    again = backfill(spark, dataset, tmp_path / "longer", sessions, window=longer)
+    got_longer = set(written(spark, tmp_path / "longer"))
+    assert set(got) <= got_longer <= set(expected)
+    assert len(expected) - len(got_longer) == sum(int(n.split()[3]) for n in again.edges.notices if "still open" in n)  # type: ignore[union-attr]
+
+
+def test_without_the_drain_the_last_results_are_lost(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
+    """What the drain fixes: stopping at the end (drain 0) leaves the windows that close after
+    it in state, and they are never written."""
+    window = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m", "drain": "0s"}
+    backfill(spark, dataset, tmp_path, windows, window=window)
+    expected = in_window(
+        windows.pipeline({"playbacks": history(spark, dataset, "demo.playbacks")})[windows.OUTPUT], windows.TIME_COLUMN
+    )
+    got = written(spark, tmp_path)
+    missing = set(expected) - set(got)
+    assert missing and set(got) <= set(expected)
+    start_at = sorted(["window_start", "window_end", "title_id", "plays", "watch_s"]).index("window_start")
+    # lost: the windows the watermark (30m behind the last event read) had not passed
+    assert min(r[start_at] for r in missing) >= (END - timedelta(minutes=40)).replace(tzinfo=None)
+
+
+def test_an_unused_configured_source_holds_nobody(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """windows reads playbacks only; impressions is configured too. It used to be declared a
+    member, hold the group at -inf, and the run 'succeeded' with nothing read."""
+    with caplog.at_level(logging.WARNING, logger="kappa.runtime"):
+        report = backfill(spark, dataset, tmp_path, windows, names=("impressions", "playbacks"))
+    expected = in_window(
+        windows.pipeline({"playbacks": history(spark, dataset, "demo.playbacks")})[windows.OUTPUT],
+        windows.TIME_COLUMN,
+    )
+    assert written(spark, tmp_path) == expected and len(expected) > 20
+    assert report.edges is not None and report.edges.unused == ("impressions",)
+    assert any("source impressions is configured but no output reads it" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("module", "warmup", "need", "why"),
+    [
+        (sessions, "2m", "10m", "session gap of 10m"),
+        (windows, "0s", "10m", "time window of 10m"),
+        (pytest.importorskip("spark_app.examples.rmi"), "10m", "30m", "range join bound of 30m"),
+    ],
+    ids=["sessions", "tumbling-windows", "range-join"],
+)
+def test_a_warmup_shorter_than_the_look_back_is_refused(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path, module: Any, warmup: str, need: str, why: str
+) -> None:
+    names = ("impressions", "playbacks") if module.OUTPUT == "attributed_plays" else ("playbacks",)
+    window = {"start": START.isoformat(), "end": END.isoformat(), "warmup": warmup}
+    with pytest.raises(WarmupError) as err:
+        backfill(spark, dataset, tmp_path, module, names=names, window=window)
+    msg = str(err.value)
+    assert f"window.warmup is {warmup}" in msg and f"looks back {need}" in msg and why in msg
+    assert f"Set window.warmup to at least {need}" in msg and "allowShortWarmup" in msg
+    assert not (tmp_path / "out").exists(), "refused before anything was written"
+
+
+def test_history_that_ends_too_soon_is_reported_not_final(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    end = T0 + timedelta(minutes=100)  # + drain 40m is past the last event (~2h)
+    window = {"start": (T0 + timedelta(minutes=60)).isoformat(), "end": end.isoformat(), "warmup": "10m"}
+    report = backfill(spark, dataset, tmp_path, windows, window=window)
+    assert report.final is False
+    notice = next(n for n in report.edges.notices if n.startswith("not yet final"))  # type: ignore[union-attr]
+    assert (end + timedelta(minutes=40)).isoformat() in notice
+    assert report.summary()["final"] is False
