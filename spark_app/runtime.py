@@ -330,7 +330,15 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     spark = spark or build_session(cfg)
     register(spark)
     if cfg.window is not None:
-        log.info("backfill window %s .. %s (warm-up %s)", cfg.window.start, cfg.window.end, cfg.window.warmup)
+        columns = sorted({cfg.ordering_column(n) for n in cfg.sources})
+        log.info(
+            "backfill window %s .. %s (warm-up %s) on ordering column(s) %s: the window, warm-up and drain apply "
+            "to these columns (an ingestion-time column selects by ingestion, not event time; docs/ordering.md)",
+            cfg.window.start,
+            cfg.window.end,
+            cfg.window.warmup,
+            ", ".join(columns),
+        )
     pipeline = load_pipeline(cfg.pipeline)
     edges = None
     members = aligned_members(cfg)
