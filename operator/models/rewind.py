@@ -21,7 +21,7 @@ class RewindTarget(CRModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "has(self.time) != has(self.batchId)",
+                    "rule": "has(self.time) ? !has(self.batchId) : has(self.batchId)",
                     "message": "set exactly one of target.time, target.batchId",
                 }
             ]
