@@ -36,7 +36,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/alignment_lateness.py`: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.source_throughput import machine, run_measured
+from bench.source_throughput import machine, measured_parser, run_measured
 
 log = logging.getLogger("bench.alignment_lateness")
 
@@ -247,10 +247,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    p.add_argument("--out", help="working directory (default: a temp dir, removed at the end)")
-    p.add_argument("--keep", action="store_true", help="keep the default temp dir")
+    p = measured_parser(__doc__)
     p.add_argument("--hours", type=float, default=4.0, help="hours of event time")
     p.add_argument("--rows-per-hour", type=int, default=200_000)
     p.add_argument("--profiles", nargs="+", choices=sorted(PROFILES), default=["1m", "5m"])

@@ -32,7 +32,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/checkpoints.py`: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.source_throughput import MASTER, SPARK_CONF, machine, run_measured
+from bench.source_throughput import MASTER, SPARK_CONF, machine, measured_parser, run_measured
 
 log = logging.getLogger("bench.checkpoints")
 
@@ -179,10 +179,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    p.add_argument("--out", help="working directory (default: a temp dir, removed at the end)")
-    p.add_argument("--keep", action="store_true", help="keep the default temp dir")
+    p = measured_parser(__doc__)
     p.add_argument("--batches", type=int, default=100, help="batches before the first snapshot")
     p.add_argument("--more", type=int, default=10, help="batches between the first and the incremental snapshot")
     p.add_argument("--keys", type=int, default=100_000, help="distinct keys of the aggregation (state rows)")

@@ -538,6 +538,15 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def measured_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The flags every bench run through ``run_measured`` shares: --json, --out, --keep."""
+    p = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    p.add_argument("--out", help="working directory (default: a temp dir, removed at the end)")
+    p.add_argument("--keep", action="store_true", help="keep the default temp dir (with --out it is always kept)")
+    return p
+
+
 def run_measured(args: argparse.Namespace, measure: Callable[[argparse.Namespace], dict[str, Any]], prefix: str) -> int:
     """The benches' common frame: with ``--json`` everything (Python and the JVM, which inherits
     fd 1) writes to stderr and the one JSON object alone goes to the real stdout; without

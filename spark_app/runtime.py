@@ -383,12 +383,13 @@ def still_open(spark: SparkSession, cfg: JobConfig, edges: Edges, progress: list
     stopped (a session that goes on longer than the drain): they are not written, so the
     report says the output is not final, and by how much."""
     assert cfg.window is not None
-    notices = list(edges.notices)
+    notices, still = list(edges.notices), 0
     for sink in cfg.sinks:
         if not any(p.get("stateOperators") for p in progress if p.get("name") == f"{cfg.name}-{sink}"):
             continue
         checkpoint = f"{cfg.checkpoint.location.rstrip('/')}/{sink}"
         n, first = open_results(spark, checkpoint, cfg.window.start, cfg.window.end)
+        still += n
         if n:
             notices.append(
                 f"not yet final: {n} windows or sessions of {sink} that start in the window (the first at "
@@ -396,7 +397,7 @@ def still_open(spark: SparkSession, cfg: JobConfig, edges: Edges, progress: list
                 "not written; raise window.drain to cover the longest of them"
             )
             log.warning("backfill %s: %s", cfg.name, notices[-1])
-    return replace(edges, notices=tuple(notices))
+    return replace(edges, notices=tuple(notices), open_results=still)
 
 
 def resolve_edges(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> tuple[JobConfig, Edges, tuple[str, ...]]:

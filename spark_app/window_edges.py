@@ -83,6 +83,8 @@ class Edges:
     history_end: datetime | None = None
     """The newest event time of the read sources (None: no data past the window's end)."""
     notices: tuple[str, ...] = field(default=())
+    open_results: int = 0
+    """Windows or sessions starting in the window still open in state when reading stopped."""
 
     @property
     def final(self) -> bool:

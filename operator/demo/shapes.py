@@ -16,25 +16,21 @@ sessions must be a subset of the batch, missing exactly as many as were reported
 
 from __future__ import annotations
 
-import logging
-import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import DataFrame, SparkSession
 
 from kappa_operator.demo.jobs import START, DemoSettings, job_config
-from kappa_operator.demo.steps import Steps, batches_poll, plural
+from kappa_operator.demo.steps import Steps, batches_poll, plural, quiet
 from spark_app.config import JobConfig, ParquetSink, format_duration
 from spark_app.examples import sessions, windows
+from spark_app.examples.reference import history, in_window, rows
 from spark_app.runtime import RunReport, run
 
 SHAPES: tuple[ModuleType, ...] = (windows, sessions)
@@ -52,7 +48,6 @@ DRAIN = LATENESS + LOOK_BACK
 """What the runtime resolves on its own: watermark delay + look-ahead."""
 MARGIN = timedelta(minutes=2)
 """History kept after end + drain, so the read really reaches that far."""
-_OPEN = re.compile(r"^not yet final: (\d+) windows or sessions")
 
 
 def name(module: ModuleType) -> str:
@@ -134,37 +129,9 @@ class ShapeResult:
         }
 
 
-def history(spark: SparkSession, catalog: SqlCatalog) -> DataFrame:
-    """The whole playbacks table as a batch DataFrame (event_ts as the source gives it)."""
-    arrow = catalog.load_table("demo.playbacks").scan().to_arrow().drop_columns(["__metadata__"])
-    return spark.createDataFrame(arrow.to_pandas())
-
-
-def _tuples(table: pa.Table) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r.values()) for r in table.to_pylist())
-
-
-def rows(df: DataFrame) -> list[tuple[Any, ...]]:
-    """Every row, columns sorted by name."""
-    return _tuples(df.select(*sorted(df.columns)).toArrow())
-
-
-def in_window(df: DataFrame, column: str, start: datetime, end: datetime) -> list[tuple[Any, ...]]:
-    """Rows whose ``column`` is in ``[start, end)`` (columns sorted by name), filtered after
-    collecting: Spark pushes a filter on a session window's start below the aggregate, where it
-    cuts sessions apart."""
-    table = df.select(*sorted(df.columns)).toArrow()
-    times = table[column]
-    if times.type.tz is not None:
-        times = times.cast(pa.timestamp(times.type.unit))  # the UTC wall clock, as stored
-    lo, hi = (pa.scalar(t.replace(tzinfo=None), pa.timestamp("us")) for t in (start, end))
-    return _tuples(table.filter(pc.and_(pc.greater_equal(times, lo), pc.less(times, hi))))
-
-
 def open_reported(report: RunReport) -> int:
-    """Results the run counted as still open (its "not yet final: N windows or sessions" notices)."""
-    notices = report.edges.notices if report.edges is not None else ()
-    return sum(int(m.group(1)) for n in notices if (m := _OPEN.match(n)))
+    """Results the run counted as still open when reading stopped (not written, not lost)."""
+    return report.edges.open_results if report.edges is not None else 0
 
 
 def compare(
@@ -191,25 +158,13 @@ def compare(
     )
 
 
-@contextmanager
-def _quiet_runtime() -> Iterator[None]:
-    """The runtime logs its "not yet final" notice as a warning; with no logging configured
-    Python would print it over the progress display. The demo prints it in its own words."""
-    logger, handler = logging.getLogger("kappa.runtime"), logging.NullHandler()
-    logger.addHandler(handler)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-
-
 def run_shapes(s: DemoSettings, steps: Steps, spark: SparkSession) -> dict[str, ShapeResult]:
     """Backfill each shape, then compare it with batch: a step each, so both are timed."""
     plays: list[DataFrame] = []
 
     def whole_history() -> DataFrame:
         if not plays:  # once for both shapes, in the first comparison step (timed there)
-            plays.append(history(spark, SqlCatalog("default", **s.catalog_props)))
+            plays.append(history(spark, SqlCatalog("default", **s.catalog_props).load_table("demo.playbacks")))
         return plays[0]
 
     return {name(m): _backfill_and_compare(s, steps, spark, m, whole_history) for m in SHAPES}
@@ -222,7 +177,7 @@ def _backfill_and_compare(
     cfg = job(s, module)
     sink = cfg.sinks[module.OUTPUT]
     assert isinstance(sink, ParquetSink)
-    with _quiet_runtime():
+    with quiet("kappa.runtime"):
         report = steps.run(
             f"{name(module)} backfill",
             lambda: run(cfg, spark),

@@ -7,9 +7,11 @@ instead of waiting for them."""
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -117,3 +119,16 @@ def _wait(future: Future[T], seconds: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+@contextmanager
+def quiet(logger: str) -> Iterator[None]:
+    """Keep ``logger``'s warnings off the console for a step (the demo says the same in its own
+    lines, and Python's last-resort handler would print over the progress display); handlers a
+    log configuration set up still get them."""
+    log, handler = logging.getLogger(logger), logging.NullHandler()
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)

@@ -16,15 +16,13 @@
 from __future__ import annotations
 
 import json
-import logging
 import secrets
 import shutil
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
@@ -37,7 +35,7 @@ from kappa_operator.demo.jobs import RMI_KEY, RMI_TABLE, WARMUP, DemoSettings, r
 from kappa_operator.demo.outage import all_rows, compare_refs, compare_tables, head, inject_outage
 from kappa_operator.demo.report import evaluate, print_report
 from kappa_operator.demo.rewind import run_rewind
-from kappa_operator.demo.steps import DemoError, Poll, Steps, batches_poll, plural
+from kappa_operator.demo.steps import DemoError, Poll, Steps, batches_poll, plural, quiet
 from kappa_operator.reconcile.backfill import alignment_group
 from spark_app.catalogs import load_table
 from spark_app.config import JobConfig, format_duration
@@ -51,19 +49,12 @@ from spark_app.telemetry import read_trace
 BACKFILL = "rmi-outage"
 UNORDERED = "rmi-unordered"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-T = TypeVar("T")
 
 
-def quietly(logger: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` with ``logger``'s warnings held back: the demo states the same thing in its
-    own step line (here: why the gate against main is opted out of)."""
-    log = logging.getLogger(logger)
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        return fn()
-    finally:
-        log.setLevel(level)
+def _publish_quietly(*args: Any, **kwargs: Any) -> Any:
+    """Publish without its opt-out warning: the demo's validate step already says why."""
+    with quiet("kappa.publish"):
+        return publish(*args, **kwargs)
 
 
 def _cmp(c: Comparison) -> dict[str, Any]:
@@ -203,17 +194,14 @@ def run_demo(s: DemoSettings, console: Console, spark: SparkSession | None = Non
         "publish into main",
         # Main's window is the outage's (known wrong), so the gate against main cannot pass: the
         # branch was validated against the clean replay above instead, hence the explicit 0.0.
-        lambda: quietly(
-            "kappa.publish",
-            partial(
-                publish,
-                load,
-                bf_cfg.sink_branch(rmi.OUTPUT),
-                window,
-                key=RMI_KEY,
-                min_match_ratio=0.0,
-                properties={"kappa.backfill": f"demo/{BACKFILL}"},
-            ),
+        partial(
+            _publish_quietly,
+            load,
+            bf_cfg.sink_branch(rmi.OUTPUT),
+            window,
+            key=RMI_KEY,
+            min_match_ratio=0.0,
+            properties={"kappa.backfill": f"demo/{BACKFILL}"},
         ),
         detail=lambda p: f"-{p.rows_removed} +{p.rows_added} rows, one snapshot",
     )

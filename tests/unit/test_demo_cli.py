@@ -171,14 +171,12 @@ def test_the_shapes_window_is_in_the_middle_of_the_history_with_room_to_drain(ho
     assert cfg.alignment.max_drift < shapes.LATENESS, "room in the lateness guard for the split span"
 
 
-def test_open_results_are_read_from_the_notices() -> None:
+def test_open_results_come_from_the_report_not_its_wording() -> None:
+    """The count the runtime took from Spark's state (Edges.open_results), summed over sinks;
+    none without edges."""
     edges = SimpleNamespace(
-        notices=(
-            "source impressions is configured but no output reads it: not an alignment member",
-            "not yet final: 4 windows or sessions of sessions that start in the window (the first at ...)",
-            "not yet final: 2 windows or sessions of other that start in the window (the first at ...)",
-            "not yet final: results are emitted once the watermark passes them, which needs history until ...",
-        )
+        notices=("not yet final: 4 windows or sessions of sessions ...", "not yet final: 2 windows or sessions ..."),
+        open_results=6,
     )
     assert shapes.open_reported(SimpleNamespace(edges=edges)) == 6  # type: ignore[arg-type]
     assert shapes.open_reported(SimpleNamespace(edges=None)) == 0  # type: ignore[arg-type]
