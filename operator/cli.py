@@ -11,6 +11,16 @@ from rich.console import Console
 from spark_app.errors import KappaError
 
 
+def bind_address(value: str) -> str:
+    """A ``host:port`` flag, checked and kept as given: an IPv6 host in brackets
+    (``[::]:8080``); a bare ``port`` or ``:port`` means 127.0.0.1."""
+    host, _, port = value.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    if not (port.isdigit() and 0 < int(port) < 65536) or (":" in host and not bracketed):
+        raise argparse.ArgumentTypeError(f"expected host:port (e.g. 127.0.0.1:8080, [::]:8080), got {value!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (tests check the Helm chart's args against it)."""
     parser = argparse.ArgumentParser(prog="kappa", description="kappa-operator: backfill and rewind streaming jobs")
@@ -37,14 +47,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument("--namespace", action="append", default=[], help="watch this namespace (repeat; default: all)")
     op.add_argument("--server", help="API server URL without auth (emulators); default: in-cluster or kubeconfig")
-    op.add_argument("--coordinator-bind", default="127.0.0.1:8471", help="host:port of the embedded coordinator")
+    op.add_argument(
+        "--coordinator-bind",
+        type=bind_address,
+        default="127.0.0.1:8471",
+        metavar="HOST:PORT",
+        help="where the embedded coordinator listens",
+    )
     op.add_argument("--coordinator-url", help="URL Spark drivers use to reach it (default: http://<bind>)")
     op.add_argument(
         "--token-file", type=Path, help="coordinator token (default: $KAPPA_COORDINATOR_TOKEN, else random)"
     )
-    op.add_argument("--token-secret", default="kappa-coordinator-token", help="Secret drivers read the token from")
-    op.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
-    op.add_argument("--health-port", type=int, help="serve kopf's liveness /healthz on this port")
+    op.add_argument(
+        "--metrics-bind",
+        type=bind_address,
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics here (a bare port: 127.0.0.1; default: not served)",
+    )
+    op.add_argument(
+        "--health-bind",
+        type=bind_address,
+        metavar="HOST:PORT",
+        help="serve kopf's liveness /healthz here (a bare port: 127.0.0.1; default: not served)",
+    )
     op.add_argument("--verbose", action="store_true", help="debug logging")
     ck = sub.add_parser("checkpoints", help="externalized checkpoints")
     ck_sub = ck.add_subparsers(dest="action", required=True)
@@ -167,9 +192,8 @@ def run_operator(args: argparse.Namespace) -> int:
             coordinator_bind=args.coordinator_bind,
             coordinator_url=args.coordinator_url,
             token=_token(args.token_file),
-            token_secret=args.token_secret,
-            metrics_port=args.metrics_port,
-            health_port=args.health_port,
+            metrics_bind=args.metrics_bind,
+            health_bind=args.health_bind,
         )
     )
     return 0

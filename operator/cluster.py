@@ -3,15 +3,51 @@ handler re-run after an operator restart creates nothing twice."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from kappa_operator.models.common import GROUP, VERSION
-from kappa_operator.render.spark_application import SPARK_API
+from kappa_operator.render.spark_application import SPARK_API, Owner
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
+APPS = "sparkapplications"
+log = logging.getLogger("kappa.operator")
+
+
+class ForeignObjectError(Exception):
+    """A child's name is taken by an object another owner controls: never adopted, never
+    deleted; the owner's status says whose it is and what to rename."""
+
+    def __init__(self, kind: str, namespace: str, name: str, existing: dict[str, Any], owner: Owner) -> None:
+        self.kind, self.name = kind, name
+        super().__init__(
+            f"{kind} {namespace}/{name} already exists and belongs to {describe_owners(existing)}; "
+            f"the operator does not take over objects it does not own: rename this {owner.kind} "
+            f"(or delete that {kind})"
+        )
+
+
+def describe_owners(obj: dict[str, Any]) -> str:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    if not refs:
+        return "no kappa object (it has no owner)"
+    return " and ".join(f"{r.get('kind')} {r.get('name')} (uid {r.get('uid') or '?'})" for r in refs)
+
+
+def _camel_meta(obj: dict[str, Any]) -> dict[str, Any]:
+    """Core objects come back from the client as snake_case dicts: the metadata as the API
+    server spells it, for ``Owner.owns``."""
+    meta = obj.get("metadata") or {}
+    refs = meta.get("ownerReferences", meta.get("owner_references")) or []
+    return {"metadata": {"uid": meta.get("uid"), "ownerReferences": refs}}
+
+
+def _preconditions(uid: str | None) -> dict[str, Any] | None:
+    return {"preconditions": {"uid": uid}} if uid else None
 
 
 class Cluster:
@@ -30,86 +66,174 @@ class Cluster:
             kubernetes.config.load_kube_config()
         return cls(kubernetes.client.ApiClient())
 
-    # --- SparkApplications ---------------------------------------------------------------
+    # --- children (SparkApplications, ConfigMaps, Secrets): owned, uid-checked ------------
 
-    def get_app(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_app(self, namespace: str, name: str, owner: Owner | None = None) -> dict[str, Any] | None:
+        """The application named ``name``; with ``owner``, only if it is that object's (a
+        namesake's application raises: it must never be read as ours)."""
+        app = self._read(self._app_reader(namespace, name))
+        if app is not None and owner is not None and not owner.owns(app):
+            raise ForeignObjectError("SparkApplication", namespace, name, app, owner)
+        return app
+
+    def create_app(self, body: dict[str, Any], owner: Owner) -> None:
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        self._create_owned(
+            "SparkApplication",
+            lambda: self.custom.create_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, ns, APPS, body),
+            self._app_reader(ns, name),
+            body,
+            owner,
+        )
+
+    def delete_app(self, namespace: str, name: str, owner: Owner) -> bool:
+        """Delete the application if it is ``owner``'s (False: absent, or someone else's)."""
+        return self._delete_owned(
+            "SparkApplication",
+            self._app_reader(namespace, name),
+            lambda uid: self.custom.delete_namespaced_custom_object(
+                SPARK_GROUP, SPARK_VERSION, namespace, APPS, name, body=_preconditions(uid)
+            ),
+            namespace,
+            name,
+            owner,
+        )
+
+    def apply_config_map(self, body: dict[str, Any], owner: Owner) -> None:
+        """Create, or update the data of, ``owner``'s ConfigMap (the data keys are ours)."""
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        created = self._create_owned(
+            "ConfigMap",
+            lambda: self.core.create_namespaced_config_map(ns, body),
+            lambda: self.core.read_namespaced_config_map(name, ns).to_dict(),
+            body,
+            owner,
+        )
+        if not created:
+            patch = {"metadata": {"labels": body["metadata"]["labels"]}, "data": body["data"]}
+            self.core.patch_namespaced_config_map(name, ns, patch)
+
+    def get_config_map(self, namespace: str, name: str, owner: Owner) -> dict[str, Any] | None:
+        cm = self._read(lambda: self.core.read_namespaced_config_map(name, namespace).to_dict())
+        return cm if cm is not None and owner.owns(_camel_meta(cm)) else None
+
+    def delete_config_map(self, namespace: str, name: str, owner: Owner) -> bool:
+        return self._delete_owned(
+            "ConfigMap",
+            lambda: self.core.read_namespaced_config_map(name, namespace).to_dict(),
+            lambda uid: self.core.delete_namespaced_config_map(name, namespace, body=_preconditions(uid)),
+            namespace,
+            name,
+            owner,
+        )
+
+    def apply_secret(self, body: dict[str, Any], owner: Owner) -> None:
+        """Create, or update the data of, ``owner``'s Secret (a credential only it may read)."""
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        created = self._create_owned(
+            "Secret",
+            lambda: self.core.create_namespaced_secret(ns, body),
+            lambda: self.core.read_namespaced_secret(name, ns).to_dict(),
+            body,
+            owner,
+        )
+        if not created:
+            self.core.patch_namespaced_secret(name, ns, {"stringData": body["stringData"]})
+
+    def delete_secret(self, namespace: str, name: str, owner: Owner) -> bool:
+        return self._delete_owned(
+            "Secret",
+            lambda: self.core.read_namespaced_secret(name, namespace).to_dict(),
+            lambda uid: self.core.delete_namespaced_secret(name, namespace, body=_preconditions(uid)),
+            namespace,
+            name,
+            owner,
+        )
+
+    def _app_reader(self, namespace: str, name: str) -> Callable[[], dict[str, Any]]:
+        return lambda: self.custom.get_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace, APPS, name)
+
+    @staticmethod
+    def _read(read: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
         try:
-            return self.custom.get_namespaced_custom_object(
-                SPARK_GROUP, SPARK_VERSION, namespace, "sparkapplications", name
-            )
+            return read()
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
-    def create_app(self, body: dict[str, Any]) -> None:
-        ns = body["metadata"]["namespace"]
+    def _create_owned(
+        self,
+        kind: str,
+        create: Callable[[], Any],
+        read: Callable[[], dict[str, Any]],
+        body: dict[str, Any],
+        owner: Owner,
+    ) -> bool:
+        """Create ``body``; True if created. A 409 is "already mine" only when the object there
+        is ``owner``'s (a re-run after a restart); anyone else's is a ``ForeignObjectError``."""
         try:
-            self.custom.create_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, ns, "sparkapplications", body)
-        except ApiException as exc:
-            if exc.status != 409:  # already there (a re-run after a restart)
-                raise
-
-    def delete_app(self, namespace: str, name: str) -> None:
-        try:
-            self.custom.delete_namespaced_custom_object(
-                SPARK_GROUP, SPARK_VERSION, namespace, "sparkapplications", name
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-    # --- ConfigMaps ----------------------------------------------------------------------
-
-    def apply_config_map(self, body: dict[str, Any]) -> None:
-        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        try:
-            self.core.create_namespaced_config_map(ns, body)
+            create()
+            return True
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            # a patch, not a replace: the data keys are ours and are overwritten either way
-            self.core.patch_namespaced_config_map(
-                name, ns, {"metadata": {"labels": body["metadata"]["labels"]}, "data": body["data"]}
-            )
+        existing = self._read(read)
+        if existing is None:  # deleted in between: create again (a conflict now is real)
+            create()
+            return True
+        if not owner.owns(_camel_meta(existing)):
+            ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+            raise ForeignObjectError(kind, ns, name, _camel_meta(existing), owner)
+        return False
 
-    def delete_config_map(self, namespace: str, name: str) -> None:
-        try:
-            self.core.delete_namespaced_config_map(name, namespace)
+    def _delete_owned(
+        self,
+        kind: str,
+        read: Callable[[], dict[str, Any]],
+        delete: Callable[[str | None], Any],
+        namespace: str,
+        name: str,
+        owner: Owner,
+    ) -> bool:
+        existing = self._read(read)
+        if existing is None:
+            return False
+        meta = _camel_meta(existing)
+        if not owner.owns(meta):
+            log.warning(
+                "%s/%s: not deleting %s %s: it belongs to %s",
+                owner.namespace,
+                owner.name,
+                kind,
+                name,
+                describe_owners(meta),
+            )
+            return False
+        try:  # the uid precondition: never a newer namesake created since the read
+            delete(meta["metadata"].get("uid"))
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status not in (404, 409):
                 raise
+            return False
+        return True
 
     # --- our resources -------------------------------------------------------------------
 
     def get_resource(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return self._read(lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name))
 
     def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, plural, name, {"status": status})
-
-    # --- Secrets -------------------------------------------------------------------------
-
-    def apply_secret(self, namespace: str, name: str, data: dict[str, str], labels: dict[str, str]) -> None:
-        """The coordinator token where a backfill's driver can read it (its own namespace)."""
-        body = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "type": "Opaque",
-            "stringData": data,
-        }
+        """The one way the operator writes its resources' status: a merge patch of the status
+        subresource (a write to the main resource would drop status on a real API server). A
+        merge patch carries no resourceVersion, so it never conflicts; None removes a field."""
         try:
-            self.core.create_namespaced_secret(namespace, body)
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, plural, name, {"status": status}
+            )
         except ApiException as exc:
-            if exc.status != 409:
+            if exc.status != 404:  # deleted meanwhile: nothing left to describe
                 raise
-            self.core.patch_namespaced_secret(name, namespace, {"stringData": data})
 
     # --- our resources, written by a Rewind ----------------------------------------------
 
@@ -117,12 +241,17 @@ class Cluster:
         listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
         return list(listed.get("items", []))
 
-    def create_resource(self, plural: str, namespace: str, body: dict[str, Any]) -> None:
-        try:
-            self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+    def create_resource(self, plural: str, namespace: str, body: dict[str, Any], owner: Owner) -> None:
+        """Create ``owner``'s child resource (a Rewind's downstream Rewinds); a namesake of
+        someone else's is a ``ForeignObjectError``."""
+        name = body["metadata"]["name"]
+        self._create_owned(
+            body["kind"],
+            lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body),
+            lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name),
+            body,
+            owner,
+        )
 
     def annotate(self, plural: str, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         """Set (None: remove) annotations with a merge patch."""

@@ -88,7 +88,7 @@ class OperatorMetrics:
         """Serve another registry's metrics (the embedded coordinator's) from this one."""
         self.registry.register(_Forward(other))
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
         start_http_server(port, addr=host, registry=self.registry)
 
 

@@ -15,7 +15,7 @@ import kopf
 
 from kappa_operator.coordinator.groups import EmbeddedGroups
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
-from kappa_operator.handlers.context import DEFAULT_TOKEN_SECRET, configure
+from kappa_operator.handlers.context import configure
 from kappa_operator.metrics import OperatorMetrics
 
 log = logging.getLogger("kappa.operator")
@@ -32,9 +32,21 @@ class OperatorOptions:
     """How drivers reach the coordinator (default: http://<coordinator_bind>)."""
     token: str | None = None
     """Coordinator bearer token (None: a random one, printed in the log for local use)."""
-    token_secret: str = DEFAULT_TOKEN_SECRET
-    metrics_port: int | None = None
-    health_port: int | None = None
+    metrics_bind: str | None = None
+    """host:port of Prometheus /metrics (None: not served; no host: 127.0.0.1)."""
+    health_bind: str | None = None
+    """host:port of kopf's liveness /healthz (None: not served; no host: 127.0.0.1)."""
+
+
+def split_bind(bind: str) -> tuple[str, int]:
+    """``host:port`` → (host, port); an IPv6 host loses its brackets, no host is 127.0.0.1."""
+    host, _, port = bind.rpartition(":")
+    return host.removeprefix("[").removesuffix("]") or "127.0.0.1", int(port)
+
+
+def liveness_url(bind: str) -> str:
+    host, port = split_bind(bind)
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/healthz"
 
 
 def settings() -> kopf.OperatorSettings:
@@ -43,16 +55,33 @@ def settings() -> kopf.OperatorSettings:
     s.persistence.finalizer = "kappa.dev/finalizer"
     s.watching.server_timeout = 60
     s.watching.client_timeout = 90
-    s.posting.level = logging.INFO
+    # kopf's bookkeeping in status, not in annotations: its last-handled copy is as large as
+    # the spec, and with kubectl's own copy beside it a large object passes the API server's
+    # 256 KiB limit on annotations; every event would then look like a creation, and the
+    # finalizer could never be removed. Status is bounded only by the object (1.5 MiB).
+    s.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.lastHandled")
+    s.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
+    # Events for what a person acts on: kopf's own failures (warnings and errors), not one
+    # "succeeded" per timer tick per object.
+    s.posting.level = logging.WARNING
     return s
 
 
+class RoutineSuccess(logging.Filter):
+    """Drops kopf's per-run "Timer ... succeeded." lines: at 200 objects with 5 s timers they
+    are thousands of INFO lines a minute that say nothing. Failures are still logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not (record.levelno <= logging.INFO and msg.startswith("Timer ") and msg.endswith("succeeded."))
+
+
 def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None) -> None:
-    host, _, port = opts.coordinator_bind.rpartition(":")
+    host, port = split_bind(opts.coordinator_bind)
     token = opts.token or secrets.token_urlsafe(24)
     if opts.token is None:
         log.warning("no coordinator token given: generated one for this process")
-    coordinator = EmbeddedCoordinator(Service(token), host or "127.0.0.1", int(port)).start()
+    coordinator = EmbeddedCoordinator(Service(token), host, port).start()
     metrics = OperatorMetrics()
     metrics.include(coordinator.service.metrics.registry)
     configure(
@@ -60,19 +89,21 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
         groups=EmbeddedGroups(coordinator.service),
         coordinator_url=opts.coordinator_url or coordinator.url,
         token=token,
-        token_secret=opts.token_secret,
         metrics=metrics,
     )
-    if opts.metrics_port is not None:
-        metrics.serve(opts.metrics_port)
+    if opts.metrics_bind is not None:
+        metrics_host, metrics_port = split_bind(opts.metrics_bind)
+        metrics.serve(metrics_port, metrics_host)
     import kappa_operator.handlers  # noqa: F401  (registers the handlers with kopf)
+
+    logging.getLogger("kopf.objects").addFilter(RoutineSuccess())
 
     try:
         kopf.run(
             standalone=True,
             clusterwide=not opts.namespaces,
             namespaces=list(opts.namespaces),
-            liveness_endpoint=None if opts.health_port is None else f"http://0.0.0.0:{opts.health_port}/healthz",
+            liveness_endpoint=None if opts.health_bind is None else liveness_url(opts.health_bind),
             settings=settings(),
             stop_flag=stop_flag,
         )

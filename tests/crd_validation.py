@@ -11,7 +11,10 @@ applies ``default``s, validates the OpenAPI v3 schema and evaluates the
 * :func:`default_problems` - defaults that do not validate against their own schema/rules;
 * :func:`column_problems` - printer columns whose ``jsonPath`` is not in the schema;
 * :func:`compile_rules` - compile every CEL rule (raises :class:`CelRuleError`);
-* :func:`validate` / :func:`admit` - what ``kubectl apply`` of a manifest gets back.
+* :func:`validate` / :func:`admit` - what ``kubectl apply`` of a manifest gets back: a create,
+  or an update when given the stored object (``old=``), which also runs the transition rules;
+* :func:`worst_case_size` - the most characters a value of a schema node can take (None when
+  a string, list or map in it has no bound).
 
 Messages mimic the API server's (``spec.alignment.mode: Unsupported value: "fast": ...``).
 A CEL rule that does not compile, names a field its node does not declare, or fails to
@@ -20,9 +23,28 @@ bug in the CRD, never a rejection of the manifest. An evaluation error caused by
 (a timestamp the pattern lets through but ``timestamp()`` cannot parse) or on a value the
 schema already refused is reported, as the API server does.
 
+CEL's ``timestamp()`` and ``duration()`` behave as in Go (cel-go, which the API server runs),
+not as in celpy: celpy parses timestamps with pendulum (it takes ``2026-11-01 14:00:00Z``, and an
+offset of +24:00 that it then cannot compare) and durations as floats at microsecond precision
+(``0.0001ms`` is 0 there, 100ns in Go; ``2562048h`` is fine there, an int64 overflow in Go).
+Here ``timestamp()`` is Go's ``time.Parse(time.RFC3339, s)`` (strict fast path, then the lenient
+one, which takes offsets up to 24:60 and a comma before the fraction; a day that its month does
+not have, such as 2026-02-30, is refused) followed by cel-go's range check (years 0001-9999);
+``duration()`` is Go's ``time.ParseDuration`` with its int64-nanosecond overflow (celpy keeps
+whole microseconds of what it returns, rounded away from zero). (celpy's own ``timestamp()``
+refuses 2026-02-30 too.) ``a && b`` and ``a || b`` of two errors are an error, as in cel-go
+(celpy raises a TypeError), and an integer beyond int64 is not an integer (the API server
+decodes it as a float).
+
+Transition rules (those naming ``oldSelf``) run on an update only, on the nodes where the old
+object has a value at the same place (properties and map entries; not list items, which need
+``x-kubernetes-list-type: map``), as on the API server; on a create they are skipped. What a
+request may change of an object (the status subresource) is left to the caller.
+
 Not emulated: the CEL extension libraries of Kubernetes (strings, lists, quantity, url, ...;
-a rule using one raises), cost limits, transition rules (``oldSelf`` rules are skipped, as
-on create), ``x-kubernetes-list-type``/``map-type`` semantics and embedded resources.
+a rule using one raises), cost limits (tests/unit/test_crds.py checks what drives them: every
+string and collection a rule reads is bounded), validation ratcheting of unchanged invalid
+values on update, ``x-kubernetes-list-type``/``map-type`` semantics and embedded resources.
 """
 
 from __future__ import annotations
@@ -31,6 +53,7 @@ import copy
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,9 +69,14 @@ __all__ = [
     "column_problems",
     "compile_rules",
     "default_problems",
+    "go_duration_ns",
+    "go_timestamp",
+    "is_transition_rule",
     "load_crd",
+    "map_key_length",
     "structural_problems",
     "validate",
+    "worst_case_size",
 ]
 
 FieldValidation = Literal["Strict", "Warn", "Ignore"]
@@ -129,6 +157,11 @@ def _go_type(value: Any) -> str:
     return "object"
 
 
+def _shown_type(node: dict[str, Any], value: Any) -> str:
+    """How the API server prints the value a CEL rule refused: its schema type."""
+    return json.dumps(node.get("type") or _go_type(value))
+
+
 def _shown_value(value: Any) -> str:
     """How the API server prints a rejected value: scalars as JSON, containers by type."""
     if isinstance(value, dict | list):
@@ -172,7 +205,8 @@ def structural_problems(crd: dict[str, Any]) -> list[str]:
     have ``items``; value validations under allOf/anyOf/oneOf/not carry no structural keywords;
     only JSONSchemaProps keywords, none of those a v1 CRD forbids; OpenAPI v3.0 boolean
     ``exclusiveMinimum``/``exclusiveMaximum``; ``metadata`` restricts at most name/generateName;
-    one storage version; a status subresource on every version.
+    one storage version; a status subresource on every version; transition rules (``oldSelf``)
+    only where the old value can be correlated (not under a list unless ``listType: map``).
     """
     problems: list[str] = []
     spec = crd.get("spec") or {}
@@ -190,6 +224,7 @@ def structural_problems(crd: dict[str, Any]) -> list[str]:
             problems.append(f"{where}.schema.openAPIV3Schema: Required value")
             continue
         _walk_structural(schema, f"{where}.schema.openAPIV3Schema", "root", problems)
+        _walk_transition_rules(schema, f"{where}.schema.openAPIV3Schema", True, problems)
     if spec.get("preserveUnknownFields"):
         problems.append("spec.preserveUnknownFields: must be false in apiextensions.k8s.io/v1")
     return problems
@@ -279,6 +314,23 @@ def _walk_structural(node: Any, where: str, level: str, problems: list[str]) -> 
             _walk_structural(sub, f"{where}.{key}[{i}]", "junctor", problems)
     if "not" in node:
         _walk_structural(node["not"], f"{where}.not", "junctor", problems)
+
+
+def _walk_transition_rules(node: Any, where: str, correlatable: bool, problems: list[str]) -> None:
+    if not isinstance(node, dict):
+        return
+    if not correlatable and any(is_transition_rule(r) for r in node.get("x-kubernetes-validations") or []):
+        problems.append(
+            f"{where}.x-kubernetes-validations: Forbidden: oldSelf cannot be used on the uncorrelatable portion "
+            "of the schema (under a list that is not x-kubernetes-list-type: map)"
+        )
+    for name, sub in (node.get("properties") or {}).items():
+        _walk_transition_rules(sub, f"{where}.properties[{name}]", correlatable, problems)
+    if isinstance(node.get("additionalProperties"), dict):
+        _walk_transition_rules(node["additionalProperties"], f"{where}.additionalProperties", correlatable, problems)
+    if isinstance(node.get("items"), dict):
+        keep = correlatable and node.get("x-kubernetes-list-type") == "map"
+        _walk_transition_rules(node["items"], f"{where}.items", keep, problems)
 
 
 # --- OpenAPI v3 -> JSON Schema --------------------------------------------------------------
@@ -387,18 +439,125 @@ def apply_defaults(node: dict[str, Any], value: Any) -> None:
             apply_defaults(items, value[i])
 
 
+# --- CEL's timestamp() and duration() as in Go ------------------------------------------------
+
+#: What Go's ``time.Parse(time.RFC3339, s)`` reads: its strict fast path, and the lenient layout
+#: parse it falls back to (an hour of one digit, a comma before the fraction, an offset up to
+#: 24:60; the ranges are checked below).
+_GO_RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{1,2}):([0-9]{2}):([0-9]{2})(?:[.,]([0-9]+))?"
+    r"(?:Z|([+-])([0-9]{2}):([0-9]{2}))"
+)
+_CEL_TIMESTAMP_MIN = datetime(1, 1, 1, tzinfo=UTC)
+_CEL_TIMESTAMP_MAX = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+
+
+def go_timestamp(value: Any) -> Any:
+    """cel-go's ``timestamp(string)``: ``time.Parse(time.RFC3339, s)``, then its range check
+    (0001-01-01 to 9999-12-31). Errors are ``ValueError``s: a rejection of the data."""
+    if not isinstance(value, str):
+        return celtypes.TimestampType(value)  # timestamp(timestamp), timestamp(int): celpy's
+    value = str(value)  # not celpy's StringType, for the messages
+    m = _GO_RFC3339.fullmatch(value)
+    if m is None:
+        raise ValueError(f"timestamp {value!r}: cannot parse as RFC 3339")
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    fraction, sign, off_h, off_m = m.group(7), m.group(8), m.group(9), m.group(10)
+    if not 1 <= month <= 12:
+        raise ValueError(f"timestamp {value!r}: month out of range")
+    if hour > 23 or minute > 59 or second > 59:
+        raise ValueError(f"timestamp {value!r}: hour, minute or second out of range")
+    if sign and (int(off_h) > 24 or int(off_m) > 60):
+        raise ValueError(f"timestamp {value!r}: time zone offset out of range")
+    if year == 0:  # Go reads it; cel-go's range check refuses it (Python cannot hold it)
+        raise ValueError(f"timestamp {value!r}: timestamp out of range")
+    try:
+        local = datetime(year, month, day, hour, minute, second, int((fraction or "0")[:6].ljust(6, "0")))
+    except ValueError:
+        raise ValueError(f"timestamp {value!r}: day out of range") from None
+    offset = timedelta(hours=int(off_h), minutes=int(off_m)) * (-1 if sign == "-" else 1) if sign else timedelta(0)
+    try:
+        instant = (local - offset).replace(tzinfo=UTC)
+    except OverflowError:
+        raise ValueError(f"timestamp {value!r}: timestamp out of range") from None
+    if not _CEL_TIMESTAMP_MIN <= instant <= _CEL_TIMESTAMP_MAX:
+        raise ValueError(f"timestamp {value!r}: timestamp out of range")
+    return celtypes.TimestampType(instant)
+
+
+_GO_UNITS_NS = {"ns": 1, "us": 10**3, "\u00b5s": 10**3, "\u03bcs": 10**3, "ms": 10**6, "s": 10**9}
+_GO_UNITS_NS |= {"m": 60 * 10**9, "h": 3600 * 10**9}
+_GO_DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
+
+
+def go_duration_ns(value: str) -> int:
+    """Go's ``time.ParseDuration`` in nanoseconds (exact; Go scales a fraction in float64),
+    with its overflow: at most 2^63-1 ns (~2562047h)."""
+    value = str(value)  # not celpy's StringType, for the messages
+    text, negative = value, False
+    if text[:1] in ("-", "+"):
+        negative, text = text[0] == "-", text[1:]
+    if text == "0":
+        return 0
+    if not text:
+        raise ValueError(f"invalid duration {value!r}")
+    total, pos = 0, 0
+    while pos < len(text):
+        m = _GO_DURATION_PART.match(text, pos)
+        assert m is not None  # every part of the pattern is optional
+        whole, fraction, unit = m.groups()
+        if not (whole or fraction) or unit not in _GO_UNITS_NS:
+            raise ValueError(f"invalid duration {value!r}")
+        scale = _GO_UNITS_NS[unit]
+        total += int(whole or "0") * scale + (int(fraction) * scale // 10 ** len(fraction) if fraction else 0)
+        if total > 2**63 - (0 if negative else 1):
+            raise ValueError(f"invalid duration {value!r}: overflow")
+        pos = m.end()
+    return -total if negative else total
+
+
+def go_duration(value: Any) -> Any:
+    """cel-go's ``duration(string)``. celpy's :class:`~celpy.celtypes.DurationType` holds whole
+    microseconds: a sub-microsecond rest is rounded away from zero, so that a duration that is
+    not zero stays so (``0.0001ms > 0s`` holds, as in Go)."""
+    if not isinstance(value, str):
+        return celtypes.DurationType(value)
+    ns = go_duration_ns(value)
+    micros = -(-abs(ns) // 1000)  # ceil
+    seconds, rest = divmod(micros, 10**6)
+    sign = -1 if ns < 0 else 1
+    return celtypes.DurationType(sign * seconds, sign * rest * 1000)
+
+
+def _and(x: Any, y: Any) -> Any:
+    """``&&`` as in cel-go: ``error && error`` is the (first) error; celpy raises a TypeError."""
+    both_errors = isinstance(x, celpy.CELEvalError) and isinstance(y, celpy.CELEvalError)
+    return x if both_errors else celtypes.logical_and(x, y)
+
+
+def _or(x: Any, y: Any) -> Any:
+    """``||`` as in cel-go: ``error || error`` is the (first) error."""
+    both_errors = isinstance(x, celpy.CELEvalError) and isinstance(y, celpy.CELEvalError)
+    return x if both_errors else celtypes.logical_or(x, y)
+
+
+_GO_FUNCTIONS = {"timestamp": go_timestamp, "duration": go_duration, "_&&_": _and, "_||_": _or}
+
+
 # --- CEL ------------------------------------------------------------------------------------
 
 _ENV = celpy.Environment()
 _PROGRAMS: dict[str, Any] = {}
-_FIELD_REF = re.compile(r"\bself\.([A-Za-z_]\w*)\b(?!\s*\()")
+_FIELD_REF = re.compile(r"\b(?:self|oldSelf)\.([A-Za-z_]\w*)\b(?!\s*\()")
+_OLD_SELF = re.compile(r"\boldSelf\b")
 
 
 def _program(rule: str, node: dict[str, Any], where: str) -> Any:
     """Compile ``rule`` for ``node`` as the API server does when the CRD is created.
 
     celpy is dynamically typed; the API server type-checks the rule against the schema. The
-    type check done here: every ``self.<field>`` must be a property of the node.
+    type check done here: every ``self.<field>`` (and ``oldSelf.<field>``) must be a property
+    of the node.
     """
     props = node.get("properties")
     if props is not None and not node.get("x-kubernetes-preserve-unknown-fields"):
@@ -407,14 +566,19 @@ def _program(rule: str, node: dict[str, Any], where: str) -> Any:
             raise CelRuleError(f"{_show(where)}: rule {rule!r}: undefined field(s) {undeclared}")
     if rule not in _PROGRAMS:
         try:
-            _PROGRAMS[rule] = _ENV.program(_ENV.compile(rule))
+            _PROGRAMS[rule] = _ENV.program(_ENV.compile(rule), functions=_GO_FUNCTIONS)
         except Exception as exc:  # CELParseError and whatever celpy's parser raises
             raise CelRuleError(f"{_show(where)}: rule {rule!r} does not compile: {exc}") from exc
     return _PROGRAMS[rule]
 
 
 def _rules(node: dict[str, Any]) -> list[dict[str, Any]]:
-    return [r for r in node.get("x-kubernetes-validations") or [] if "oldSelf" not in r.get("rule", "")]
+    return list(node.get("x-kubernetes-validations") or [])
+
+
+def is_transition_rule(rule: dict[str, Any]) -> bool:
+    """A rule naming ``oldSelf``: the API server runs it on updates only."""
+    return bool(_OLD_SELF.search(str(rule.get("rule", ""))))
 
 
 def _schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[dict[str, Any], str]]:
@@ -476,23 +640,54 @@ def _subtree_invalid(path: JsonPath, invalid: set[JsonPath]) -> bool:
     return any(p[: len(path)] == path for p in invalid)
 
 
+def _old_item(node: dict[str, Any], item: Any, old: Any) -> Any:
+    """The old list item correlated with ``item``: only in a ``listType: map`` (by its keys)."""
+    keys = node.get("x-kubernetes-list-map-keys") or []
+    if (
+        node.get("x-kubernetes-list-type") != "map"
+        or not keys
+        or not isinstance(old, list)
+        or not isinstance(item, dict)
+    ):
+        return None
+    matches = [o for o in old if isinstance(o, dict) and all(o.get(k) == item.get(k) for k in keys)]
+    return matches[0] if matches else None
+
+
 def _evaluate_rules(
-    node: dict[str, Any], value: Any, path: JsonPath, rendered: str, invalid: set[JsonPath], errors: list[str]
+    node: dict[str, Any],
+    value: Any,
+    path: JsonPath,
+    rendered: str,
+    invalid: set[JsonPath],
+    errors: list[str],
+    old: Any = None,
 ) -> None:
+    """Run ``node``'s rules on ``value`` and recurse; ``old`` is the stored value at the same
+    place on an update (None: a create, or nothing to correlate with): transition rules run
+    only when it is there."""
     if value is None:
         return  # the API server does not run rules on null
     for rule in _rules(node):
+        transition = is_transition_rule(rule)
+        if transition and old is None:
+            continue
         program = _program(rule["rule"], node, rendered)
         activation = {"self": to_cel(value, node)}
+        if transition:
+            activation["oldSelf"] = to_cel(old, node)
         try:
             result = program.evaluate(activation)
         except Exception as exc:
             cause = exc.args[1] if isinstance(exc, celpy.CELEvalError) and len(exc.args) > 1 else type(exc)
             data_error = isinstance(cause, type) and issubclass(cause, ValueError | ArithmeticError)
             if data_error or _subtree_invalid(path, invalid):
+                # as the API server: "<error> evaluating rule: <rule>"
+                inner = exc.args[2] if isinstance(exc, celpy.CELEvalError) and len(exc.args) > 2 else exc.args
+                detail = inner[0] if isinstance(inner, tuple) and inner else exc
                 errors.append(
-                    f"{_show(rendered)}: Invalid value: {_shown_value(value)}: "
-                    f"evaluation error of {rule['rule']!r}: {exc.args[0] if exc.args else exc}"
+                    f"{_show(rendered)}: Invalid value: {_shown_type(node, value)}: "
+                    f"{detail} evaluating rule: {rule['rule']}"
                 )
                 continue
             raise CelRuleError(f"{_show(rendered)}: rule {rule['rule']!r} failed on a valid value: {exc}") from exc
@@ -505,18 +700,22 @@ def _evaluate_rules(
             message = str(_program(rule["messageExpression"], {}, rendered).evaluate(activation))
         message = message or f"failed rule: {rule['rule']}"
         where = rendered + rule["fieldPath"] if rule.get("fieldPath") else rendered
-        errors.append(f"{_show(where)}: Invalid value: {_shown_value(value)}: {message}")
+        errors.append(f"{_show(where)}: Invalid value: {_shown_type(node, value)}: {message}")
     if isinstance(value, dict):
         props = node.get("properties") or {}
         addl = node.get("additionalProperties")
         for key, sub in value.items():
+            old_sub = old.get(key) if isinstance(old, dict) else None
             if key in props:
-                _evaluate_rules(props[key], sub, (*path, key), _child_path(rendered, key, True), invalid, errors)
+                where = _child_path(rendered, key, True)
+                _evaluate_rules(props[key], sub, (*path, key), where, invalid, errors, old_sub)
             elif isinstance(addl, dict):
-                _evaluate_rules(addl, sub, (*path, key), _child_path(rendered, key, False), invalid, errors)
+                where = _child_path(rendered, key, False)
+                _evaluate_rules(addl, sub, (*path, key), where, invalid, errors, old_sub)
     elif isinstance(value, list) and isinstance(node.get("items"), dict):
         for i, item in enumerate(value):
-            _evaluate_rules(node["items"], item, (*path, i), _child_path(rendered, i, False), invalid, errors)
+            where = _child_path(rendered, i, False)
+            _evaluate_rules(node["items"], item, (*path, i), where, invalid, errors, _old_item(node, item, old))
 
 
 # --- validation -----------------------------------------------------------------------------
@@ -563,13 +762,21 @@ def _schema_error(node: dict[str, Any], err: ValidationError, prefix: str) -> li
     return [f"{where}: Invalid value: {_shown_value(inst)}: {err.message}"]
 
 
-def check(node: dict[str, Any], value: Any, prefix: str = "") -> list[str]:
-    """Schema validation, then the CEL rules, of an already pruned and defaulted ``value``."""
+def check(node: dict[str, Any], value: Any, prefix: str = "", old: Any = None) -> list[str]:
+    """Schema validation, then the CEL rules, of an already pruned and defaulted ``value``
+    (an update when ``old``, the stored value, is given: transition rules run too)."""
     validator = Draft202012Validator(to_json_schema(node), format_checker=Draft202012Validator.FORMAT_CHECKER)
     errors: list[str] = []
-    invalid: set[JsonPath] = set()
-    blocking = False
+    # The API server decodes an integer beyond int64 as a float: not an integer any more.
+    beyond = list(_beyond_int64(value, ()))
+    invalid: set[JsonPath] = set(beyond)
+    blocking = bool(beyond)
+    for path in beyond:
+        where = _show(_render(node, path, prefix))
+        errors.append(f'{where}: Invalid value: "number": {where} in body must be of type integer: "number"')
     for err in sorted(validator.iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path]):
+        if tuple(err.absolute_path) in beyond:
+            continue
         invalid.add(tuple(err.absolute_path))
         blocking |= err.validator == "type"
         for message in _schema_error(node, err, prefix):
@@ -577,8 +784,19 @@ def check(node: dict[str, Any], value: Any, prefix: str = "") -> list[str]:
                 errors.append(message)
     # As the API server: a value of the wrong type keeps the rules from running at all.
     if not blocking:
-        _evaluate_rules(node, value, (), prefix, invalid, errors)
+        _evaluate_rules(node, value, (), prefix, invalid, errors, old)
     return errors
+
+
+def _beyond_int64(value: Any, path: JsonPath) -> Iterator[JsonPath]:
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        yield path
+    elif isinstance(value, dict):
+        for key, sub in value.items():
+            yield from _beyond_int64(sub, (*path, key))
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            yield from _beyond_int64(sub, (*path, i))
 
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -609,13 +827,20 @@ def _type_meta_errors(crd: dict[str, Any], manifest: dict[str, Any]) -> tuple[st
 
 
 def admit(
-    crd: dict[str, Any], manifest: dict[str, Any], field_validation: FieldValidation = "Strict"
+    crd: dict[str, Any],
+    manifest: dict[str, Any],
+    field_validation: FieldValidation = "Strict",
+    old: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """What the API server does with a create of ``manifest``: the object it would store
-    (pruned and defaulted) and the errors it would answer with (empty: accepted).
+    """What the API server does with a create of ``manifest`` (or, given the stored object
+    ``old``, an update to it): the object it would store (pruned and defaulted) and the errors
+    it would answer with (empty: accepted).
 
     ``field_validation`` is the request's: ``Strict`` (kubectl's default) refuses unknown
-    fields, ``Warn``/``Ignore`` prune them silently.
+    fields, ``Warn``/``Ignore`` prune them silently. On an update the transition rules
+    (``oldSelf``) run too. ``manifest`` is the object as the update would store it: which of its
+    parts a request may change (the main resource ignores ``.status``, the status subresource
+    everything else) is the caller's to apply first.
     """
     version, errors = _type_meta_errors(crd, manifest)
     schema = openapi_schema(crd, version)
@@ -623,14 +848,25 @@ def admit(
     for path in prune(schema, obj, root=True):
         if field_validation == "Strict":
             errors.append(f'unknown field "{path}"')
+    stored = None
+    if old is not None:
+        stored = copy.deepcopy(old)  # as read back from etcd: pruned and defaulted
+        prune(schema, stored, root=True)
+        apply_defaults(schema, stored)
     apply_defaults(schema, obj)
-    errors += check(schema, obj)
+    errors += check(schema, obj, old=stored)
     return obj, errors
 
 
-def validate(crd: dict[str, Any], manifest: dict[str, Any], field_validation: FieldValidation = "Strict") -> list[str]:
-    """The API server's errors for a create of ``manifest`` (empty list: accepted)."""
-    return admit(crd, manifest, field_validation)[1]
+def validate(
+    crd: dict[str, Any],
+    manifest: dict[str, Any],
+    field_validation: FieldValidation = "Strict",
+    old: dict[str, Any] | None = None,
+) -> list[str]:
+    """The API server's errors for a create of ``manifest``, or an update of ``old`` to it
+    (empty list: accepted)."""
+    return admit(crd, manifest, field_validation, old)[1]
 
 
 def default_problems(crd: dict[str, Any]) -> list[str]:
@@ -677,3 +913,51 @@ def column_problems(crd: dict[str, Any]) -> list[str]:
                     break
                 node = props[part]
     return problems
+
+
+# --- size -----------------------------------------------------------------------------------
+
+_KEY_BOUND = re.compile(r"^self\.all\(k, (?:size\(k\) >= \d+ && )?size\(k\) <= (\d+)\)$")
+_SCALAR_SIZE = {"integer": len(str(-(2**63))), "number": 24, "boolean": len("false")}
+
+
+def map_key_length(node: dict[str, Any]) -> int | None:
+    """The longest key a map's rules allow (``self.all(k, size(k) <= N)``), None: unbounded."""
+    bounds = [_KEY_BOUND.match(str(r.get("rule", ""))) for r in node.get("x-kubernetes-validations") or []]
+    lengths = [int(m.group(1)) for m in bounds if m]
+    return min(lengths) if lengths else None
+
+
+def worst_case_size(node: dict[str, Any]) -> int | None:
+    """The most characters a value of ``node`` can take as compact JSON (None: unbounded).
+
+    Characters as ``maxLength`` counts them (Unicode code points, and no JSON escapes): a
+    value of non-ASCII or escaped characters takes up to 4 (6 when escaped) bytes a character.
+    """
+    if node.get("x-kubernetes-preserve-unknown-fields") or node.get("x-kubernetes-int-or-string"):
+        return None
+    typ = node.get("type")
+    if "enum" in node:
+        return max(len(json.dumps(v)) for v in node["enum"])
+    if typ == "string":
+        return node["maxLength"] + 2 if "maxLength" in node else None
+    if typ in _SCALAR_SIZE:
+        return _SCALAR_SIZE[typ]
+    if typ == "array":
+        item = worst_case_size(node.get("items") or {})
+        if item is None or "maxItems" not in node:
+            return None
+        return 2 + node["maxItems"] * (item + 1)
+    props = node.get("properties")
+    if props:
+        sizes = [worst_case_size(sub) for sub in props.values()]
+        if any(s is None for s in sizes):
+            return None
+        return 2 + sum(len(json.dumps(name)) + 2 + s for name, s in zip(props, sizes, strict=True))  # type: ignore[operator]
+    addl = node.get("additionalProperties")
+    if isinstance(addl, dict):
+        value, key = worst_case_size(addl), map_key_length(node)
+        if value is None or key is None or "maxProperties" not in node:
+            return None
+        return 2 + node["maxProperties"] * (key + 2 + 2 + value)
+    return None

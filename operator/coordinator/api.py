@@ -2,6 +2,8 @@
 
 Watermarks travel as integers (microseconds since the epoch, UTC), durations as strings
 ("5m", "90s") or microseconds, so a curl user and the Spark source read the same thing.
+Member ids and watermarks are checked by the rules of names.py, so a bad one is a 400 that
+names the field before anything reaches the core.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from kappa_operator.coordinator.core import Answer
+from kappa_operator.coordinator.names import MemberId, WatermarkUs
 from spark_app.config import Duration
 
 MAX_BODY_BYTES = 64 * 1024
@@ -28,7 +31,7 @@ def micros(d: timedelta) -> int:
 class GroupBody(Wire):
     """PUT /v1/groups/{name}: declare (or re-declare) a group."""
 
-    members: list[str] = Field(default=[], max_length=100_000)
+    members: list[MemberId] = Field(default=[], max_length=100_000)
     """Source ids; each holds the group until it reports. Empty with selfRegister: members join by reporting."""
     max_drift: Duration
     """How far ahead of the global watermark a member may admit (> 0)."""
@@ -41,8 +44,8 @@ class GroupBody(Wire):
 class ReportBody(Wire):
     """POST /v1/groups/{name}/reports: a member's progress after an admission decision."""
 
-    member: str = Field(min_length=1, max_length=512)
-    watermark: int | None = None
+    member: MemberId
+    watermark: WatermarkUs | None = None
     """Lower bound of the member's next split (microseconds); null with finished."""
     finished: bool = False
     reset: bool = False

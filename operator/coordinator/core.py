@@ -10,6 +10,9 @@ the group back.
 No I/O and no clock: callers pass ``now_us``, which is what makes idleness (a member whose
 watermark has not advanced for ``idle_timeout_us``) testable. ``Coordinator`` is the thin
 mutable shell the service holds; it is not thread-safe (the service serializes calls).
+
+Names and watermarks are checked here too (names.py), not only on the wire: the store and
+the operator build specs directly, and a bad name must not reach a URL, a label or a file.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kappa_operator.coordinator.names import GroupName, MemberId, WatermarkUs
 from spark_app.alignment import GroupView
 from spark_app.planning.admission import HELD, drift_bound
 
@@ -56,8 +60,9 @@ class GroupSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    name: str = Field(min_length=1)
-    members: tuple[str, ...] = ()
+    name: GroupName
+    """``<namespace>.<group>`` from the operator (names.GROUP_RULE)."""
+    members: tuple[MemberId, ...] = ()
     """Source ids (``job/sink/source``) that hold the group until they report."""
     max_drift_us: int = Field(gt=0)
     idle_timeout_us: int | None = Field(default=None, gt=0)
@@ -69,8 +74,6 @@ class GroupSpec(BaseModel):
     @field_validator("members")
     @classmethod
     def _distinct_ids(cls, members: tuple[str, ...]) -> tuple[str, ...]:
-        if any(not m for m in members):
-            raise ValueError("member ids must be non-empty")
         if dups := sorted({m for m in members if members.count(m) > 1}):
             raise ValueError(f"duplicate member ids: {dups}")
         return members
@@ -87,8 +90,8 @@ class Report(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    member: str = Field(min_length=1)
-    watermark: int | None = None
+    member: MemberId
+    watermark: WatermarkUs | None = None
     finished: bool = False
     reset: bool = False
     """A rewind: replace the member's state, so its watermark may go back."""

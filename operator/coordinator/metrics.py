@@ -91,7 +91,7 @@ class CoordinatorMetrics:
         self.reports = Counter("kappa_coordinator_reports_total", "Progress reports accepted", ["group"], registry=r)
         self.rejected = Counter(
             "kappa_coordinator_rejected_reports_total",
-            "Requests rejected (regression, unknown member or group, bad or oversized body)",
+            "Requests rejected (regression, unknown member or group, bad or oversized body, bad token, forbidden)",
             ["reason"],
             registry=r,
         )

@@ -1,23 +1,29 @@
 """The coordinator as an HTTP service (aiohttp): thin handlers over the pure core.
 
-Routes (JSON in and out; every route but the health checks needs ``Authorization: Bearer``):
+Routes (JSON in and out; every route but the health checks needs ``Authorization: Bearer``),
+with who may call them:
 
-    GET    /healthz, /readyz                 liveness / readiness (no token)
-    GET    /v1/groups                        every group's view
-    PUT    /v1/groups/{group}                declare or update a group (GroupBody)
-    GET    /v1/groups/{group}                the group's view, members and recent history
-    DELETE /v1/groups/{group}                remove it
-    POST   /v1/groups/{group}/reports        a member's progress (ReportBody) -> AnswerBody
-    GET    /metrics                          Prometheus exposition
+    GET    /healthz, /readyz                 anyone      liveness / readiness
+    GET    /v1/groups                        admin       every group's view
+    PUT    /v1/groups/{group}                admin       declare or update a group (GroupBody)
+    GET    /v1/groups/{group}                its scope   the group's view, members and recent history
+    DELETE /v1/groups/{group}                admin       remove it
+    POST   /v1/groups/{group}/reports        its scope   a member's progress (ReportBody) -> AnswerBody
+    GET    /metrics                          admin       Prometheus exposition
 
-Errors are ``{"error": message}`` with 400 (bad body), 401 (token), 404 (unknown group or
-member), 409 (watermark regression) or 413 (body too large).
+Two kinds of bearer token (scopes.py): the admin token the service is started with, which may
+do everything (the operator's), and scoped tokens minted from it (``scoped_token``), one per
+Backfill, which may only report to and read their own groups. Scoped tokens are denied by
+default: a route is open to them only if listed in ``SCOPED_ROUTES``.
+
+Errors are ``{"error": message}`` with 400 (bad body, group name, member id or watermark, see
+names.py), 401 (missing or invalid token), 403 (a scoped token outside its groups, or on an
+admin route), 404 (unknown group or member), 409 (watermark regression) or 413 (body too large).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import threading
 import time
@@ -40,12 +46,16 @@ from kappa_operator.coordinator.core import (
     WatermarkRegressionError,
 )
 from kappa_operator.coordinator.metrics import CoordinatorMetrics
+from kappa_operator.coordinator.names import check_group_name
+from kappa_operator.coordinator.scopes import verify
 from kappa_operator.coordinator.store import GroupStore
 
 log = logging.getLogger("kappa.coordinator")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PUBLIC = frozenset({"/healthz", "/readyz"})
+SCOPED_ROUTES = frozenset({("GET", "/v1/groups/{group}"), ("POST", "/v1/groups/{group}/reports")})
+"""(method, route) a scoped token may call, for a group in its scope; every other route is admin-only."""
 
 
 SERVICE: web.AppKey[Service] = web.AppKey("service")
@@ -86,14 +96,39 @@ def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def denied(request: web.Request, service: Service) -> web.Response | None:
+    """401 without a valid token, 403 for a scoped token off its groups; None: go ahead."""
+    given = request.headers.get("Authorization", "")
+    scope = verify(service.token, given[7:]) if given.startswith("Bearer ") else None
+    if scope is None:
+        service.metrics.rejected.labels("unauthorized").inc()
+        return error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+    if request.match_info.http_exception is not None:  # no such route: the 404 or 405 says so
+        return None
+    group = request.match_info.get("group")
+    if group is not None:
+        try:
+            check_group_name(group)
+        except ValueError as exc:
+            raise ValueError(f"group: {exc}") from None
+    if scope.groups is None:
+        return None
+    route = request.match_info.route.resource.canonical if request.match_info.route.resource else request.path
+    if (request.method, route) not in SCOPED_ROUTES or group is None:
+        service.metrics.rejected.labels("forbidden").inc()
+        return error(403, f"this token is {scope.describe()}; {request.method} {route} needs the admin token")
+    if not scope.allows(group):
+        service.metrics.rejected.labels("forbidden").inc()
+        return error(403, f"this token is {scope.describe()}; group {group!r} is not one of them")
+    return None
+
+
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     service: Service = request.app[SERVICE]
-    if request.path not in PUBLIC:
-        given = request.headers.get("Authorization", "")
-        if not given.startswith("Bearer ") or not hmac.compare_digest(given[7:].encode(), service.token.encode()):
-            return error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
     try:
+        if request.path not in PUBLIC and (refused := denied(request, service)) is not None:
+            return refused
         return await handler(request)
     except web.HTTPRequestEntityTooLarge:
         service.metrics.rejected.labels("too_large").inc()
@@ -104,7 +139,7 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
         if first["type"] == "json_invalid":
             return error(400, f"malformed JSON body: {first['msg']}")
         where = ".".join(str(p) for p in first["loc"]) or "<body>"
-        return error(400, f"{where}: {first['msg']}")
+        return error(400, f"{where}: {first['msg'].removeprefix('Value error, ')}")
     except ValueError as exc:  # not JSON, or a core validation error
         service.metrics.rejected.labels("bad_body").inc()
         return error(400, str(exc) or "malformed JSON body")
@@ -173,7 +208,10 @@ async def get_group(request: web.Request) -> web.Response:
         }
         for m, s in state.members.items()
     }
-    limit = int(request.query.get("history", "1000"))
+    try:
+        limit = int(request.query.get("history", "1000"))
+    except ValueError:
+        raise ValueError(f"history: must be an integer, got {request.query['history']!r}") from None
     history = [list(h) for h in service.core.history(name)[-limit:]] if limit > 0 else []
     return web.json_response(
         {

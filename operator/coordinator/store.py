@@ -9,11 +9,16 @@ instead, and the file is optional.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from kappa_operator.coordinator.core import GroupSpec
+
+log = logging.getLogger("kappa.coordinator")
 
 
 class GroupStore:
@@ -24,7 +29,13 @@ class GroupStore:
         if not self.path.exists():
             return []
         data = json.loads(self.path.read_text())
-        return [GroupSpec.model_validate(g) for g in data.get("groups", [])]
+        specs = []
+        for g in data.get("groups", []):
+            try:
+                specs.append(GroupSpec.model_validate(g))
+            except ValidationError as exc:  # e.g. a name from before names were checked: the rest still load
+                log.warning("dropping stored group %.100r: %s", g.get("name") if isinstance(g, dict) else g, exc)
+        return specs
 
     def save(self, specs: list[GroupSpec]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

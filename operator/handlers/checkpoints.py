@@ -4,12 +4,13 @@ applies retention, and lists the restorable points in status for a Rewind to pic
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from kappa_operator.handlers.context import counted, log, parse
+from kappa_operator.handlers.context import log, parse, record, reported
 from kappa_operator.job_snapshots import externalize_job
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
@@ -27,13 +28,27 @@ TICK = 15.0
     initial_delay=TICK,
     when=lambda spec, **_: bool((spec.get("checkpoints") or {}).get("externalLocation")),
 )
-@counted("StreamingJob")
-def externalize_checkpoints(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+@reported("StreamingJob")
+async def externalize_checkpoints(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """The copy runs in a thread; a deletion (or an operator stop) does not wait for it: kopf
+    waits for a timer before it runs the delete handler, and storage I/O can block for minutes.
+    A copy left behind is harmless: a snapshot counts only once its last file is written."""
     job = parse(StreamingJob, body)
     now = datetime.now(UTC)
     if not snapshot_due(job, now):
         return
-    patch.status.update(snapshot_job(job, now))
+    copy = asyncio.ensure_future(asyncio.to_thread(snapshot_job, job, now))
+    stop = asyncio.ensure_future(stopped.wait())
+    await asyncio.wait({copy, stop}, return_when=asyncio.FIRST_COMPLETED)
+    stop.cancel()
+    if not copy.done():
+        log.info("StreamingJob %s/%s: stopping; the snapshot copy is left to finish", *_where(job))
+        return
+    await asyncio.to_thread(record, "StreamingJob", body, copy.result())
+
+
+def _where(job: StreamingJob) -> tuple[str, str]:
+    return job.metadata.namespace, job.metadata.name
 
 
 def snapshot_job(job: StreamingJob, now: datetime) -> dict[str, Any]:
@@ -41,5 +56,5 @@ def snapshot_job(job: StreamingJob, now: datetime) -> dict[str, Any]:
     taken, points = externalize_job(job, now)
     for sink, batches in taken.items():
         for b in batches:
-            log.info("%s/%s: externalized %s batch %d", job.metadata.namespace, job.metadata.name, sink, b)
+            log.info("StreamingJob %s/%s: externalized %s batch %d", *_where(job), sink, b)
     return checkpoint_status(points, now)

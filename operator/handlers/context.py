@@ -5,29 +5,32 @@ coordinator's groups, the token drivers authenticate with, and metrics.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import kopf
 
-from kappa_operator.cluster import Cluster
+from kappa_operator.cluster import Cluster, ForeignObjectError
 from kappa_operator.coordinator.groups import Groups
 from kappa_operator.metrics import OperatorMetrics
 from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, failure_status, with_recovery
+from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.streaming_job import Event
 
 log = logging.getLogger("kappa.operator")
 F = TypeVar("F", bound=Callable[..., Any])
 M = TypeVar("M", bound=CRModel)
 
-DEFAULT_TOKEN_SECRET = "kappa-coordinator-token"
 FAULT_ENV = "KAPPA_OPERATOR_FAULT"
 """Tests: ``exit-after-create-app`` kills the process right after a SparkApplication is created
 and before anything is recorded (an operator restart mid-reconcile)."""
@@ -42,8 +45,8 @@ class Context:
     coordinator_url: str | None = None
     """How Spark drivers reach the coordinator."""
     token: str | None = None
-    """The coordinator's bearer token, copied into a Secret in each backfill's namespace."""
-    token_secret: str = DEFAULT_TOKEN_SECRET
+    """The coordinator's admin token: each backfill's credential is derived from it, scoped to
+    its alignment group (``coordinator.scopes``)."""
     metrics: OperatorMetrics | None = None
     _cluster: Cluster | None = None
 
@@ -79,17 +82,32 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 def counted(kind: str) -> Callable[[F], F]:
     """Count a handler's runs and failures (kopf retries the failures)."""
 
+    def tally(failed: bool) -> None:
+        metrics = CONTEXT.metrics
+        if metrics is not None:
+            (metrics.errors if failed else metrics.reconciles).labels(kind).inc()
+
     def wrap(fn: F) -> F:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                tally(False)
+                try:
+                    return await fn(*args, **kwargs)
+                except Exception:
+                    tally(True)
+                    raise
+
+            return run_async  # type: ignore[return-value]
+
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            metrics = CONTEXT.metrics
-            if metrics is not None:
-                metrics.reconciles.labels(kind).inc()
+            tally(False)
             try:
                 return fn(*args, **kwargs)
             except Exception:
-                if metrics is not None:
-                    metrics.errors.labels(kind).inc()
+                tally(True)
                 raise
 
         return run  # type: ignore[return-value]
@@ -97,11 +115,83 @@ def counted(kind: str) -> Callable[[F], F]:
     return wrap
 
 
+PLURALS = {"StreamingJob": "streamingjobs", "Backfill": "backfills", "Rewind": "rewinds"}
+
+
+def reported(kind: str) -> Callable[[F], F]:
+    """``counted``, and a failure shown on the object (``reconcile.failures``): status message,
+    a condition and a Warning Event, with the attempt number for the ones kopf retries. A
+    name conflict and other transient errors are retried after a delay; a refused spec is not."""
+
+    def wrap(fn: F) -> F:
+        counted_fn = counted(kind)(fn)
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def run_async(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await counted_fn(*args, **kwargs)
+                except Exception as exc:
+                    # the API calls that show it block: never on the event loop kopf runs on
+                    await asyncio.to_thread(_failed, kind, kwargs, exc)
+
+            return run_async  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return counted_fn(*args, **kwargs)
+            except Exception as exc:
+                _failed(kind, kwargs, exc)
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+def _failed(kind: str, kwargs: dict[str, Any], exc: Exception) -> NoReturn:
+    """Show ``exc`` on the object, then raise what tells kopf whether and when to retry."""
+    body, attempt = kwargs.get("body"), int(kwargs.get("retry") or 0) + 1
+    if isinstance(exc, kopf.PermanentError):
+        _show(kind, body, Failure("InvalidSpec", str(exc), attempt))
+        raise exc
+    if isinstance(exc, kopf.TemporaryError):
+        raise exc
+    reason = "NameConflict" if isinstance(exc, ForeignObjectError) else "RetryingAfterError"
+    text = str(exc) if reason == "NameConflict" else f"{type(exc).__name__}: {exc}"
+    failure = Failure(reason, text, attempt)
+    _show(kind, body, failure)
+    raise kopf.TemporaryError(failure.message, delay=RETRY_DELAY[reason]) from exc
+
+
+def _show(kind: str, body: Any, failure: Failure) -> None:
+    if body is None:
+        return
+    meta = body["metadata"]
+    where = f"{kind} {meta.get('namespace')}/{meta.get('name')}"
+    log.warning("%s: %s: %s", where, failure.reason, failure.message)
+    fields = failure_status(kind, dict(body.get("status") or {}), failure, now_rfc3339(), meta.get("generation"))
+    try:
+        CONTEXT.cluster().patch_status(PLURALS[kind], meta["namespace"], meta["name"], fields)
+        kopf.event(body, type="Warning", reason=failure.reason, message=failure.message)
+    except Exception:  # the API server itself is what fails: the log line above is what is left
+        log.exception("%s: could not record the failure on the object", where)
+
+
+def record(kind: str, body: Any, status: dict[str, Any]) -> None:
+    """Write a handler's status: the operator's one path to its resources' status (the status
+    subresource), clearing an earlier failure's retry count and error once a handler succeeds."""
+    meta = body["metadata"]
+    status = with_recovery(dict(body.get("status") or {}), status, now_rfc3339(), meta.get("generation"))
+    CONTEXT.cluster().patch_status(PLURALS[kind], meta["namespace"], meta["name"], status)
+
+
 def parse(model: type[M], body: kopf.Body | dict[str, Any]) -> M:
-    """A resource as its model; a manifest the models refuse is a permanent error (no retries)."""
+    """A resource as its model; a manifest the models refuse is a permanent error (no retries).
+    Overflow and type errors count too: a value the schema let through must not loop."""
     try:
         return model.model_validate(manifest_fields(dict(body)))
-    except ValueError as exc:
+    except (ValueError, OverflowError, TypeError) as exc:
         raise kopf.PermanentError(f"invalid {model.__name__}: {exc}") from exc
 
 

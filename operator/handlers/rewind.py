@@ -10,7 +10,6 @@ import kopf
 
 from kappa_operator import rewind as io
 from kappa_operator.handlers.context import (
-    counted,
     crash_point,
     ctx,
     exclusive,
@@ -18,7 +17,9 @@ from kappa_operator.handlers.context import (
     observe,
     parse,
     post_events,
+    record,
     referenced_job,
+    reported,
 )
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.rewind import Rewind
@@ -38,7 +39,9 @@ from kappa_operator.reconcile.rewind import (
     plan_rewind,
     step_failed,
 )
+from kappa_operator.reconcile.streaming_job import owner_of as job_owner
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+from kappa_operator.render.spark_application import Owner
 from spark_app.errors import KappaError
 
 KIND = "Rewind"
@@ -54,7 +57,10 @@ def _job(rw: Rewind) -> StreamingJob | None:
 def _observe(rw: Rewind) -> Observed:
     job = _job(rw)
     phase = rw.status.phase if rw.status and rw.status.phase else "Pending"
-    app = None if job is None else ctx().cluster().get_app(rw.metadata.namespace, job.metadata.name)
+    app = None
+    if job is not None:
+        owner = job_owner(job)
+        app = ctx().cluster().get_app(owner.namespace, owner.app_name, owner)
     chosen: Any = ()
     if phase == "Pending" and job is not None:
         chosen = io.choose_points(rw, job)
@@ -67,11 +73,9 @@ def _observe(rw: Rewind) -> Observed:
 
 def step(rw: Rewind, body: Any) -> dict[str, Any]:
     """One phase: record it, run its commands, record the next. The last status written."""
-    c = ctx().cluster()
-    ns, name = rw.metadata.namespace, rw.metadata.name
     seen = _observe(rw)
     plan: RewindPlan = plan_rewind(rw, seen, now_rfc3339())
-    c.patch_status(PLURAL, ns, name, plan.status)
+    record(KIND, body, plan.status)
     observe(KIND, body, plan.status)
     post_events(body, plan.events)
     crash_point(f"exit-in-phase:{plan.status.get('phase')}")
@@ -79,15 +83,15 @@ def step(rw: Rewind, body: Any) -> dict[str, Any]:
         extra = _carry_out(rw, plan, seen.job)
     except KappaError as exc:  # permanent: retrying would refuse again
         failed = step_failed(rw, str(plan.status.get("phase")), str(exc), now_rfc3339())
-        c.patch_status(PLURAL, ns, name, failed.status)
+        record(KIND, body, failed.status)
         post_events(body, failed.events)
         return failed.status
     if plan.next_phase is None:
         if extra:
-            c.patch_status(PLURAL, ns, name, extra)
+            record(KIND, body, extra)
         return {**plan.status, **extra}
     nxt = {**extra, "phase": plan.next_phase, "message": f"{plan.status.get('phase')} done"}
-    c.patch_status(PLURAL, ns, name, nxt)
+    record(KIND, body, nxt)
     return {**plan.status, **nxt}
 
 
@@ -107,8 +111,9 @@ def _carry_out(rw: Rewind, plan: RewindPlan, job: StreamingJob | None) -> dict[s
                 removed = io.reset_sinks(job, restores)
                 extra.update(after_reset(rw, removed, extra.get("downstream", [])))
             case RewindDownstream(manifests=manifests):
+                me = Owner(KIND, rw.metadata.name, ns, rw.metadata.uid)
                 for m in manifests:
-                    c.create_resource(PLURAL, ns, m)
+                    c.create_resource(PLURAL, ns, m, me)
                 extra["downstream"] = [m["metadata"]["name"] for m in manifests]
             case Resume(location=location):
                 c.annotate(
@@ -139,7 +144,7 @@ def _walk(body: kopf.Body | dict[str, Any]) -> None:
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
-@counted(KIND)
+@reported(KIND)
 def start_rewind(body: kopf.Body, **_: Any) -> None:
     _run(body)
 
@@ -152,14 +157,14 @@ def start_rewind(body: kopf.Body, **_: Any) -> None:
     initial_delay=STEP_INTERVAL,
     when=lambda status, **_: status.get("phase") not in ("Succeeded", "Failed"),
 )
-@counted(KIND)
+@reported(KIND)
 def continue_rewind(body: kopf.Body, **_: Any) -> None:
     """Waiting phases (the job stopping, resuming) move on when what they wait for happened."""
     _run(body)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-@counted(KIND)
+@reported(KIND)
 def delete_rewind(body: kopf.Body, **_: Any) -> None:
     """A rewind deleted half-way must not leave its job paused."""
     rw = parse(Rewind, body)

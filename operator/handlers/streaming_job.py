@@ -6,56 +6,62 @@ from typing import Any
 
 import kopf
 
-from kappa_operator.handlers.context import counted, crash_point, ctx, forget, observe, parse, post_events
+from kappa_operator.handlers.context import crash_point, ctx, forget, observe, parse, post_events, record, reported
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.phases import now_rfc3339
-from kappa_operator.reconcile.streaming_job import JobPlan, plan_streaming_job
+from kappa_operator.reconcile.streaming_job import JobPlan, owner_of, plan_streaming_job
+from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+from kappa_operator.render.spark_application import Owner
 
 KIND = "StreamingJob"
 
 
 def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
-    c = ctx().cluster()
-    ns, name = job.metadata.namespace, job.metadata.name
+    c, owner = ctx().cluster(), owner_of(job)
     if plan.delete_app:
-        c.delete_app(ns, name)
+        c.delete_app(owner.namespace, owner.app_name, owner)
     if plan.config_map is not None:
-        c.apply_config_map(plan.config_map)
+        c.apply_config_map(plan.config_map, owner)
     if plan.create_app is not None:
-        c.create_app(plan.create_app)
+        c.create_app(plan.create_app, owner)
         crash_point("exit-after-create-app")
     post_events(body, plan.events)
     observe(KIND, body, plan.status)
+    record(KIND, body, plan.status)
 
 
 @kopf.on.resume(GROUP, VERSION, "streamingjobs")
 @kopf.on.create(GROUP, VERSION, "streamingjobs")
 @kopf.on.update(GROUP, VERSION, "streamingjobs", field="spec")
-@kopf.on.update(GROUP, VERSION, "streamingjobs", field="metadata.annotations")  # a Rewind pauses/moves it
-@counted(KIND)
-def reconcile_job(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+# A Rewind pauses and moves the job with these two annotations; only they are watched (not
+# every annotation: kubectl's last-applied copy alone can be as large as the spec).
+@kopf.on.update(GROUP, VERSION, "streamingjobs", field=("metadata", "annotations", PAUSED_ANNOTATION))
+@kopf.on.update(GROUP, VERSION, "streamingjobs", field=("metadata", "annotations", CHECKPOINT_ANNOTATION))
+@reported(KIND)
+def reconcile_job(body: kopf.Body, **_: Any) -> None:
     job = parse(StreamingJob, body)
-    app = ctx().cluster().get_app(job.metadata.namespace, job.metadata.name)
-    plan = plan_streaming_job(job, app, now_rfc3339())
-    act(plan, job, body)
-    patch.status.update(plan.status)
+    owner = owner_of(job)
+    app = ctx().cluster().get_app(owner.namespace, owner.app_name, owner)
+    act(plan_streaming_job(job, app, now_rfc3339()), job, body)
 
 
 def application_changed(event: str, app: dict[str, Any], job_body: dict[str, Any]) -> None:
     """Its SparkApplication moved (see ``applications``): mirror it into the job's status."""
     job = parse(StreamingJob, job_body)
-    plan = plan_streaming_job(job, None if event == "DELETED" else app, now_rfc3339())
-    act(plan, job, job_body)
-    ctx().cluster().patch_status("streamingjobs", job.metadata.namespace, job.metadata.name, plan.status)
+    act(plan_streaming_job(job, None if event == "DELETED" else app, now_rfc3339()), job, job_body)
 
 
 @kopf.on.delete(GROUP, VERSION, "streamingjobs")
-@counted(KIND)
+@reported(KIND)
 def delete_job(body: kopf.Body, **_: Any) -> None:
-    """Behind kopf's finalizer: stop the application and remove its ConfigMap."""
-    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    ctx().cluster().delete_app(ns, name)
-    ctx().cluster().delete_config_map(ns, f"{name}-jobconfig")
-    kopf.event(body, type="Normal", reason="Deleted", message=f"deleted SparkApplication {name} and its ConfigMap")
+    """Behind kopf's finalizer: stop the application and remove its ConfigMap (only this job's
+    own: a namesake's are left alone). Backfills of this job keep running on their own copy."""
+    meta = body["metadata"]  # not parsed: an invalid job must still be deletable
+    c, owner = ctx().cluster(), Owner(KIND, meta["name"], meta["namespace"], meta.get("uid"))
+    stopped = c.delete_app(owner.namespace, owner.app_name, owner)
+    c.delete_config_map(owner.namespace, owner.config_map_name, owner)
+    if stopped:
+        msg = f"deleted SparkApplication {owner.app_name} and its ConfigMap"
+        kopf.event(body, type="Normal", reason="Deleted", message=msg)
     forget(KIND, body)

@@ -9,12 +9,20 @@ from pydantic import ConfigDict, Field, model_validator
 
 from kappa_operator.models.common import (
     API_VERSION,
+    COLUMN_MAX,
+    FILTER_MAX,
+    INT64_MAX,
+    NAME_MAX,
+    SOURCES_MAX,
+    TABLE_MAX,
+    URI_MAX,
     CRModel,
     DurationStr,
+    Name,
     ObjectMeta,
+    PositiveDurationStr,
     StatusBase,
     TimestampStr,
-    as_timedelta,
     instant,
 )
 from kappa_operator.models.streaming_job import TABLE
@@ -22,7 +30,7 @@ from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 
 
 class JobRef(CRModel):
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=NAME_MAX)
     """Name of the StreamingJob (same namespace)."""
 
 
@@ -60,48 +68,35 @@ class BackfillWindow(CRModel):
 class SourceOverride(CRModel):
     """Per-source changes for this backfill."""
 
-    catalog: str | None = None
+    catalog: str | None = Field(default=None, max_length=NAME_MAX)
     """Another catalog for the history table."""
-    table: str | None = Field(default=None, pattern=TABLE)
+    table: str | None = Field(default=None, pattern=TABLE, max_length=TABLE_MAX)
     """Another history table."""
-    filter: str | None = None
+    filter: str | None = Field(default=None, max_length=FILTER_MAX)
     """An extra row filter (pyiceberg syntax)."""
-    snapshot_id: int | None = None
+    snapshot_id: int | None = Field(default=None, ge=-INT64_MAX - 1, le=INT64_MAX)
     """Read the history as of this snapshot (default: current at the start)."""
 
 
 class BackfillAlignment(CRModel):
     """How the sources are kept in event-time order."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {"rule": "duration(self.maxDrift) > duration('0s')", "message": "maxDrift must be > 0"}
-            ]
-        }
-    )
     mode: Literal["aligned", "strict", "unordered"] = "aligned"
     """aligned: within maxDrift of the group; strict: no drift; unordered: no alignment."""
-    group: str | None = None
+    group: str | None = Field(default=None, max_length=NAME_MAX)
     """Alignment group shared with other backfills (default: this backfill's name)."""
-    max_drift: DurationStr = "10m"
-    """How far a source may read ahead of the slowest one."""
-    ordering_column: str | None = None
+    max_drift: PositiveDurationStr = "10m"
+    """How far a source may read ahead of the slowest one (> 0)."""
+    ordering_column: str | None = Field(default=None, max_length=COLUMN_MAX)
     """Column to order by (default: the job's)."""
     lateness: DurationStr | None = None
     """The pipeline's watermark delay, when it cannot be read from its plan."""
     allow_late_drops: bool = False
     """Run even if the lateness guard says rows would be dropped."""
 
-    @model_validator(mode="after")
-    def _positive(self) -> BackfillAlignment:
-        if as_timedelta(self.max_drift).total_seconds() <= 0:
-            raise ValueError("maxDrift must be > 0")
-        return self
-
 
 class BackfillOutput(CRModel):
-    branch: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][-_.A-Za-z0-9]*$")
+    branch: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][-_.A-Za-z0-9]*$", max_length=COLUMN_MAX)
     """Iceberg branch the output goes to (default backfill-<name>); main keeps serving."""
 
 
@@ -114,22 +109,45 @@ class PublishSpec(CRModel):
     """Refuse to publish below this match ratio against main (0: publish whatever the match)."""
 
 
+def immutable(field: str, optional: bool, why: str) -> dict[str, str]:
+    """A transition rule (the API server runs it on updates only) keeping ``spec.<field>``."""
+    same = f"self.{field} == oldSelf.{field}"
+    rule = f"has(oldSelf.{field}) ? has(self.{field}) && {same} : !has(self.{field})" if optional else same
+    return {"rule": rule, "message": f"spec.{field} is immutable: {why}"}
+
+
+IMMUTABLE = (
+    immutable("jobRef", False, "create a new Backfill for another job"),
+    immutable("window", False, "create a new Backfill for another window"),
+    immutable("sources", True, "create a new Backfill to read other sources"),
+    immutable("alignment", True, "create a new Backfill to align differently"),
+    immutable("output", True, "create a new Backfill to write elsewhere"),
+    immutable("image", True, "create a new Backfill to run another image"),
+)
+"""What a running backfill was launched with. Its application, checkpoint and branch belong to
+these values: an edit would be silently ignored by the running application, or mix two
+windows in one branch. Only ``publish`` (read when the run completes) and ``restartNonce``
+(the documented way to run it again) may change."""
+
+
 class BackfillSpec(CRModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(IMMUTABLE)})
+
     job_ref: JobRef
-    """The StreamingJob whose pipeline is re-run."""
+    """The StreamingJob whose pipeline is re-run. Immutable."""
     window: BackfillWindow
-    """The event-time window."""
-    sources: dict[str, SourceOverride] = {}
-    """Overrides by source name."""
+    """The event-time window. Immutable: create a new Backfill for another window."""
+    sources: dict[Name, SourceOverride] = Field(default={}, max_length=SOURCES_MAX)
+    """Overrides by source name. Immutable."""
     alignment: BackfillAlignment = BackfillAlignment()
-    """Event-time alignment."""
+    """Event-time alignment. Immutable."""
     output: BackfillOutput = BackfillOutput()
-    """Where output goes."""
+    """Where output goes. Immutable."""
     publish: PublishSpec = PublishSpec()
-    """Validation and publish."""
-    image: str | None = None
-    """Another Spark image (default: the job's)."""
-    restart_nonce: int = Field(default=0, ge=0)
+    """Validation and publish. Read when the run completes, so it may be changed until then."""
+    image: str | None = Field(default=None, min_length=1, max_length=URI_MAX)
+    """Another Spark image (default: the job's). Immutable."""
+    restart_nonce: int = Field(default=0, ge=0, le=INT64_MAX)
     """Change it to run a failed backfill again from its checkpoint and branch (as Flink's
     restartNonce): the operator deletes the old application and submits a new one."""
 

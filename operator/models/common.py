@@ -1,15 +1,30 @@
 """What the custom resources share: the model base, durations and timestamps as users write
-them, and the status vocabulary (phase, conditions, observedGeneration).
+them, the size bounds of free-form fields, and the status vocabulary (phase, conditions,
+observedGeneration).
 
 Every field has a description (the attribute docstring): it becomes the CRD's, so `kubectl
 explain` says what the field is for. Cross-field rules are declared once, as CEL
 (``x-kubernetes-validations``) for the API server, and checked again in Python so `kappa run`
 refuses the same manifests offline.
+
+The API server and the models must agree on what is valid (tests/unit/test_schema_agreement.py
+runs a table of manifests through both). Hence:
+
+* Durations and timestamps have a pattern (syntax), a ``maxLength`` and a CEL rule calling
+  ``duration()`` / ``timestamp()`` (what the pattern cannot say: a day that does not exist, a
+  bound), and the model checks the same bounds. Anything the models refuse is a pydantic
+  ``ValidationError`` naming the field, never an ``OverflowError``.
+* Every string, list and map a user fills has a ``maxLength`` / ``maxItems`` /
+  ``maxProperties`` (map keys: ``propertyNames``, which the CRD renders as a CEL rule), so a
+  maximal object stays well under 100 KB and CEL cost estimates stay small. Declared once
+  with ``Field(max_length=...)``: pydantic enforces it and emits the JSON Schema keyword.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -21,32 +36,159 @@ GROUP = "kappa.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-#: Kubernetes' (Go) duration syntax, which CEL's ``duration()`` also reads. Durations and
-#: timestamps stay plain strings in the schema (no ``format``), so CEL rules convert them
-#: explicitly with ``duration()`` / ``timestamp()``.
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+# --- sizes ----------------------------------------------------------------------------------
+# Bounds of what users write, chosen so that a maximal spec of every kind stays well under
+# 100 KB (test_schema_agreement.py computes the worst case from the CRDs): kopf keeps a copy of
+# the spec in an annotation (all annotations: at most 256 KB), the operator renders it into a
+# ConfigMap and a SparkApplication, and the API server prices CEL rules by these bounds.
+
+INT64_MAX = 2**63 - 1
+"""The API server stores integers as int64: a larger one is refused there, so here too."""
+NAME_MAX = 63
+"""A name: a jobRef, a catalog reference, an alignment group, a key of sources, sinks,
+catalogs and pipelineArgs."""
+COLUMN_MAX = 128
+"""A column name or a partition transform (orderingColumn, timeColumn, columns, key, partitionBy)."""
+TABLE_MAX = 255
+"""``namespace.table``."""
+URI_MAX = 512
+"""A location (checkpoints, snapshots, a parquet path) or an image."""
+HOSTS_MAX = 256
+"""Kafka bootstrap servers."""
+FILTER_MAX = 512
+"""A row filter (pyiceberg expression syntax)."""
+SETTING_KEY_MAX = 128
+"""A key of sparkConf."""
+PROPERTY_KEY_MAX = 64
+"""A key of a catalog's properties."""
+SETTING_MAX = 256
+"""A value of sparkConf, pipelineArgs or a catalog's properties."""
+ARGS_MAX = 16
+"""Entries of pipelineArgs."""
+SPARK_CONF_MAX = 32
+"""Entries of sparkConf."""
+CATALOGS_MAX = 3
+"""Catalogs of a job."""
+CATALOG_PROPERTIES_MAX = 16
+"""Properties of a catalog."""
+SOURCES_MAX = 8
+"""Sources of a pipeline (and overrides of a backfill)."""
+SINKS_MAX = 4
+"""Sinks of a pipeline (one streaming query each)."""
+COLUMNS_MAX = 16
+"""Columns of a source's projection."""
+KEY_COLUMNS_MAX = 8
+"""Columns of a sink's key."""
+PARTITION_FIELDS_MAX = 4
+"""Fields of the partition spec of a table a sink creates."""
+
+Name = Annotated[str, Field(min_length=1, max_length=NAME_MAX)]
+Column = Annotated[str, Field(max_length=COLUMN_MAX)]
+SettingKey = Annotated[str, Field(max_length=SETTING_KEY_MAX)]
+PropertyKey = Annotated[str, Field(max_length=PROPERTY_KEY_MAX)]
+Setting = Annotated[str, Field(max_length=SETTING_MAX)]
+ArgName = Annotated[str, Field(max_length=NAME_MAX)]
+
+# --- durations ------------------------------------------------------------------------------
+
+#: Kubernetes' (Go) duration syntax, which CEL's ``duration()`` also reads, restricted to whole
+#: milliseconds: a fraction of a unit has at most as many digits as keep it a whole number of
+#: milliseconds (``1.5h``, ``0.25s``; not ``0.0001ms``, which Go reads as 100ns while Python's
+#: timedelta rounds it to 0), and at most 9 digits before it. Durations and timestamps stay plain
+#: strings in the schema (no ``format``), so CEL rules convert them explicitly.
+DURATION_PATTERN = r"^([0-9]{1,9}ms|[0-9]{1,9}(\.[0-9]{1,3})?s|[0-9]{1,9}(\.[0-9]{1,4})?m|[0-9]{1,9}(\.[0-9]{1,5})?h)+$"
+DURATION_LENGTH_MAX = 32
+DURATION_MAX = "87600h"
+"""The longest duration accepted anywhere (10 years): far below what CEL's ``duration()`` (Go,
+int64 nanoseconds: ~2562047h) and Python's timedelta can hold, so arithmetic never overflows."""
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+_MAX_RULE = {
+    "rule": f"duration(self) <= duration('{DURATION_MAX}')",
+    "message": f"must be at most {DURATION_MAX} (10 years)",
+}
+_POSITIVE_RULE = {"rule": "duration(self) > duration('0s')", "message": "must be > 0"}
+
+
+def duration_ms(value: str) -> int:
+    """A duration matching :data:`DURATION_PATTERN` in milliseconds, exactly (no float)."""
+    total = Decimal(0)
+    for number, unit in re.findall(r"([0-9.]+)(ms|s|m|h)", value):
+        total += Decimal(number) * _UNIT_MS[unit]
+    return int(total)
 
 
 def _duration(value: str) -> str:
-    parse_duration(value)
+    if duration_ms(value) > duration_ms(DURATION_MAX):
+        raise ValueError(f"must be at most {DURATION_MAX} (10 years), got {value!r}")
     return value
+
+
+def _positive(value: str) -> str:
+    if duration_ms(value) <= 0:
+        raise ValueError(f"must be > 0, got {value!r}")
+    return value
+
+
+_DURATION_FIELD = {"pattern": DURATION_PATTERN, "max_length": DURATION_LENGTH_MAX}
+DurationStr = Annotated[
+    str,
+    Field(**_DURATION_FIELD, json_schema_extra={"x-kubernetes-validations": [_MAX_RULE]}),
+    AfterValidator(_duration),
+]
+"""A duration such as ``10m``, ``1h30m`` or ``1.5s``: whole milliseconds, at most 87600h."""
+PositiveDurationStr = Annotated[
+    str,
+    Field(**_DURATION_FIELD, json_schema_extra={"x-kubernetes-validations": [_MAX_RULE, _POSITIVE_RULE]}),
+    AfterValidator(_duration),
+    AfterValidator(_positive),
+]
+"""A :data:`DurationStr` greater than zero (so at least 1ms)."""
+
+# --- timestamps -----------------------------------------------------------------------------
+
+#: RFC 3339 as Go's ``time.Parse`` reads it (CEL's ``timestamp()``), with the ranges Python can
+#: represent: hours 00-23, minutes and seconds 00-59 (no leap second), a zone ``Z`` or an
+#: offset of at most ±23:59 (Go also reads +24:00, Python cannot), at most 9 fraction digits.
+#: Whether the day exists in its month (2026-02-30) is left to ``timestamp()`` in the CEL rule.
+TIMESTAMP_PATTERN = (
+    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+    r"(\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+TIMESTAMP_LENGTH_MAX = len("2026-11-01T14:00:00.123456789+02:00")
+TIMESTAMP_MIN = "1900-01-01T00:00:00Z"
+TIMESTAMP_END = "3000-01-01T00:00:00Z"
+"""Timestamps are in ``[TIMESTAMP_MIN, TIMESTAMP_END)``: a window's start minus the longest
+warm-up and its end plus the longest drain stay far inside what Python's datetime holds."""
+_TIMESTAMP_RULE = {
+    "rule": f"timestamp(self) >= timestamp('{TIMESTAMP_MIN}') && timestamp(self) < timestamp('{TIMESTAMP_END}')",
+    "message": "must be a date-time from 1900-01-01 to before 3000-01-01",
+}
 
 
 def _timestamp(value: str) -> str:
-    parse_timestamp(value)
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))  # for its message: "day is out of range..."
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a date-time: {exc}") from None
+    try:
+        t = parse_timestamp(value)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        t = None
+    if t is None or not parse_timestamp(TIMESTAMP_MIN) <= t < parse_timestamp(TIMESTAMP_END):
+        raise ValueError(f"must be a date-time from 1900-01-01 to before 3000-01-01, got {value!r}")
     return value
 
 
-DurationStr = Annotated[
-    str,
-    Field(pattern=DURATION_PATTERN),
-    AfterValidator(_duration),
-]
 TimestampStr = Annotated[
     str,
-    Field(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$"),
+    Field(
+        pattern=TIMESTAMP_PATTERN,
+        max_length=TIMESTAMP_LENGTH_MAX,
+        json_schema_extra={"x-kubernetes-validations": [_TIMESTAMP_RULE]},
+    ),
     AfterValidator(_timestamp),
 ]
+"""An RFC 3339 date-time such as ``2026-11-01T14:00:00Z`` or ``2026-11-01T16:00:00.5+02:00``."""
 
 
 def instant(t: str) -> datetime:
@@ -95,6 +237,8 @@ class Condition(CRModel):
     """A sentence for people."""
     last_transition_time: str | None = None
     """When status last changed (RFC 3339)."""
+    observed_generation: int | None = None
+    """The metadata.generation the condition was set for."""
 
 
 class StatusBase(CRModel):
@@ -114,14 +258,14 @@ class StatusBase(CRModel):
 class Resources(CRModel):
     """Cores and memory of a Spark driver or executor."""
 
-    cores: int = Field(default=1, ge=1)
+    cores: int = Field(default=1, ge=1, le=INT64_MAX)
     """CPU cores."""
-    memory: str = Field(default="2g", pattern=r"^[0-9]+[kmgt]?$")
+    memory: str = Field(default="2g", pattern=r"^[0-9]+[kmgt]?$", max_length=16)
     """JVM memory in Spark's notation, e.g. 2g or 512m."""
 
 
 class ExecutorResources(Resources):
-    instances: int = Field(default=2, ge=1)
+    instances: int = Field(default=2, ge=1, le=INT64_MAX)
     """Number of executors."""
 
 

@@ -3,7 +3,8 @@ schema and the operator's models cannot drift apart (a test fails on stale ``crd
 
 pydantic's JSON Schema becomes a *structural* OpenAPI v3 schema: ``$ref`` inlined,
 ``X | None`` as ``nullable``, no ``title``/``additionalProperties: false`` (Kubernetes prunes
-unknown fields instead), CEL rules kept as ``x-kubernetes-validations``.
+unknown fields instead), CEL rules kept as ``x-kubernetes-validations``, and ``propertyNames``
+(a bound on map keys, which a CRD schema cannot say) turned into a CEL rule.
 """
 
 from __future__ import annotations
@@ -97,6 +98,24 @@ NAME_RULE = {
 }
 
 
+def key_rules(names: dict[str, Any]) -> list[dict[str, str]]:
+    """pydantic's ``propertyNames`` (from ``dict[Annotated[str, Field(max_length=N)], ...]``) as CEL:
+    a CRD schema has no keyword for map keys. Cheap: ``size()`` is constant-time, and the map
+    has a ``maxProperties``."""
+    unsupported = set(names) - {"minLength", "maxLength"}
+    if unsupported or "maxLength" not in names:
+        raise ValueError(f"map keys can only be bounded by maxLength (and minLength), not {names}")
+    low, high = names.get("minLength", 0), names["maxLength"]
+    if low:
+        return [
+            {
+                "rule": f"self.all(k, size(k) >= {low} && size(k) <= {high})",
+                "message": f"keys must be {low} to {high} characters long",
+            }
+        ]
+    return [{"rule": f"self.all(k, size(k) <= {high})", "message": f"keys must be at most {high} characters long"}]
+
+
 def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
     """One pydantic JSON Schema node as a structural OpenAPI v3 node."""
     defs = schema.get("$defs", {}) if defs is None else defs
@@ -131,6 +150,8 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
             out[key] = structural(value, defs)
         elif key == "const":
             out["enum"] = [value]
+        elif key == "propertyNames":
+            out["x-kubernetes-validations"] = [*out.get("x-kubernetes-validations", []), *key_rules(value)]
         else:
             out[key] = value
     if out.get("x-kubernetes-preserve-unknown-fields"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kappa_operator.models.common import API_VERSION
+from kappa_operator.models.common import API_VERSION, INT64_MAX
 from kappa_operator.models.crd import KINDS, Kind, crd
 
 
@@ -21,19 +21,37 @@ def _type(s: dict[str, Any]) -> str:
     return str(t)
 
 
+_BOUNDS = (
+    ("minimum", "≥"),
+    ("maximum", "≤"),
+    ("minLength", "length ≥"),
+    ("maxLength", "length ≤"),
+    ("minItems", "items ≥"),
+    ("maxItems", "items ≤"),
+    ("minProperties", "entries ≥"),
+    ("maxProperties", "entries ≤"),
+)
+
+
+def _checks(s: dict[str, Any]) -> list[str]:
+    """Bounds, pattern and rules of a node, and of the values of a list or map of scalars."""
+    out = [f"{word} {'2^63-1' if s[key] == INT64_MAX else s[key]}" for key, word in _BOUNDS if key in s]
+    if "pattern" in s:
+        out.append(f"pattern `{s['pattern']}`")
+    out += [f"rule: {v['message']}" for v in s.get("x-kubernetes-validations", [])]
+    inner = s.get("items") if s.get("type") == "array" else s.get("additionalProperties")
+    if isinstance(inner, dict) and not inner.get("properties") and _checks(inner):
+        out.append(f"each ({'; '.join(_checks(inner))})")
+    return out
+
+
 def _rules(s: dict[str, Any], required: bool) -> str:
     out = []
     if required:
         out.append("required")
     if "default" in s and s["default"] not in ({}, []):
         out.append(f"default `{s['default']}`")
-    for key, word in (("minimum", "≥"), ("maximum", "≤"), ("minLength", "length ≥")):
-        if key in s:
-            out.append(f"{word} {s[key]}")
-    if "pattern" in s:
-        out.append(f"pattern `{s['pattern']}`")
-    out += [f"rule: {v['message']}" for v in s.get("x-kubernetes-validations", [])]
-    return "; ".join(out)
+    return "; ".join(out + _checks(s)).replace("|", "\\|")
 
 
 def _rows(s: dict[str, Any], path: str, required: set[str], out: list[str]) -> None:
@@ -69,6 +87,12 @@ def _kind(kind: Kind) -> list[str]:
         lines += [f"### {part}", "", "| field | type | description | validation |", "|---|---|---|---|"]
         _rows(sub, part, set(sub.get("required", [])), lines)
         lines.append("")
+        rules = [
+            f"- {r['message']}{' (on updates)' if 'oldSelf' in r['rule'] else ''}"
+            for r in sub.get("x-kubernetes-validations", [])
+        ]
+        if rules:
+            lines += [f"Rules on the whole {part}:", "", *rules, ""]
     return lines
 
 

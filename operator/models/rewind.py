@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from kappa_operator.models.backfill import JobRef
-from kappa_operator.models.common import API_VERSION, CRModel, ObjectMeta, StatusBase, TimestampStr
+from kappa_operator.models.common import API_VERSION, INT64_MAX, CRModel, ObjectMeta, StatusBase, TimestampStr
 
 PHASES = ("Pending", "Stopping", "Restoring", "ResettingSinks", "Resuming", "Succeeded", "Failed")
 
@@ -29,7 +29,7 @@ class RewindTarget(CRModel):
     )
     time: TimestampStr | None = None
     """Restore the newest snapshot committed before this time (RFC 3339)."""
-    batch_id: int | None = Field(default=None, ge=0)
+    batch_id: int | None = Field(default=None, ge=0, le=INT64_MAX)
     """Restore the newest snapshot at or before this micro-batch (single-sink jobs)."""
 
     @model_validator(mode="after")
@@ -40,6 +40,15 @@ class RewindTarget(CRModel):
 
 
 class RewindSpec(CRModel):
+    """Immutable: a Rewind runs once."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self == oldSelf", "message": "spec is immutable: a Rewind runs once, create a new Rewind"}
+            ]
+        }
+    )
     job_ref: JobRef
     """The StreamingJob to rewind (same namespace)."""
     target: RewindTarget

@@ -2,20 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
 from kappa_operator.models.common import (
     API_VERSION,
+    ARGS_MAX,
+    CATALOG_PROPERTIES_MAX,
+    CATALOGS_MAX,
+    COLUMN_MAX,
+    COLUMNS_MAX,
+    FILTER_MAX,
+    HOSTS_MAX,
+    INT64_MAX,
+    KEY_COLUMNS_MAX,
+    NAME_MAX,
+    PARTITION_FIELDS_MAX,
+    SINKS_MAX,
+    SOURCES_MAX,
+    SPARK_CONF_MAX,
+    TABLE_MAX,
+    URI_MAX,
+    ArgName,
+    Column,
     CRModel,
     DurationStr,
     ExecutorResources,
+    Name,
     ObjectMeta,
+    PropertyKey,
     Resources,
+    Setting,
+    SettingKey,
     StatusBase,
 )
 
+CatalogProperties = Annotated[dict[PropertyKey, Setting], Field(max_length=CATALOG_PROPERTIES_MAX)]
 ENTRY_POINT = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 TABLE = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$"
 
@@ -36,18 +59,18 @@ class LiveSource(CRModel):
     )
     kind: Literal["icebergLive", "kafka"]
     """`icebergLive` reads a table's appends snapshot by snapshot; `kafka` reads a topic."""
-    catalog: str = "default"
+    catalog: str = Field(default="default", max_length=NAME_MAX)
     """Name of an entry in spec.catalogs (icebergLive)."""
-    table: str | None = Field(default=None, pattern=TABLE)
+    table: str | None = Field(default=None, pattern=TABLE, max_length=TABLE_MAX)
     """`namespace.table` (icebergLive)."""
     starting_position: Literal["earliest", "latest"] = "latest"
     """Where a new query starts (icebergLive)."""
     on_non_append: Literal["skip", "fail"] = "fail"
     """What a delete/overwrite snapshot does to the live query (icebergLive)."""
-    bootstrap_servers: str | None = None
+    bootstrap_servers: str | None = Field(default=None, max_length=HOSTS_MAX)
     """Kafka bootstrap servers (kafka)."""
-    topic: str | None = None
-    """Kafka topic (kafka)."""
+    topic: str | None = Field(default=None, max_length=249)
+    """Kafka topic (kafka; Kafka allows at most 249 characters)."""
 
     @model_validator(mode="after")
     def _complete(self) -> LiveSource:
@@ -61,11 +84,11 @@ class LiveSource(CRModel):
 class HistorySource(CRModel):
     """The Iceberg table that holds a source's history: what a Backfill reads."""
 
-    catalog: str = "default"
+    catalog: str = Field(default="default", max_length=NAME_MAX)
     """Name of an entry in spec.catalogs."""
-    table: str = Field(pattern=TABLE)
+    table: str = Field(pattern=TABLE, max_length=TABLE_MAX)
     """`namespace.table`."""
-    ordering_column: str | None = None
+    ordering_column: str | None = Field(default=None, max_length=COLUMN_MAX)
     """Column whose order a backfill replays (default: spec.orderingColumn)."""
 
 
@@ -76,9 +99,9 @@ class JobSource(CRModel):
     """What the live job reads."""
     history: HistorySource
     """What a backfill of this job reads instead."""
-    columns: list[str] | None = None
+    columns: list[Column] | None = Field(default=None, max_length=COLUMNS_MAX)
     """Projection (top-level columns); default all."""
-    filter: str | None = None
+    filter: str | None = Field(default=None, max_length=FILTER_MAX)
     """Row filter in pyiceberg expression syntax."""
 
 
@@ -95,17 +118,17 @@ class JobSink(CRModel):
     )
     kind: Literal["iceberg", "parquet"] = "iceberg"
     """`iceberg`: the exactly-once sink (branches, publish, undo); `parquet`: Spark's file sink."""
-    catalog: str = "default"
+    catalog: str = Field(default="default", max_length=NAME_MAX)
     """Name of an entry in spec.catalogs (iceberg)."""
-    table: str | None = Field(default=None, pattern=TABLE)
+    table: str | None = Field(default=None, pattern=TABLE, max_length=TABLE_MAX)
     """`namespace.table` (iceberg); created from the output schema if missing."""
-    path: str | None = None
+    path: str | None = Field(default=None, max_length=URI_MAX)
     """Output directory (parquet)."""
-    time_column: str | None = None
+    time_column: str | None = Field(default=None, max_length=COLUMN_MAX)
     """Output event-time column: what a backfill's window and publish apply to."""
-    partition_by: list[str] = []
+    partition_by: list[Column] = Field(default=[], max_length=PARTITION_FIELDS_MAX)
     """Partition spec of a table the sink creates, e.g. hour(playback_ts)."""
-    key: list[str] = []
+    key: list[Column] = Field(default=[], max_length=KEY_COLUMNS_MAX)
     """Columns identifying a row, for a backfill's validation diff."""
 
     @model_validator(mode="after")
@@ -120,7 +143,7 @@ class JobSink(CRModel):
 class CheckpointRetention(CRModel):
     """Which externalized snapshots are kept; the newest restorable one always is."""
 
-    count: int = Field(default=24, ge=1)
+    count: int = Field(default=24, ge=1, le=INT64_MAX)
     """Keep at most this many snapshots per query."""
     max_age: DurationStr | None = None
     """Drop snapshots older than this (e.g. 168h), never the newest."""
@@ -129,9 +152,9 @@ class CheckpointRetention(CRModel):
 class CheckpointSpec(CRModel):
     """Where Spark keeps the job's checkpoints, and where restorable copies of them go."""
 
-    location: str = Field(min_length=1)
+    location: str = Field(min_length=1, max_length=URI_MAX)
     """Base URI (s3a://, hdfs://, file://); one query per sink under `<location>/live/<sink>`."""
-    external_location: str | None = None
+    external_location: str | None = Field(default=None, max_length=URI_MAX)
     """Where snapshots are copied to (s3://, file://, ...); unset: no snapshots, no Rewind."""
     interval: DurationStr = "10m"
     """How often the operator copies the newest committed batch (incrementally)."""
@@ -142,31 +165,32 @@ class CheckpointSpec(CRModel):
 class StreamingJobSpec(CRModel):
     """A live PySpark Structured Streaming job."""
 
-    image: str = Field(min_length=1)
+    image: str = Field(min_length=1, max_length=URI_MAX)
     """Spark image holding spark_app and the pipeline's code."""
-    pipeline: str = Field(pattern=ENTRY_POINT)
+    pipeline: str = Field(pattern=ENTRY_POINT, max_length=256)
     """Entry point `module:function`; it takes {source: DataFrame} and returns {sink: DataFrame}."""
-    pipeline_args: dict[str, Any] = Field(default={}, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
-    """Keyword arguments of the pipeline function."""
-    catalogs: dict[str, dict[str, str]] = Field(min_length=1)
+    pipeline_args: dict[ArgName, Setting] = Field(default={}, max_length=ARGS_MAX)
+    """Keyword arguments of the pipeline function, as strings (the pipeline parses them, as
+    Spark parses "30 minutes")."""
+    catalogs: dict[Name, CatalogProperties] = Field(min_length=1, max_length=CATALOGS_MAX)
     """pyiceberg catalog properties by name (type, uri, warehouse, ...)."""
-    sources: dict[str, JobSource] = Field(min_length=1)
+    sources: dict[Name, JobSource] = Field(min_length=1, max_length=SOURCES_MAX)
     """The pipeline's inputs by name."""
-    sinks: dict[str, JobSink] = Field(min_length=1)
+    sinks: dict[Name, JobSink] = Field(min_length=1, max_length=SINKS_MAX)
     """The pipeline's outputs by name."""
     checkpoints: CheckpointSpec
     """Checkpoint location and externalized snapshots (Rewind restores from them)."""
     trigger_interval: DurationStr = "10s"
     """Micro-batch interval of the live job (and the poll interval of Iceberg sources)."""
-    ordering_column: str = "event_ts"
+    ordering_column: str = Field(default="event_ts", max_length=COLUMN_MAX)
     """Default ordering column of the sources' history (event time)."""
-    spark_conf: dict[str, str] = {}
+    spark_conf: dict[SettingKey, Setting] = Field(default={}, max_length=SPARK_CONF_MAX)
     """Extra Spark configuration."""
     driver: Resources = Resources()
     """Driver resources."""
     executor: ExecutorResources = ExecutorResources()
     """Executor resources."""
-    service_account: str = "spark"
+    service_account: str = Field(default="spark", max_length=253)
     """Service account of the Spark driver."""
     suspend: bool = False
     """Stop the application and keep its checkpoint; false resumes from it."""

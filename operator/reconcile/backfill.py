@@ -9,18 +9,28 @@ stopped.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kappa_operator.coordinator.core import GroupSpec
+from kappa_operator.coordinator.scopes import scoped_token
 from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.common import Condition, instant
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.phases import STATES, app_message, app_state, condition
+from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
+from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
-from kappa_operator.render.spark_application import BACKFILL_RESTART, Launch, Owner, config_map, spark_application
+from kappa_operator.render.spark_application import (
+    BACKFILL_RESTART,
+    Launch,
+    Owner,
+    config_map,
+    spark_application,
+    token_secret,
+)
 from spark_app.alignment.members import aligned_members
 from spark_app.config import JobConfig
 from spark_app.errors import KappaError
@@ -60,6 +70,8 @@ def progress(
 @dataclass(frozen=True)
 class BackfillPlan:
     config_map: dict[str, Any] | None = None
+    secret: dict[str, Any] | None = None
+    """The backfill's coordinator credential (scoped to its alignment group)."""
     create_app: dict[str, Any] | None = None
     delete_app: bool = False
     """Delete the application (a restartNonce change: it is submitted again afterwards)."""
@@ -91,6 +103,23 @@ NONCE = "kappa.dev/restart-nonce"
 TERMINAL = ("Succeeded", "Failed")
 
 
+SAVED_JOB = "streamingjob.json"
+"""The ConfigMap key holding the StreamingJob as it was at submission."""
+
+
+def owner_of(bf: Backfill) -> Owner:
+    return Owner("Backfill", bf.metadata.name, bf.metadata.namespace, bf.metadata.uid)
+
+
+def saved_job(job: StreamingJob) -> str:
+    """The StreamingJob a backfill was submitted with, as JSON: a Backfill keeps what it needs
+    (its job's pipeline, catalogs, sinks), so deleting the job mid-run does not strand it."""
+    meta = job.metadata
+    keep = {"name": meta.name, "namespace": meta.namespace, "uid": meta.uid, "annotations": meta.annotations}
+    body = {"apiVersion": job.api_version, "kind": job.kind, "metadata": keep}
+    return json.dumps({**body, "spec": job.spec.model_dump(by_alias=True, mode="json", exclude_none=True)})
+
+
 def alignment_group(cfg: JobConfig) -> GroupSpec | None:
     """The members this backfill's driver reports as, in the group it shares (None: unordered)."""
     members = aligned_members(cfg)
@@ -108,10 +137,13 @@ class _Status:
         self.previous: list[Condition] = list(bf.status.conditions) if bf.status else []
         self.base: dict[str, Any] = {"observedGeneration": bf.metadata.generation, "branch": backfill_branch(bf)}
 
-    def __call__(self, phase: str, ok: bool, reason: str, message: str, **extra: Any) -> dict[str, Any]:
-        conds = condition(self.previous, "Succeeded" if phase in TERMINAL else "Ready", ok, reason, message, self.now)
-        if phase == "Succeeded":  # a finished backfill is no longer Ready/Running
-            conds = [c for c in conds if c.type != "Ready"]
+    def __call__(self, phase: str, reason: str, message: str, **extra: Any) -> dict[str, Any]:
+        verdict = Verdict(phase, reason, message)
+        conds = set_conditions(self.previous, run_once(phase), verdict, self.now, self.bf.metadata.generation)
+        if phase == "Succeeded":  # the numbers people watch say done, not their last sample
+            extra = {**DONE, **extra}
+        elif phase == "Failed":
+            extra = {"eta": None, **extra}
         return {
             **self.base,
             **extra,
@@ -124,14 +156,22 @@ class _Status:
         return self.bf.status.model_dump(by_alias=True, exclude_none=True) if self.bf.status else {}
 
 
+DONE = {"progress": "100%", "progressRatio": 1.0, "eta": None, "alignmentLag": None}
+"""A finished backfill's progress fields (no stale ETA or lag from its last sample)."""
+
+
 def plan_backfill(
     bf: Backfill,
     job: StreamingJob | None,
     app: dict[str, Any] | None,
     coordinator_url: str | None,
     now: str,
-    token_secret: str | None = None,
+    admin_token: str | None = None,
+    job_saved: bool = False,
 ) -> BackfillPlan:
+    """``admin_token``: the coordinator's, from which this backfill's credential (scoped to its
+    group) is derived. ``job_saved``: ``job`` is the copy kept at submission (the StreamingJob
+    was deleted since): the backfill finishes with it."""
     status = _Status(bf, now)
     phase_now = bf.status.phase if bf.status else None
     nonce = bf.spec.restart_nonce
@@ -140,56 +180,69 @@ def plan_backfill(
     if job is None:
         msg = f"StreamingJob {bf.spec.job_ref.name} not found in {bf.metadata.namespace}; waiting for it"
         return BackfillPlan(
-            status=status("Pending", False, "JobNotFound", msg),
+            status=status("Pending", "JobNotFound", msg),
             events=(Event("Warning", "JobNotFound", msg),) if phase_now != "Pending" else (),
             retry_after=30,
         )
     try:
         cfg = backfill_config(bf, job, coordinator_url)
     except (ValueError, KappaError) as exc:
-        msg = f"cannot run this backfill: {exc}"
+        msg = (
+            f"cannot run this backfill: {exc} (its spec is immutable: create a new Backfill; after a fix of "
+            "the StreamingJob, bumping spec.restartNonce tries this one again)"
+        )
         return BackfillPlan(
-            status=status("Failed", False, "InvalidSpec", msg),  # no nonce: a fixed spec is tried again
+            status=status("Failed", "InvalidSpec", msg),  # no nonce recorded: a new restartNonce tries again
             events=(Event("Warning", "InvalidSpec", msg),) if phase_now != "Failed" else (),
         )
     group = alignment_group(cfg)
-    owner = Owner("Backfill", bf.metadata.name, bf.metadata.namespace, bf.metadata.uid)
-    extra: dict[str, Any] = {"applicationName": owner.name, "checkpoint": backfill_checkpoint(bf, job)}
+    owner = owner_of(bf)
+    extra: dict[str, Any] = {"applicationName": owner.app_name, "checkpoint": backfill_checkpoint(bf, job)}
     if phase_now == "Publishing":  # resumable: publish is atomic per table and a no-op once done
         return BackfillPlan(publish=True, status=status.kept())
     if app is None:
+        if job_saved:  # never submit from a saved copy: its job is gone, nobody asked for a run
+            msg = f"StreamingJob {bf.spec.job_ref.name} was deleted before this backfill could run again"
+            return BackfillPlan(
+                leave_group=group,
+                status=status("Failed", "JobDeleted", msg, **extra),
+                events=(Event("Warning", "JobDeleted", msg),) if phase_now != "Failed" else (),
+            )
+        credential = None
+        if group is not None and admin_token:
+            credential = token_secret(owner, scoped_token(admin_token, [group.name]))
         launch = Launch(
             bf.spec.image or job.spec.image,
             job.spec.driver,
             job.spec.executor,
             job.spec.service_account,
             BACKFILL_RESTART,
-            token_secret if group is not None else None,
+            owner.token_secret_name if credential is not None else None,
         )
         created = spark_application(owner, cfg, launch, config_hash(cfg))
         created["metadata"]["annotations"][NONCE] = str(nonce)
         window = f"{bf.spec.window.start} .. {bf.spec.window.end}"
         verb = "resubmitted" if phase_now == "Failed" else "created"
         return BackfillPlan(
-            config_map=config_map(owner, cfg),
+            config_map=config_map(owner, cfg, {SAVED_JOB: saved_job(job)}),
+            secret=credential,
             create_app=created,
             join_group=group,
             status=status(
                 "Running",
-                False,
                 "Submitted",
                 f"backfilling {window} into {backfill_branch(bf)}",
                 restartNonce=nonce,
                 **extra,
             ),
-            events=(Event("Normal", "Submitted", f"{verb} SparkApplication {owner.name} for {window}"),),
+            events=(Event("Normal", "Submitted", f"{verb} SparkApplication {owner.app_name} for {window}"),),
         )
     app_nonce = ((app.get("metadata") or {}).get("annotations") or {}).get(NONCE, "0")
     if app_nonce != str(nonce):
         msg = f"restartNonce {app_nonce} -> {nonce}: resubmitting from the checkpoint"
         return BackfillPlan(
             delete_app=True,
-            status=status("Running", False, "Restarting", msg, **extra),
+            status=status("Running", "Restarting", msg, **extra),
             events=(Event("Normal", "Restarting", msg),),
         )
     state = app_state(app) or ""
@@ -201,13 +254,13 @@ def plan_backfill(
             msg = f"completed; validating {backfill_branch(bf)} against main and publishing the window"
             return BackfillPlan(
                 publish=True,
-                status=status("Publishing", True, "Publishing", msg, **extra),
+                status=status("Publishing", "Publishing", msg, **extra),
                 events=(Event("Normal", "Publishing", msg),),
             )
         msg = f"completed into branch {backfill_branch(bf)} (publish is not enabled)"
         return BackfillPlan(
             leave_group=group,
-            status=status("Succeeded", True, "Completed", msg, **extra),
+            status=status("Succeeded", "Completed", msg, **extra),
             events=(Event("Normal", "Completed", msg),),
         )
     phase = "Failed" if STATES.get(state, ("",))[0] == "Failed" else "Running"
@@ -217,7 +270,7 @@ def plan_backfill(
     kind = "Warning" if phase == "Failed" else "Normal"
     return BackfillPlan(
         join_group=group if phase == "Running" else None,
-        status=status(phase, phase != "Failed", reason, message, **extra),
+        status=status(phase, reason, message, **extra),
         events=(Event(kind, reason, message),) if changed else (),
     )
 
@@ -236,7 +289,7 @@ def published(bf: Backfill, outcome: Outcome, group: GroupSpec | None, now: str)
     if outcome.error is not None:
         msg = f"publish refused: {outcome.error}"
         return BackfillPlan(
-            status=status("Failed", False, "ValidationFailed", msg, published=done, matchRatio=ratio),
+            status=status("Failed", "ValidationFailed", msg, published=done, matchRatio=ratio),
             events=(Event("Warning", "ValidationFailed", msg),),
         )
     tables = ", ".join(f"{r.table} (match {r.match_ratio:.4f}, -{r.rows_removed} +{r.rows_added})" for r in results)
@@ -248,9 +301,7 @@ def published(bf: Backfill, outcome: Outcome, group: GroupSpec | None, now: str)
         events += (Event("Warning", "NotFinal", "; ".join(outcome.not_final)),)
     return BackfillPlan(
         leave_group=group,
-        status=status(
-            "Succeeded", True, "Published", msg, published=done, matchRatio=ratio, final=not outcome.not_final
-        ),
+        status=status("Succeeded", "Published", msg, published=done, matchRatio=ratio, final=not outcome.not_final),
         events=events,
     )
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from kappa_operator.models.common import Condition
-
 #: applicationState.state -> (phase, ready, reason)
 STATES: dict[str, tuple[str, bool, str]] = {
     "": ("Submitted", False, "Submitted"),
@@ -39,12 +37,3 @@ def app_message(app: dict | None) -> str:
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def condition(previous: list[Condition], type_: str, ok: bool, reason: str, message: str, now: str) -> list[Condition]:
-    """Set one condition; lastTransitionTime moves only when its status changes."""
-    status = "True" if ok else "False"
-    old = next((c for c in previous if c.type == type_), None)
-    since = old.last_transition_time if old is not None and old.status == status else now
-    new = Condition(type=type_, status=status, reason=reason, message=message, last_transition_time=since)
-    return [c for c in previous if c.type != type_] + [new]

@@ -18,7 +18,7 @@ from typing import Any
 from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.phases import condition
+from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
 
@@ -104,19 +104,11 @@ class _Status:
         self.previous: list[Condition] = list(rw.status.conditions) if rw.status else []
 
     def __call__(self, phase: str, message: str, reason: str | None = None, **extra: Any) -> dict[str, Any]:
-        done = phase in TERMINAL
-        conds = condition(
-            self.previous,
-            "Succeeded" if done else "Progressing",
-            phase == "Succeeded" or not done,
-            reason or phase,
-            message,
-            self.now,
-        )
-        if done:
-            conds = [c for c in conds if c.type != "Progressing"]
+        verdict = Verdict(phase, reason or phase, message)
+        generation = self.rw.metadata.generation
+        conds = set_conditions(self.previous, run_once(phase), verdict, self.now, generation)
         return {
-            "observedGeneration": self.rw.metadata.generation,
+            "observedGeneration": generation,
             **extra,
             "phase": phase,
             "message": message,

@@ -12,9 +12,11 @@ from typing import Any
 
 from kappa_operator.models.common import Condition
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.phases import STATES, app_message, app_state, condition
+from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
+from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, config_hash, live_checkpoint, streaming_job_config
 from kappa_operator.render.spark_application import LIVE_RESTART, Launch, Owner, config_map, spark_application
+from spark_app.errors import KappaError
 
 
 @dataclass(frozen=True)
@@ -41,20 +43,13 @@ def owner_of(job: StreamingJob) -> Owner:
 
 
 def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) -> JobPlan:
-    cfg = streaming_job_config(job)
-    digest = config_hash(cfg)
     owner = owner_of(job)
     previous: list[Condition] = list(job.status.conditions) if job.status else []
-    base = {
-        "observedGeneration": job.metadata.generation,
-        "applicationName": owner.name,
-        "configHash": digest,
-        "checkpointLocation": live_checkpoint(job),
-    }
-    running_hash = ((app or {}).get("metadata", {}).get("annotations") or {}).get("kappa.dev/config-hash")
+    base: dict[str, Any] = {"observedGeneration": job.metadata.generation, "applicationName": owner.app_name}
 
     def status(phase: str, ready: bool, reason: str, message: str, state: str | None) -> dict[str, Any]:
-        conds = condition(previous, "Ready", ready, reason, message, now)
+        verdict = Verdict(phase, reason, message)
+        conds = set_conditions(previous, live(ready), verdict, now, job.metadata.generation)
         return {
             **base,
             "phase": phase,
@@ -62,6 +57,23 @@ def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) 
             "message": message,
             "conditions": [c.model_dump(by_alias=True) for c in conds],
         }
+
+    try:
+        cfg = streaming_job_config(job)
+    except (ValueError, KappaError) as exc:
+        # A spec the schema let through but the pipeline's config refuses (an unknown catalog,
+        # a bad partition transform): said on the object, not retried (an edit is re-handled).
+        msg = f"cannot run this StreamingJob: {exc}"
+        if app is not None:  # a bad edit does not stop what runs: it keeps its previous config
+            msg += f"; SparkApplication {owner.app_name} keeps running with the previous spec"
+        changed = job.status is None or job.status.message != msg
+        return JobPlan(
+            status=status("Failed", False, "InvalidSpec", msg, None),
+            events=(Event("Warning", "InvalidSpec", msg),) if changed else (),
+        )
+    digest = config_hash(cfg)
+    base.update(configHash=digest, checkpointLocation=live_checkpoint(job))
+    running_hash = ((app or {}).get("metadata", {}).get("annotations") or {}).get("kappa.dev/config-hash")
 
     paused = job.metadata.annotations.get(PAUSED_ANNOTATION)
     if paused:
@@ -91,7 +103,7 @@ def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) 
             config_map=config_map(owner, cfg),
             create_app=spark_application(owner, cfg, launch, digest),
             status=status("Submitted", False, "Submitted", "SparkApplication created", None),
-            events=(Event("Normal", "Submitted", f"created SparkApplication {owner.name} (config {digest})"),),
+            events=(Event("Normal", "Submitted", f"created SparkApplication {owner.app_name} (config {digest})"),),
         )
 
     if running_hash != digest:

@@ -93,8 +93,12 @@ def backfill_branch(bf: Backfill) -> str:
 
 
 def backfill_group(bf: Backfill) -> str:
+    return group_name(bf.metadata.namespace, bf.metadata.name, bf.spec.alignment.group)
+
+
+def group_name(namespace: str, name: str, group: str | None) -> str:
     """Groups are global in the coordinator: namespaced, so two teams' "rmi" never meet."""
-    return f"{bf.metadata.namespace}.{bf.spec.alignment.group or bf.metadata.name}"
+    return f"{namespace}.{group or name}"
 
 
 def backfill_checkpoint(bf: Backfill, job: StreamingJob) -> str:

@@ -3,6 +3,7 @@ JobConfig, owned by our resource so Kubernetes garbage-collects them with it (pu
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,12 +18,57 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "kappa-operator"}
 TOKEN_ENV = "KAPPA_COORDINATOR_TOKEN"
 
 
+#: The suffix of each kind's children. A StreamingJob's application keeps the job's own name
+#: (renaming it would start a second live application on upgrade); every other kind gets its
+#: own suffix, so a Backfill named like its StreamingJob never renders the same names. What
+#: a suffix cannot rule out (a StreamingJob named ``x-backfill``) the uid check on every write
+#: catches (``kappa_operator.cluster.ForeignObjectError``).
+CHILD_SUFFIX = {"StreamingJob": "", "Backfill": "-backfill"}
+DNS_LABEL_MAX = 63
+CHILD_NAME_MAX = DNS_LABEL_MAX - len("-coordinator")
+"""Room for the longest per-child suffix within a DNS label (ConfigMaps, Secrets, pod labels)."""
+
+
+def child_name(kind: str, name: str) -> str:
+    """``name`` + the kind's suffix, shortened with a digest when it would not fit a DNS label."""
+    full = name + CHILD_SUFFIX.get(kind, f"-{kind.lower()}")
+    if len(full) <= CHILD_NAME_MAX:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:8]
+    return f"{full[: CHILD_NAME_MAX - 9].rstrip('-')}-{digest}"
+
+
 @dataclass(frozen=True)
 class Owner:
     kind: str
     name: str
     namespace: str
     uid: str | None
+
+    @property
+    def app_name(self) -> str:
+        """The SparkApplication's name (unique per owner kind, see ``CHILD_SUFFIX``)."""
+        return child_name(self.kind, self.name)
+
+    @property
+    def config_map_name(self) -> str:
+        return f"{self.app_name}-jobconfig"
+
+    @property
+    def token_secret_name(self) -> str:
+        """The Secret holding this object's coordinator credential (scoped to its group)."""
+        return f"{self.app_name}-coordinator"
+
+    def owns(self, child: dict[str, Any]) -> bool:
+        """Whether ``child`` is this object's: its controller reference names this kind, name
+        and (when known on both sides) uid. A namesake's or another kind's child is not."""
+        for ref in (child.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("kind") != self.kind or ref.get("name") != self.name:
+                continue
+            if self.uid and ref.get("uid") and ref["uid"] != self.uid:
+                continue
+            return True
+        return False
 
     def reference(self) -> dict[str, Any]:
         return {
@@ -52,17 +98,35 @@ class Launch:
     """Secret (key ``token``) the driver reads the coordinator token from."""
 
 
-def config_map(owner: Owner, cfg: JobConfig) -> dict[str, Any]:
+def config_map(owner: Owner, cfg: JobConfig, extra: dict[str, str] | None = None) -> dict[str, Any]:
+    """``extra``: more data keys (a Backfill keeps its StreamingJob's spec here, so it can
+    finish after that job is deleted)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": f"{owner.name}-jobconfig",
+            "name": owner.config_map_name,
             "namespace": owner.namespace,
             "labels": owner.labels,
             "ownerReferences": [owner.reference()],
         },
-        "data": {"job.json": cfg.to_json()},
+        "data": {"job.json": cfg.to_json(), **(extra or {})},
+    }
+
+
+def token_secret(owner: Owner, token: str) -> dict[str, Any]:
+    """The coordinator credential of one object, owned by it: garbage-collected with it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": owner.token_secret_name,
+            "namespace": owner.namespace,
+            "labels": owner.labels,
+            "ownerReferences": [owner.reference()],
+        },
+        "type": "Opaque",
+        "stringData": {"token": token},
     }
 
 
@@ -84,7 +148,7 @@ def spark_application(owner: Owner, cfg: JobConfig, launch: Launch, config_hash:
         "apiVersion": SPARK_API,
         "kind": "SparkApplication",
         "metadata": {
-            "name": owner.name,
+            "name": owner.app_name,
             "namespace": owner.namespace,
             "labels": labels,
             "annotations": {"kappa.dev/config-hash": config_hash},
@@ -100,7 +164,7 @@ def spark_application(owner: Owner, cfg: JobConfig, launch: Launch, config_hash:
             "sparkVersion": SPARK_VERSION,
             "sparkConf": dict(cfg.spark_conf),
             "restartPolicy": launch.restart,
-            "volumes": [{"name": "jobconfig", "configMap": {"name": f"{owner.name}-jobconfig"}}],
+            "volumes": [{"name": "jobconfig", "configMap": {"name": owner.config_map_name}}],
             "driver": driver,
             "executor": {
                 "instances": launch.executor.instances,

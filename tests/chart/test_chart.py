@@ -11,6 +11,7 @@ metrics the operator and the coordinator really export.
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import re
 import shutil
@@ -26,7 +27,11 @@ import promql_parser
 import pytest
 import yaml
 
-from kappa_operator.cli import build_parser
+from kappa_operator import runner
+from kappa_operator.cli import build_parser, main
+from kappa_operator.metrics import OperatorMetrics
+from kappa_operator.models.streaming_job import StreamingJobSpec
+from kappa_operator.runner import OperatorOptions, liveness_url, split_bind
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kappa-operator"
@@ -40,7 +45,7 @@ CUSTOM: dict[str, Any] = {
     "watchNamespaces": ["a", "b"],
     "image": {"repository": "registry.example.com/kappa/operator", "tag": "1.2.3", "pullPolicy": "Always"},
     "resources": {"requests": {"cpu": "250m", "memory": "300Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
-    "coordinator": {"existingSecret": "my-coordinator-token", "jobSecretName": "job-token"},
+    "coordinator": {"existingSecret": "my-coordinator-token"},
     "extraArgs": ["--verbose"],
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
     "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
@@ -74,18 +79,21 @@ SERIES = GAUGES | COUNTERS | {f"{h}{suffix}" for h in HISTOGRAMS for suffix in (
 GRAFANA_MACROS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
 
 
-def expected_permissions(job_secret: str = "kappa-coordinator-token") -> set[tuple[str, str, str, str]]:
-    """(apiGroup, resource, verb, resourceName or "*"): every API call the operator makes."""
+def expected_permissions() -> set[tuple[str, str, str, str]]:
+    """(apiGroup, resource, verb, resourceName or "*"): every API call the operator makes, and
+    nothing more. tests/chart/test_rbac.py derives what is needed from the code."""
     perms = set()
     for kind in ("streamingjobs", "backfills", "rewinds"):
         perms |= {("kappa.dev", kind, verb, "*") for verb in ("get", "list", "watch", "patch")}
         perms |= {("kappa.dev", f"{kind}/status", verb, "*") for verb in ("get", "patch")}
+        # blockOwnerDeletion on their children, under OwnerReferencesPermissionEnforcement
+        perms.add(("kappa.dev", f"{kind}/finalizers", "update", "*"))
     perms.add(("kappa.dev", "rewinds", "create", "*"))  # a Rewind's downstream Rewinds
     spark_verbs = ("get", "list", "watch", "create", "delete")
     perms |= {("sparkoperator.k8s.io", "sparkapplications", verb, "*") for verb in spark_verbs}
-    perms |= {("", "configmaps", verb, "*") for verb in ("create", "patch", "delete")}
-    # The token copy: created in any namespace it launches in; read and updated by name only.
-    perms |= {("", "secrets", "create", "*"), ("", "secrets", "get", job_secret), ("", "secrets", "patch", job_secret)}
+    perms |= {("", "configmaps", verb, "*") for verb in ("create", "get", "patch", "delete")}
+    # Each object's coordinator credential: one Secret per object, named after it.
+    perms |= {("", "secrets", verb, "*") for verb in ("create", "get", "patch", "delete")}
     perms |= {("", "events", "create", "*"), ("events.k8s.io", "events", "create", "*")}
     return perms
 
@@ -150,7 +158,15 @@ def container_ports(objects: list[dict[str, Any]]) -> dict[str, int]:
 # --- lint and what gets created -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("values", [None, CUSTOM], ids=["default", "custom"])
+#: The optional ServiceAccount of the Spark drivers, and IPv6 bind addresses.
+SPARK: dict[str, Any] = {
+    "sparkServiceAccount": {"create": True, "namespaces": ["jobs"]},
+    "metrics": {"bindAddress": "::"},
+    "health": {"bindAddress": "::"},
+}
+
+
+@pytest.mark.parametrize("values", [None, CUSTOM, SPARK], ids=["default", "custom", "spark"])
 def test_lint_is_clean(values: dict[str, Any] | None) -> None:
     report = helm_python.lint(CHART, values, strict=True, kube_version=f"v{KUBE_VERSION}.0")
     problems = [m for m in report["messages"] if m["severity"] >= 2]  # 2 warning, 3 error; 1 is info
@@ -194,14 +210,13 @@ def test_operator_args_follow_the_cli_contract(default: list[dict[str, Any]], cu
         "--token-file",
         "/var/run/kappa/token",
     ]
-    ports = ["--metrics-port", "8080", "--health-port", "8081"]
+    ports = ["--metrics-bind", "0.0.0.0:8080", "--health-bind", "0.0.0.0:8081"]
     container = operator_container(default)
     assert "command" not in container  # the image's entrypoint is `kappa operator`
-    assert container["args"] == [*common, "--token-secret", "kappa-coordinator-token", *ports]
+    assert container["args"] == [*common, *ports]
     assert operator_container(custom)["args"] == [
         *("--namespace", "a", "--namespace", "b"),
         *common,
-        *("--token-secret", "job-token"),
         *ports,
         "--verbose",
     ]
@@ -210,15 +225,47 @@ def test_operator_args_follow_the_cli_contract(default: list[dict[str, Any]], cu
 def test_the_real_command_line_accepts_the_args(default: list[dict[str, Any]], custom: list[dict[str, Any]]) -> None:
     """The chart's args parse with `kappa operator`'s own parser (a renamed flag fails here)."""
     parsed = build_parser().parse_args(["operator", *operator_container(default)["args"]])
-    assert (parsed.namespace, parsed.coordinator_bind, parsed.metrics_port, parsed.health_port) == (
+    assert (parsed.namespace, parsed.coordinator_bind, parsed.metrics_bind, parsed.health_bind) == (
         [],
         "0.0.0.0:8471",
-        8080,
-        8081,
+        "0.0.0.0:8080",
+        "0.0.0.0:8081",
     )
     assert str(parsed.token_file) == "/var/run/kappa/token"
     parsed = build_parser().parse_args(["operator", *operator_container(custom)["args"]])
-    assert parsed.namespace == ["a", "b"] and parsed.token_secret == "job-token" and parsed.verbose
+    assert parsed.namespace == ["a", "b"] and parsed.verbose
+
+
+def test_metrics_and_health_bind_addresses_are_values(chart: helm_python.Chart) -> None:
+    """All interfaces by default (the kubelet probes and Prometheus scrapes the pod IP), but
+    configurable; an IPv6 address gets its brackets."""
+    values = {"metrics": {"bindAddress": "127.0.0.1", "port": 9090}, "health": {"bindAddress": "::"}}
+    args = operator_container(render(chart, values))["args"]
+    parsed = build_parser().parse_args(["operator", *args])
+    assert (parsed.metrics_bind, parsed.health_bind) == ("127.0.0.1:9090", "[::]:8081")
+    assert (split_bind(parsed.metrics_bind), liveness_url(parsed.health_bind)) == (
+        ("127.0.0.1", 9090),
+        "http://[::]:8081/healthz",
+    )
+    with pytest.raises(helm_python.HelmError, match=r"metrics\.bindAddress must not be empty"):
+        render(chart, {"metrics": {"bindAddress": ""}})
+
+
+def test_the_cli_binds_to_loopback_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a laptop, `kappa operator` serves nothing it was not asked to, and only on 127.0.0.1."""
+    ran: list[OperatorOptions] = []
+    monkeypatch.setattr(runner, "run_operator", lambda opts: ran.append(opts))
+    assert main(["operator"]) == 0
+    assert (ran[-1].coordinator_bind, ran[-1].metrics_bind, ran[-1].health_bind) == ("127.0.0.1:8471", None, None)
+    assert main(["operator", "--metrics-bind", "8080", "--health-bind", ":8081"]) == 0
+    assert split_bind(ran[-1].metrics_bind or "") == ("127.0.0.1", 8080)
+    assert liveness_url(ran[-1].health_bind or "") == "http://127.0.0.1:8081/healthz"
+    assert main(["operator", "--metrics-bind", "0.0.0.0:8080"]) == 0
+    assert split_bind(ran[-1].metrics_bind or "") == ("0.0.0.0", 8080)
+    assert inspect.signature(OperatorMetrics.serve).parameters["host"].default == "127.0.0.1"
+    for bad in ("0.0.0.0", "host:http", "::1:8080", "127.0.0.1:70000"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["operator", "--metrics-bind", bad])
 
 
 def test_coordinator_url_can_be_overridden(chart: helm_python.Chart) -> None:
@@ -324,10 +371,72 @@ def test_rbac_is_per_namespace_with_watch_namespaces(custom: list[dict[str, Any]
     bindings = {b["metadata"]["namespace"]: b for b in of_kind(custom, "RoleBinding")}
     assert set(roles) == set(bindings) == {"a", "b"}
     for namespace in ("a", "b"):
-        assert permissions(roles[namespace]["rules"]) == expected_permissions("job-token")
+        assert permissions(roles[namespace]["rules"]) == expected_permissions()
         binding = bindings[namespace]
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": FULLNAME}
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+
+
+# --- the ServiceAccount of the Spark drivers ------------------------------------------------
+
+SPARK_DRIVER_PERMISSIONS = {
+    ("", resource, verb, "*")
+    for resource in ("pods", "services", "configmaps", "persistentvolumeclaims")
+    for verb in ("create", "get", "list", "watch", "delete", "deletecollection")
+}
+
+
+def spark_objects(objects: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """namespace → kind → the spark-driver ServiceAccount, Role or RoleBinding there."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for obj in objects:
+        if obj["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "spark-driver":
+            kinds = found.setdefault(obj["metadata"]["namespace"], {})
+            assert obj["kind"] not in kinds, obj
+            kinds[obj["kind"]] = obj
+    return found
+
+
+def test_spark_service_account_is_opt_in(default: list[dict[str, Any]], custom: list[dict[str, Any]]) -> None:
+    assert spark_objects(default) == spark_objects(custom) == {}
+
+
+def test_spark_service_account_with_the_rights_of_a_driver(chart: helm_python.Chart) -> None:
+    annotations = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/spark"}
+    values = {"sparkServiceAccount": {"create": True, "namespaces": ["jobs-a", "jobs-b"], "annotations": annotations}}
+    objects = render(chart, values)
+    found = spark_objects(objects)
+    assert set(found) == {"jobs-a", "jobs-b"}
+    driver_account = StreamingJobSpec.model_fields["service_account"].default  # what drivers run as
+    for namespace, kinds in found.items():
+        account, role, binding = kinds["ServiceAccount"], kinds["Role"], kinds["RoleBinding"]
+        assert account["metadata"]["name"] == driver_account == "spark"
+        assert account["metadata"]["annotations"] == annotations
+        assert permissions(role["rules"]) == SPARK_DRIVER_PERMISSIONS
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        }
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "spark", "namespace": namespace}]
+        for obj in kinds.values():
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    # the operator's own RBAC is untouched
+    assert permissions(one(objects, "ClusterRole")["rules"]) == expected_permissions()
+
+
+def test_spark_service_account_namespaces_and_extra_rules(chart: helm_python.Chart) -> None:
+    patch_pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
+    values = {
+        "watchNamespaces": ["a", "b"],
+        "sparkServiceAccount": {"create": True, "name": "driver", "extraRules": [patch_pods]},
+    }
+    found = spark_objects(render(chart, values))
+    assert set(found) == {"a", "b"}  # empty namespaces: the watched ones
+    assert {k["ServiceAccount"]["metadata"]["name"] for k in found.values()} == {"driver"}
+    assert permissions(found["a"]["Role"]["rules"]) == SPARK_DRIVER_PERMISSIONS | {("", "pods", "patch", "*")}
+    with pytest.raises(helm_python.HelmError, match=r"sparkServiceAccount\.create needs"):
+        render(chart, {"sparkServiceAccount": {"create": True}})
 
 
 # --- schemas --------------------------------------------------------------------------------

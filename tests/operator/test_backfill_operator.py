@@ -25,6 +25,7 @@ from pyiceberg.table import Table
 
 import kappa_operator.handlers as handlers
 from kappa_operator.coordinator.groups import EmbeddedGroups
+from kappa_operator.coordinator.scopes import verify
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.metrics import OperatorMetrics
 from spark_app.config import parse_config
@@ -78,11 +79,13 @@ def window_ids(catalog: SqlCatalog) -> list[str]:
     return sorted(t.scan().to_arrow()["playback_id"].to_pylist())
 
 
-async def report(http: aiohttp.ClientSession, url: str, member: str, watermark: datetime | None) -> None:
+async def report(
+    http: aiohttp.ClientSession, url: str, member: str, watermark: datetime | None, token: str = TOKEN
+) -> None:
     body = {"member": member, "watermark": None if watermark is None else int(watermark.timestamp() * 1e6)}
     body["finished"] = watermark is None
     async with http.post(
-        f"{url}/v1/groups/{GROUP}/reports", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+        f"{url}/v1/groups/{GROUP}/reports", json=body, headers={"Authorization": f"Bearer {token}"}
     ) as r:
         assert r.status == 200, await r.text()
 
@@ -117,26 +120,31 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             # the Backfill first: it waits for its job
             await api.post(BACKFILLS, bf)
             await eventually(lambda: _phase(api, "rmi-outage", "Pending"), "Pending while the job is missing")
-            assert await api.get(f"{APPS}/rmi-outage") is None
+            assert await api.get(f"{APPS}/rmi-outage-backfill") is None
             await api.post(JOBS, job)
 
-            app = await eventually(lambda: api.get(f"{APPS}/rmi-outage"), "the backfill's SparkApplication", 60)
+            app = await eventually(
+                lambda: api.get(f"{APPS}/rmi-outage-backfill"), "the backfill's SparkApplication", 60
+            )
             spec = app["spec"]
             assert spec["restartPolicy"] == {"type": "Never"}
             assert spec["driver"]["env"][0]["valueFrom"]["secretKeyRef"] == {
-                "name": "kappa-coordinator-token",
+                "name": "rmi-outage-backfill-coordinator",
                 "key": "token",
             }
             assert app["metadata"]["ownerReferences"][0]["kind"] == "Backfill"
-            cm = await api.get(f"{CMS}/rmi-outage-jobconfig")
+            cm = await api.get(f"{CMS}/rmi-outage-backfill-jobconfig")
             cfg = parse_config(json.loads(cm["data"]["job.json"]))  # type: ignore[index]
             assert cfg.mode == "backfill" and cfg.trigger.kind == "availableNow"
             assert cfg.sink_branch("attributed_plays") == "backfill-rmi-outage"
             assert cfg.checkpoint.location == "s3a://lake/checkpoints/rmi/backfills/rmi-outage-uid-bf-1"
             assert {s.kind for s in cfg.sources.values()} == {"icebergBackfill"}
             assert cfg.coordinator is not None and cfg.coordinator.url == coordinator.url
-            secret = await api.get(f"{SECRETS}/kappa-coordinator-token")
-            assert secret is not None and secret["stringData"] == {"token": TOKEN}
+            secret = await api.get(f"{SECRETS}/rmi-outage-backfill-coordinator")
+            assert secret is not None and secret["metadata"]["ownerReferences"][0]["name"] == "rmi-outage"
+            scope = verify(TOKEN, secret["stringData"]["token"])
+            assert scope is not None and scope.groups == {GROUP}, "the driver's credential is scoped to its group"
+            driver = secret["stringData"]["token"]
 
             group = coordinator.service.core.groups()[GROUP].spec
             members = group.members
@@ -144,13 +152,13 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             assert group.max_drift_us == 10 * 60 * 1_000_000
 
             # play the Spark operator and the driver: a quarter, then half of the window
-            await api.patch(f"{APPS}/rmi-outage", {"status": {"applicationState": {"state": "RUNNING"}}})
-            await report(http, coordinator.url, members[0], START + timedelta(hours=1))
-            await report(http, coordinator.url, members[1], START + timedelta(hours=1, minutes=5))
+            await api.patch(f"{APPS}/rmi-outage-backfill", {"status": {"applicationState": {"state": "RUNNING"}}})
+            await report(http, coordinator.url, members[0], START + timedelta(hours=1), driver)
+            await report(http, coordinator.url, members[1], START + timedelta(hours=1, minutes=5), driver)
             s = await eventually(lambda: _progress(api, "25%"), "progress 25%", 30)
             assert s["globalWatermark"] == "2026-11-01T15:00:00Z" and s["alignmentLag"] == "300s"
-            await report(http, coordinator.url, members[0], START + timedelta(hours=2))
-            await report(http, coordinator.url, members[1], START + timedelta(hours=2))
+            await report(http, coordinator.url, members[0], START + timedelta(hours=2), driver)
+            await report(http, coordinator.url, members[1], START + timedelta(hours=2), driver)
             s = await eventually(lambda: _progress(api, "50%"), "progress 50%", 30)
             assert s["eta"], "a second observation gives a rate, hence an ETA"
             scraped = generate_latest(metrics.registry).decode()
@@ -160,13 +168,14 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             assert 'kappa_operator_reconciles_total{kind="Backfill"}' in scraped
 
             # the application completes: validate against main and publish the window
-            await api.patch(f"{APPS}/rmi-outage", {"status": {"applicationState": {"state": "COMPLETED"}}})
+            await api.patch(f"{APPS}/rmi-outage-backfill", {"status": {"applicationState": {"state": "COMPLETED"}}})
             s = await eventually(lambda: _phase(api, "rmi-outage", "Succeeded"), "Succeeded after publish", 60)
             assert s["published"][0]["table"] == "marts.attributed_plays"
             assert (s["published"][0]["rowsRemoved"], s["published"][0]["rowsAdded"]) == (2, 4)
             assert s["matchRatio"] == 0.5, "main had 2 of the branch's 4 rows"
             assert window_ids(catalog) == ["after", "before", "p0", "p1", "p2", "p3"]
             assert GROUP not in coordinator.service.core.groups(), "the group is left once published"
+            assert await absent(api, f"{SECRETS}/rmi-outage-backfill-coordinator"), "the credential is removed"
             # an operator restarted mid-publish resumes it: main is not changed twice, the
             # status still reports what the one publish did
             head = catalog.load_table("marts.attributed_plays").snapshot_by_name("main")
@@ -183,12 +192,12 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             other = manifest("rmi-backfill.yaml", "uid-bf-2", publish={"enabled": False})
             other["metadata"]["name"] = "rmi-second"
             await api.post(BACKFILLS, other)
-            await eventually(lambda: api.get(f"{APPS}/rmi-second"), "the second application")
+            await eventually(lambda: api.get(f"{APPS}/rmi-second-backfill"), "the second application")
             assert "default.rmi-second" in coordinator.service.core.groups()
-            await api.patch(f"{APPS}/rmi-second", {"status": {"applicationState": {"state": "RUNNING"}}})
+            await api.patch(f"{APPS}/rmi-second-backfill", {"status": {"applicationState": {"state": "RUNNING"}}})
             await eventually(lambda: _phase(api, "rmi-second", "Running"), "the second one running")
             await api.delete(f"{BACKFILLS}/rmi-second")
-            await eventually(lambda: absent(api, f"{APPS}/rmi-second"), "the application stopped on delete")
+            await eventually(lambda: absent(api, f"{APPS}/rmi-second-backfill"), "the application stopped on delete")
             await eventually(lambda: absent(api, f"{BACKFILLS}/rmi-second"), "the finalizer released")
             assert "default.rmi-second" not in coordinator.service.core.groups()
             scraped = generate_latest(metrics.registry).decode()

@@ -105,7 +105,10 @@ async def test_restart_mid_reconcile_creates_nothing_twice(kmock: kmock.Kubernet
             procs.append(third := await start(base, port, log, kmock, "exit-after-create-app"))
             await api.post(BACKFILLS, manifest("rmi-backfill.yaml", "uid-bf-restart"))
             assert await asyncio.wait_for(third.wait(), 60) == 137
-            assert await api.get(f"{APPS}/rmi-outage") is not None and await status(f"{BACKFILLS}/rmi-outage") == {}
+            assert (
+                await api.get(f"{APPS}/rmi-outage-backfill") is not None
+                and await status(f"{BACKFILLS}/rmi-outage") == {}
+            )
 
             port = free_port()
             procs.append(await start(base, port, log, kmock))

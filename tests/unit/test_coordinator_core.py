@@ -4,6 +4,7 @@ simulated alignment groups (any interleaving of members) that must finish within
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import given, settings
@@ -86,6 +87,88 @@ def test_report_needs_a_watermark_unless_finished() -> None:
         Report(member=A, watermark=5, finished=True)
     assert Report.of(A, None) == Report(member=A, finished=True)
     assert Report.of(A, 7, reset=True) == Report(member=A, watermark=7, reset=True)
+
+
+VALID_GROUPS = [
+    "g",
+    "rmi",
+    "default.rmi-outage",
+    "team_a.rmi_outage",
+    "a1.b-2.c_3",
+    "x" * 63,
+    ".".join(["y" * 63] * 3 + ["z" * 61]),
+]
+INVALID_GROUPS = [
+    "",
+    "../../etc",
+    "..",
+    ".g",
+    "g.",
+    "a..b",
+    "default/rmi",
+    "Default.rmi",
+    "-g",
+    "g-",
+    "g\n",
+    "g\x00",
+    "g h",
+    "x" * 64,
+    ".".join(["y" * 63] * 3 + ["z" * 62]),  # 254 characters
+    "grüße",
+]
+VALID_MEMBERS = ["a", "job/sink/source", "rmi-outage/attributed_plays/impressions", "Job/Sink.v2/SRC-1", "_x"]
+INVALID_MEMBERS = [
+    "",
+    "/a",
+    "a/",
+    "a//b",
+    "../../etc",
+    "a/../b",
+    "./a",
+    ".hidden",
+    "a b",
+    "a\tb",
+    "a\x7f",
+    "é",
+    "a" * 513,
+]
+
+
+@pytest.mark.parametrize("name", VALID_GROUPS)
+def test_group_names_the_operator_and_local_runs_produce_are_accepted(name: str) -> None:
+    assert GroupSpec(name=name, members=(A,), max_drift_us=1).name == name
+
+
+@pytest.mark.parametrize("name", INVALID_GROUPS)
+def test_group_names_are_dns_label_like_and_bounded(name: str) -> None:
+    with pytest.raises(ValidationError, match=r"name\n.*not a valid group name: it must be labels of lowercase"):
+        GroupSpec(name=name, members=(A,), max_drift_us=1)
+
+
+@pytest.mark.parametrize("member", VALID_MEMBERS)
+def test_member_ids_like_job_sink_source_are_accepted(member: str) -> None:
+    assert GroupSpec(name="g", members=(member,), max_drift_us=1).members == (member,)
+    assert Report(member=member, watermark=0).member == member
+
+
+@pytest.mark.parametrize("member", INVALID_MEMBERS)
+def test_member_ids_refuse_traversal_control_characters_and_length(member: str) -> None:
+    with pytest.raises(ValidationError, match="not a valid member id: it must be segments"):
+        GroupSpec(name="g", members=(member,), max_drift_us=1)
+    with pytest.raises(ValidationError, match="member"):
+        Report(member=member, watermark=0)
+
+
+def test_watermarks_are_spark_timestamps() -> None:
+    from kappa_operator.coordinator.names import MAX_WATERMARK_US, MIN_WATERMARK_US
+
+    assert datetime.fromtimestamp(0, UTC) + timedelta(microseconds=MAX_WATERMARK_US) == datetime.max.replace(tzinfo=UTC)
+    assert datetime.fromtimestamp(0, UTC) + timedelta(microseconds=MIN_WATERMARK_US) == datetime.min.replace(tzinfo=UTC)
+    for ok in (MIN_WATERMARK_US, -50, 0, 1_700_000_000_000_000, MAX_WATERMARK_US):
+        assert Report(member=A, watermark=ok).watermark == ok
+    for absurd in (10**26, MAX_WATERMARK_US + 1, MIN_WATERMARK_US - 1, HELD):
+        with pytest.raises(ValidationError, match=r"watermark\n.*is not a timestamp"):
+            Report(member=A, watermark=absurd)
 
 
 # --- holding and finishing ----------------------------------------------------------------

@@ -226,3 +226,74 @@ def test_the_hot_path_answer_has_the_documented_shape() -> None:
         Answer("g", None, None, False, (), (), True),
     ):
         assert answer_json(a) == AnswerBody.of(a).model_dump(by_alias=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/v1/groups/..%2F..%2Fetc", "group: '../../etc' is not a valid group name"),
+        ("/v1/groups/Default.rmi", "group: 'Default.rmi' is not a valid group name"),
+        ("/v1/groups/a..b", "must be labels of lowercase letters, digits, '-' and '_'"),
+        ("/v1/groups/g%00", "group: 'g\\x00' is not a valid group name"),
+        ("/v1/groups/" + "x" * 300, "at most 253 characters in all"),
+    ],
+)
+def test_bad_group_names_in_the_path_get_400_naming_the_rule(
+    coordinator: EmbeddedCoordinator, path: str, message: str
+) -> None:
+    for method, suffix, body in (("PUT", "", {"members": ["a"], "maxDrift": "1m"}), ("GET", "", None)):
+        status, answer = call(coordinator.url, method, path + suffix, body)
+        assert status == 400 and message in answer["error"], (method, answer)
+    status, answer = call(coordinator.url, "POST", path + "/reports", {"member": "a", "watermark": 1})
+    assert status == 400 and message in answer["error"]
+    assert call(coordinator.url, "GET", "/v1/groups")[1] == {"groups": []}, "nothing was declared"
+
+
+def test_valid_group_names_work_end_to_end(coordinator: EmbeddedCoordinator) -> None:
+    for name in ("default.rmi-outage", "team_a.rmi_outage", "rmi"):
+        declare(coordinator.url, group=name, members=("rmi-outage/attributed_plays/impressions",))
+        assert (
+            provider(coordinator.url, group=name)
+            .report("rmi-outage/attributed_plays/impressions", MIN)
+            .global_watermark
+            == MIN
+        )
+    assert len(call(coordinator.url, "GET", "/v1/groups")[1]["groups"]) == 3
+
+
+@pytest.mark.parametrize("member", ["../../etc", "a//b", "", "a\nb", "x" * 513])
+def test_bad_member_ids_get_400_naming_the_field(coordinator: EmbeddedCoordinator, member: str) -> None:
+    status, body = call(coordinator.url, "PUT", "/v1/groups/g", {"members": ["a", member], "maxDrift": "1m"})
+    assert status == 400 and body["error"].startswith("members.1: ") and "member id" in body["error"]
+    declare(coordinator.url)
+    status, body = call(coordinator.url, "POST", "/v1/groups/g/reports", {"member": member, "watermark": 1})
+    assert status == 400 and body["error"].startswith("member: ") and "member id" in body["error"]
+
+
+@pytest.mark.parametrize("raw", [b"1e26", b"100000000000000000000000000", b"253402300800000000", b"-62135596800000001"])
+def test_absurd_watermarks_get_400_and_change_nothing(coordinator: EmbeddedCoordinator, raw: bytes) -> None:
+    declare(coordinator.url)
+    provider(coordinator.url).report("a", 10 * MIN)
+    status, body = call(
+        coordinator.url, "POST", "/v1/groups/g/reports", raw=b'{"member": "a", "watermark": ' + raw + b"}"
+    )
+    assert status == 400 and body["error"].startswith("watermark: "), body  # 1e26 as a float: not even an int64
+    assert raw == b"1e26" or "is not a timestamp" in body["error"]
+    assert call(coordinator.url, "GET", "/v1/groups/g")[1]["members"]["a"]["watermark"] == 10 * MIN
+    with pytest.raises(CoordinatorRejectedError, match="not a timestamp"):
+        provider(coordinator.url).report("a", 10**26)
+
+
+def test_a_history_that_is_not_a_number_is_a_400(coordinator: EmbeddedCoordinator) -> None:
+    declare(coordinator.url)
+    status, body = call(coordinator.url, "GET", "/v1/groups/g?history=lots")
+    assert status == 400 and body["error"] == "history: must be an integer, got 'lots'"
+
+
+def test_a_stored_group_with_a_now_invalid_name_is_dropped_not_fatal(tmp_path: Path) -> None:
+    store = GroupStore(tmp_path / "groups.json")
+    bad = {"name": "../../etc", "members": ["a"], "max_drift_us": 1}
+    good = {"name": "g", "members": ["a"], "max_drift_us": 1}
+    store.path.write_text(json.dumps({"groups": [bad, good]}))
+    with EmbeddedCoordinator(Service(TOKEN, store)) as c:
+        assert [g["group"] for g in call(c.url, "GET", "/v1/groups")[1]["groups"]] == ["g"]

@@ -8,6 +8,7 @@ server refuses is refused by the operator's models too (and the other way round)
 from __future__ import annotations
 
 import copy
+import math
 import re
 from functools import cache
 from pathlib import Path
@@ -30,6 +31,7 @@ from tests.crd_validation import (
     load_crd,
     structural_problems,
     validate,
+    worst_case_size,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,6 +91,51 @@ def _rules(node: Any) -> list[str]:
     return []
 
 
+#: The API server's limit on one rule's estimated cost (``PerCallLimit``), and on the sum over
+#: a CRD (``StaticEstimatedCRDCostLimit`` is 100x more: this is 10x stricter).
+RULE_COST_LIMIT = 1_000_000
+CRD_COST_LIMIT = 10_000_000
+_REF = re.compile(r"\b(self|oldSelf)((?:\.[A-Za-z_]\w*)*)(\s*\()?")
+METADATA_NAME_SIZE = 253 + 2  # the API server bounds metadata.name itself
+
+
+def _rule_sites(node: dict[str, Any], path: str = "", times: float = 1) -> list[tuple[dict[str, Any], str, str, float]]:
+    """(node, path, rule, how many times the rule runs at most) for every rule of a schema."""
+    sites = [(node, path, r["rule"], times) for r in node.get("x-kubernetes-validations", [])]
+    for name, sub in (node.get("properties") or {}).items():
+        sites += _rule_sites(sub, f"{path}.{name}", times)
+    if isinstance(node.get("additionalProperties"), dict):
+        sites += _rule_sites(node["additionalProperties"], f"{path}[*]", times * node.get("maxProperties", math.inf))
+    if isinstance(node.get("items"), dict):
+        sites += _rule_sites(node["items"], f"{path}[*]", times * node.get("maxItems", math.inf))
+    return sites
+
+
+def rule_cost(node: dict[str, Any], rule: str, root: bool = False) -> float:
+    """A coarse, conservative estimate of one evaluation: every character of the data the
+    rule reads costs 1 (the API server charges 0.1 a character to compare or parse a string and
+    1 an element to iterate; an unbounded string or collection is priced at the 3 MB request
+    size, which is why every one a rule reads must have a maxLength/maxItems/maxProperties)."""
+    cost = 1.0
+    for m in _REF.finditer(rule):
+        chain = [c for c in m.group(2).split(".") if c]
+        method = chain.pop() if m.group(3) and chain else None
+        if root and chain[:2] == ["metadata", "name"]:
+            cost += METADATA_NAME_SIZE
+            continue
+        target: dict[str, Any] | None = node
+        for name in chain:
+            target = (target.get("properties") or {}).get(name) if target is not None else None
+        if target is None:
+            return math.inf
+        if method == "all" and not chain:  # self.all(k, size(k) ...): iterates the keys
+            cost += target.get("maxProperties", math.inf) * 2
+            continue
+        size = worst_case_size(target)
+        cost += math.inf if size is None else size
+    return cost
+
+
 def test_cel_rules_stay_within_the_cost_budget_of_older_api_servers() -> None:
     """kube-apiserver 1.25 refused the Rewind CRD: its cost estimator prices `has(a) != has(b)`
     over the budget; the ternary form `has(a) ? !has(b) : has(b)` says the same and is cheap."""
@@ -96,6 +143,30 @@ def test_cel_rules_stay_within_the_cost_budget_of_older_api_servers() -> None:
     assert any("has(self.time)" in r for r in rules)
     costly = [r for r in rules if re.search(r"has\([^)]*\)\s*[!=]=\s*!?has\(", r)]
     assert costly == [], f"rules comparing has() results exceed the CEL cost budget on 1.25: {costly}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cel_rules_read_only_bounded_data_and_stay_cheap(kind: str) -> None:
+    """Every rule (transition rules too) reads strings and collections with a maxLength /
+    maxItems / maxProperties, runs a bounded number of times, and its estimated cost times that
+    number stays under the API server's per-rule limit; the sum stays under the CRD's."""
+    schema = crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    total = 0.0
+    for node, path, rule, times in _rule_sites(schema):
+        cost = rule_cost(node, rule, root=path == "") * times
+        assert cost <= RULE_COST_LIMIT, f"{kind} {path or '<root>'}: {rule!r} costs {cost} (unbounded data?)"
+        total += cost
+    assert total <= CRD_COST_LIMIT, f"{kind}: all rules cost {total}"
+
+
+def test_cost_estimate_refuses_unbounded_data() -> None:
+    unbounded = {"type": "object", "properties": {"s": {"type": "string"}}}
+    assert rule_cost(unbounded, "self.s == 'x'") == math.inf
+    bounded = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 10}}}
+    assert rule_cost(bounded, "self.s == 'x'") == 13
+    assert rule_cost({"type": "object", "additionalProperties": {"type": "string"}}, "self.all(k, size(k) < 3)") == (
+        math.inf
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -179,7 +250,12 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("bf-end-before-start", BF, {"spec.window.end": "2026-11-01T13:00:00Z"}, "window.end must be after start"),
     ("bf-end-equals-start", BF, {"spec.window.end": START}, 'spec.window: Invalid value: "object": window.end must'),
     ("bf-end-before-start-offset", BF, {"spec.window.end": "2026-11-01T15:00:00+02:00"}, "end must be after start"),
-    ("bf-maxdrift-zero", BF, {"spec.alignment.maxDrift": "0s"}, 'spec.alignment: Invalid value: "object": maxDrift'),
+    (
+        "bf-maxdrift-zero",
+        BF,
+        {"spec.alignment.maxDrift": "0s"},
+        'spec.alignment.maxDrift: Invalid value: "string": must',
+    ),
     ("bf-maxdrift-words", BF, {"spec.alignment.maxDrift": "ten minutes"}, "spec.alignment.maxDrift in body should"),
     ("bf-start-space", BF, {"spec.window.start": "2026-11-01 14:00:00Z"}, "spec.window.start in body should match"),
     ("bf-start-no-zone", BF, {"spec.window.start": "2026-11-01T14:00:00"}, "spec.window.start in body should match"),
@@ -240,6 +316,7 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("sj-checkpoint-empty", SJ, {"spec.checkpoints.location": ""}, "spec.checkpoints.location in body should be at"),
     ("sj-trigger-words", SJ, {"spec.triggerInterval": "30 seconds"}, "spec.triggerInterval in body should match"),
     ("sj-spark-conf-int", SJ, {"spec.sparkConf": {"spark.x": 1}}, "spec.sparkConf[spark.x] in body must be of type"),
+    ("sj-pipeline-args-nested", SJ, {"spec.pipelineArgs": {"n": {"a": 1}}}, "spec.pipelineArgs[n] in body must be of"),
     ("sj-no-spec", SJ, {"spec": DELETE}, "spec: Required value"),
 ]
 
@@ -261,7 +338,7 @@ ACCEPTED: list[tuple[str, str, dict[str, Any]]] = [
     ("bf-override", BF, {"spec.sources": {"impressions": {"table": "a.b", "snapshotId": 7}}}),
     ("sj-kafka", SJ, {LIVE_IMPRESSIONS: {"kind": "kafka", "bootstrapServers": "k:9092", "topic": "t"}}),
     ("sj-parquet", SJ, {SINK: {"kind": "parquet", "path": "s3a://lake/out"}}),
-    ("sj-pipeline-args-any", SJ, {"spec.pipelineArgs": {"nested": {"list": [1, "a", None]}}}),
+    ("sj-pipeline-args", SJ, {"spec.pipelineArgs": {"lateness": "45 minutes", "key": "impression_id"}}),
     ("sj-status", SJ, {"status": {"phase": "Running", "somethingNew": {"a": 1}}}),
 ]
 
@@ -538,3 +615,99 @@ def test_the_reference_for_people_is_current_and_covers_every_field() -> None:
         for name in props:
             assert f"`spec.{name}`" in text, f"{kind}: spec.{name} missing from the reference"
     assert "rule: set exactly one of target.time, target.batchId" in text
+
+
+def test_transition_rules_run_on_updates_only() -> None:
+    keep = {"rule": "self == oldSelf", "message": "immutable"}
+    item = {"type": "object", "properties": {"v": {"type": "integer", "x-kubernetes-validations": [keep]}}}
+    spec = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer"},
+            "map": {"type": "object", "additionalProperties": item},
+            "list": {"type": "array", "items": {"type": "object", "properties": {"v": {"type": "integer"}}}},
+        },
+        "x-kubernetes-validations": [{"rule": "self.a == oldSelf.a", "message": "a is immutable"}],
+    }
+    c = tiny_crd(spec)
+    old = widget({"a": 1, "map": {"x": {"v": 1}}})
+    assert compile_rules(c) == 2
+    assert validate(c, widget({"a": 2, "map": {"x": {"v": 2}}})) == []  # a create: no oldSelf
+    assert validate(c, old, old=old) == []
+    assert validate(c, widget({"a": 2, "map": {"x": {"v": 1}}}), old=old) == [
+        'spec: Invalid value: "object": a is immutable'
+    ]
+    assert validate(c, widget({"a": 1, "map": {"x": {"v": 2}}}), old=old) == [
+        'spec.map[x].v: Invalid value: "integer": immutable'
+    ]
+    # a new map entry has nothing to correlate with: its transition rules do not run
+    assert validate(c, widget({"a": 1, "map": {"x": {"v": 1}, "y": {"v": 5}}}), old=old) == []
+
+
+def test_transition_rules_under_a_plain_list_are_not_structural() -> None:
+    keep = [{"rule": "self == oldSelf", "message": "immutable"}]
+    item = {"type": "object", "properties": {"k": {"type": "string"}}, "x-kubernetes-validations": keep}
+    plain = tiny_crd({"type": "object", "properties": {"l": {"type": "array", "items": item}}})
+    assert any("oldSelf cannot be used" in p for p in structural_problems(plain))
+    as_map = {"type": "array", "items": item, "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"]}
+    assert structural_problems(tiny_crd({"type": "object", "properties": {"l": as_map}})) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        pytest.param("2026-11-01T14:00:00Z", True, id="utc"),
+        pytest.param("2028-02-29T23:59:59.999999999-23:59", True, id="leap-day-max-offset"),
+        pytest.param("2026-11-01T14:00:00+24:00", True, id="offset-24h-go-lenient"),
+        pytest.param("2026-11-01T14:00:00,5Z", True, id="comma-fraction-go-lenient"),
+        pytest.param("2026-02-30T00:00:00Z", False, id="day-out-of-range"),
+        pytest.param("2026-11-01T24:00:00Z", False, id="hour-24"),
+        pytest.param("2026-11-01T14:00:60Z", False, id="leap-second"),
+        pytest.param("2026-11-01 14:00:00Z", False, id="space"),
+        pytest.param("2026-11-01T14:00:00", False, id="no-zone"),
+        pytest.param("2026-11-01T14:00:00+25:00", False, id="offset-25h"),
+        pytest.param("0001-01-01T00:00:00+01:00", False, id="before-year-1"),
+        pytest.param("9999-12-31T23:00:00-02:00", False, id="after-year-9999"),
+    ],
+)
+def test_cel_timestamp_parses_as_go_does(value: str, accepted: bool) -> None:
+    c = tiny_crd(
+        {
+            "type": "object",
+            "properties": {"t": {"type": "string"}},
+            "x-kubernetes-validations": [{"rule": "timestamp(self.t) > timestamp('0001-01-01T00:00:00Z')"}],
+        }
+    )
+    errors = validate(c, widget({"t": value}))
+    assert (errors == []) == accepted, errors
+    if not accepted:
+        assert "evaluating rule" in errors[0], errors
+
+
+@pytest.mark.parametrize(
+    ("value", "positive"),
+    [
+        pytest.param("1h30m", True, id="compound"),
+        pytest.param("0.0001ms", True, id="100ns-is-not-zero"),
+        pytest.param("2562047h", True, id="largest-hours"),
+        pytest.param("0s", False, id="zero"),
+        pytest.param("-5m", False, id="negative"),
+        pytest.param("2562048h", None, id="int64-overflow"),
+        pytest.param("99999999999h", None, id="huge"),
+        pytest.param("10 minutes", None, id="words"),
+        pytest.param("1d", None, id="days-are-not-go"),
+    ],
+)
+def test_cel_duration_parses_as_go_does(value: str, positive: bool | None) -> None:
+    c = tiny_crd(
+        {
+            "type": "object",
+            "properties": {"d": {"type": "string"}},
+            "x-kubernetes-validations": [{"rule": "duration(self.d) > duration('0s')", "message": "not positive"}],
+        }
+    )
+    errors = validate(c, widget({"d": value}))
+    if positive is None:
+        assert len(errors) == 1 and "evaluating rule" in errors[0], errors
+    else:
+        assert errors == ([] if positive else ['spec: Invalid value: "object": not positive'])

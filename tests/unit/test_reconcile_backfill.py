@@ -11,6 +11,7 @@ import yaml
 
 from kappa_operator.coordinator.core import GroupSpec, joined, left
 from kappa_operator.coordinator.groups import owned
+from kappa_operator.coordinator.scopes import verify
 from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import NONCE, Outcome, plan_backfill, progress, progress_status, published
@@ -45,11 +46,16 @@ def test_a_missing_job_waits_with_a_warning_once() -> None:
 
 
 def test_launch_renders_the_history_run_into_the_branch() -> None:
-    plan = plan_backfill(bf(), JOB, None, "http://c:8471", NOW, token_secret="kappa-coordinator")
-    assert plan.create_app is not None and plan.config_map is not None
+    plan = plan_backfill(bf(), JOB, None, "http://c:8471", NOW, admin_token="admin")
+    assert plan.create_app is not None and plan.config_map is not None and plan.secret is not None
     spec = plan.create_app["spec"]
     assert spec["restartPolicy"] == {"type": "Never"}
-    assert spec["driver"]["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "kappa-coordinator"
+    assert plan.create_app["metadata"]["name"] == "rmi-outage-backfill", "never the StreamingJob's name"
+    secret = plan.secret["metadata"]["name"]
+    assert spec["driver"]["env"][0]["valueFrom"]["secretKeyRef"]["name"] == secret == "rmi-outage-backfill-coordinator"
+    assert plan.secret["metadata"]["ownerReferences"][0]["uid"] == "bf-uid-1234"
+    scope = verify("admin", plan.secret["stringData"]["token"])
+    assert scope is not None and scope.groups == {"default.rmi-outage"}, "a credential for its own group only"
     assert plan.status["phase"] == "Running" and plan.status["branch"] == "backfill-rmi-outage"
     assert plan.status["checkpoint"].endswith("/backfills/rmi-outage-bf-uid-1")
 
@@ -69,7 +75,7 @@ def test_application_states_become_backfill_phases() -> None:
 
 
 def test_launch_joins_the_namespaced_group_with_one_member_per_sink_and_source() -> None:
-    plan = plan_backfill(bf(), JOB, None, "http://c:8471", NOW, token_secret="t")
+    plan = plan_backfill(bf(), JOB, None, "http://c:8471", NOW, admin_token="t")
     group = plan.join_group
     assert group is not None and group.name == "default.rmi-outage"
     assert set(group.members) == {f"rmi-outage/{k}/{s}" for k in JOB.spec.sinks for s in JOB.spec.sources}
@@ -82,8 +88,9 @@ def test_launch_joins_the_namespaced_group_with_one_member_per_sink_and_source()
 def test_unordered_declares_no_group_and_mounts_no_token() -> None:
     data = load("rmi-backfill.yaml", uid="u", generation=1)
     data["spec"]["alignment"]["mode"] = "unordered"
-    plan = plan_backfill(Backfill.model_validate(data), JOB, None, "http://c:8471", NOW, token_secret="t")
+    plan = plan_backfill(Backfill.model_validate(data), JOB, None, "http://c:8471", NOW, admin_token="t")
     assert plan.join_group is None and "env" not in plan.create_app["spec"]["driver"]  # type: ignore[index]
+    assert plan.secret is None
 
 
 def test_completion_publishes_when_enabled_else_succeeds_and_leaves_the_group() -> None:
@@ -97,7 +104,9 @@ def test_completion_publishes_when_enabled_else_succeeds_and_leaves_the_group() 
     done = plan_backfill(no_publish, JOB, with_state(app, "COMPLETED"), "http://c", NOW)
     assert done.status["phase"] == "Succeeded" and not done.publish
     assert done.leave_group is not None and done.leave_group.name == "default.rmi-outage"
-    assert [c["type"] for c in done.status["conditions"]] == ["Succeeded"]
+    conds = {c["type"]: c["status"] for c in done.status["conditions"]}
+    assert conds == {"Ready": "True", "Progressing": "False", "Succeeded": "True", "Failed": "False"}
+    assert done.status["progress"] == "100%" and done.status["eta"] is None, "no stale ETA after completion"
 
 
 def test_a_publish_in_progress_resumes_after_a_restart() -> None:

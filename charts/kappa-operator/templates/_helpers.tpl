@@ -64,13 +64,28 @@ app.kubernetes.io/part-of: kappa-operator
 {{- end }}
 {{- end }}
 
+{{/*
+A `host:port` flag value from (list host port): an IPv6 host goes in brackets ("[::]:8080").
+*/}}
+{{- define "kappa-operator.hostPort" -}}
+{{- $host := index . 0 }}
+{{- $port := int (index . 1) }}
+{{- if contains ":" $host }}
+{{- printf "[%s]:%d" $host $port }}
+{{- else }}
+{{- printf "%s:%d" $host $port }}
+{{- end }}
+{{- end }}
+
 {{- define "kappa-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
 {{/*
 The RBAC rules of the operator: exactly the API calls it makes, nothing more. Tests pin this
-list (tests/chart/test_chart.py); change both together.
+list and derive what it must contain from the code (tests/chart/test_rbac.py: the calls in
+operator/cluster.py, kopf's watches, patches and events, and the ownerReferences the operator
+sets); change them together.
 */}}
 {{- define "kappa-operator.rbacRules" -}}
 # StreamingJob, Backfill, Rewind: watched, annotated/finalized (patch), and their status written.
@@ -80,6 +95,12 @@ list (tests/chart/test_chart.py); change both together.
 - apiGroups: ["kappa.dev"]
   resources: ["streamingjobs/status", "backfills/status", "rewinds/status"]
   verbs: ["get", "patch"]
+# The ConfigMaps, SparkApplications, Secrets and child Rewinds the operator creates name their
+# owner with `blockOwnerDeletion: true`; under the OwnerReferencesPermissionEnforcement
+# admission plugin (on by default in OpenShift) that needs `update` on the owner's finalizers.
+- apiGroups: ["kappa.dev"]
+  resources: ["streamingjobs/finalizers", "backfills/finalizers", "rewinds/finalizers"]
+  verbs: ["update"]
 # A Rewind with `downstream` creates the Rewinds of the jobs reading its job's tables.
 - apiGroups: ["kappa.dev"]
   resources: ["rewinds"]
@@ -88,19 +109,16 @@ list (tests/chart/test_chart.py); change both together.
 - apiGroups: ["sparkoperator.k8s.io"]
   resources: ["sparkapplications"]
   verbs: ["get", "list", "watch", "create", "delete"]
-# The JobConfig ConfigMap mounted into each SparkApplication.
+# The JobConfig ConfigMap mounted into each SparkApplication (read back to check whose it is
+# before it is updated or deleted, and by a Backfill whose StreamingJob is gone).
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["create", "patch", "delete"]
-# The copy of the coordinator token in each job namespace: create anywhere it launches, but
-# read and update only the Secret of that one name.
+  verbs: ["create", "get", "patch", "delete"]
+# The coordinator credential where drivers read it: a Secret per object (owned by it and named
+# after it, so RBAC cannot narrow these by name), created, read back, updated and deleted.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["create"]
-- apiGroups: [""]
-  resources: ["secrets"]
-  resourceNames: [{{ .Values.coordinator.jobSecretName | quote }}]
-  verbs: ["get", "patch"]
+  verbs: ["create", "get", "patch", "delete"]
 # kopf posts Kubernetes events about handler outcomes.
 - apiGroups: [""]
   resources: ["events"]
