@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from kappa_operator.handlers import backfill, streaming_job
-from kappa_operator.handlers.context import counted, ctx
+from kappa_operator.handlers.context import counted, ctx, shown
 from kappa_operator.render.spark_application import MANAGED_BY, SPARK_API
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
@@ -29,5 +29,8 @@ def application_changed(type: str, body: kopf.Body, **_: Any) -> None:
             return
         if owner.get("uid") and owner_body["metadata"].get("uid") and owner["uid"] != owner_body["metadata"]["uid"]:
             return  # an application of a deleted namesake, waiting for garbage collection
-        counted(owner["kind"])(handle)(type, dict(body), owner_body)
+        try:
+            counted(owner["kind"])(handle)(type, dict(body), owner_body)
+        except Exception as exc:  # shown on the owner; its own handlers and timers retry
+            shown(owner["kind"], owner_body, exc)
         return

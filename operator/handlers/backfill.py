@@ -35,7 +35,7 @@ from kappa_operator.reconcile.backfill import (
     alignment_group,
     owner_of,
     plan_backfill,
-    progress_status,
+    progress_update,
     published,
 )
 from kappa_operator.reconcile.phases import now_rfc3339
@@ -151,14 +151,9 @@ def follow(body: kopf.Body, **_: Any) -> None:
         return
     groups = ctx().groups
     seen = None if groups is None else groups.progress(backfill_group(bf), bf.metadata.name)
-    if seen is None or seen.global_watermark_us is None or seen.global_watermark_us < 0:
-        return  # nothing reported yet (or since an operator restart): keep the last values shown
-    fields = progress_status(bf, seen.global_watermark_us, seen.lag_us, datetime.now(UTC))
-    current = bf.status.model_dump(by_alias=True)
-    if fields["progressRatio"] == current.get("progressRatio") and fields["alignmentLag"] == current.get(
-        "alignmentLag"
-    ):
-        return  # unchanged: no write (a thousand backfills must not patch every few seconds)
+    fields = None if seen is None else progress_update(bf, seen.global_watermark_us, seen.lag_us, datetime.now(UTC))
+    if fields is None:
+        return
     record(KIND, body, fields)
     observe(KIND, body, {"phase": bf.status.phase, **fields})
 

@@ -164,15 +164,26 @@ def _failed(kind: str, kwargs: dict[str, Any], exc: Exception) -> NoReturn:
     raise kopf.TemporaryError(failure.message, delay=RETRY_DELAY[reason]) from exc
 
 
+def shown(kind: str, body: Any, exc: Exception) -> None:
+    """A failure of a handler kopf does not retry (an event of a child): shown on the owner."""
+    try:
+        _failed(kind, {"body": body}, exc)
+    except Exception:
+        log.debug("shown on %s %s", kind, body["metadata"].get("name"))
+
+
 def _show(kind: str, body: Any, failure: Failure) -> None:
     if body is None:
         return
     meta = body["metadata"]
     where = f"{kind} {meta.get('namespace')}/{meta.get('name')}"
     log.warning("%s: %s: %s", where, failure.reason, failure.message)
-    fields = failure_status(kind, dict(body.get("status") or {}), failure, now_rfc3339(), meta.get("generation"))
     try:
-        CONTEXT.cluster().patch_status(PLURALS[kind], meta["namespace"], meta["name"], fields)
+        cluster = CONTEXT.cluster()
+        # the status as it is now (the handler may have written since kopf's copy was taken)
+        fresh = cluster.get_resource(PLURALS[kind], meta["namespace"], meta["name"]) or dict(body)
+        fields = failure_status(kind, fresh.get("status") or {}, failure, now_rfc3339(), meta.get("generation"))
+        cluster.patch_status(PLURALS[kind], meta["namespace"], meta["name"], fields)
         kopf.event(body, type="Warning", reason=failure.reason, message=failure.message)
     except Exception:  # the API server itself is what fails: the log line above is what is left
         log.exception("%s: could not record the failure on the object", where)

@@ -83,8 +83,9 @@ class BackfillAlignment(CRModel):
 
     mode: Literal["aligned", "strict", "unordered"] = "aligned"
     """aligned: within maxDrift of the group; strict: no drift; unordered: no alignment."""
-    group: str | None = Field(default=None, max_length=NAME_MAX)
-    """Alignment group shared with other backfills (default: this backfill's name)."""
+    group: str | None = Field(default=None, max_length=NAME_MAX, pattern=r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")
+    """Alignment group shared with other backfills of this namespace (default: this backfill's
+    name): lowercase letters, digits, '-' and '_'."""
     max_drift: PositiveDurationStr = "10m"
     """How far a source may read ahead of the slowest one (> 0)."""
     ordering_column: str | None = Field(default=None, max_length=COLUMN_MAX)

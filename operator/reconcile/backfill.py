@@ -327,3 +327,19 @@ def progress_status(bf: Backfill, global_watermark_us: int | None, lag_us: int |
         "alignmentLag": None if lag_us is None else f"{lag_us / 1e6:.0f}s",
         "eta": None if p.eta is None else str(p.eta),
     }
+
+
+def progress_update(
+    bf: Backfill, global_watermark_us: int | None, lag_us: int | None, now: datetime
+) -> dict[str, Any] | None:
+    """The progress fields to write, or None: nothing new. Nothing reported (yet, or since an
+    operator restart emptied the coordinator's memory) keeps the last values shown instead of
+    dropping to 0%; an unchanged ratio and lag are not written again (a thousand backfills
+    must not patch every few seconds)."""
+    if global_watermark_us is None or global_watermark_us < 0:
+        return None
+    fields = progress_status(bf, global_watermark_us, lag_us, now)
+    current = bf.status.model_dump(by_alias=True) if bf.status else {}
+    if (fields["progressRatio"], fields["alignmentLag"]) == (current.get("progressRatio"), current.get("alignmentLag")):
+        return None
+    return fields

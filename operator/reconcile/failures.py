@@ -72,8 +72,9 @@ def failure_status(
         wanted = {"Reconciling": True}
     verdict = Verdict(phase, failure.reason, failure.message)
     conds = set_conditions(previous, wanted, verdict, now, generation)
+    kept = {} if failure.permanent or status.get("phase") else {"phase": phase}  # a transient one moves nothing
     return {
-        "phase": phase,
+        **({"phase": phase} if failure.permanent else kept),
         "message": failure.message,
         "lastError": failure.error[:MESSAGE_LIMIT],
         "retries": 0 if failure.permanent else failure.attempt,

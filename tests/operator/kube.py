@@ -14,6 +14,8 @@ import aiohttp
 import kmock
 import kopf
 
+from kappa_operator.runner import settings as operator_settings
+
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = "/apis/kappa.dev/v1alpha1/namespaces/default/streamingjobs"
 APPS = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/default/sparkapplications"
@@ -84,8 +86,7 @@ async def eventually(check: Callable[[], Awaitable[Any]], what: str, timeout: fl
 
 
 def start_operator() -> tuple[asyncio.Event, asyncio.Task[None]]:
-    settings = kopf.OperatorSettings()
-    settings.scanning.disabled = True
+    settings = operator_settings()  # what `kappa operator` runs with (storage, finalizer, posting)
     settings.watching.server_timeout = 10
     settings.watching.client_timeout = 15
     stop = asyncio.Event()

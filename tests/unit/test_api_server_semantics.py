@@ -5,6 +5,8 @@ object, a Backfill that outlives its StreamingJob, a spec the pipeline refuses s
 from __future__ import annotations
 
 import json
+import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +16,13 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import SAVED_JOB, plan_backfill
+from kappa_operator.reconcile.backfill import SAVED_JOB, plan_backfill, progress_update
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.failures import Failure, failure_status, with_recovery
 from kappa_operator.reconcile.rewind import Observed, plan_rewind
 from kappa_operator.reconcile.streaming_job import owner_of, plan_streaming_job
 from kappa_operator.render.spark_application import DNS_LABEL_MAX, Owner, child_name
+from kappa_operator.runner import RoutineSuccess
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW, LATER = "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z"
@@ -178,3 +181,29 @@ def test_a_backfill_whose_job_is_gone_is_never_resubmitted_from_the_copy() -> No
     assert plan.create_app is None and plan.status["phase"] == "Failed"
     assert plan.leave_group is not None, "the alignment group is released"
     assert conds(plan.status)["Failed"] == "True" and [e.reason for e in plan.events] == ["JobDeleted"]
+
+
+# --- defect 10: progress survives an operator restart, and says done when done --------------
+
+
+def test_progress_keeps_its_last_values_until_drivers_report_again() -> None:
+    now = datetime(2026, 11, 23, 10, tzinfo=UTC)
+    start = datetime(2026, 11, 1, 14, tzinfo=UTC)
+    half = int((start + timedelta(hours=2)).timestamp() * 1e6)
+    running = backfill({"phase": "Running"})
+    fields = progress_update(running, half, 0, now)
+    assert fields is not None and fields["progress"] == "50%"
+    seen = backfill({"phase": "Running", **fields})
+    assert progress_update(seen, None, None, now) is None, "a restarted coordinator knows nothing: keep 50%"
+    assert progress_update(seen, half, 0, now + timedelta(seconds=5)) is None, "unchanged: no write"
+
+
+def test_routine_timer_successes_stay_out_of_the_log() -> None:
+    keep = RoutineSuccess()
+
+    def record(msg: str, level: int = logging.INFO) -> logging.LogRecord:
+        return logging.LogRecord("kopf.objects", level, __file__, 1, msg, None, None)
+
+    assert not keep.filter(record("Timer 'follow' succeeded."))
+    assert keep.filter(record("Timer 'follow' failed temporarily: boom", logging.ERROR))
+    assert keep.filter(record("Handler 'reconcile_backfill' succeeded."))

@@ -346,6 +346,7 @@ LONGEST: dict[str, Any] = {
     "duration": "0h" * 14 + "10ms",  # 32 characters, 10ms: valid for every duration field
     "memory": "9" * 15 + "g",
     "branch": x(128, "b"),
+    "group": x(63, "g"),
 }
 TIMESTAMPS = {"start": "2026-11-01T14:00:00.123456789+02:00", "end": "2026-11-01T18:00:00.123456789+02:00"}
 
@@ -380,7 +381,13 @@ def maximal(node: dict[str, Any], name: str = "") -> Any:
 
 
 def _pattern_kind(pattern: str) -> str:
-    for kind, marker in (("table", r"(\."), ("pipeline", ":"), ("memory", "[kmgt]"), ("branch", "[-_.")):
+    for kind, marker in (
+        ("table", r"(\."),
+        ("pipeline", ":"),
+        ("memory", "[kmgt]"),
+        ("branch", "[-_."),
+        ("group", "[-_a-z0-9]"),
+    ):
         if marker in pattern:
             return kind
     raise KeyError(f"no maximal value for the pattern {pattern}")
