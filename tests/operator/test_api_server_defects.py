@@ -28,6 +28,7 @@ from tests.operator.kube import start_operator as start_kopf
 from tests.operator.kube import stop_operator as stop_kopf
 
 TOKEN = "admin-token"
+REWINDS = "/apis/kappa.dev/v1alpha1/namespaces/default/rewinds"
 
 
 @dataclass
@@ -309,3 +310,30 @@ async def test_defect_10_a_job_delete_does_not_wait_for_a_blocked_snapshot_copy(
             assert waited < 20, f"the delete waited {waited:.0f}s for the copy"
     finally:
         release.set()
+
+
+@pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
+async def test_defect_3_a_rewind_whose_snapshot_store_is_unreachable_says_so(
+    kmock: ApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job's externalLocation (s3://lake/...) on an S3 endpoint nothing listens on: the
+    Rewind does not sit with an empty phase; it is Pending with the error and the attempt."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    async with operator(kmock) as op:
+        await op.api.post(JOBS, created("rmi-streamingjob.yaml"))
+        await op.api.post(REWINDS, created("rmi-rewind.yaml"))
+        name = (await op.api.get(REWINDS))["items"][0]["metadata"]["name"]  # type: ignore[index]
+
+        async def retried() -> dict[str, Any] | None:
+            s = await op.status(f"{REWINDS}/{name}")
+            return s if s.get("retries") else None
+
+        s = await eventually(retried, "a retry count on the Rewind", 90)
+        assert s["phase"] == "Pending" and s["lastError"] and "attempt" in s["message"]
+        assert conditions(s)["Reconciling"] == "True"
+        await eventually(lambda: asyncio.sleep(0, "RetryingAfterError" in op.reasons(name)), "an Event")
+        assert (await op.status(f"{JOBS}/rmi")).get("phase") != "Rewinding", "nothing was stopped"

@@ -143,7 +143,7 @@ def test_transient_failures_show_the_attempt_and_clear_on_success() -> None:
     running = {"phase": "Publishing", "conditions": []}
     failure = Failure("RetryingAfterError", "OSError: catalog unreachable", attempt=3)
     shown = failure_status("Backfill", running, failure, NOW, 4)
-    assert shown["phase"] == "Publishing" and shown["retries"] == 3
+    assert "phase" not in shown and shown["retries"] == 3, "a transient failure moves no phase"
     assert "attempt 3" in shown["message"] and "catalog unreachable" in shown["lastError"]
     assert conds(shown)["Reconciling"] == "True"
     cleared = with_recovery(shown, {"phase": "Succeeded", "conditions": shown["conditions"]}, LATER, 4)
@@ -207,3 +207,22 @@ def test_routine_timer_successes_stay_out_of_the_log() -> None:
     assert not keep.filter(record("Timer 'follow' succeeded."))
     assert keep.filter(record("Timer 'follow' failed temporarily: boom", logging.ERROR))
     assert keep.filter(record("Handler 'reconcile_backfill' succeeded."))
+
+
+def test_status_has_one_writer_path() -> None:
+    """Defect 10: no handler writes status through kopf's patch (a second writer beside
+    ``record``); the only status call is ``Cluster.patch_status`` (the status subresource)."""
+    handlers = ROOT / "operator" / "handlers"
+    offenders = [
+        f"{path.name}:{n}"
+        for path in sorted(handlers.glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "patch.status" in line or "patch_namespaced_custom_object_status" in line
+    ]
+    assert offenders == []
+    callers = [
+        path.name
+        for path in [*(ROOT / "operator").glob("*.py"), *handlers.glob("*.py")]
+        if "patch_status(" in path.read_text() and path.name not in ("cluster.py", "context.py")
+    ]
+    assert callers == [], "status is written through handlers.context.record (or its failure path) only"
