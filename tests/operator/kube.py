@@ -105,6 +105,12 @@ async def stop_operator(stop: asyncio.Event, task: asyncio.Task[None]) -> None:
         raise task.exception()  # type: ignore[misc]
 
 
+async def spark_state(api: Api, app: str, state: str, error: str | None = None) -> None:
+    """Play the Spark operator: it writes an application's state through its status subresource."""
+    app_state: dict[str, Any] = {"state": state, **({"errorMessage": error} if error else {})}
+    await api.patch(f"{APPS}/{app}/status", {"status": {"applicationState": app_state}})
+
+
 async def equals(get: Callable[[], Awaitable[Any]], value: Any) -> bool:
     return await get() == value
 

@@ -337,3 +337,25 @@ async def test_defect_3_a_rewind_whose_snapshot_store_is_unreachable_says_so(
         assert conditions(s)["Reconciling"] == "True"
         await eventually(lambda: asyncio.sleep(0, "RetryingAfterError" in op.reasons(name)), "an Event")
         assert (await op.status(f"{JOBS}/rmi")).get("phase") != "Rewinding", "nothing was stopped"
+
+
+@pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
+async def test_defect_6_a_running_backfills_window_cannot_be_edited(kmock: ApiServer) -> None:
+    """The server refuses the edit (with what to do instead) rather than the app keeping the old
+    window while progress is computed against the new one; restartNonce stays editable."""
+    async with operator(kmock) as op:
+        await op.api.post(JOBS, created("rmi-streamingjob.yaml"))
+        await op.api.post(BACKFILLS, created("rmi-backfill.yaml"))
+        await eventually(lambda: op.phase(f"{BACKFILLS}/rmi-outage", "Running"), "running")
+        headers = {"Content-Type": "application/merge-patch+json"}
+        edit = json.dumps({"spec": {"window": {"end": "2026-11-01T20:00:00Z"}}})
+        async with op.api.http.patch(op.api.base + f"{BACKFILLS}/rmi-outage", data=edit, headers=headers) as r:
+            assert r.status == 422, await r.text()
+            assert "create a new Backfill" in await r.text()
+        stored = await op.api.get(f"{BACKFILLS}/rmi-outage")
+        assert stored is not None and stored["spec"]["window"]["end"] == "2026-11-01T18:00:00Z"
+        assert stored["metadata"]["generation"] == 1
+        await op.api.patch(f"{BACKFILLS}/rmi-outage", {"spec": {"restartNonce": 1}})
+        stored = await op.api.get(f"{BACKFILLS}/rmi-outage")
+        assert stored is not None and stored["metadata"]["generation"] == 2

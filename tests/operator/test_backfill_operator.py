@@ -10,6 +10,7 @@ left. A second Backfill deleted while running stops its application and leaves i
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,6 +30,7 @@ from kappa_operator.coordinator.scopes import verify
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.metrics import OperatorMetrics
 from spark_app.config import parse_config
+from tests.operator.apiserver import ApiServer
 from tests.operator.kube import (
     APPS,
     BACKFILLS,
@@ -41,6 +43,7 @@ from tests.operator.kube import (
     manifest,
     reasons,
     register,
+    spark_state,
     start_operator,
     stop_operator,
 )
@@ -96,6 +99,7 @@ async def status_of(api: Api, name: str) -> dict[str, Any]:
 
 
 @pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
 async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Path) -> None:
     register(kmock)
     base = str(kmock.url).rstrip("/")
@@ -137,14 +141,15 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             cfg = parse_config(json.loads(cm["data"]["job.json"]))  # type: ignore[index]
             assert cfg.mode == "backfill" and cfg.trigger.kind == "availableNow"
             assert cfg.sink_branch("attributed_plays") == "backfill-rmi-outage"
-            assert cfg.checkpoint.location == "s3a://lake/checkpoints/rmi/backfills/rmi-outage-uid-bf-1"
+            uid = (await api.get(f"{BACKFILLS}/rmi-outage"))["metadata"]["uid"]  # type: ignore[index]
+            assert cfg.checkpoint.location == f"s3a://lake/checkpoints/rmi/backfills/rmi-outage-{uid[:8]}"
             assert {s.kind for s in cfg.sources.values()} == {"icebergBackfill"}
             assert cfg.coordinator is not None and cfg.coordinator.url == coordinator.url
             secret = await api.get(f"{SECRETS}/rmi-outage-backfill-coordinator")
             assert secret is not None and secret["metadata"]["ownerReferences"][0]["name"] == "rmi-outage"
-            scope = verify(TOKEN, secret["stringData"]["token"])
+            driver = base64.b64decode(secret["data"]["token"]).decode()  # as the driver's env gets it
+            scope = verify(TOKEN, driver)
             assert scope is not None and scope.groups == {GROUP}, "the driver's credential is scoped to its group"
-            driver = secret["stringData"]["token"]
 
             group = coordinator.service.core.groups()[GROUP].spec
             members = group.members
@@ -152,7 +157,7 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             assert group.max_drift_us == 10 * 60 * 1_000_000
 
             # play the Spark operator and the driver: a quarter, then half of the window
-            await api.patch(f"{APPS}/rmi-outage-backfill", {"status": {"applicationState": {"state": "RUNNING"}}})
+            await spark_state(api, "rmi-outage-backfill", "RUNNING")
             await report(http, coordinator.url, members[0], START + timedelta(hours=1), driver)
             await report(http, coordinator.url, members[1], START + timedelta(hours=1, minutes=5), driver)
             s = await eventually(lambda: _progress(api, "25%"), "progress 25%", 30)
@@ -168,7 +173,7 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             assert 'kappa_operator_reconciles_total{kind="Backfill"}' in scraped
 
             # the application completes: validate against main and publish the window
-            await api.patch(f"{APPS}/rmi-outage-backfill", {"status": {"applicationState": {"state": "COMPLETED"}}})
+            await spark_state(api, "rmi-outage-backfill", "COMPLETED")
             s = await eventually(lambda: _phase(api, "rmi-outage", "Succeeded"), "Succeeded after publish", 60)
             assert s["published"][0]["table"] == "marts.attributed_plays"
             assert (s["published"][0]["rowsRemoved"], s["published"][0]["rowsAdded"]) == (2, 4)
@@ -194,7 +199,7 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             await api.post(BACKFILLS, other)
             await eventually(lambda: api.get(f"{APPS}/rmi-second-backfill"), "the second application")
             assert "default.rmi-second" in coordinator.service.core.groups()
-            await api.patch(f"{APPS}/rmi-second-backfill", {"status": {"applicationState": {"state": "RUNNING"}}})
+            await spark_state(api, "rmi-second-backfill", "RUNNING")
             await eventually(lambda: _phase(api, "rmi-second", "Running"), "the second one running")
             await api.delete(f"{BACKFILLS}/rmi-second")
             await eventually(lambda: absent(api, f"{APPS}/rmi-second-backfill"), "the application stopped on delete")

@@ -19,6 +19,7 @@ import aiohttp
 import kmock
 import pytest
 
+from tests.operator.apiserver import ApiServer
 from tests.operator.kube import APPS, BACKFILLS, CMS, JOBS, Api, eventually, manifest, register
 
 TOKEN = "restart-token"
@@ -76,6 +77,7 @@ async def stop(proc: Any) -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
 async def test_restart_mid_reconcile_creates_nothing_twice(kmock: kmock.KubernetesEmulator, tmp_path: Path) -> None:
     register(kmock)
     base = str(kmock.url).rstrip("/")

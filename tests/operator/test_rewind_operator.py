@@ -23,7 +23,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from kappa_operator.checkpoints import externalize, list_snapshots, open_location
 from tests.checkpoint_data import T0, live_ids, sink_batches, tree_hash, write_checkpoint
-from tests.operator.kube import APPS, CMS, JOBS, Api, ApiServerLike, eventually, manifest, register
+from tests.operator.apiserver import ApiServer
+from tests.operator.kube import APPS, CMS, JOBS, Api, eventually, manifest, register
 from tests.operator.test_operator_restart import free_port, start, stop
 
 REWINDS = "/apis/kappa.dev/v1alpha1/namespaces/default/rewinds"
@@ -31,7 +32,7 @@ PHASES = ("Stopping", "Restoring", "ResettingSinks", "Resuming")
 
 
 @pytest.mark.asyncio
-@pytest.mark.kmock(cls=ApiServerLike)
+@pytest.mark.kmock(cls=ApiServer)
 async def test_rewind_walks_every_phase_through_restarts_and_rewinds_downstream(
     kmock: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:

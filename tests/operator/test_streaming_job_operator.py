@@ -2,7 +2,8 @@
 ConfigMap and a SparkApplication; the test plays the Spark operator and watches our status
 follow; spec change (restart from the checkpoint), suspend and resume, deletion.
 
-kmock does not check schemas, CEL or the status subresource (tests/unit/test_crds.py does)."""
+Against ``tests.operator.apiserver.ApiServer``: kmock with the API server's semantics (status
+only through /status, schema + CEL, finalizers, uids assigned by the server)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import yaml
 
 import kappa_operator.handlers as handlers
 from spark_app.config import parse_config
+from tests.operator.apiserver import ApiServer
 from tests.operator.kube import (
     APPS,
     CMS,
@@ -26,12 +28,14 @@ from tests.operator.kube import (
     equals,
     eventually,
     register,
+    spark_state,
     start_operator,
     stop_operator,
 )
 
 
 @pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
 async def test_streaming_job_lifecycle(kmock: kmock.KubernetesEmulator) -> None:
     register(kmock)
     base = str(kmock.url).rstrip("/")
@@ -58,7 +62,8 @@ async def test_streaming_job_lifecycle(kmock: kmock.KubernetesEmulator) -> None:
                 "ghcr.io/kappa-dev/kappa-spark:0.1.0",
             )
             assert spec["volumes"][0]["configMap"]["name"] == "rmi-jobconfig"
-            assert app["metadata"]["ownerReferences"][0]["uid"] == "uid-rmi"
+            stored = await api.get(f"{JOBS}/rmi")
+            assert stored is not None and app["metadata"]["ownerReferences"][0]["uid"] == stored["metadata"]["uid"]
             first_hash = app["metadata"]["annotations"]["kappa.dev/config-hash"]
 
             async def phase() -> str | None:
@@ -68,14 +73,15 @@ async def test_streaming_job_lifecycle(kmock: kmock.KubernetesEmulator) -> None:
             await eventually(lambda: equals(phase, "Submitted"), "phase Submitted")
 
             # play the Spark operator
-            await api.patch(f"{APPS}/rmi", {"status": {"applicationState": {"state": "RUNNING"}}})
+            await spark_state(api, "rmi", "RUNNING")
             await eventually(lambda: equals(phase, "Running"), "phase Running")
             job = await api.get(f"{JOBS}/rmi")
             ready = next(c for c in job["status"]["conditions"] if c["type"] == "Ready")  # type: ignore[index]
             assert ready["status"] == "True" and ready["lastTransitionTime"]
 
             await api.patch(
-                f"{APPS}/rmi", {"status": {"applicationState": {"state": "FAILED", "errorMessage": "driver OOM"}}}
+                f"{APPS}/rmi/status",
+                {"status": {"applicationState": {"state": "FAILED", "errorMessage": "driver OOM"}}},
             )
             await eventually(lambda: equals(phase, "Failed"), "phase Failed")
             job = await api.get(f"{JOBS}/rmi")
