@@ -61,8 +61,9 @@ def settings() -> kopf.OperatorSettings:
     # finalizer could never be removed. Status is bounded only by the object (1.5 MiB).
     s.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.lastHandled")
     s.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
-    # Events for what a person acts on: kopf's own failures (warnings and errors), not one
-    # "succeeded" per timer tick per object.
+    # kopf's own failures (a handler that raised, a patch the server refused) become Events on
+    # the object, as well as log lines; routine successes stay out (not one per timer tick).
+    s.posting.loggers = True
     s.posting.level = logging.WARNING
     return s
 

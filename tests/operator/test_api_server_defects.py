@@ -200,6 +200,13 @@ async def test_defect_3_a_publish_to_an_unreachable_catalog_shows_its_retries(km
         assert conditions(s)["Reconciling"] == "True" and conditions(s)["Succeeded"] == "False"
         await eventually(lambda: asyncio.sleep(0, "RetryingAfterError" in op.reasons("rmi-outage")), "an Event")
 
+        # and kopf's own line about the failed handler is an Event too, not only a log line
+        def kopf_failure_posted() -> bool:
+            logged = [e for e in events(op.server, "rmi-outage") if e["reason"] == "Logging"]
+            return any("failed" in str(e["message"]) for e in logged)
+
+        await eventually(lambda: asyncio.sleep(0, kopf_failure_posted()), "kopf's failure as an Event")
+
 
 @pytest.mark.asyncio
 @pytest.mark.kmock(cls=ApiServer)

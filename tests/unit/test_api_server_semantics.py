@@ -22,7 +22,7 @@ from kappa_operator.reconcile.failures import Failure, failure_status, with_reco
 from kappa_operator.reconcile.rewind import Observed, plan_rewind
 from kappa_operator.reconcile.streaming_job import owner_of, plan_streaming_job
 from kappa_operator.render.spark_application import DNS_LABEL_MAX, Owner, child_name
-from kappa_operator.runner import RoutineSuccess
+from kappa_operator.runner import RoutineSuccess, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW, LATER = "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z"
@@ -207,6 +207,8 @@ def test_routine_timer_successes_stay_out_of_the_log() -> None:
     assert not keep.filter(record("Timer 'follow' succeeded."))
     assert keep.filter(record("Timer 'follow' failed temporarily: boom", logging.ERROR))
     assert keep.filter(record("Handler 'reconcile_backfill' succeeded."))
+    posting = settings().posting
+    assert posting.loggers and posting.level == logging.WARNING, "kopf's failures are posted as Events"
 
 
 def test_status_has_one_writer_path() -> None:
