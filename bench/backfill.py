@@ -39,6 +39,7 @@ from typing import Any
 if __package__ in (None, ""):  # `python bench/backfill.py`: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.floor import batch_overhead_s, measure_floor
 from bench.source_throughput import (
     MASTER,
     SPARK_CONF,
@@ -56,6 +57,9 @@ log = logging.getLogger("bench.backfill")
 PROFILES = {
     "quick": {"hours": 2.0, "impressions_per_hour": 20_000},
     "default": {"hours": 6.0, "impressions_per_hour": 50_000},
+    # issue 15: the density users have (>= 7.5M input rows with playbacks at 1:4), and a day
+    "dense": {"hours": 6.0, "impressions_per_hour": 1_000_000},
+    "day": {"hours": 24.0, "impressions_per_hour": 100_000},
 }
 MAX_DRIFT = "10m"
 TABLE = "bench.attributed_plays"
@@ -72,6 +76,7 @@ def config(
     sink: dict[str, Any],
     window: dict[str, str] | None = None,
     alignment: dict[str, Any] | None = None,
+    driver_memory: str | None = None,
 ) -> Any:
     from spark_app.config import parse_config
 
@@ -87,7 +92,7 @@ def config(
             "pipeline": "spark_app.examples.rmi:pipeline",
             "mode": "live" if live else "backfill",
             "master": MASTER,
-            "sparkConf": SPARK_CONF,
+            "sparkConf": {**SPARK_CONF, **({"spark.driver.memory": driver_memory} if driver_memory else {})},
             "catalogs": {"default": {"type": "sql", **props}},
             "sources": {t: {**source, "table": f"demo.{t}"} for t in TABLES},
             "sinks": {OUTPUT: {"timeColumn": "playback_ts", **sink}},
@@ -111,7 +116,8 @@ def measure(spark: Any, events: Any, cfg: Any) -> dict[str, Any]:
     started = time.monotonic()
     report = run(cfg, spark)
     wall = time.monotonic() - started
-    stats = batch_stats(events.complete())
+    progress = events.complete()
+    stats = {**batch_stats(progress), "batch_overhead_s": batch_overhead_s(progress)}
     commits = [e for e in read_trace(cfg.trace_path) if e["event"] == "commit"] if cfg.trace_path else []
     return {
         **stats,
@@ -132,7 +138,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     from spark_app.sinks.iceberg.publish import PublishResult, ValidationFailedError, compare, publish
     from spark_app.sinks.iceberg.window import TimeWindow
 
-    profile = dict(PROFILES["quick" if args.quick else "default"])
+    name = "quick" if args.quick else args.profile
+    profile = dict(PROFILES[name])
     if args.hours:
         profile["hours"] = args.hours
     out = Path(args.out)
@@ -145,7 +152,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     window = {"start": start.isoformat(), "end": end.isoformat(), "warmup": "0s"}
     log.info("generated %d impressions, %d playbacks; window %s .. %s", stats.impressions, stats.playbacks, start, end)
 
-    spark = build_session(config(props, runs / "session", "session", "live", {"kind": "console"}))
+    # The session (hence the JVM) is built from this config: driver memory must be set here.
+    session = config(props, runs / "session", "session", "live", {"kind": "console"}, driver_memory=args.driver_memory)
+    spark = build_session(session)
     spark.sparkContext.setLogLevel("WARN")
     events = events_listener()
     spark.streams.addListener(events)
@@ -155,6 +164,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     first_hour = {"start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat(), "warmup": "0s"}
     # measure() waits for the query's last progress event, so none leaks into the next run.
     measure(spark, events, config(props, warm, "warmup", "backfill", iceberg_sink(table="warm.plays"), first_hour))
+    log.info("floor: a trivial stateful query with the same session ...")
+    floor = measure_floor(spark, events, str(runs / "floor"))
 
     results: dict[str, dict[str, Any]] = {}
     log.info("live run (commit by commit) ...")
@@ -222,9 +233,17 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     rps = {k: results[k]["rows_per_s"] for k in ("aligned", "unordered", "strict", "spark_batch")}
     peak = {k: results[k]["peak_state_rows"] for k in ("live", "aligned", "unordered")}
     wall_hours = results["aligned"]["seconds"] / 3600
+    overhead = results["aligned"]["batch_overhead_s"]
     return {
         "bench": "backfill",
+        "profile": name,
         "rows": results["aligned"]["input_rows"],
+        **floor,
+        "batch_overhead_s": overhead,
+        "batch_overhead_vs_floor": round(overhead / floor["floor_batch_s"], 2)
+        if overhead is not None and floor["floor_batch_s"]
+        else None,
+        "micro_batches": {k: results[k].get("batches") for k in ("live", "aligned", "unordered", "strict")},
         "rows_per_s": rps,
         "peak_state_rows": peak,
         "late_dropped_rows": results["aligned"]["dropped_by_watermark"],
@@ -262,7 +281,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "runs": results,
         "machine": machine(),
         "config": {
-            "profile": "quick" if args.quick else "default",
+            "profile": name,
+            "driver_memory": args.driver_memory,
             "hours": profile["hours"],
             "impressions_per_hour": profile["impressions_per_hour"],
             "impressions": stats.impressions,
@@ -283,6 +303,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.add_argument("--out", help="directory for the dataset and outputs (default: a temp dir, removed at the end)")
     p.add_argument("--hours", type=float, help="override the profile's hours of data")
+    p.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="default",
+        help="dense: 6 h at 1M impressions/h; day: 24 h at 100k/h; default: 6 h at 50k/h (overhead-bound)",
+    )
+    p.add_argument("--driver-memory", help="the local JVM's memory, e.g. 12g (dense and day need more)")
     args = p.parse_args(argv)
     return run_measured(args, bench, "kappa-bench-backfill-")
 
