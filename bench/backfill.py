@@ -61,6 +61,16 @@ PROFILES = {
     "dense": {"hours": 6.0, "impressions_per_hour": 1_000_000},
     "day": {"hours": 24.0, "impressions_per_hour": 100_000},
 }
+STATE_STORES: dict[str, dict[str, str]] = {
+    "hdfs": {},
+    "rocksdb": {
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    },
+}
+"""Issue 15's first lever, measured one at a time: the session-wide state store."""
 MAX_DRIFT = "10m"
 TABLE = "bench.attributed_plays"
 KEY = ["playback_id", "impression_id"]
@@ -77,6 +87,7 @@ def config(
     window: dict[str, str] | None = None,
     alignment: dict[str, Any] | None = None,
     driver_memory: str | None = None,
+    state_store: str = "hdfs",
 ) -> Any:
     from spark_app.config import parse_config
 
@@ -92,7 +103,11 @@ def config(
             "pipeline": "spark_app.examples.rmi:pipeline",
             "mode": "live" if live else "backfill",
             "master": MASTER,
-            "sparkConf": {**SPARK_CONF, **({"spark.driver.memory": driver_memory} if driver_memory else {})},
+            "sparkConf": {
+                **SPARK_CONF,
+                **({"spark.driver.memory": driver_memory} if driver_memory else {}),
+                **STATE_STORES[state_store],
+            },
             "catalogs": {"default": {"type": "sql", **props}},
             "sources": {t: {**source, "table": f"demo.{t}"} for t in TABLES},
             "sinks": {OUTPUT: {"timeColumn": "playback_ts", **sink}},
@@ -153,7 +168,15 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     log.info("generated %d impressions, %d playbacks; window %s .. %s", stats.impressions, stats.playbacks, start, end)
 
     # The session (hence the JVM) is built from this config: driver memory must be set here.
-    session = config(props, runs / "session", "session", "live", {"kind": "console"}, driver_memory=args.driver_memory)
+    session = config(
+        props,
+        runs / "session",
+        "session",
+        "live",
+        {"kind": "console"},
+        driver_memory=args.driver_memory,
+        state_store=args.state_store,
+    )
     spark = build_session(session)
     spark.sparkContext.setLogLevel("WARN")
     events = events_listener()
@@ -283,6 +306,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "config": {
             "profile": name,
             "driver_memory": args.driver_memory,
+            "state_store": args.state_store,
             "hours": profile["hours"],
             "impressions_per_hour": profile["impressions_per_hour"],
             "impressions": stats.impressions,
@@ -309,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         default="default",
         help="dense: 6 h at 1M impressions/h; day: 24 h at 100k/h; default: 6 h at 50k/h (overhead-bound)",
     )
+    p.add_argument("--state-store", choices=sorted(STATE_STORES), default="hdfs", help="Spark's state store provider")
     p.add_argument("--driver-memory", help="the local JVM's memory, e.g. 12g (dense and day need more)")
     args = p.parse_args(argv)
     return run_measured(args, bench, "kappa-bench-backfill-")
