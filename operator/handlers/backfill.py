@@ -107,10 +107,13 @@ def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -
 
 def _reconcile(bf: Backfill, body: Any, app: dict[str, Any] | None) -> None:
     job, saved = _job(bf)
-    if saved and not (bf.status and bf.status.message and "was deleted" in bf.status.message):
+    status = act(_plan(bf, app, job, saved), bf, job, body)
+    said = bool(bf.status and bf.status.job_deleted)
+    if saved and not said:  # once, not on every event of the application
         msg = f"StreamingJob {bf.spec.job_ref.name} was deleted: finishing with the configuration kept at submission"
         kopf.event(body, type="Warning", reason="JobDeleted", message=msg)
-    record(KIND, body, act(_plan(bf, app, job, saved), bf, job, body))
+        status = {**status, "jobDeleted": True}
+    record(KIND, body, status)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

@@ -193,6 +193,9 @@ class BackfillStatus(StatusBase):
     """The spec.restartNonce of the last submission."""
     published: list[PublishedTable] = []
     """What publish did, per Iceberg sink table."""
+    job_deleted: bool | None = None
+    """True once the StreamingJob was deleted while this ran: it finishes with the copy of the
+    job kept at submission."""
     final: bool | None = None
     """False when the run could not close every result of the window (the history does not
     reach end + drain yet, or sessions were still open): the message says which."""

@@ -72,9 +72,10 @@ def failure_status(
         wanted = {"Reconciling": True}
     verdict = Verdict(phase, failure.reason, failure.message)
     conds = set_conditions(previous, wanted, verdict, now, generation)
-    kept = {} if failure.permanent or status.get("phase") else {"phase": phase}  # a transient one moves nothing
+    # a permanent failure fails the object; a transient one moves no phase (only sets a first one)
+    phase_field = {"phase": phase} if failure.permanent or not status.get("phase") else {}
     return {
-        **({"phase": phase} if failure.permanent else kept),
+        **phase_field,
         "message": failure.message,
         "lastError": failure.error[:MESSAGE_LIMIT],
         "retries": 0 if failure.permanent else failure.attempt,

@@ -225,6 +225,8 @@ async def test_defect_7_a_backfill_finishes_after_its_job_is_deleted(kmock: ApiS
         assert s["progress"] == "100%" and conditions(s)["Ready"] == "True"
         assert "default.rmi-outage" not in op.coordinator.service.core.groups(), "the group is released"
         await eventually(lambda: asyncio.sleep(0, "JobDeleted" in op.reasons("rmi-outage")), "an Event")
+        assert op.reasons("rmi-outage").count("JobDeleted") == 1, "said once, not on every application event"
+        assert s["jobDeleted"] is True
 
 
 @pytest.mark.asyncio
