@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import statistics
 import sys
 import time
 from datetime import timedelta
@@ -40,6 +41,7 @@ if __package__ in (None, ""):  # `python bench/backfill.py`: make the repo impor
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.floor import batch_overhead_s, measure_floor
+from bench.memory import PeakMemory
 from bench.source_throughput import (
     MASTER,
     SPARK_CONF,
@@ -88,6 +90,7 @@ def config(
     alignment: dict[str, Any] | None = None,
     driver_memory: str | None = None,
     state_store: str = "hdfs",
+    shuffle_partitions: int | None = None,
 ) -> Any:
     from spark_app.config import parse_config
 
@@ -104,9 +107,11 @@ def config(
             "mode": "live" if live else "backfill",
             "master": MASTER,
             "sparkConf": {
-                **SPARK_CONF,
+                # shuffle partitions: the runtime's default (the cores) unless --shuffle-partitions
+                **{k: v for k, v in SPARK_CONF.items() if k != "spark.sql.shuffle.partitions"},
                 **({"spark.driver.memory": driver_memory} if driver_memory else {}),
                 **STATE_STORES[state_store],
+                **({"spark.sql.shuffle.partitions": str(shuffle_partitions)} if shuffle_partitions else {}),
             },
             "catalogs": {"default": {"type": "sql", **props}},
             "sources": {t: {**source, "table": f"demo.{t}"} for t in TABLES},
@@ -128,14 +133,22 @@ def measure(spark: Any, events: Any, cfg: Any) -> dict[str, Any]:
     from spark_app.telemetry import read_trace
 
     events.reset()
-    started = time.monotonic()
-    report = run(cfg, spark)
-    wall = time.monotonic() - started
+    with PeakMemory(spark) as memory:
+        started = time.monotonic()
+        report = run(cfg, spark)
+        wall = time.monotonic() - started
     progress = events.complete()
     stats = {**batch_stats(progress), "batch_overhead_s": batch_overhead_s(progress)}
     commits = [e for e in read_trace(cfg.trace_path) if e["event"] == "commit"] if cfg.trace_path else []
+    phases = {
+        f"sink_{k}_ms_median": round(statistics.median(e[f"{k}_s"] for e in timed) * 1000, 1)
+        for k in ("prepare", "write", "commit")
+        if (timed := [e for e in commits if f"{k}_s" in e])
+    }
     return {
         **stats,
+        **phases,
+        **memory.result(),
         "seconds": round(wall, 3),
         "rows_per_s": round(stats["input_rows"] / wall, 1),
         "snapshots": sum(1 for e in commits if e.get("files")),
@@ -176,9 +189,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         {"kind": "console"},
         driver_memory=args.driver_memory,
         state_store=args.state_store,
+        shuffle_partitions=args.shuffle_partitions,
     )
     spark = build_session(session)
     spark.sparkContext.setLogLevel("WARN")
+    shuffle_partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
     events = events_listener()
     spark.streams.addListener(events)
 
@@ -193,18 +208,14 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     log.info("live run (commit by commit) ...")
     results["live"] = measure(spark, events, config(props, runs / "live", "bench-live", "live", iceberg_sink()))
-    for mode in ("aligned", "unordered", "strict"):
+
+    def backfill(mode: str) -> Any:
+        alignment = {"mode": mode, "maxDrift": args.max_drift}
+        return config(props, runs / mode, f"bench-{mode}", "backfill", iceberg_sink(), window, alignment)
+
+    for mode in ("aligned", "strict"):
         log.info("%s backfill ...", mode)
-        cfg = config(
-            props,
-            runs / mode,
-            f"bench-{mode}",
-            "backfill",
-            iceberg_sink(),
-            window,
-            {"mode": mode, "maxDrift": MAX_DRIFT},
-        )
-        results[mode] = measure(spark, events, cfg)
+        results[mode] = measure(spark, events, backfill(mode))
     log.info("aligned backfill into Spark's parquet sink ...")
     parquet_dir = runs / "aligned_parquet"
     results["aligned_parquet"] = measure(
@@ -217,7 +228,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "backfill",
             {"kind": "parquet", "path": str(parquet_dir / "out")},
             window,
-            {"mode": "aligned", "maxDrift": MAX_DRIFT},
+            {"mode": "aligned", "maxDrift": args.max_drift},
         ),
     )
     results["aligned_parquet"]["output_rows"] = spark.read.parquet(str(parquet_dir / "out")).count()
@@ -234,6 +245,15 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "rows_per_s": round(batch_rows / batch_seconds, 1),
         "output_rows": spark.read.parquet(str(runs / "spark_batch")).count(),
     }
+    # Last: at dense profiles the one-batch unordered run may not fit the machine's memory, and
+    # a failure must not cost the other runs' figures.
+    log.info("unordered backfill ...")
+    unordered_failed: str | None = None
+    try:
+        results["unordered"] = measure(spark, events, backfill("unordered"))
+    except Exception as exc:
+        unordered_failed = f"{type(exc).__name__}: {str(exc)[:500]}"
+        log.error("unordered backfill failed: %s", unordered_failed)
     spark.streams.removeListener(events)
     spark.stop()
 
@@ -253,8 +273,15 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     comparison = (
         published.comparison if published else compare(catalog.load_table(TABLE), "backfill-bench-aligned", tw, KEY)
     )
-    rps = {k: results[k]["rows_per_s"] for k in ("aligned", "unordered", "strict", "spark_batch")}
-    peak = {k: results[k]["peak_state_rows"] for k in ("live", "aligned", "unordered")}
+
+    def of(run: str, key: str) -> Any:
+        return results[run][key] if run in results else None  # unordered: None when it failed
+
+    def ratio(a: Any, b: Any) -> float | None:
+        return round(a / b, 3) if a is not None and b else None
+
+    rps = {k: of(k, "rows_per_s") for k in ("aligned", "unordered", "strict", "spark_batch")}
+    peak = {k: of(k, "peak_state_rows") for k in ("live", "aligned", "unordered")}
     wall_hours = results["aligned"]["seconds"] / 3600
     overhead = results["aligned"]["batch_overhead_s"]
     return {
@@ -266,17 +293,21 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "batch_overhead_vs_floor": round(overhead / floor["floor_batch_s"], 2)
         if overhead is not None and floor["floor_batch_s"]
         else None,
-        "micro_batches": {k: results[k].get("batches") for k in ("live", "aligned", "unordered", "strict")},
+        "micro_batches": {k: of(k, "batches") for k in ("live", "aligned", "unordered", "strict")},
         "rows_per_s": rps,
         "peak_state_rows": peak,
+        "peak_rss_mb": {k: of(k, "peak_rss_mb") for k in ("aligned", "unordered")},
+        "peak_live_heap_mb": {k: of(k, "peak_live_heap_mb") for k in ("aligned", "unordered")},
+        "unordered_failed": unordered_failed,
         "late_dropped_rows": results["aligned"]["dropped_by_watermark"],
         "match_ratio": round(comparison.match_ratio, 6),
         "event_hours_per_wall_hour": round((end - start).total_seconds() / 3600 / wall_hours, 1),
         "ratios": {
-            "aligned_vs_unordered": round(rps["aligned"] / rps["unordered"], 3),
-            "aligned_vs_spark_batch": round(rps["aligned"] / rps["spark_batch"], 3),
-            "aligned_peak_vs_live_peak": round(peak["aligned"] / peak["live"], 3) if peak["live"] else None,
-            "unordered_peak_vs_live_peak": round(peak["unordered"] / peak["live"], 3) if peak["live"] else None,
+            "aligned_vs_unordered": ratio(rps["aligned"], rps["unordered"]),
+            "aligned_vs_spark_batch": ratio(rps["aligned"], rps["spark_batch"]),
+            "aligned_peak_vs_live_peak": ratio(peak["aligned"], peak["live"]),
+            "unordered_peak_vs_live_peak": ratio(peak["unordered"], peak["live"]),
+            "aligned_peak_vs_unordered_peak": ratio(peak["aligned"], peak["unordered"]),
             "iceberg_sink_wall_vs_parquet_sink": round(
                 results["aligned"]["seconds"] / results["aligned_parquet"]["seconds"], 3
             ),
@@ -307,6 +338,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "profile": name,
             "driver_memory": args.driver_memory,
             "state_store": args.state_store,
+            "shuffle_partitions": shuffle_partitions,
             "hours": profile["hours"],
             "impressions_per_hour": profile["impressions_per_hour"],
             "impressions": stats.impressions,
@@ -314,7 +346,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "commits": stats.commits,
             "max_file_span_s": stats.max_file_span_s,
             "window": window,
-            "max_drift": MAX_DRIFT,
+            "max_drift": args.max_drift,
             "generate_seconds": round(gen_seconds, 2),
             "total_seconds": round(time.monotonic() - started, 1),
         },
@@ -334,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         help="dense: 6 h at 1M impressions/h; day: 24 h at 100k/h; default: 6 h at 50k/h (overhead-bound)",
     )
     p.add_argument("--state-store", choices=sorted(STATE_STORES), default="hdfs", help="Spark's state store provider")
+    p.add_argument("--shuffle-partitions", type=int, help="default: one per core")
+    p.add_argument("--max-drift", default=MAX_DRIFT, help="alignment.maxDrift of the aligned backfill")
     p.add_argument("--driver-memory", help="the local JVM's memory, e.g. 12g (dense and day need more)")
     args = p.parse_args(argv)
     return run_measured(args, bench, "kappa-bench-backfill-")

@@ -55,7 +55,8 @@ def _rmi_checks(
         Check(
             "alignment bounds state",
             bf["peak_state_rows"] <= un["peak_state_rows"],
-            f"peak state {bf['peak_state_rows']} aligned, {un['peak_state_rows']} unaligned",
+            f"peak state {bf['peak_state_rows']} aligned, {un['peak_state_rows']} unaligned"
+            + (f" ({un['peak_state_rows'] / bf['peak_state_rows']:.1f}x)" if bf["peak_state_rows"] else ""),
         ),
         Check(
             "rewound to before the outage",

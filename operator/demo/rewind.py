@@ -122,7 +122,7 @@ def _output(catalog: SqlCatalog, table: str) -> pa.Table:
 def run_rewind(s: DemoSettings, steps: Steps, spark: SparkSession) -> RewindResult:
     catalog = SqlCatalog("default", **s.catalog_props)
     gen = s.generator(namespace="rewind")
-    w_start, w_end = s.window
+    w_start, w_end = s.rewind_window
     commits = list(iter_commits(gen))
     before = [c for c in commits if c.ingestion_end <= w_start]
     during = [c for c in commits if w_start < c.ingestion_end <= w_end]

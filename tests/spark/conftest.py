@@ -7,6 +7,7 @@ every 5 minutes of ingestion time, late events, 4x skew) into a SQLite SqlCatalo
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +24,28 @@ from spark_app.examples.generator import GeneratedStats, GeneratorConfig, genera
 from spark_app.runtime import register
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
+
+
+class Driver:
+    """A job run as its own driver process (``python -m spark_app``), as on a cluster: it can
+    be killed, by a fault the sink injects, and started again on the same checkpoint."""
+
+    def __init__(self, cfg: JobConfig, tmp: Path) -> None:
+        path = tmp / "job.json"
+        path.write_text(cfg.to_json())
+        self.log = tmp / "driver.log"
+        self.cmd = [sys.executable, "-m", "spark_app", "--config", str(path)]
+
+    def run(self, **env: str) -> subprocess.CompletedProcess[bytes]:
+        """Run to its end (or its kill); its own process group, since a fault kills the group."""
+        environ = {**os.environ, "PYSPARK_PYTHON": sys.executable, **env}
+        with self.log.open("ab") as out:
+            return subprocess.run(
+                self.cmd, env=environ, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, timeout=600
+            )
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:]
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,6 @@ Module-scoped: one live rmi run writes ``out.plays`` (main); one backfill of a w
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,7 +27,7 @@ from spark_app.sinks.iceberg.undo import batches_after, undo
 from spark_app.sinks.iceberg.window import TimeWindow
 from spark_app.sinks.iceberg.writer import FAULT_ENV, checkpoint_query_id
 from spark_app.telemetry import read_trace
-from tests.spark.conftest import T0, Dataset, sources
+from tests.spark.conftest import T0, Dataset, Driver, sources
 
 pytestmark = pytest.mark.spark
 
@@ -246,27 +243,16 @@ def test_kill_between_iceberg_commit_and_spark_commit_duplicates_nothing(
         master="local[2]",
         sparkConf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
     )
-    cfg_path = tmp_path / "job.json"
-    cfg_path.write_text(cfg.to_json())
-    log = tmp_path / "driver.log"
-    cmd = [sys.executable, "-m", "spark_app", "--config", str(cfg_path)]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    killed = subprocess.run(
-        cmd,
-        env={**env, FAULT_ENV: "kill-after-commit:3"},
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        timeout=600,
-    )
-    assert killed.returncode == -9, log.read_text()[-3000:]
+    driver = Driver(cfg, tmp_path)
+    killed = driver.run(**{FAULT_ENV: "kill-after-commit:3"})
+    assert killed.returncode == -9, driver.tail()
     ckpt = tmp_path / "ckpt" / "attributed_plays"
     assert (ckpt / "offsets" / "3").exists() and not (ckpt / "commits" / "3").exists(), (
         "killed after ours, before Spark's"
     )
 
-    restarted = subprocess.run(cmd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, timeout=600)
-    assert restarted.returncode == 0, log.read_text()[-3000:]
+    restarted = driver.run()
+    assert restarted.returncode == 0, driver.tail()
     replays = [e for e in read_trace(tmp_path / "trace.jsonl") if e["event"] == "commit" and e["batch"] == 3]
     assert [e["skipped"] for e in replays] == [False, True], "batch 3 replayed and skipped"
 

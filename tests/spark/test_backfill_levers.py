@@ -1,0 +1,138 @@
+"""Issue 15's levers keep a backfill's output exactly what it was: each run here against a
+reference run of the same pipeline, on pipeline shapes the rmi-based tests do not use.
+
+* the RocksDB state store with changelog checkpointing, the driver killed mid-backfill
+  between our Iceberg commit and Spark's, then restarted: the tumbling-windows pipeline's
+  branch equals an uninterrupted run on the default state store, with no duplicate;
+* the number of shuffle (state) partitions, now one per core by default: the sessions
+  pipeline's output with 1 and with 3 partitions is the same;
+* the Iceberg sink committing on the table it loaded for the batch (one metadata read per
+  batch): covered by the kill test's replay, and by ``tests/unit/test_sink_loader.py``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_app.config import JobConfig
+from spark_app.examples import reference, sessions, windows
+from spark_app.runtime import run
+from spark_app.sinks.iceberg.writer import FAULT_ENV
+from spark_app.telemetry import read_trace
+from tests.spark.conftest import T0, Dataset, Driver, sources
+
+pytestmark = pytest.mark.spark
+
+START, END = T0 + timedelta(minutes=30), T0 + timedelta(minutes=70)
+WINDOW = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m"}
+ROCKSDB = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
+WINDOWS_KEY = ("window_start", "title_id")
+
+
+def windows_backfill(dataset: Dataset, tmp: Path, table: str, **fields: Any) -> JobConfig:
+    return dataset.config(
+        tmp,
+        name="levers-windows",
+        pipeline="spark_app.examples.windows:pipeline",
+        output=windows.OUTPUT,
+        mode="backfill",
+        sources=sources("icebergBackfill", ("playbacks",), split={"maxBundleSpan": "2m"}),
+        sinks={windows.OUTPUT: {"kind": "iceberg", "table": table, "timeColumn": windows.TIME_COLUMN}},
+        window=WINDOW,
+        alignment={"maxDrift": "4m"},
+        **fields,
+    )
+
+
+def branch_rows(dataset: Dataset, table: str, branch: str) -> list[tuple[Any, ...]]:
+    t = dataset.catalog().load_table(table)
+    head = t.snapshot_by_name(branch)
+    assert head is not None, f"{table} has no branch {branch}"
+    arrow = t.scan(snapshot_id=head.snapshot_id).to_arrow()
+    return sorted(zip(*(arrow[c].to_pylist() for c in sorted(arrow.column_names)), strict=True))
+
+
+def test_a_backfill_killed_mid_run_on_rocksdb_state_resumes_to_the_same_output(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    reference_cfg = windows_backfill(dataset, tmp_path / "reference", "out.levers_reference")
+    report = run(reference_cfg, spark)  # uninterrupted, the default (HDFS-backed) state store
+    assert report.dropped_by_watermark == 0
+    expected = branch_rows(dataset, "out.levers_reference", reference_cfg.sink_branch(windows.OUTPUT))
+    assert len(expected) > 50
+    writes = [e["batch"] for e in read_trace(tmp_path / "reference" / "trace.jsonl") if e["event"] == "commit"]
+    writes = [b for b in writes if b > 0]
+    assert len(writes) >= 3, "the backfill commits output in several batches"
+    kill_at = writes[len(writes) // 2]  # a batch in the middle that writes rows
+
+    cfg = windows_backfill(
+        dataset,
+        tmp_path / "killed",
+        "out.levers_killed",
+        master="local[2]",
+        sparkConf={**ROCKSDB, "spark.ui.showConsoleProgress": "false"},
+    )
+    driver = Driver(cfg, tmp_path)
+    killed = driver.run(**{FAULT_ENV: f"kill-after-commit:{kill_at}"})
+    assert killed.returncode == -9, driver.tail()
+    ckpt = tmp_path / "killed" / "ckpt" / windows.OUTPUT
+    assert (ckpt / "offsets" / str(kill_at)).exists() and not (ckpt / "commits" / str(kill_at)).exists()
+    assert any((ckpt / "state").rglob("*.changelog")), "the state is RocksDB's, checkpointed as changelogs"
+
+    restarted = driver.run()
+    assert restarted.returncode == 0, driver.tail()
+    replays = [e for e in read_trace(tmp_path / "killed" / "trace.jsonl") if e["event"] == "commit"]
+    assert [e["skipped"] for e in replays if e["batch"] == kill_at] == [False, True], "replayed and skipped"
+
+    got = branch_rows(dataset, "out.levers_killed", cfg.sink_branch(windows.OUTPUT))
+    t = dataset.catalog().load_table("out.levers_killed")
+    head = t.snapshot_by_name(cfg.sink_branch(windows.OUTPUT))
+    arrow = t.scan(snapshot_id=head.snapshot_id).to_arrow()  # type: ignore[union-attr]
+    keys = Counter(zip(*(arrow[k].to_pylist() for k in WINDOWS_KEY), strict=True))
+    assert max(keys.values()) == 1, "no window written twice"
+    assert got == expected
+
+
+def test_shuffle_partitions_do_not_change_a_backfills_output(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    """Spark fixes the state partitions in a query's first checkpoint; the runtime now sizes
+    them to the cores. A session window's state is keyed by profile: 1 partition and 3 give
+    the same sessions."""
+    outputs = []
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        for n in (1, 3):
+            spark.conf.set("spark.sql.shuffle.partitions", str(n))
+            out = tmp_path / f"p{n}"
+            cfg = dataset.config(
+                out,
+                name=f"levers-sessions-{n}",
+                pipeline="spark_app.examples.sessions:pipeline",
+                output=sessions.OUTPUT,
+                mode="backfill",
+                sink_time_column=sessions.TIME_COLUMN,
+                sources=sources("icebergBackfill", ("playbacks",), split={"maxBundleSpan": "2m"}),
+                window=WINDOW,
+                alignment={"maxDrift": "4m"},
+            )
+            report = run(cfg, spark)
+            assert report.dropped_by_watermark == 0
+            ops = [op for p in report.progress for op in p.get("stateOperators", [])]
+            assert ops and all(op["numShufflePartitions"] == n for op in ops), "the state has n partitions"
+            outputs.append(reference.rows(spark.read.parquet(str(out / "out"))))
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    assert len(outputs[0]) > 50
+    assert outputs[0] == outputs[1]
