@@ -19,7 +19,7 @@ SESSIONS_KEY = ["profile_id", "session_start"]
 RMI_ARGS = {"lateness": "15 minutes", "attribution_window": "5 minutes"}
 """The demo's rmi: 15 minutes of lateness cover the generator's disorder (events up to 10 min
 late, committed every 5 min) and the backfill's (maxDrift 5m + splits of at most 10 min); the
-state either needs is then a small part of the 90-minute window, which is what alignment buys
+state either needs is then a small part of the 105-minute window, which is what alignment buys
 over an unordered read of the same window (issue 15: >= 3x less peak state)."""
 WARMUP = timedelta(minutes=5)
 """rmi attributes a play to impressions up to 5 minutes before it: the backfill reads them too."""
@@ -63,9 +63,10 @@ class DemoSettings:
 
     @property
     def window(self) -> tuple[datetime, datetime]:
-        """rmi's outage, and so its backfill window: the middle three quarters of the generated
-        hours, long against the pipeline's state horizon, so the state alignment saves shows."""
-        return START + timedelta(hours=self.hours / 8), START + timedelta(hours=self.hours * 7 / 8)
+        """rmi's outage, and so its backfill window: all but the first and last sixteenth of the
+        generated hours, long against the pipeline's state horizon (~30 minutes of data), so the
+        state that alignment saves shows."""
+        return START + timedelta(hours=self.hours / 16), START + timedelta(hours=self.hours * 15 / 16)
 
     @property
     def rewind_window(self) -> tuple[datetime, datetime]:
@@ -155,7 +156,12 @@ def rmi_backfill(s: DemoSettings, name: str, alignment: dict[str, Any], **fields
         "spark_app.examples.rmi:pipeline",
         "backfill",
         _rmi_sink(),
-        sources={n: {"kind": "icebergBackfill", "table": f"demo.{n}"} for n in ("impressions", "playbacks")},
+        # No bundling of neighbouring files: splits span at most the 5-minute slice span, so
+        # a batch reaches at most maxDrift + 5m past the global watermark (less state).
+        sources={
+            n: {"kind": "icebergBackfill", "table": f"demo.{n}", "split": {"maxBundleSpan": "0s"}}
+            for n in ("impressions", "playbacks")
+        },
         window={"start": start.isoformat(), "end": end.isoformat(), "warmup": f"{WARMUP.seconds // 60}m"},
         alignment={**alignment, "stateDir": str(s.job_dir(name))},
         pipelineArgs=RMI_ARGS,
