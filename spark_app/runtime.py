@@ -74,7 +74,8 @@ def build_session(cfg: JobConfig) -> SparkSession:
     for k, v in {**_SESSION_DEFAULTS, **cfg.spark_conf}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    if SHUFFLE_PARTITIONS not in cfg.spark_conf:
+    # Set by the job, by spark-submit --conf or spark-defaults.conf: theirs. Unset: one per core.
+    if SHUFFLE_PARTITIONS not in cfg.spark_conf and not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
         spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(spark.sparkContext.defaultParallelism)))
     register(spark)
     return spark

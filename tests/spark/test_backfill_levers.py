@@ -55,11 +55,15 @@ def windows_backfill(dataset: Dataset, tmp: Path, table: str, **fields: Any) -> 
     )
 
 
-def branch_rows(dataset: Dataset, table: str, branch: str) -> list[tuple[Any, ...]]:
+def branch_arrow(dataset: Dataset, table: str, branch: str) -> Any:
     t = dataset.catalog().load_table(table)
     head = t.snapshot_by_name(branch)
     assert head is not None, f"{table} has no branch {branch}"
-    arrow = t.scan(snapshot_id=head.snapshot_id).to_arrow()
+    return t.scan(snapshot_id=head.snapshot_id).to_arrow()
+
+
+def branch_rows(dataset: Dataset, table: str, branch: str) -> list[tuple[Any, ...]]:
+    arrow = branch_arrow(dataset, table, branch)
     return sorted(zip(*(arrow[c].to_pylist() for c in sorted(arrow.column_names)), strict=True))
 
 
@@ -96,9 +100,7 @@ def test_a_backfill_killed_mid_run_on_rocksdb_state_resumes_to_the_same_output(
     assert [e["skipped"] for e in replays if e["batch"] == kill_at] == [False, True], "replayed and skipped"
 
     got = branch_rows(dataset, "out.levers_killed", cfg.sink_branch(windows.OUTPUT))
-    t = dataset.catalog().load_table("out.levers_killed")
-    head = t.snapshot_by_name(cfg.sink_branch(windows.OUTPUT))
-    arrow = t.scan(snapshot_id=head.snapshot_id).to_arrow()  # type: ignore[union-attr]
+    arrow = branch_arrow(dataset, "out.levers_killed", cfg.sink_branch(windows.OUTPUT))
     keys = Counter(zip(*(arrow[k].to_pylist() for k in WINDOWS_KEY), strict=True))
     assert max(keys.values()) == 1, "no window written twice"
     assert got == expected
