@@ -277,6 +277,19 @@ class ConsoleSink(SinkBase):
 _PARTITION = r"^(\w+|(hour|day|month|year)\(\w+\)|(bucket|truncate)\(\d+,\s*\w+\))$"
 
 
+class SnapshotHistory(KappaModel):
+    """How much of the table's history the sink keeps: each commit costs ~0.5 ms per snapshot
+    kept, so the driver expires old ones every few batches. A rewind never needs them (the
+    sink's files carry their batch); a downstream live reader may lag at most `minAge`."""
+
+    keep_last: int = Field(default=100, ge=1)
+    """Never expire the newest this many snapshots."""
+    min_age: Duration = timedelta(hours=1)
+    """Never expire a snapshot younger than this: how far a job reading the table may fall behind."""
+    expire_every: int = Field(default=20, ge=0)
+    """Expire every this many batches (0: never; the table's history then grows without bound)."""
+
+
 class IcebergSink(SinkBase):
     """Exactly-once Iceberg table: executors write Parquet, the driver commits one snapshot per
     micro-batch carrying the query and batch ids (a replayed batch is skipped)."""
@@ -297,6 +310,8 @@ class IcebergSink(SinkBase):
     """Commit conflicts with other writers are retried this many times (with backoff)."""
     target_file_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
     """Each task rolls to a new file after about this many bytes of Arrow data."""
+    history: SnapshotHistory = SnapshotHistory()
+    """Snapshot expiry, done by the driver on the Spark side."""
 
     @field_validator("partition_by")
     @classmethod

@@ -45,6 +45,7 @@ def _sink(sink: JobSink, branch: str | None = None, path_suffix: str = "") -> di
         out["timeColumn"] = sink.time_column
     if sink.kind == "iceberg":
         out.update(catalog=sink.catalog, table=sink.table, partitionBy=sink.partition_by, key=sink.key)
+        out["history"] = sink.history.model_dump(by_alias=True)
         if branch:
             out["branch"] = branch
     else:

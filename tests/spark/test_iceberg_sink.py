@@ -21,7 +21,9 @@ from pyspark.sql import SparkSession
 
 from spark_app.config import JobConfig
 from spark_app.runtime import RunReport, run
+from spark_app.sinks.iceberg import batch_tags
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID, batch_of
+from spark_app.sinks.iceberg.history import expire
 from spark_app.sinks.iceberg.publish import ValidationFailedError, publish
 from spark_app.sinks.iceberg.undo import batches_after, undo
 from spark_app.sinks.iceberg.window import TimeWindow
@@ -261,6 +263,62 @@ def test_kill_between_iceberg_commit_and_spark_commit_duplicates_nothing(
     assert max(ids.values()) == 1, "no duplicate rows"
     reference = dataset.catalog().load_table("out.plays")  # the uninterrupted live run
     assert sorted(ids) == sorted(zip(*(reference.scan().to_arrow()[k].to_pylist() for k in KEY), strict=True))
+
+
+def test_a_kill_then_expired_history_still_replays_nothing_and_undoes_exactly(
+    written: tuple[Path, RunReport, RunReport], dataset: Dataset, tmp_path: Path
+) -> None:
+    """The table a long-running job writes: its history expired by the sink as it goes, and
+    by another writer while the job is down. Neither the restarted query's replay check nor
+    a later undo has a single snapshot of the query's batches left to go by."""
+    history = {"keepLast": 2, "minAge": "0s", "expireEvery": 1}
+    cfg = dataset.config(
+        tmp_path,
+        name="rmi-expiring",
+        mode="live",
+        trigger={"kind": "availableNow"},
+        sources=sources("icebergLive"),
+        sinks=sink("out.expiring", partitionBy=["hour(playback_ts)"], key=KEY, history=history),
+        master="local[2]",
+        sparkConf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
+    )
+    driver = Driver(cfg, tmp_path)
+    assert driver.run(**{FAULT_ENV: "kill-after-commit:3"}).returncode == -9, driver.tail()
+    catalog = dataset.catalog()
+    load = lambda: catalog.load_table("out.expiring")  # noqa: E731
+    query_id = checkpoint_query_id(str(tmp_path / "ckpt" / "attributed_plays"))
+    expiring = [e for e in read_trace(tmp_path / "trace.jsonl") if e["event"] == "commit" and "expired" in e]
+    assert expiring and max(e["kept"] for e in expiring) <= 3, "the sink kept its history to keepLast (+ a head)"
+
+    # while the job is down, another writer commits and expires everything but its own head
+    for i in range(3):
+        other = load().scan().to_arrow().slice(0, 1)
+        load().append(other.set_column(0, "playback_id", pa.array([f"other-{i}"])))
+    expire(load, keep_last=1, min_age=timedelta(0))
+    assert not any(batch_of(s, query_id) is not None for s in load().snapshots()), "no batch snapshot left"
+
+    assert driver.run().returncode == 0, driver.tail()
+    replays = [e for e in read_trace(tmp_path / "trace.jsonl") if e["event"] == "commit" and e["batch"] == 3]
+    assert [e["skipped"] for e in replays] == [False, True], "batch 3 replayed and skipped, found by its files"
+    rows = load().scan().to_arrow()
+    ids = Counter(zip(*(rows[k].to_pylist() for k in KEY), strict=True))
+    assert max(ids.values()) == 1, "no duplicate rows"
+    reference = catalog.load_table("out.plays")  # the uninterrupted live run
+    ours = sorted(i for i in ids if not str(i[0]).startswith("other-"))
+    assert ours == sorted(zip(*(reference.scan().to_arrow()[k].to_pylist() for k in KEY), strict=True))
+
+    # every file the query wrote names its batch; an undo goes by those names alone
+    files = {f.file_path: f.record_count for f in batch_tags.live_files(load(), "main")}
+    tags = {p: batch_tags.parse(p) for p in files}
+    assert all(t is not None and t[0] == query_id for p, t in tags.items() if "other" not in p and t is not None)
+    batches = sorted({t[1] for t in tags.values() if t is not None})
+    n = batches[len(batches) // 2]
+    later = sum(files[p] for p, t in tags.items() if t is not None and t[1] > n)
+    assert len(load().snapshots()) <= 3 and later > 0
+    done = undo(load, "main", query_id, n)
+    assert done.rows_removed == later and done.batches == tuple(b for b in batches if b > n)
+    assert load().scan().to_arrow().num_rows == len(ids) - later
+    assert pc.sum(pc.starts_with(load().scan().to_arrow()["playback_id"], "other-")).as_py() == 3
 
 
 def test_two_writers_on_one_table_both_land(dataset: Dataset, tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
+from spark_app.sinks.iceberg import batch_tags
+
 log = logging.getLogger("kappa.sink")
 
 QUERY_ID = "kappa.query-id"
@@ -55,12 +57,24 @@ def undone_after(snapshot: Snapshot, query_id: str) -> int | None:
     return int(props[UNDO_AFTER_BATCH])
 
 
-def find_batch(table: Table, branch: str, query_id: str, batch_id: int) -> Snapshot | None:
-    """The snapshot that committed this batch, if any. Batches commit in order, so the walk
-    stops at the query's first older batch: O(1) for the usual case. It also stops at an undo
-    of the query to before this batch: a rewound query runs those batch ids again, with new
-    contents, and they must not be skipped as replays."""
+@dataclass(frozen=True)
+class Committed:
+    """A batch already in the branch."""
+
+    snapshot_id: int | None
+    """The snapshot that committed it; None when that snapshot was expired since (the batch's
+    files are still live, found by their tags)."""
+
+
+def find_batch(table: Table, branch: str, query_id: str, batch_id: int) -> Committed | None:
+    """Whether this batch is already committed. Batches commit in order, so the walk stops at
+    the query's first older batch: O(1) for the usual case. It also stops at an undo of the
+    query to before this batch: a rewound query runs those batch ids again, with new contents,
+    and they must not be skipped as replays. When the walk runs off the end of an expired
+    history undecided, the live files' batch tags decide (one read of the branch's manifests)."""
+    oldest: Snapshot | None = None
     for snap in branch_history(table, branch):
+        oldest = snap
         cut = undone_after(snap, query_id)
         if cut is not None and cut < batch_id:
             return None
@@ -68,9 +82,14 @@ def find_batch(table: Table, branch: str, query_id: str, batch_id: int) -> Snaps
         if written is None:
             continue
         if written == batch_id:
-            return snap
+            return Committed(snap.snapshot_id)
         if written < batch_id:
             return None
+    if oldest is None or (oldest.parent_snapshot_id is None and oldest.sequence_number == 1):
+        return None  # the whole history was walked (expiry drops the parent id, not the number)
+    if batch_tags.batch_is_live(table, branch, query_id, batch_id):
+        log.info("%s@%s: batch %d of %s found by its files (expired)", table.name(), branch, batch_id, query_id)
+        return Committed(None)
     return None
 
 
@@ -99,7 +118,7 @@ def try_commit(tx: Transaction, branch: str, attempt: int, retries: int, what: s
 
 @dataclass(frozen=True)
 class CommitOutcome:
-    snapshot_id: int
+    snapshot_id: int | None
     attempts: int
     skipped: bool
     """True when the batch was already committed (a replay): nothing was added."""

@@ -3,8 +3,11 @@ added from the branch's *current* state, in a new snapshot.
 
 History is not rewritten (no rollback): another writer may have committed since, and its
 rows stay. The sink writes each batch into files of its own, so removing a batch's files
-removes exactly its rows. A file that is no longer live (a publish or compaction rewrote it)
-cannot be removed by reference: it is reported, never silently ignored.
+removes exactly its rows. They are found two ways: from the batches' snapshots while those
+are retained, and from the batch tag in every live file's name, which outlives snapshot
+expiry (``batch_tags``). A file a retained snapshot added that is no longer live (a publish
+or compaction rewrote it) cannot be removed by reference: it is reported, never silently
+ignored.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from spark_app.errors import KappaError
+from spark_app.sinks.iceberg import batch_tags
 from spark_app.sinks.iceberg.commit import UNDO_AFTER_BATCH, UNDO_QUERY_ID, batch_of, branch_history, try_commit
 
 log = logging.getLogger("kappa.undo")
@@ -70,14 +74,7 @@ def undone_files(table: Table, branch: str, query_id: str) -> set[str]:
 
 
 def live_files(table: Table, branch: str) -> dict[str, DataFile]:
-    head = table.snapshot_by_name(branch)
-    if head is None:
-        return {}
-    return {
-        e.data_file.file_path: e.data_file
-        for m in head.manifests(table.io)
-        for e in m.fetch_manifest_entry(table.io, discard_deleted=True)
-    }
+    return {f.file_path: f for f in batch_tags.live_files(table, branch)}
 
 
 @dataclass(frozen=True)
@@ -103,6 +100,10 @@ def undo(
         undone = undone_files(table, branch, query_id)
         wanted = [p for b in written for p in b.paths if p not in undone]
         gone = [p for p in wanted if p not in live]
+        # Batches whose snapshots were expired: their files still name them.
+        seen = set(wanted)
+        tagged = {p: t[1] for p in live if p not in seen and (t := batch_tags.parse(p)) and t[0] == query_id}
+        wanted += [p for p, batch in tagged.items() if batch > after_batch]
         if gone:
             raise UndoIncompleteError(
                 f"{table.name()}: {len(gone)} file(s) written by batches > {after_batch} of query {query_id} "
@@ -122,6 +123,11 @@ def undo(
             continue
         rows = sum(f.record_count for f in files)
         log.info("undid batches > %d of %s on %s: -%d rows", after_batch, query_id, branch, rows)
-        batches = tuple(b.batch_id for b in written if any(p in live for p in b.paths))
+        batches = tuple(
+            sorted(
+                {b.batch_id for b in written if any(p in live for p in b.paths)}
+                | {tagged[p] for p in wanted if p in tagged}
+            )
+        )
         return UndoResult(batches, len(files), rows, snapshot_id)
     raise AssertionError("unreachable")

@@ -17,6 +17,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_app.catalogs import catalog_for
 from spark_app.config import CatalogConfig, IcebergSink
+from spark_app.sinks.iceberg import batch_tags, history
 from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
 from spark_app.sinks.iceberg.files import FILES_SCHEMA, FileWriteSpec, write_data_files
 from spark_app.sinks.iceberg.table import ensure_main_snapshot, load_or_create
@@ -50,6 +51,7 @@ class IcebergBatchWriter:
         self.catalog_name, self.properties = sink.catalog, catalog.properties()
         self.checkpoint, self.trace_path = checkpoint, trace_path
         self._query_id: str | None = None
+        self._commits = 0
 
     def table(self) -> Table:
         return catalog_for(self.catalog_name, self.properties).load_table(self.sink.table)
@@ -66,6 +68,14 @@ class IcebergBatchWriter:
             self._query_id = checkpoint_query_id(self.checkpoint)
         return self._query_id
 
+    def expire(self) -> history.Expired | None:
+        """Every ``expireEvery`` commits of this writer: the table's history back to its bound."""
+        self._commits += 1
+        policy = self.sink.history
+        if not policy.expire_every or self._commits % policy.expire_every:
+            return None
+        return history.expire(self.table, policy.keep_last, policy.min_age)
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         catalog = catalog_for(self.catalog_name, self.properties)
@@ -79,7 +89,7 @@ class IcebergBatchWriter:
             # committed its state for the batch; only our data is already in the table.
             df.write.format("noop").mode("overwrite").save()
             log.info(
-                "%s: batch %d already committed as snapshot %d, skipped", self.sink.table, batch_id, done.snapshot_id
+                "%s: batch %d already committed (snapshot %s), skipped", self.sink.table, batch_id, done.snapshot_id
             )
             trace(
                 self.trace_path,
@@ -90,7 +100,9 @@ class IcebergBatchWriter:
                 snapshot_id=str(done.snapshot_id),
             )
             return
-        spec = FileWriteSpec(self.properties, table.metadata.model_dump_json(), self.sink.target_file_bytes)
+        tagged = batch_tags.write_properties(table.metadata.properties, self.query_id, batch_id)
+        metadata = table.metadata.model_copy(update={"properties": tagged})
+        spec = FileWriteSpec(self.properties, metadata.model_dump_json(), self.sink.target_file_bytes)
         prepared = time.monotonic()
         written = df.mapInArrow(write_data_files(spec), FILES_SCHEMA).collect()
         wrote = time.monotonic()
@@ -105,6 +117,8 @@ class IcebergBatchWriter:
             props,
             self.sink.commit_retries,
         )
+        committed = time.monotonic()
+        expired = self.expire() if not outcome.skipped else None
         trace(
             self.trace_path,
             "commit",
@@ -120,7 +134,9 @@ class IcebergBatchWriter:
             # pipeline, the state store, the file writes), the Iceberg commit.
             prepare_s=round(prepared - started, 4),
             write_s=round(wrote - prepared, 4),
-            commit_s=round(time.monotonic() - wrote, 4),
+            commit_s=round(committed - wrote, 4),
+            **({"expired": expired.snapshots, "kept": expired.kept} if expired else {}),
+            **({"expire_s": round(time.monotonic() - committed, 4)} if expired else {}),
         )
         if os.environ.get(FAULT_ENV) == f"kill-after-commit:{batch_id}":
             # Fault injection for tests: die like a killed driver, after our commit, before Spark's.
