@@ -361,15 +361,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hours", type=float, help="override the profile's hours of data")
     p.add_argument(
         "--profile",
-        choices=sorted(PROFILES),
+        choices=sorted([*PROFILES, "soak"]),
         default="default",
-        help="dense: 6 h at 1M impressions/h; day: 24 h at 100k/h; default: 6 h at 50k/h (overhead-bound)",
+        help="dense: 6 h at 1M impressions/h; day: 24 h at 100k/h; default: 6 h at 50k/h (overhead-bound); "
+        "soak: 2000 live batches as history grows (bench/soak.py)",
     )
     p.add_argument("--state-store", choices=sorted(STATE_STORES), default="hdfs", help="Spark's state store provider")
     p.add_argument("--shuffle-partitions", type=int, help="default: one per core")
     p.add_argument("--max-drift", default=MAX_DRIFT, help="alignment.maxDrift of the aligned backfill")
     p.add_argument("--driver-memory", help="the local JVM's memory, e.g. 12g (dense and day need more)")
     args = p.parse_args(argv)
+    if args.profile == "soak":
+        from bench import soak
+
+        rest = ["--json"] * args.json + ["--out", args.out] * bool(args.out)
+        return soak.main(rest + ["--driver-memory", args.driver_memory] * bool(args.driver_memory))
     return run_measured(args, bench, "kappa-bench-backfill-")
 
 

@@ -290,6 +290,20 @@ class SnapshotHistory(KappaModel):
     """Expire every this many batches (0: never; the table's history then grows without bound)."""
 
 
+class Compaction(KappaModel):
+    """Small files rewritten into few by the driver's Spark jobs, as one `replace` snapshot."""
+
+    every: int = Field(default=100, ge=0)
+    """Compact every this many commits (0: never)."""
+    min_files: int = Field(default=10, ge=2)
+    """Rewrite a partition's small files once at least this many are there."""
+    small_file_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    """Files below this size are small."""
+    protect_batches: int = Field(default=360, ge=0)
+    """Leave the newest this many batches' own files whole: a rewind undoes within this horizon
+    (the operator sets it from the checkpoint retention and the trigger interval)."""
+
+
 class IcebergSink(SinkBase):
     """Exactly-once Iceberg table: executors write Parquet, the driver commits one snapshot per
     micro-batch carrying the query and batch ids (a replayed batch is skipped)."""
@@ -312,6 +326,8 @@ class IcebergSink(SinkBase):
     """Each task rolls to a new file after about this many bytes of Arrow data."""
     history: SnapshotHistory = SnapshotHistory()
     """Snapshot expiry, done by the driver on the Spark side."""
+    compaction: Compaction = Compaction()
+    """Small-file compaction, done by the driver's Spark jobs."""
 
     @field_validator("partition_by")
     @classmethod

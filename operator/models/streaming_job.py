@@ -117,6 +117,18 @@ class SinkHistory(CRModel):
     """Expire every this many commits; 0 never (the history then grows without bound)."""
 
 
+class SinkCompaction(CRModel):
+    """Small-file compaction by the job's Spark driver (iceberg), as `replace` snapshots. The
+    newest batches' files stay whole for as long as spec.checkpoints keeps restore points."""
+
+    every: int = Field(default=100, ge=0, le=INT64_MAX)
+    """Compact every this many commits; 0 never."""
+    min_files: int = Field(default=10, ge=2, le=INT64_MAX)
+    """Rewrite a partition's small files once at least this many are there."""
+    small_file_bytes: int = Field(default=32 * 1024 * 1024, ge=1, le=INT64_MAX)
+    """Files below this size are small."""
+
+
 class JobSink(CRModel):
     """One named output of the pipeline."""
 
@@ -144,6 +156,8 @@ class JobSink(CRModel):
     """Columns identifying a row, for a backfill's validation diff."""
     history: SinkHistory = SinkHistory()
     """Snapshot expiry (iceberg)."""
+    compaction: SinkCompaction = SinkCompaction()
+    """Small-file compaction (iceberg)."""
 
     @model_validator(mode="after")
     def _complete(self) -> JobSink:

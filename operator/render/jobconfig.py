@@ -10,7 +10,8 @@ import hashlib
 from typing import Any
 
 from kappa_operator.models.backfill import Backfill
-from kappa_operator.models.streaming_job import JobSink, JobSource, StreamingJob
+from kappa_operator.models.common import duration_ms
+from kappa_operator.models.streaming_job import JobSink, JobSource, StreamingJob, StreamingJobSpec
 from spark_app.config import JobConfig, parse_config
 
 CONFIG_PATH = "/etc/kappa/job.json"
@@ -39,13 +40,28 @@ def _live_source(src: JobSource) -> dict[str, Any]:
     return out
 
 
-def _sink(sink: JobSink, branch: str | None = None, path_suffix: str = "") -> dict[str, Any]:
+def rewind_horizon_batches(spec: StreamingJobSpec) -> int:
+    """How many of a live query's newest batches a Rewind may undo: the span of restore points
+    the retention keeps (count x interval, capped by maxAge, plus the interval being filled),
+    in trigger intervals (a batch is never shorter). Compaction leaves their files whole."""
+    ckpt = spec.checkpoints
+    if ckpt.external_location is None:
+        return 0  # no restore points: no Rewind to protect
+    interval = duration_ms(ckpt.interval)
+    horizon = interval * ckpt.retention.count
+    if ckpt.retention.max_age is not None:
+        horizon = min(horizon, duration_ms(ckpt.retention.max_age))
+    return -(-(horizon + interval) // max(duration_ms(spec.trigger_interval), 1))
+
+
+def _sink(sink: JobSink, branch: str | None = None, path_suffix: str = "", protect_batches: int = 0) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": sink.kind}
     if sink.time_column:
         out["timeColumn"] = sink.time_column
     if sink.kind == "iceberg":
         out.update(catalog=sink.catalog, table=sink.table, partitionBy=sink.partition_by, key=sink.key)
         out["history"] = sink.history.model_dump(by_alias=True)
+        out["compaction"] = {**sink.compaction.model_dump(by_alias=True), "protectBatches": protect_batches}
         if branch:
             out["branch"] = branch
     else:
@@ -67,7 +83,7 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             "mode": "live",
             "catalogs": _catalogs(job),
             "sources": {n: _live_source(s) for n, s in spec.sources.items()},
-            "sinks": {n: _sink(s) for n, s in spec.sinks.items()},
+            "sinks": {n: _sink(s, protect_batches=rewind_horizon_batches(spec)) for n, s in spec.sinks.items()},
             "checkpoint": {"location": live_checkpoint(job)},
             "trigger": {"kind": "processingTime", "interval": spec.trigger_interval},
             "alignment": {"orderingColumn": spec.ordering_column},

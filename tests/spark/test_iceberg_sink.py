@@ -25,7 +25,7 @@ from spark_app.sinks.iceberg import batch_tags
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID, batch_of
 from spark_app.sinks.iceberg.history import expire
 from spark_app.sinks.iceberg.publish import ValidationFailedError, publish
-from spark_app.sinks.iceberg.undo import batches_after, undo
+from spark_app.sinks.iceberg.undo import UndoIncompleteError, batches_after, undo
 from spark_app.sinks.iceberg.window import TimeWindow
 from spark_app.sinks.iceberg.writer import FAULT_ENV, checkpoint_query_id
 from spark_app.telemetry import read_trace
@@ -310,15 +310,80 @@ def test_a_kill_then_expired_history_still_replays_nothing_and_undoes_exactly(
     # every file the query wrote names its batch; an undo goes by those names alone
     files = {f.file_path: f.record_count for f in batch_tags.live_files(load(), "main")}
     tags = {p: batch_tags.parse(p) for p in files}
-    assert all(t is not None and t[0] == query_id for p, t in tags.items() if "other" not in p and t is not None)
-    batches = sorted({t[1] for t in tags.values() if t is not None})
+    assert sum(1 for t in tags.values() if t is None) == 3, "only the other writer's files are untagged"
+    assert {t.query for t in tags.values() if t is not None} == {query_id}
+    batches = sorted({t.first for t in tags.values() if t is not None})
     n = batches[len(batches) // 2]
-    later = sum(files[p] for p, t in tags.items() if t is not None and t[1] > n)
+    later = sum(files[p] for p, t in tags.items() if t is not None and t.first > n)
     assert len(load().snapshots()) <= 3 and later > 0
     done = undo(load, "main", query_id, n)
     assert done.rows_removed == later and done.batches == tuple(b for b in batches if b > n)
     assert load().scan().to_arrow().num_rows == len(ids) - later
     assert pc.sum(pc.starts_with(load().scan().to_arrow()["playback_id"], "other-")).as_py() == 3
+
+
+def test_a_compacting_sink_keeps_every_row_and_rewinds_within_its_horizon(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    """A dedup pipeline (another shape than rmi) whose sink compacts its small files and
+    expires its history as it runs: the same rows as a sink that does neither, far fewer files,
+    and an undo into the protected horizon is exact while one into a compacted range refuses."""
+
+    def dedup(name: str, **maintenance: Any) -> JobConfig:
+        return dataset.config(
+            tmp_path / name,
+            name=f"dedup-{name}",
+            mode="live",
+            pipeline="spark_app.examples.dedup:pipeline",
+            pipelineArgs={"source": "playbacks", "key": "playback_id", "time_column": "event_ts"},
+            trigger={"kind": "availableNow"},
+            sources=sources("icebergLive", ("playbacks",)),
+            sinks={
+                "deduplicated": {
+                    "kind": "iceberg",
+                    "table": f"out.dedup_{name}",
+                    "timeColumn": "event_ts",
+                    "partitionBy": ["hour(event_ts)"],
+                    **maintenance,
+                }
+            },
+        )
+
+    run(dedup("plain", compaction={"every": 0}, history={"expireEvery": 0}), spark)
+    compacting = dedup(
+        "compacting",
+        compaction={"every": 4, "minFiles": 3, "protectBatches": 3},
+        history={"keepLast": 4, "minAge": "0s", "expireEvery": 4},
+    )
+    run(compacting, spark)
+    catalog = dataset.catalog()
+    plain, table = catalog.load_table("out.dedup_plain"), catalog.load_table("out.dedup_compacting")
+
+    def rows(t: Table) -> list[tuple[Any, ...]]:
+        a = t.scan().to_arrow()
+        return sorted(zip(*(a[c].to_pylist() for c in sorted(a.column_names)), strict=True), key=repr)
+
+    assert rows(table) == rows(plain) and len(rows(plain)) > 100
+    compactions = [e for e in read_trace(tmp_path / "compacting" / "trace.jsonl") if "compacted_files" in e]
+    assert sum(e["compacted_files"] for e in compactions) > 0
+    files = {f.file_path: f.record_count for f in batch_tags.live_files(table, "main")}
+    assert len(files) < len(list(plain.scan().plan_files())) / 2
+    assert len(table.snapshots()) <= 4 + 3, "keepLast, plus the commits since the last expiry"
+    tags = {p: batch_tags.parse(p) for p in files}
+    assert all(t is not None for t in tags.values()), "every file names its batch(es)"
+    last = max(t.last for t in tags.values() if t)
+    merged = [t for t in tags.values() if t and t.first < t.last]
+    assert merged and all(t.last <= last - 3 for t in merged), "the newest 3 batches' files stay whole"
+
+    query_id = checkpoint_query_id(str(tmp_path / "compacting" / "ckpt" / "deduplicated"))
+    load = lambda: catalog.load_table("out.dedup_compacting")  # noqa: E731
+    inside = merged[0]
+    with pytest.raises(UndoIncompleteError, match="compaction merged batches"):
+        undo(load, "main", query_id, inside.first)
+    n = last - 2
+    later = sum(files[p] for p, t in tags.items() if t and t.first > n)
+    assert undo(load, "main", query_id, n).rows_removed == later > 0
+    assert len(rows(load())) == len(rows(plain)) - later
 
 
 def test_two_writers_on_one_table_both_land(dataset: Dataset, tmp_path: Path) -> None:

@@ -43,6 +43,8 @@ from spark_app.examples.generator import (
 )
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.planning.splits import Split
+from spark_app.sinks.iceberg.compaction import compact
+from spark_app.sinks.iceberg.history import expire
 from spark_app.sources.iceberg.datasource import KappaIcebergDataSource
 from spark_app.sources.iceberg.stream import BackfillReader, LiveReader
 from spark_app.telemetry import read_trace
@@ -367,6 +369,52 @@ def test_starting_positions(fresh_dataset: Callable[[float], Dataset], tmp_path:
         build_reader(live_config(ds, tmp_path, startingPosition=None, startingSnapshotId=12345)).initialOffset()
     msg = str(err.value)
     assert "startingSnapshotId 12345" in msg and "not in the history" in msg and "demo.impressions" in msg
+
+
+def test_a_start_before_expired_history_is_refused_not_silently_partial(
+    fresh_dataset: Callable[[float], Dataset], tmp_path: Path
+) -> None:
+    """A table whose writer expires its history (as our sink does): the oldest retained snapshot
+    added only its own files; "earliest" from there would never read the rest of the table."""
+    ds = fresh_dataset(0.5)
+    load = lambda: impressions(ds)  # noqa: E731
+    assert len(load().snapshots()) > 4
+    expire(load, keep_last=3, min_age=timedelta(0))
+    first_kept = min(load().snapshots(), key=lambda s: s.timestamp_ms)
+    for source, what in (
+        ({"startingPosition": "earliest"}, "startingPosition earliest"),
+        ({"startingPosition": None, "startingTimestamp": "2000-01-01T00:00:00Z"}, "startingTimestamp 2000-01-01"),
+    ):
+        with pytest.raises(SnapshotExpiredError) as err:
+            build_reader(live_config(ds, tmp_path / what[:8], **source)).initialOffset()
+        msg = str(err.value)
+        assert what in msg and str(first_kept.snapshot_id) in msg and "startingPosition: latest" in msg
+    # a start inside the retained history, or at the head, is exact as before
+    late = ms_to_iso(first_kept.timestamp_ms + 1)
+    reader = build_reader(live_config(ds, tmp_path / "late", startingPosition=None, startingTimestamp=late))
+    assert LiveOffset.from_dict(reader.initialOffset()).snapshot_id != first_kept.snapshot_id
+
+
+def test_a_compaction_of_the_table_read_is_skipped_by_a_live_reader(
+    spark: SparkSession, fresh_dataset: Callable[[float], Dataset], tmp_path: Path
+) -> None:
+    """Another table shape than the sink's own: the generator's hour-partitioned, untagged
+    files, compacted on the Spark side while a live reader follows the table."""
+    ds = fresh_dataset(0.5)
+    before = sorted(impressions(ds).scan().to_arrow()["impression_id"].to_pylist())
+    files = len(list(impressions(ds).scan().plan_files()))
+    reader = build_reader(live_config(ds, tmp_path / "r", startingPosition="latest"))
+    start = reader.initialOffset()
+    done = compact(spark, lambda: impressions(ds), "main", ds.props, "no-query", 0, 0, 2, 10**9, 10**9)
+    assert done is not None and done.files_before > done.files_after >= 1
+    table = impressions(ds)
+    head = table.current_snapshot()
+    assert head is not None and head.summary is not None and head.summary.operation.value == "replace"
+    assert sorted(table.scan().to_arrow()["impression_id"].to_pylist()) == before, "same rows, fewer files"
+    assert len(list(table.scan().plan_files())) == files - done.files_before + done.files_after
+    _, new_ids = append(ds, extra_commits(ds, 1)[0])
+    end = reader.latestOffset(start, ALL)
+    assert sorted(batch_ids(reader, start, end)) == sorted(new_ids), "the compaction read nothing again"
 
 
 # --- 4. non-append snapshots --------------------------------------------------------------------

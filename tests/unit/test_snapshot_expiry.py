@@ -22,8 +22,9 @@ from spark_app.config import parse_config
 from spark_app.errors import ConfigError
 from spark_app.sinks.iceberg import batch_tags
 from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
+from spark_app.sinks.iceberg.compaction import LiveFile, plan
 from spark_app.sinks.iceberg.history import SnapshotInfo, expirable, expire
-from spark_app.sinks.iceberg.undo import undo
+from spark_app.sinks.iceberg.undo import UndoIncompleteError, undo
 
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
 Q = "3f1c2b9e-0d1a-4c7e-9a55-1b2c3d4e5f60"
@@ -45,7 +46,7 @@ def test_expirable_keeps_the_newest_the_young_and_the_heads() -> None:
 
 def test_batch_tags_round_trip_and_leave_other_files_alone() -> None:
     name = f"s3://b/t/data/ts_hour=2026-11-23-10/{batch_tags.tag(Q, 12)}_00000-0-{Q}.parquet"
-    assert batch_tags.parse(name) == (Q, 12)
+    assert batch_tags.parse(name) == batch_tags.BatchTag(Q, 12, 12)
     assert batch_tags.parse("s3://b/t/data/ts_hour=1/00000-0-abc.parquet") is None
     assert batch_tags.parse(f"s3://b/{batch_tags.tag(Q, 3)}_dir/00000-0-abc.parquet") is None, "the name, not a dir"
 
@@ -63,7 +64,9 @@ def table(tmp_path: Path) -> tuple[SqlCatalog, Table]:
 def _write(t: Table, query: str, batch: int, rows: int) -> list[str]:
     """Files written the way the sink's executors write them: the table's metadata with the
     batch tag's location provider."""
-    meta = t.metadata.model_copy(update={"properties": batch_tags.write_properties(t.metadata.properties, query, batch)})
+    meta = t.metadata.model_copy(
+        update={"properties": batch_tags.write_properties(t.metadata.properties, query, batch)}
+    )
     data = pa.table({"id": [f"{query[:4]}-{batch}"] * rows, "n": list(range(rows))})
     return [f.file_path for f in _dataframe_to_data_files(meta, data, t.io)]
 
@@ -87,12 +90,12 @@ def _ids(catalog: SqlCatalog) -> list[str]:
 def test_files_carry_their_batch_in_the_tables_usual_location(table: tuple[SqlCatalog, Table]) -> None:
     catalog, t = table
     paths = _write(t, Q, 7, 3)
-    assert [batch_tags.parse(p) for p in paths] == [(Q, 7)]
+    assert [batch_tags.parse(p) for p in paths] == [batch_tags.BatchTag(Q, 7, 7)]
     assert paths[0].startswith(f"{t.location()}/data/")
     # a table with the object-store layout keeps it: the tag only renames the file
     t = t.transaction().set_properties({TableProperties.OBJECT_STORE_ENABLED: "true"}).commit_transaction()
     (hashed,) = _write(t, Q, 8, 1)
-    assert batch_tags.parse(hashed) == (Q, 8) and hashed.count("/") > paths[0].count("/")
+    assert batch_tags.parse(hashed) == batch_tags.BatchTag(Q, 8, 8) and hashed.count("/") > paths[0].count("/")
     assert batch_tags.WRITE_TAG not in catalog.load_table("ns.t").properties, "never set on the table"
 
 
@@ -157,7 +160,11 @@ def test_a_bad_history_policy_names_the_field() -> None:
         "sources": {"a": {"kind": "icebergLive", "table": "ns.a"}},
         "checkpoint": {"location": "/tmp/ck"},
     }
-    for bad, field in (({"keepLast": 0}, "keepLast"), ({"minAge": "-1m"}, "minAge"), ({"expireEvery": -1}, "expireEvery")):
+    for bad, field in (
+        ({"keepLast": 0}, "keepLast"),
+        ({"minAge": "-1m"}, "minAge"),
+        ({"expireEvery": -1}, "expireEvery"),
+    ):
         with pytest.raises(ConfigError) as err:
             parse_config({**base, "sinks": {"out": {"kind": "iceberg", "table": "ns.out", "history": bad}}})
         assert f"sinks.out.history.{field}" in str(err.value)
@@ -167,3 +174,90 @@ def test_plain_parquet_files_are_not_mistaken_for_batches(tmp_path: Path) -> Non
     path = tmp_path / "q_b1_x.parquet"
     pq.write_table(pa.table({"a": [1]}), path)
     assert batch_tags.parse(str(path)) is None, "a tag needs q<query id>_b<batch>_"
+
+
+# --- compaction: what it may touch, and what an undo does with its files ----------------------
+
+
+def _live(path: str, size: int = 1000, partition: tuple[int, ...] = (1,)) -> LiveFile:
+    return LiveFile(path, size, 0, partition, batch_tags.parse(path))
+
+
+def _ours(batch: int, partition: int = 1, size: int = 1000) -> LiveFile:
+    return _live(f"wh/data/p={partition}/{batch_tags.tag(Q, batch)}_00000-0-x.parquet", size, (partition,))
+
+
+def test_compaction_plans_old_small_files_of_this_query_per_partition() -> None:
+    files = [_ours(b) for b in range(20)] + [_ours(b, partition=2) for b in range(5)]
+    files += [_ours(3, size=10**9)]  # big: left alone
+    files += [_live(f"wh/data/p=1/{batch_tags.tag('other-query', b)}_x.parquet") for b in range(12)]
+    files += [_live(f"wh/data/p=1/00000-{i}-untagged.parquet") for i in range(3)]
+    groups = plan(
+        files, Q, current_batch=19, protect_batches=5, min_files=3, small_file_bytes=10**6, target_bytes=10**8
+    )
+    ours = sorted((g.first, g.last, len(g.paths)) for g in groups if g.query == Q)
+    assert ours == [(0, 4, 5), (0, 14, 15)], "partition 2 and partition 1, each one file"
+    assert all(t.last <= 14 for g in groups if g.query == Q for t in map(batch_tags.parse, g.paths) if t), (
+        "the newest 5 batches stay whole"
+    )
+    assert [len(g.paths) for g in groups if g.query is None] == [3], "files no query of ours wrote"
+    assert not any("other-query" in p for g in groups for p in g.paths), "another query's files are its own"
+    # too few files, or a byte budget per output file
+    assert plan(files[:2], Q, 19, 0, 3, 10**6, 10**8) == []
+    chunks = plan([_ours(b) for b in range(10)], Q, 100, 0, 2, 10**6, target_bytes=3500)
+    assert [len(g.paths) for g in chunks] == [3, 3, 3] and (chunks[0].first, chunks[0].last) == (0, 2)
+
+
+def test_the_rewind_horizon_comes_from_the_checkpoint_retention() -> None:
+    import yaml
+
+    from kappa_operator.models.streaming_job import StreamingJob
+    from kappa_operator.render.jobconfig import rewind_horizon_batches, streaming_job_config
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "rmi-streamingjob.yaml").read_text())
+    spec = data["spec"]
+
+    def horizon(**checkpoints: object) -> int:
+        job = StreamingJob.model_validate(
+            {
+                **data,
+                "metadata": {"name": "rmi"},
+                "spec": {**spec, "triggerInterval": "10s", "checkpoints": {"location": "s3a://lake/ck", **checkpoints}},
+            }
+        )
+        return rewind_horizon_batches(job.spec)
+
+    assert horizon() == 0, "no restore points: nothing to protect"
+    assert horizon(externalLocation="s3://b/x", interval="10m", retention={"count": 24}) == 25 * 60
+    assert horizon(externalLocation="s3://b/x", interval="10m", retention={"count": 24, "maxAge": "1h"}) == 70 * 6
+    job = StreamingJob.model_validate({**data, "metadata": {"name": "rmi"}})
+    sink = next(iter(streaming_job_config(job).sinks.values()))
+    assert sink.compaction.protect_batches == rewind_horizon_batches(job.spec)  # type: ignore[union-attr]
+
+
+def test_undo_refuses_to_split_a_compacted_file_and_removes_whole_ones(table: tuple[SqlCatalog, Table]) -> None:
+    catalog, _ = table
+    load = lambda: catalog.load_table("ns.t")  # noqa: E731
+
+    def commit_range(first: int, last: int, rows: int) -> None:
+        t = load()
+        meta = t.metadata.model_copy(
+            update={"properties": batch_tags.write_properties(t.metadata.properties, Q, first, last)}
+        )
+        data = pa.table({"id": [f"{first}-{last}"] * rows, "n": list(range(rows))})
+        paths = [f.file_path for f in _dataframe_to_data_files(meta, data, t.io)]
+        commit_batch(load, "main", paths, {QUERY_ID: Q, BATCH_ID: str(last), JOB: "j"}, 3)
+
+    commit_range(0, 9, 10)  # what a compaction of batches 0..9 leaves
+    for b in range(10, 13):
+        commit_range(b, b, 1)
+    _expire_all_but_head(catalog)
+    found = find_batch(load(), "main", Q, 4)
+    assert found is not None and found.snapshot_id is None, "a batch inside a compacted range is committed"
+    before = _ids(catalog)
+    with pytest.raises(UndoIncompleteError, match="compaction merged batches on both sides of 5"):
+        undo(load, "main", Q, after_batch=5)
+    assert _ids(catalog) == before, "nothing changed"
+    assert undo(load, "main", Q, after_batch=10).batches == (11, 12)
+    assert undo(load, "main", Q, after_batch=9).rows_removed == 1
+    assert _ids(catalog) == ["0-9"] * 10

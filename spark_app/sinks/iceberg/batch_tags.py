@@ -8,13 +8,16 @@ current state even after every snapshot that added them was expired, and expiry 
 keep the history a retained restore point may need to undo.
 
 The tag goes in front of pyiceberg's own file name, in the table's usual data location
-(partition directories unchanged): ``q<query id>_b<batch>_00000-0-<uuid>.parquet``.
+(partition directories unchanged): ``q<query id>_b<batch>_00000-0-<uuid>.parquet``. A file
+compaction wrote from several batches of one query names their range, ``q<id>_b<first>-<last>_``:
+an undo that would have to split it refuses instead of removing too much or too little.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionKey
@@ -25,26 +28,40 @@ from pyiceberg.typedef import Properties
 WRITE_TAG = "kappa.write.batch-tag"
 """Set only in the metadata copy the executors write with, never on the table."""
 
-_TAG = re.compile(r"(?:^|/)q(?P<query>[0-9A-Za-z-]{1,64})_b(?P<batch>\d{1,19})_[^/]*$")
+_TAG = re.compile(r"(?:^|/)q(?P<query>[0-9A-Za-z-]{1,64})_b(?P<first>\d{1,19})(?:-(?P<last>\d{1,19}))?_[^/]*$")
 
 
-def tag(query_id: str, batch_id: int) -> str:
-    return f"q{query_id}_b{batch_id}"
+@dataclass(frozen=True)
+class BatchTag:
+    query: str
+    first: int
+    last: int
+    """Equal to ``first`` for a batch's own file; a compacted file spans ``first..last``."""
+
+    def covers(self, batch_id: int) -> bool:
+        return self.first <= batch_id <= self.last
 
 
-def parse(path: str) -> tuple[str, int] | None:
-    """(query id, batch id) of a file the sink wrote; None for any other file."""
+def tag(query_id: str, first: int, last: int | None = None) -> str:
+    return f"q{query_id}_b{first}" if last is None or last == first else f"q{query_id}_b{first}-{last}"
+
+
+def parse(path: str) -> BatchTag | None:
+    """The query and batch(es) that wrote a file the sink wrote; None for any other file."""
     m = _TAG.search(path)
-    return (m["query"], int(m["batch"])) if m else None
+    if not m:
+        return None
+    first = int(m["first"])
+    return BatchTag(m["query"], first, int(m["last"]) if m["last"] else first)
 
 
-def write_properties(properties: Properties, query_id: str, batch_id: int) -> dict[str, str]:
+def write_properties(properties: Properties, query_id: str, first: int, last: int | None = None) -> dict[str, str]:
     """The table's properties for the executors' metadata copy: our provider, with the tag."""
     own = properties.get(TableProperties.WRITE_PY_LOCATION_PROVIDER_IMPL)
     return {
         **properties,
         TableProperties.WRITE_PY_LOCATION_PROVIDER_IMPL: f"{__name__}.BatchTaggedLocations",
-        WRITE_TAG: tag(query_id, batch_id),
+        WRITE_TAG: tag(query_id, first, last),
         **({_WRAPPED: own} if own else {}),
     }
 
@@ -80,15 +97,8 @@ def live_files(table: Table, branch: str) -> Iterator[DataFile]:
             yield entry.data_file
 
 
-def tagged_after(table: Table, branch: str, query_id: str, after_batch: int) -> list[DataFile]:
-    """Live files on ``branch`` that batches > ``after_batch`` of ``query_id`` wrote."""
-    out = []
-    for f in live_files(table, branch):
-        written = parse(f.file_path)
-        if written is not None and written[0] == query_id and written[1] > after_batch:
-            out.append(f)
-    return out
-
-
 def batch_is_live(table: Table, branch: str, query_id: str, batch_id: int) -> bool:
-    return any(parse(f.file_path) == (query_id, batch_id) for f in live_files(table, branch))
+    return any(
+        t is not None and t.query == query_id and t.covers(batch_id)
+        for t in (parse(f.file_path) for f in live_files(table, branch))
+    )

@@ -21,7 +21,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 
-from spark_app.sinks.iceberg import batch_tags
+from spark_app.sinks.iceberg import batch_tags, history
 
 log = logging.getLogger("kappa.sink")
 
@@ -85,8 +85,8 @@ def find_batch(table: Table, branch: str, query_id: str, batch_id: int) -> Commi
             return Committed(snap.snapshot_id)
         if written < batch_id:
             return None
-    if oldest is None or (oldest.parent_snapshot_id is None and oldest.sequence_number == 1):
-        return None  # the whole history was walked (expiry drops the parent id, not the number)
+    if oldest is None or not history.expired_before(oldest):
+        return None  # the whole history was walked
     if batch_tags.batch_is_live(table, branch, query_id, batch_id):
         log.info("%s@%s: batch %d of %s found by its files (expired)", table.name(), branch, batch_id, query_id)
         return Committed(None)
@@ -146,7 +146,10 @@ def commit_batch(
             return CommitOutcome(done.snapshot_id, attempt, skipped=True)
         files = files if files is not None else data_files(table, paths)
         tx = table.transaction()
-        with tx.update_snapshot(snapshot_properties=properties, branch=branch).fast_append() as append:
+        # merge_append: on a table with commit.manifest-merge.enabled (the sink creates its
+        # tables so), manifests merge once ~100 accumulate and the manifest list each commit
+        # rewrites stays bounded; otherwise it is a fast_append, one more manifest per batch.
+        with tx.update_snapshot(snapshot_properties=properties, branch=branch).merge_append() as append:
             for f in files:
                 append.append_data_file(f)
         snapshot_id = try_commit(tx, branch, attempt, retries, f"{table.name()}@{branch} batch {batch_id}")

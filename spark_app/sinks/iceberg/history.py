@@ -27,8 +27,16 @@ from datetime import UTC, datetime, timedelta
 from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import Snapshot
 
 log = logging.getLogger("kappa.sink.history")
+
+
+def expired_before(oldest: Snapshot) -> bool:
+    """Whether snapshots older than ``oldest`` (the first retained one of a history) were
+    expired. pyiceberg drops the parent id of the oldest survivor, so the sequence number
+    tells: the first snapshot a format-2 table ever had is number 1 (format 1 has none: 0)."""
+    return oldest.parent_snapshot_id is not None or (oldest.sequence_number or 0) > 1
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,17 @@ def utc_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
+CREATE_PROPERTIES = {
+    # A live sink commits every few seconds. Its manifests merge once ~100 accumulate (else
+    # the manifest list every commit rewrites grows by one per batch), and old metadata files
+    # go once 100 newer ones exist (Iceberg's default keeps every one for ever). A table the
+    # sink did not create keeps its own settings (README: "How the Iceberg sink works").
+    "commit.manifest-merge.enabled": "true",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
+
+
 def load_or_create(catalog: Catalog, identifier: str, arrow_schema: pa.Schema, partition_by: list[str]) -> Table:
     """Load the sink's table; create it (and its namespace) from the output schema if missing.
 
@@ -94,7 +105,7 @@ def load_or_create(catalog: Catalog, identifier: str, arrow_schema: pa.Schema, p
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(namespace)
     try:
-        table = catalog.create_table(identifier, schema=utc_schema(arrow_schema))
+        table = catalog.create_table(identifier, schema=utc_schema(arrow_schema), properties=CREATE_PROPERTIES)
     except TableAlreadyExistsError:  # another writer created it first
         return catalog.load_table(identifier)
     if partition_by:

@@ -102,8 +102,15 @@ def undo(
         gone = [p for p in wanted if p not in live]
         # Batches whose snapshots were expired: their files still name them.
         seen = set(wanted)
-        tagged = {p: t[1] for p in live if p not in seen and (t := batch_tags.parse(p)) and t[0] == query_id}
-        wanted += [p for p, batch in tagged.items() if batch > after_batch]
+        tagged = {p: t for p in live if p not in seen and (t := batch_tags.parse(p)) and t.query == query_id}
+        split = [p for p, t in tagged.items() if t.first <= after_batch < t.last]
+        if split:
+            raise UndoIncompleteError(
+                f"{table.name()}: compaction merged batches on both sides of {after_batch} of query {query_id} "
+                f"into one file ({split[0]}); its rows cannot be split by file. Nothing was changed. Keep "
+                "compaction.protectBatches at least as long as the rewinds you need (checkpoint retention)"
+            )
+        wanted += [p for p, t in tagged.items() if t.first > after_batch]
         if gone:
             raise UndoIncompleteError(
                 f"{table.name()}: {len(gone)} file(s) written by batches > {after_batch} of query {query_id} "
@@ -126,7 +133,7 @@ def undo(
         batches = tuple(
             sorted(
                 {b.batch_id for b in written if any(p in live for p in b.paths)}
-                | {tagged[p] for p in wanted if p in tagged}
+                | {b for p in wanted if p in tagged for b in range(tagged[p].first, tagged[p].last + 1)}
             )
         )
         return UndoResult(batches, len(files), rows, snapshot_id)

@@ -17,7 +17,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_app.catalogs import catalog_for
 from spark_app.config import CatalogConfig, IcebergSink
-from spark_app.sinks.iceberg import batch_tags, history
+from spark_app.sinks.iceberg import batch_tags, compaction, history
 from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
 from spark_app.sinks.iceberg.files import FILES_SCHEMA, FileWriteSpec, write_data_files
 from spark_app.sinks.iceberg.table import ensure_main_snapshot, load_or_create
@@ -76,6 +76,24 @@ class IcebergBatchWriter:
             return None
         return history.expire(self.table, policy.keep_last, policy.min_age)
 
+    def compact(self, df: DataFrame, batch_id: int) -> compaction.Compacted | None:
+        """Every ``compaction.every`` commits of this writer: small files of old batches merged."""
+        policy = self.sink.compaction
+        if not policy.every or self._commits % policy.every:
+            return None
+        return compaction.compact(
+            df.sparkSession,
+            self.table,
+            self.branch,
+            self.properties,
+            self.query_id,
+            batch_id,
+            policy.protect_batches,
+            policy.min_files,
+            policy.small_file_bytes,
+            self.sink.target_file_bytes,
+        )
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         catalog = catalog_for(self.catalog_name, self.properties)
@@ -119,6 +137,8 @@ class IcebergBatchWriter:
         )
         committed = time.monotonic()
         expired = self.expire() if not outcome.skipped else None
+        expired_at = time.monotonic()
+        compacted = self.compact(df, batch_id) if not outcome.skipped else None
         trace(
             self.trace_path,
             "commit",
@@ -136,7 +156,16 @@ class IcebergBatchWriter:
             write_s=round(wrote - prepared, 4),
             commit_s=round(committed - wrote, 4),
             **({"expired": expired.snapshots, "kept": expired.kept} if expired else {}),
-            **({"expire_s": round(time.monotonic() - committed, 4)} if expired else {}),
+            **({"expire_s": round(expired_at - committed, 4)} if expired else {}),
+            **(
+                {
+                    "compacted_files": compacted.files_before,
+                    "compacted_into": compacted.files_after,
+                    "compact_s": round(time.monotonic() - expired_at, 4),
+                }
+                if compacted
+                else {}
+            ),
         )
         if os.environ.get(FAULT_ENV) == f"kill-after-commit:{batch_id}":
             # Fault injection for tests: die like a killed driver, after our commit, before Spark's.

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -43,6 +44,7 @@ from spark_app.errors import (
 from spark_app.planning.admission import Admission, Limits, admit, source_watermark
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits
+from spark_app.sinks.iceberg.history import expired_before
 from spark_app.sources.iceberg import scan
 from spark_app.sources.iceberg.reader import ReadSpec, SplitsPartition, read_splits
 from spark_app.sources.iceberg.schema import arrow_schema, ordering_field
@@ -372,10 +374,24 @@ class LiveReader(_IcebergReader):
             first = next((s for s in chain if s.timestamp_ms >= ms), None)
             if first is None:
                 return LiveOffset(current, 0, True).to_dict()
+            if first is chain[0]:
+                self._refuse_expired_start(chain[0], f"startingTimestamp {src.starting_timestamp.isoformat()}")
             return LiveOffset(first.snapshot_id, 0, False).to_dict()
         if src.starting_position == "earliest" and chain:
+            self._refuse_expired_start(chain[0], "startingPosition earliest")
             return LiveOffset(chain[0].snapshot_id, 0, False).to_dict()
         return LiveOffset(current, 0, True).to_dict()
+
+    def _refuse_expired_start(self, oldest: Snapshot, what: str) -> None:
+        """Reading from the oldest retained snapshot on would skip every row the expired ones
+        added (still in the table): silent loss, so refuse and say what to do instead."""
+        if expired_before(oldest):
+            raise SnapshotExpiredError(
+                f"sources.{self.spec.name}: {what} on {self.spec.source.table} would start at snapshot "
+                f"{oldest.snapshot_id}, but the snapshots before it were expired: the rows they added are in "
+                "the table and would never be read. Start from startingPosition: latest and backfill the "
+                "history (a Backfill reads the table as it is), or keep more history on the writer"
+            )
 
     def prepareForTriggerAvailableNow(self) -> None:
         current = self.refresh().current_snapshot()
@@ -400,6 +416,10 @@ class LiveReader(_IcebergReader):
             "current snapshot (the table was rolled back, or snapshots in between expired); reading on would "
             "skip or repeat data: restart from a fresh checkpoint with an explicit starting position"
         )
+
+    def _rewrite(self, snapshot_id: int) -> bool:
+        snap = scan.require_snapshot(self.table, snapshot_id, "a snapshot this query reads")
+        return snap.summary is not None and snap.summary.operation.value == "replace"
 
     def _readable(self, snapshot_id: int) -> bool:
         """Whether a snapshot adds data to read; non-appends are skipped or fail per config."""
@@ -433,9 +453,11 @@ class LiveReader(_IcebergReader):
             if current.snapshot_id == sid and current.complete:
                 continue
             if current.snapshot_id != sid:
-                if max_snapshots is not None and started >= max_snapshots:
+                # a compaction's replace is passed over without counting: no empty batch for it
+                rewrite = self._rewrite(sid)
+                if max_snapshots is not None and started >= max_snapshots and not rewrite:
                     break
-                started += 1
+                started += 0 if rewrite else 1
                 if not self._readable(sid):
                     current = LiveOffset(sid, 0, True)
                     continue
