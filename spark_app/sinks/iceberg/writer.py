@@ -1,5 +1,6 @@
 """The ``foreachBatch`` function of an Iceberg sink: skip a replayed batch, let the executors
-write the files, commit them on the driver."""
+write the files, commit them on the driver; every few commits, keep the table's history
+(``history``) and file count (``compaction``) bounded."""
 
 from __future__ import annotations
 
