@@ -265,13 +265,15 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     refused: str | None = None
     try:
         published: PublishResult | None = publish(
-            lambda: catalog.load_table(TABLE), "backfill-bench-aligned", tw, key=KEY
+            spark, lambda: catalog.load_table(TABLE), props, "backfill-bench-aligned", tw, key=KEY
         )
     except ValidationFailedError as exc:
         published, refused = None, str(exc)
     publish_seconds = time.monotonic() - t0
     comparison = (
-        published.comparison if published else compare(catalog.load_table(TABLE), "backfill-bench-aligned", tw, KEY)
+        published.comparison
+        if published
+        else compare(spark, catalog.load_table(TABLE), props, "backfill-bench-aligned", tw, KEY)
     )
 
     def of(run: str, key: str) -> Any:

@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import platform
+import socket
 import statistics
 import sys
 import time
@@ -36,6 +37,13 @@ import kmock
 from tests.operator.kube import BACKFILLS, JOBS, manifest, register
 
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the operator's flags take no port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -140,7 +148,11 @@ async def run(n: int, concurrency: int, timeout: float, log: Path) -> dict[str, 
             "--namespace",
             "default",
             "--coordinator-bind",
-            "127.0.0.1:0",
+            f"127.0.0.1:{free_port()}",
+            "--metrics-bind",
+            f"127.0.0.1:{free_port()}",
+            "--health-bind",
+            f"127.0.0.1:{free_port()}",
             env=env,
             stdout=log.open("wb"),
             stderr=asyncio.subprocess.STDOUT,

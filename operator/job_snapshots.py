@@ -9,11 +9,11 @@ from datetime import datetime
 from kappa_operator.checkpoints import layout
 from kappa_operator.checkpoints.errors import IncompleteCheckpointError
 from kappa_operator.checkpoints.snapshots import apply_retention, externalize, list_snapshots
-from kappa_operator.checkpoints.storage import Location, open_location
 from kappa_operator.models.common import as_timedelta
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.checkpoints import Point
 from kappa_operator.render.jobconfig import live_checkpoint
+from spark_app.storage import Location, open_location
 
 
 def _not_yet_copied(live: Location, external: Location) -> list[int | None]:

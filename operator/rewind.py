@@ -11,13 +11,12 @@ from functools import partial
 
 from kappa_operator.checkpoints.restore import choose, restore
 from kappa_operator.checkpoints.snapshots import Manifest, discard_after, list_snapshots
-from kappa_operator.checkpoints.storage import open_location
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
 from spark_app.catalogs import load_table
 from spark_app.errors import KappaError
-from spark_app.sinks.iceberg.undo import undo
+from spark_app.storage import open_location
 
 DONE_MARKER = "_kappa_restored"
 
@@ -81,6 +80,8 @@ def reset_sinks(job: StreamingJob, restores: tuple[SinkRestore, ...]) -> dict[st
             out[r.sink] = (None, 0)
             continue
         props = {k: str(v) for k, v in job.spec.catalogs[sink.catalog].items()}
+        from spark_app.sinks.iceberg.undo import undo  # pyiceberg's Arrow I/O: loaded when a Rewind resets a sink
+
         done = undo(partial(load_table, sink.catalog, props, sink.table), "main", r.query_id, r.batch_id)
         out[r.sink] = (sink.table, done.files_removed)
     return out

@@ -1,4 +1,6 @@
-"""``python -m spark_app --config job.json``: what the operator's SparkApplication runs."""
+"""``python -m spark_app [run|publish] --config job.json``: what the operator's
+SparkApplications run: the job's query (``run``, the default), or a finished backfill's
+validation and publish (``publish``)."""
 
 from __future__ import annotations
 
@@ -13,15 +15,22 @@ from spark_app.errors import KappaError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_app", description=__doc__)
+    parser.add_argument("command", nargs="?", choices=("run", "publish"), default="run")
     parser.add_argument("--config", required=True, help="JobConfig as JSON or YAML")
     parser.add_argument("--timeout", type=float, help="stop a processingTime run after this many seconds")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(args.config)
-        from spark_app.runtime import run, user_message
+        from spark_app.runtime import build_session, run, user_message
 
         try:
+            if args.command == "publish":
+                from spark_app.publishing import run_publish
+
+                published = run_publish(cfg, build_session(cfg))
+                print(published.model_dump_json(indent=2))
+                return 0 if published.state == "Published" else 3
             report = run(cfg, timeout=args.timeout)
         except KappaError:
             raise

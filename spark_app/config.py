@@ -34,6 +34,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from spark_app.errors import ConfigError
+from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -443,6 +444,19 @@ class TriggerConfig(KappaModel):
     """processingTime only: also the poll interval of live Iceberg sources."""
 
 
+class PublishConfig(KappaModel):
+    """Validate a backfill's branches against main and publish its window
+    (``python -m spark_app publish``, after the backfill's query has ended)."""
+
+    min_match_ratio: float = Field(default=DEFAULT_MIN_MATCH_RATIO, ge=0, le=1)
+    """Refuse (main unchanged) below this match ratio; 0 publishes whatever the match."""
+    tag: str | None = None
+    """Recorded on the publish snapshot (``kappa.backfill``): a resumed publish that finds main
+    already equal to the branch reports what its earlier run did."""
+    report: str | None = None
+    """Where the report goes. Default: ``<checkpoint>/_kappa/publish-report.json``."""
+
+
 class CheckpointConfig(KappaModel):
     location: str = Field(min_length=1)
     """Each output's query checkpoints under `<location>/<sink name>`."""
@@ -468,6 +482,8 @@ class JobConfig(KappaModel):
     trigger: TriggerConfig | None = None
     """Default: processingTime 10s live, availableNow for a backfill."""
     window: Window | None = None
+    publish: PublishConfig | None = None
+    """Backfills only: what ``python -m spark_app publish`` does with the branches."""
     alignment: AlignmentConfig = AlignmentConfig()
     coordinator: CoordinatorConfig | None = None
     spark_conf: dict[str, str] = {}
@@ -482,6 +498,8 @@ class JobConfig(KappaModel):
             raise ValueError("mode backfill needs a window: {start, end[, warmup]}")
         if self.mode == "live" and self.window is not None:
             raise ValueError("a window is only meaningful with mode: backfill")
+        if self.mode == "live" and self.publish is not None:
+            raise ValueError("publish is only meaningful with mode: backfill (it publishes a window)")
         wanted = "icebergBackfill" if self.mode == "backfill" else None
         for name, src in self.sources.items():
             if wanted and src.kind != wanted:

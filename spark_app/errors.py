@@ -35,3 +35,7 @@ class WarmupError(KappaError):
 
 class IncompleteBackfillError(KappaError):
     """A backfill query ended before it admitted every split of its window."""
+
+
+class CheckpointError(KappaError):
+    """A checkpoint, snapshot or report location cannot be used as asked."""

@@ -41,7 +41,7 @@ from kappa_operator.checkpoints.snapshots import (
     externalize,
     list_snapshots,
 )
-from kappa_operator.checkpoints.storage import Location, S3Options, open_location
+from spark_app.storage import Location, S3Options, open_location
 
 __all__ = [
     "BatchInfo",

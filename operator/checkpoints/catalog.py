@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 from kappa_operator.checkpoints import layout
 from kappa_operator.checkpoints.errors import CheckpointError
-from kappa_operator.checkpoints.storage import FileStat, Location
 from spark_app.errors import KappaError
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
+from spark_app.storage import FileStat, Location
 
 
 class CatalogModel(BaseModel):

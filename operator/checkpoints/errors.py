@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from spark_app.errors import KappaError
+from spark_app.errors import CheckpointError
 
-
-class CheckpointError(KappaError):
-    """A checkpoint or snapshot location cannot be used as asked."""
+__all__ = ["CheckpointError"]
 
 
 class IncompleteCheckpointError(CheckpointError):

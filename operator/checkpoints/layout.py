@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kappa_operator.checkpoints.errors import IncompleteCheckpointError
-from kappa_operator.checkpoints.storage import FileStat
+from spark_app.storage import FileStat
 
 METADATA = "metadata"
 OFFSETS = "offsets"

@@ -27,7 +27,7 @@ from kappa_operator.checkpoints.errors import (
     TargetNotEmptyError,
 )
 from kappa_operator.checkpoints.snapshots import POOL, Manifest, missing_objects
-from kappa_operator.checkpoints.storage import FileStat, Location, copy_many
+from spark_app.storage import FileStat, Location, copy_many
 
 log = logging.getLogger("kappa.checkpoints")
 

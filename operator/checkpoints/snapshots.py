@@ -40,7 +40,7 @@ from kappa_operator.checkpoints.errors import (
     IncompleteCheckpointError,
     TimelineConflictError,
 )
-from kappa_operator.checkpoints.storage import FileStat, Location, copy_many
+from spark_app.storage import FileStat, Location, copy_many
 
 log = logging.getLogger("kappa.checkpoints")
 

@@ -39,8 +39,8 @@ from spark_app.config import CheckpointConfig
 from spark_app.examples import sessions
 from spark_app.examples.generator import SNAPSHOT_COMMIT_INDEX, Commit, create_tables, iter_commits
 from spark_app.runtime import RunReport, run
-from spark_app.sinks.iceberg.publish import Comparison
 from spark_app.sinks.iceberg.undo import UndoResult, undo
+from spark_app.sinks.iceberg.validation import Comparison
 
 TABLE, CLEAN = "rewind.sessions", "rewind.sessions_clean"
 COLUMNS = ["profile_id", "session_start", "session_end", "plays", "watch_s", "first_play_ts", "last_play_ts"]

@@ -32,7 +32,7 @@ from kappa_operator.coordinator.core import Accepted
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service, now_us
 from kappa_operator.demo import plots, shapes
 from kappa_operator.demo.jobs import RMI_KEY, RMI_TABLE, WARMUP, DemoSettings, rmi_backfill, rmi_live, write_log_config
-from kappa_operator.demo.outage import all_rows, compare_refs, compare_tables, head, inject_outage
+from kappa_operator.demo.outage import all_rows, compare_tables, head, inject_outage
 from kappa_operator.demo.report import evaluate, print_report
 from kappa_operator.demo.rewind import run_rewind
 from kappa_operator.demo.steps import DemoError, Poll, Steps, batches_poll, plural, quiet
@@ -42,7 +42,8 @@ from spark_app.config import JobConfig, format_duration
 from spark_app.examples import rmi
 from spark_app.examples.generator import generate
 from spark_app.runtime import build_session, run
-from spark_app.sinks.iceberg.publish import Comparison, branch_head, publish
+from spark_app.sinks.iceberg.publish import branch_head, publish
+from spark_app.sinks.iceberg.validation import Comparison, compare_snapshots
 from spark_app.sinks.iceberg.window import TimeWindow
 from spark_app.telemetry import read_trace
 
@@ -127,7 +128,9 @@ def run_demo(s: DemoSettings, console: Console, spark: SparkSession | None = Non
         _batches(live_cfg, stats.commits),
         lambda r: f"a commit per batch, {plural(r.batches, 'batch')} into {RMI_TABLE}",
     )
-    load = partial(load_table, "default", live_cfg.catalogs["default"].properties(), RMI_TABLE)
+    props = live_cfg.catalogs["default"].properties()
+    load = partial(load_table, "default", props, RMI_TABLE)
+    compare_refs = partial(compare_snapshots, spark, catalog_properties=props, window=window, key=RMI_KEY)
     outage = steps.run(
         f"outage {w_start:%H:%M}-{w_end:%H:%M}",
         lambda: inject_outage(load, window),
@@ -174,9 +177,9 @@ def run_demo(s: DemoSettings, console: Console, spark: SparkSession | None = Non
         branch = branch_head(table, bf_cfg.sink_branch(rmi.OUTPUT), window)
         unordered = branch_head(table, un_cfg.sink_branch(rmi.OUTPUT), window)
         return (
-            compare_refs(table, window, head(table), branch, RMI_KEY),
-            compare_refs(table, window, outage.clean_snapshot, branch, RMI_KEY),
-            compare_refs(table, window, outage.clean_snapshot, unordered, RMI_KEY),
+            compare_refs(table, reference=head(table), candidate=branch),
+            compare_refs(table, reference=outage.clean_snapshot, candidate=branch),
+            compare_refs(table, reference=outage.clean_snapshot, candidate=unordered),
         )
 
     before, validation, unordered_cmp = steps.run(
@@ -196,7 +199,9 @@ def run_demo(s: DemoSettings, console: Console, spark: SparkSession | None = Non
         # branch was validated against the clean replay above instead, hence the explicit 0.0.
         partial(
             _publish_quietly,
+            spark,
             load,
+            props,
             bf_cfg.sink_branch(rmi.OUTPUT),
             window,
             key=RMI_KEY,
@@ -209,7 +214,7 @@ def run_demo(s: DemoSettings, console: Console, spark: SparkSession | None = Non
     def after_publish() -> tuple[Comparison, Comparison]:
         table = load()
         whole = compare_tables(all_rows(table, outage.clean_snapshot), all_rows(table, head(table)), RMI_KEY)
-        return compare_refs(table, window, outage.clean_snapshot, head(table), RMI_KEY), whole
+        return compare_refs(table, reference=outage.clean_snapshot, candidate=head(table)), whole
 
     repaired, whole = steps.run(
         "main vs the clean replay",

@@ -1,8 +1,11 @@
 """Backfill: resolve the job, join the alignment group, submit the history run, follow its
-progress through the coordinator, publish when it completes, leave the group.
+progress through the coordinator, submit the publish application when it completes and end on
+that application's report, leave the group.
 
-Intent goes into status before slow I/O (``Publishing`` before the publish), so an operator
-restarted mid-way resumes from the recorded phase and every step is safe to repeat."""
+The operator never reads the backfill's rows: validation and publish run in the publish
+application (``python -m spark_app publish``); this handler reads its report, a few KB next to
+the checkpoint. Every step is safe to repeat after an operator restart: the phase recorded
+says where it was, and a publish run twice commits once."""
 
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ import kopf
 from kappa_operator.handlers.context import (
     crash_point,
     ctx,
-    exclusive,
     forget,
     log,
     observe,
@@ -28,19 +30,18 @@ from kappa_operator.handlers.context import (
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.publish import publish_backfill
 from kappa_operator.reconcile.backfill import (
+    ENDED,
     SAVED_JOB,
     BackfillPlan,
-    alignment_group,
     owner_of,
     plan_backfill,
     progress_update,
-    published,
 )
-from kappa_operator.reconcile.phases import now_rfc3339
+from kappa_operator.reconcile.phases import app_state, now_rfc3339
 from kappa_operator.render.jobconfig import backfill_config, backfill_group, group_name
 from kappa_operator.render.spark_application import Owner
+from spark_app.publish_report import PublishReport, read_report
 
 KIND = "Backfill"
 PLURAL = "backfills"
@@ -62,15 +63,29 @@ def _job(bf: Backfill) -> tuple[StreamingJob | None, bool]:
     return parse(StreamingJob, json.loads(saved)), True
 
 
-def _plan(bf: Backfill, app: dict[str, Any] | None, job: StreamingJob | None, saved: bool) -> BackfillPlan:
+def _report(bf: Backfill, job: StreamingJob | None, publish_app: dict[str, Any] | None) -> PublishReport | None:
+    """The publish application's report, once that application has ended (a KB object next to
+    the backfill's checkpoint: the only thing of the data plane the operator reads)."""
+    if job is None or publish_app is None or app_state(publish_app) not in ENDED:
+        return None
+    return read_report(backfill_config(bf, job, None))
+
+
+def _plan(
+    bf: Backfill, apps: tuple[dict[str, Any] | None, dict[str, Any] | None], job: StreamingJob | None, saved: bool
+) -> BackfillPlan:
     c = ctx()
     url = c.coordinator_url if c.groups is not None else None
-    return plan_backfill(bf, job, app, url, now_rfc3339(), c.token, job_saved=saved)
+    app, publish_app = apps
+    report = _report(bf, job, publish_app)
+    return plan_backfill(bf, job, app, url, now_rfc3339(), c.token, saved, publish_app, report)
 
 
-def _app(bf: Backfill) -> dict[str, Any] | None:
-    owner = owner_of(bf)
-    return ctx().cluster().get_app(bf.metadata.namespace, owner.app_name, owner)
+def _apps(bf: Backfill) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The backfill's application and its publish application."""
+    owner, cluster = owner_of(bf), ctx().cluster()
+    ns = bf.metadata.namespace
+    return cluster.get_app(ns, owner.app_name, owner), cluster.get_app(ns, owner.publish_app_name, owner)
 
 
 def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -> dict[str, Any]:
@@ -81,6 +96,8 @@ def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -
         c.groups.join(plan.join_group)  # before the driver can report into it
     if plan.delete_app:
         cluster.delete_app(owner.namespace, owner.app_name, owner)
+    if plan.delete_publish_app:
+        cluster.delete_app(owner.namespace, owner.publish_app_name, owner)
     if plan.config_map is not None:
         cluster.apply_config_map(plan.config_map, owner)
     if plan.secret is not None:
@@ -88,26 +105,20 @@ def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -
     if plan.create_app is not None:
         cluster.create_app(plan.create_app, owner)
         crash_point("exit-after-create-app")
+    if plan.create_publish_app is not None:
+        record(KIND, body, plan.status)  # intent first: a restart finds Publishing and the app
+        cluster.create_app(plan.create_publish_app, owner)
     if plan.leave_group is not None and c.groups is not None:
         c.groups.leave(plan.leave_group.name, owner.name)
         cluster.delete_secret(owner.namespace, owner.token_secret_name, owner)  # the credential's job is done
     post_events(body, plan.events)
-    status = plan.status
-    if plan.publish and job is not None:
-        record(KIND, body, status)  # intent first: a restart resumes the publish
-        with exclusive("publish", owner.namespace, owner.name) as mine:
-            if not mine:
-                return status  # the application's event and the timer both got here: one publishes
-            cfg = backfill_config(bf, job, None)
-            outcome = publish_backfill(bf, cfg)
-        return act(published(bf, outcome, alignment_group(cfg), now_rfc3339()), bf, job, body)
-    observe(KIND, body, status)
-    return status
+    observe(KIND, body, plan.status)
+    return plan.status
 
 
-def _reconcile(bf: Backfill, body: Any, app: dict[str, Any] | None) -> None:
+def _reconcile(bf: Backfill, body: Any, apps: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> None:
     job, saved = _job(bf)
-    status = act(_plan(bf, app, job, saved), bf, job, body)
+    status = act(_plan(bf, apps, job, saved), bf, job, body)
     said = bool(bf.status and bf.status.job_deleted)
     if saved and not said:  # once, not on every event of the application
         msg = f"StreamingJob {bf.spec.job_ref.name} was deleted: finishing with the configuration kept at submission"
@@ -122,12 +133,18 @@ def _reconcile(bf: Backfill, body: Any, app: dict[str, Any] | None) -> None:
 @reported(KIND)
 def reconcile_backfill(body: kopf.Body, **_: Any) -> None:
     bf = parse(Backfill, body)
-    _reconcile(bf, body, _app(bf))
+    _reconcile(bf, body, _apps(bf))
 
 
 def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]) -> None:
+    """Either of its applications moved: the one in the event as it is now, the other read."""
     bf = parse(Backfill, bf_body)
-    _reconcile(bf, bf_body, None if event == "DELETED" else app)
+    run_app, publish_app = _apps(bf)
+    seen = None if event == "DELETED" else app
+    if app["metadata"]["name"] == owner_of(bf).publish_app_name:
+        _reconcile(bf, bf_body, (run_app, seen))
+    else:
+        _reconcile(bf, bf_body, (seen, publish_app))
 
 
 @kopf.timer(
@@ -141,7 +158,7 @@ def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]
 @reported(KIND)
 def follow(body: kopf.Body, **_: Any) -> None:
     """Pending: look for the job again. Running: progress and ETA from the group's watermark.
-    Publishing: a publish that raised (catalog unreachable) is tried again."""
+    Publishing: the publish application, in case one of its events was missed."""
     bf = parse(Backfill, body)
     if bf.status is None or bf.status.phase in ("Pending", "Publishing"):
         if (
@@ -150,7 +167,7 @@ def follow(body: kopf.Body, **_: Any) -> None:
             and referenced_job(bf.metadata.namespace, bf.spec.job_ref.name) is None
         ):
             return  # still waiting: said once, nothing to write
-        _reconcile(bf, body, _app(bf))
+        _reconcile(bf, body, _apps(bf))
         return
     groups = ctx().groups
     seen = None if groups is None else groups.progress(backfill_group(bf), bf.metadata.name)
@@ -173,6 +190,7 @@ def delete_backfill(body: kopf.Body, **_: Any) -> None:
     ns = owner.namespace
     running = (body.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     stopped = c.cluster().delete_app(ns, owner.app_name, owner)
+    stopped = c.cluster().delete_app(ns, owner.publish_app_name, owner) or stopped
     c.cluster().delete_config_map(ns, owner.config_map_name, owner)
     c.cluster().delete_secret(ns, owner.token_secret_name, owner)
     if c.groups is not None:

@@ -1,6 +1,7 @@
 """`kappa run` of a Backfill: ``plan_backfill`` -> alignment group declared in an embedded
-coordinator -> the backfill JobConfig run to its end -> Publishing / Succeeded / Failed as the
-operator decides them -> ``publish_backfill``."""
+coordinator -> the backfill JobConfig run to its end -> the publish application's code
+(``spark_app.publishing``, in-process on the same SparkSession) -> Publishing / Succeeded /
+Failed as the operator decides them from its report."""
 
 from __future__ import annotations
 
@@ -17,15 +18,14 @@ from kappa_operator.local.job import _failure_hint
 from kappa_operator.local.overrides import runtime_config
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.publish import publish_backfill
-from kappa_operator.reconcile.backfill import NONCE, BackfillPlan, alignment_group, plan_backfill, progress_status
-from kappa_operator.reconcile.backfill import published as after_publish
+from kappa_operator.reconcile.backfill import NONCE, BackfillPlan, plan_backfill, progress_status
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.render.jobconfig import (
     backfill_config,
     backfill_group,
 )
 from spark_app.config import format_duration
+from spark_app.publish_report import PublishReport, read_report
 from spark_app.runtime import user_message
 from spark_app.telemetry import read_trace
 
@@ -46,8 +46,9 @@ def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
                 groups.leave(plan.leave_group.name, current.metadata.name)
             return local.record(current, plan.status)
 
-        plan = plan_backfill(bf, job, None, coordinator.url, now_rfc3339())
-        if plan.create_app is None and not plan.publish:
+        app = application("COMPLETED", "", {NONCE: str(bf.spec.restart_nonce)})
+        plan = plan_backfill(bf, job, app if _publishing(bf) else None, coordinator.url, now_rfc3339())
+        if plan.create_app is None and plan.create_publish_app is None:
             bf = act(plan, bf)
             return _backfill_done_before(local, bf)
         if plan.create_app is not None:
@@ -55,11 +56,10 @@ def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
             bf, app = _run_backfill(local, bf, job, coordinator.url, token, groups)
             plan = plan_backfill(bf, job, app, coordinator.url, now_rfc3339())
             bf = act(plan, bf)
-        if plan.publish:  # Publishing is recorded: a run interrupted here publishes next time
-            cfg = backfill_config(bf, job, None)
-            with show.ticking(f"validating {cfg.sink_branch(next(iter(cfg.sinks)))} against main and publishing", _no):
-                outcome = publish_backfill(bf, cfg)
-            bf = act(after_publish(bf, outcome, alignment_group(cfg), now_rfc3339()), bf)
+        if plan.create_publish_app is not None:  # Publishing is recorded: an interrupted run publishes next time
+            bf = act(plan, bf)
+            publisher = _publish(local, bf, job)
+            bf = act(plan_backfill(bf, job, app, coordinator.url, now_rfc3339(), None, False, *publisher), bf)
     if bf.status and bf.status.published:
         show.published(list(bf.status.published))
     show.status("Backfill", bf.metadata.name, _status(bf))
@@ -68,6 +68,25 @@ def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
 
 def _no() -> str | None:
     return None
+
+
+def _publishing(bf: Backfill) -> bool:
+    """Recorded as Publishing: its query completed in an earlier, interrupted `kappa run`."""
+    return bf.status is not None and bf.status.phase == "Publishing"
+
+
+def _publish(local: Local, bf: Backfill, job: StreamingJob) -> tuple[dict[str, Any], PublishReport | None]:
+    """The publish application, run in-process: the publish application as it ended, and the
+    report it left where the operator reads it."""
+    cfg = backfill_config(bf, job, None)
+    state, message = "COMPLETED", ""
+    with local.show.ticking(f"validating {cfg.sink_branch(next(iter(cfg.sinks)))} against main and publishing", _no):
+        try:
+            local.engine.publish(cfg)
+        except Exception as exc:  # the operator would see a FAILED publish application
+            log.debug("publish of %s failed", cfg.name, exc_info=True)
+            state, message = "FAILED", user_message(exc)
+    return application(state, message, {NONCE: str(bf.spec.restart_nonce)}), read_report(cfg)
 
 
 def _backfill_done_before(local: Local, bf: Backfill) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kappa_operator.local.display import Display
 from kappa_operator.local.objects import LocalObjects, R
@@ -17,6 +17,9 @@ from kappa_operator.models.streaming_job import StreamingJob
 from spark_app.config import JobConfig
 from spark_app.runtime import RunReport
 
+if TYPE_CHECKING:
+    from spark_app.publishing import PublishReport
+
 log = logging.getLogger("kappa.run")
 
 
@@ -24,6 +27,10 @@ class Engine(Protocol):
     """Runs a JobConfig to its end: local Spark, or a fake in unit tests."""
 
     def run(self, cfg: JobConfig) -> RunReport: ...
+
+    def publish(self, cfg: JobConfig) -> PublishReport:
+        """What the publish application does (``python -m spark_app publish``), in-process."""
+        ...
 
     def activity(self) -> str | None:
         """One line on the running queries, for the spinner (None: nothing to say)."""
@@ -37,14 +44,24 @@ class SparkEngine:
         self.spark: Any = None
         self._rows: dict[tuple[str, int], int] = {}
 
-    def run(self, cfg: JobConfig) -> RunReport:
-        from spark_app.runtime import build_session, run
+    def session(self, cfg: JobConfig) -> Any:
+        from spark_app.runtime import build_session
 
         if self.spark is None:
             self.spark = build_session(cfg)
             self.spark.sparkContext.setLogLevel("ERROR")
+        return self.spark
+
+    def run(self, cfg: JobConfig) -> RunReport:
+        from spark_app.runtime import run
+
         self._rows = {}
-        return run(cfg, self.spark)
+        return run(cfg, self.session(cfg))
+
+    def publish(self, cfg: JobConfig) -> PublishReport:
+        from spark_app.publishing import run_publish
+
+        return run_publish(cfg, self.session(cfg))
 
     def activity(self) -> str | None:
         if self.spark is None:

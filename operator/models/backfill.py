@@ -166,6 +166,14 @@ class PublishedTable(CRModel):
     """Rows the branch put in main's window."""
     snapshot_id: int | None = None
     """The one snapshot that replaced main's window (none: main already equalled the branch)."""
+    main_rows: int | None = None
+    """Rows of main in the window, before the publish."""
+    branch_rows: int | None = None
+    """Rows of the branch in the window."""
+    matched: int | None = None
+    """Rows equal on both sides (on the sink's key)."""
+    differing_keys: list[str] = []
+    """Up to 10 keys (JSON) found on one side only or with other values: where to look first."""
 
 
 class BackfillStatus(StatusBase):
@@ -174,6 +182,10 @@ class BackfillStatus(StatusBase):
     application_name: str | None = None
     """The SparkApplication running the backfill."""
     application_state: str | None = None
+    """Its state."""
+    publish_application_name: str | None = None
+    """The SparkApplication validating and publishing the branch (phase Publishing)."""
+    publish_application_state: str | None = None
     """Its state."""
     checkpoint: str | None = None
     """The backfill's own (fresh) checkpoint location."""

@@ -2,9 +2,11 @@
 
 Phases: Pending (the StreamingJob is missing) -> Running (application submitted; progress is
 the alignment group's global watermark between window start and end) -> Publishing (when
-spec.publish.enabled) -> Succeeded | Failed. A failed backfill keeps its checkpoint, branch
-and group membership: bumping spec.restartNonce submits it again and it resumes where it
-stopped.
+spec.publish.enabled: a second SparkApplication, ``python -m spark_app publish``, validates the
+branch against main and publishes the window; the operator reads only its report) ->
+Succeeded | Failed. A failed backfill keeps its checkpoint, branch and group membership:
+bumping spec.restartNonce submits it again and it resumes where it stopped (a publish that
+failed or was refused is run again after the resumed query, which then has nothing to read).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from kappa_operator.render.spark_application import (
 from spark_app.alignment.members import aligned_members
 from spark_app.config import JobConfig
 from spark_app.errors import KappaError
+from spark_app.publish_report import PublishReport
 
 
 @dataclass(frozen=True)
@@ -79,23 +82,14 @@ class BackfillPlan:
     """Declare this backfill's members in its alignment group (idempotent)."""
     leave_group: GroupSpec | None = None
     """Remove this backfill's members from its group (done, or deleted)."""
-    publish: bool = False
-    """Validate the branch against main and publish the window (then ``published``)."""
+    create_publish_app: dict[str, Any] | None = None
+    """The application validating and publishing the branch (its report decides the end)."""
+    delete_publish_app: bool = False
+    """Delete the publish application (a restartNonce change, or one of an earlier attempt)."""
     status: dict[str, Any] = field(default_factory=dict)
     events: tuple[Event, ...] = ()
     retry_after: float | None = None
     """Look again later (the job is missing)."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What publishing a backfill's tables did."""
-
-    results: list[PublishedTable]
-    error: str | None
-    """Why a table was refused (tables before it are published, later ones untouched)."""
-    not_final: tuple[str, ...] = ()
-    """What the backfill run said is not final yet (results it could not close), per table."""
 
 
 #: A nonce on the application says which spec.restartNonce submitted it.
@@ -168,14 +162,18 @@ def plan_backfill(
     now: str,
     admin_token: str | None = None,
     job_saved: bool = False,
+    publish_app: dict[str, Any] | None = None,
+    report: PublishReport | None = None,
 ) -> BackfillPlan:
     """``admin_token``: the coordinator's, from which this backfill's credential (scoped to its
     group) is derived. ``job_saved``: ``job`` is the copy kept at submission (the StreamingJob
-    was deleted since): the backfill finishes with it."""
+    was deleted since): the backfill finishes with it. ``publish_app`` and ``report``: the
+    publish application and the report it left (read only once that application ended)."""
     status = _Status(bf, now)
     phase_now = bf.status.phase if bf.status else None
     nonce = bf.spec.restart_nonce
-    if phase_now == "Succeeded" or (phase_now == "Failed" and app is None and _submitted_nonce(bf) == nonce):
+    same_nonce = _submitted_nonce(bf) == nonce
+    if phase_now == "Succeeded" or (phase_now == "Failed" and same_nonce and (app is None or _publish_failed(bf))):
         return BackfillPlan(status=status.kept())  # done; a new restartNonce runs a failed one again
     if job is None:
         msg = f"StreamingJob {bf.spec.job_ref.name} not found in {bf.metadata.namespace}; waiting for it"
@@ -198,8 +196,8 @@ def plan_backfill(
     group = alignment_group(cfg)
     owner = owner_of(bf)
     extra: dict[str, Any] = {"applicationName": owner.app_name, "checkpoint": backfill_checkpoint(bf, job)}
-    if phase_now == "Publishing":  # resumable: publish is atomic per table and a no-op once done
-        return BackfillPlan(publish=True, status=status.kept())
+    if phase_now == "Publishing" and app is not None and _nonce_of(app) == str(nonce):
+        return _publishing(bf, job, cfg, status, publish_app, report, group, extra)
     if app is None:
         if job_saved:  # never submit from a saved copy: its job is gone, nobody asked for a run
             msg = f"StreamingJob {bf.spec.job_ref.name} was deleted before this backfill could run again"
@@ -237,11 +235,12 @@ def plan_backfill(
             ),
             events=(Event("Normal", "Submitted", f"{verb} SparkApplication {owner.app_name} for {window}"),),
         )
-    app_nonce = ((app.get("metadata") or {}).get("annotations") or {}).get(NONCE, "0")
+    app_nonce = _nonce_of(app)
     if app_nonce != str(nonce):
         msg = f"restartNonce {app_nonce} -> {nonce}: resubmitting from the checkpoint"
         return BackfillPlan(
             delete_app=True,
+            delete_publish_app=publish_app is not None,
             status=status("Running", "Restarting", msg, **extra),
             events=(Event("Normal", "Restarting", msg),),
         )
@@ -251,12 +250,7 @@ def plan_backfill(
     extra["applicationState"] = state
     if state == "COMPLETED":
         if bf.spec.publish.enabled:
-            msg = f"completed; validating {backfill_branch(bf)} against main and publishing the window"
-            return BackfillPlan(
-                publish=True,
-                status=status("Publishing", "Publishing", msg, **extra),
-                events=(Event("Normal", "Publishing", msg),),
-            )
+            return _publishing(bf, job, cfg, status, publish_app, None, group, extra)
         msg = f"completed into branch {backfill_branch(bf)} (publish is not enabled)"
         return BackfillPlan(
             leave_group=group,
@@ -279,29 +273,134 @@ def _submitted_nonce(bf: Backfill) -> int | None:
     return bf.status.restart_nonce if bf.status is not None else None
 
 
-def published(bf: Backfill, outcome: Outcome, group: GroupSpec | None, now: str) -> BackfillPlan:
+def _nonce_of(app: dict[str, Any]) -> str:
+    return str(((app.get("metadata") or {}).get("annotations") or {}).get(NONCE, "0"))
+
+
+PUBLISH_FAILURES = ("ValidationFailed", "PublishFailed")
+ENDED = ("COMPLETED", "FAILED", "SUBMISSION_FAILED")
+"""The publish application's terminal states: its report (or its absence) is final then."""
+
+
+def _publish_failed(bf: Backfill) -> bool:
+    """Failed in its publish (refused, or the publish application failed): kept until a new
+    restartNonce, never published again by an event or an operator restart."""
+    conds = bf.status.conditions if bf.status else []
+    return any(c.type == "Failed" and c.status == "True" and c.reason in PUBLISH_FAILURES for c in conds)
+
+
+def _publishing(
+    bf: Backfill,
+    job: StreamingJob,
+    cfg: JobConfig,
+    status: _Status,
+    publish_app: dict[str, Any] | None,
+    report: PublishReport | None,
+    group: GroupSpec | None,
+    extra: dict[str, Any],
+) -> BackfillPlan:
+    """The query completed: run the publish application, follow it, end on its report."""
+    owner = owner_of(bf)
+    nonce = str(bf.spec.restart_nonce)
+    extra = {**extra, "publishApplicationName": owner.publish_app_name}
+    branch = backfill_branch(bf)
+    if publish_app is not None and _nonce_of(publish_app) != nonce:  # an earlier attempt's
+        msg = f"restartNonce {_nonce_of(publish_app)} -> {nonce}: publishing again"
+        return BackfillPlan(delete_publish_app=True, status=status("Publishing", "Publishing", msg, **extra))
+    if publish_app is None:
+        launch = Launch(
+            bf.spec.image or job.spec.image,
+            job.spec.driver,
+            job.spec.executor,
+            job.spec.service_account,
+            BACKFILL_RESTART,
+        )
+        created = spark_application(owner, cfg, launch, config_hash(cfg), command="publish")
+        created["metadata"]["annotations"][NONCE] = nonce
+        msg = (
+            f"completed; validating {branch} against main and publishing the window "
+            f"(SparkApplication {owner.publish_app_name})"
+        )
+        return BackfillPlan(
+            create_publish_app=created,
+            status=status("Publishing", "Publishing", msg, publishApplicationState="", **extra),
+            events=(Event("Normal", "Publishing", msg),)
+            if bf.status is None or bf.status.phase != "Publishing"
+            else (),
+        )
+    state = app_state(publish_app) or ""
+    extra["publishApplicationState"] = state
+    if state not in ENDED:
+        msg = (
+            f"validating {branch} against main and publishing the window: SparkApplication "
+            f"{owner.publish_app_name} is {state or 'submitted'}"
+        )
+        return BackfillPlan(status=status("Publishing", "Publishing", msg, **extra))
+    if report is None or report.state == "Failed":
+        why = (
+            report.error
+            if report is not None and report.error
+            else (app_message(publish_app) or f"it ended {state} without a report")
+        )
+        msg = (
+            f"publish failed: SparkApplication {owner.publish_app_name}: {why}; main is unchanged or fully published "
+            "(each table's publish is one snapshot): bump spec.restartNonce to run it again"
+        )
+        return BackfillPlan(
+            status=status("Failed", "PublishFailed", msg, **extra),
+            events=(Event("Warning", "PublishFailed", msg),),
+        )
+    return published(bf, report, group, status.now, extra)
+
+
+def _published_table(t: Any) -> dict[str, Any]:
+    return PublishedTable(
+        table=t.table,
+        match_ratio=t.match_ratio,
+        rows_removed=t.rows_removed,
+        rows_added=t.rows_added,
+        snapshot_id=t.snapshot_id,
+        main_rows=t.main_rows,
+        branch_rows=t.branch_rows,
+        matched=t.matched,
+        differing_keys=list(t.differing_keys),
+    ).model_dump(by_alias=True)
+
+
+def published(
+    bf: Backfill, report: PublishReport, group: GroupSpec | None, now: str, extra: dict[str, Any] | None = None
+) -> BackfillPlan:
     """After publish: Succeeded with what each table got (and the group left), or Failed with
     the reason (main unchanged for the table that refused; branch, checkpoint, group kept)."""
     status = _Status(bf, now)
-    results = outcome.results
-    done = [r.model_dump(by_alias=True) for r in results]
-    ratio = min((r.match_ratio for r in results), default=None)
-    if outcome.error is not None:
-        msg = f"publish refused: {outcome.error}"
+    extra = extra or {}
+    done = [_published_table(t) for t in report.tables]
+    ratio = min((t.match_ratio for t in report.tables), default=None)
+    if report.state != "Published":
+        msg = f"publish refused: {report.error}"
         return BackfillPlan(
-            status=status("Failed", "ValidationFailed", msg, published=done, matchRatio=ratio),
+            status=status("Failed", "ValidationFailed", msg, published=done, matchRatio=ratio, **extra),
             events=(Event("Warning", "ValidationFailed", msg),),
         )
-    tables = ", ".join(f"{r.table} (match {r.match_ratio:.4f}, -{r.rows_removed} +{r.rows_added})" for r in results)
+    tables = ", ".join(
+        f"{t.table} (match {t.match_ratio:.4f}, "
+        + (
+            "main already equal to the branch: no commit)"
+            if t.snapshot_id is None
+            else f"-{t.rows_removed} +{t.rows_added})"
+        )
+        for t in report.tables
+    )
     msg = f"published {backfill_branch(bf)} into main: {tables or 'no Iceberg sink to publish'}"
     events = (Event("Normal", "Published", msg),)
-    if outcome.not_final:
+    not_final = tuple(f"{t.table}: {n}" for t in report.tables for n in t.not_final)
+    if not_final:
         # Published, but said plainly: some results of the window could not be closed yet.
-        msg += "; " + "; ".join(outcome.not_final)
-        events += (Event("Warning", "NotFinal", "; ".join(outcome.not_final)),)
+        msg += "; " + "; ".join(not_final)
+        events += (Event("Warning", "NotFinal", "; ".join(not_final)),)
     return BackfillPlan(
         leave_group=group,
-        status=status("Succeeded", "Published", msg, published=done, matchRatio=ratio, final=not outcome.not_final),
+        status=status("Succeeded", "Published", msg, published=done, matchRatio=ratio, final=not not_final, **extra),
         events=events,
     )
 

@@ -51,6 +51,11 @@ class Owner:
         return child_name(self.kind, self.name)
 
     @property
+    def publish_app_name(self) -> str:
+        """A Backfill's second application: validation and publish of its branch."""
+        return child_name("Publish", self.app_name)
+
+    @property
     def config_map_name(self) -> str:
         return f"{self.app_name}-jobconfig"
 
@@ -130,7 +135,12 @@ def token_secret(owner: Owner, token: str) -> dict[str, Any]:
     }
 
 
-def spark_application(owner: Owner, cfg: JobConfig, launch: Launch, config_hash: str) -> dict[str, Any]:
+def spark_application(
+    owner: Owner, cfg: JobConfig, launch: Launch, config_hash: str, command: str = "run"
+) -> dict[str, Any]:
+    """``command``: ``run`` (the query) or ``publish`` (a finished backfill's validation and
+    publish, under ``Owner.publish_app_name``; it reads the same ConfigMap)."""
+    name = owner.app_name if command == "run" else owner.publish_app_name
     mount = [{"name": "jobconfig", "mountPath": CONFIG_PATH.rsplit("/", 1)[0]}]
     labels = {**owner.labels, "kappa.dev/config-hash": config_hash}
     driver: dict[str, Any] = {
@@ -148,7 +158,7 @@ def spark_application(owner: Owner, cfg: JobConfig, launch: Launch, config_hash:
         "apiVersion": SPARK_API,
         "kind": "SparkApplication",
         "metadata": {
-            "name": owner.app_name,
+            "name": name,
             "namespace": owner.namespace,
             "labels": labels,
             "annotations": {"kappa.dev/config-hash": config_hash},
@@ -160,7 +170,7 @@ def spark_application(owner: Owner, cfg: JobConfig, launch: Launch, config_hash:
             "pythonVersion": "3",
             "image": launch.image,
             "mainApplicationFile": MAIN,
-            "arguments": ["--config", CONFIG_PATH],
+            "arguments": ([] if command == "run" else [command]) + ["--config", CONFIG_PATH],
             "sparkVersion": SPARK_VERSION,
             "sparkConf": dict(cfg.spark_conf),
             "restartPolicy": launch.restart,

@@ -4,9 +4,14 @@ registration, a small REST client, polling, and starting/stopping kopf in the te
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import json
+import os
+import sys
+import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +144,82 @@ def reasons(emulator: kmock.KubernetesEmulator) -> list[str]:
         for r in list(emulator)
         if str(r.method).upper().endswith("POST") and r.url.path.endswith("/events")
     ]
+
+
+async def run_publish_application(api: Api, name: str, workdir: Path) -> int:
+    """Play the Spark operator for a publish application: run what it would run in its pod
+    (``python -m spark_app publish --config`` on its ConfigMap's JobConfig) as a separate
+    process, then write the state the Spark operator would. Returns the driver's exit code."""
+    app = await api.get(f"{APPS}/{name}")
+    assert app is not None, f"no SparkApplication {name}"
+    args = app["spec"]["arguments"]
+    cm_name = app["spec"]["volumes"][0]["configMap"]["name"]
+    cm = await api.get(f"/api/v1/namespaces/{app['metadata']['namespace']}/configmaps/{cm_name}")
+    assert cm is not None
+    config = workdir / f"{name}.json"
+    config.write_text(cm["data"]["job.json"])
+    await spark_state(api, name, "RUNNING")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    with (workdir / f"{name}.log").open("ab") as log:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "spark_app", *args[:-1], str(config), env=env, stdout=log, stderr=log
+        )
+        code = await proc.wait()
+    await spark_state(api, name, "COMPLETED" if code == 0 else "FAILED", None if code == 0 else f"exit code {code}")
+    return code
+
+
+DATA_PLANE = (
+    ("pyiceberg.table.DataScan", "to_arrow"),
+    ("pyiceberg.table.DataScan", "to_arrow_batch_reader"),
+    ("pyiceberg.io.pyarrow.ArrowScan", "to_table"),
+    ("pyiceberg.io.pyarrow.ArrowScan", "to_record_batches"),
+    ("pyarrow.parquet", "read_table"),
+    ("pyarrow.parquet.ParquetFile", "read"),
+    ("spark_app.sinks.iceberg.window.TimeWindow", "rows"),
+    ("spark_app.sinks.iceberg.window.TimeWindow", "read"),
+    ("spark_app.sinks.iceberg.validation", "compare_in_process"),
+    ("spark_app.sinks.iceberg.publish", "publish"),
+    ("spark_app.storage.Location", "copy_to"),
+    ("spark_app.storage", "copy_many"),
+)
+"""What reads rows or copies files: in the operator's process, each raises (issue 16)."""
+
+
+_TEST_THREAD = threading.local()
+
+
+@contextlib.contextmanager
+def outside_the_operator() -> Iterator[None]:
+    """The test's own look at the data (on its thread): not the operator's."""
+    _TEST_THREAD.allowed = True
+    try:
+        yield
+    finally:
+        _TEST_THREAD.allowed = False
+
+
+def forbid_data_plane(monkeypatch: Any) -> list[str]:
+    """Make every function of ``DATA_PLANE`` raise in this process (kopf's handler threads
+    included), except inside ``outside_the_operator``; the calls it refused are listed (the test asserts
+    none): the operator renders, reads reports and patches status."""
+    refused: list[str] = []
+    for where, attr in DATA_PLANE:
+        try:
+            owner: Any = importlib.import_module(where)
+        except ImportError:
+            module, _, cls = where.rpartition(".")
+            owner = getattr(importlib.import_module(module), cls)
+        original = getattr(owner, attr)
+
+        def refuse(*args: Any, _name: str = f"{where}.{attr}", _original: Any = original, **kwargs: Any) -> Any:
+            if getattr(_TEST_THREAD, "allowed", False):
+                return _original(*args, **kwargs)
+            refused.append(_name)
+            raise AssertionError(f"{_name} called inside the operator process: it must not touch data")
+
+        monkeypatch.setattr(owner, attr, refuse)
+        for name, module in list(sys.modules.items()):  # and wherever it was imported by name
+            if name.startswith(("kappa_operator", "spark_app")) and getattr(module, attr, None) is original:
+                monkeypatch.setattr(module, attr, refuse)
+    return refused

@@ -182,14 +182,23 @@ async def test_defect_3_a_job_the_pipeline_refuses_says_so_on_the_object(kmock: 
 
 @pytest.mark.asyncio
 @pytest.mark.kmock(cls=ApiServer)
-async def test_defect_3_a_publish_to_an_unreachable_catalog_shows_its_retries(kmock: ApiServer) -> None:
-    """The example's REST catalog (iceberg-rest.data.svc) does not resolve here: a real
-    unreachable catalog. The Backfill stays Publishing and says why, with the attempt."""
+async def test_defect_3_a_publish_report_on_unreachable_storage_shows_its_retries(
+    kmock: ApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The publish application ended, but its report (next to the checkpoint, s3a://lake/...)
+    sits on an S3 endpoint nothing listens on: the Backfill stays Publishing and says why,
+    with the attempt, instead of guessing an outcome."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
     async with operator(kmock) as op:
         await op.api.post(JOBS, created("rmi-streamingjob.yaml"))
         await op.api.post(BACKFILLS, created("rmi-backfill.yaml", publish={"enabled": True}))
         await eventually(lambda: op.api.get(f"{APPS}/rmi-outage-backfill"), "the backfill's application")
         await op.spark("rmi-outage-backfill", "COMPLETED")
+        await eventually(lambda: op.api.get(f"{APPS}/rmi-outage-backfill-publish"), "the publish application")
+        await op.spark("rmi-outage-backfill-publish", "COMPLETED")
 
         async def retried() -> dict[str, Any] | None:
             s = await op.status(f"{BACKFILLS}/rmi-outage")

@@ -4,8 +4,11 @@ coordinator embedded and a real local Iceberg catalog (SQLite) for the publish:
 Pending until its job exists; then a ConfigMap and a SparkApplication (AvailableNow, fresh
 checkpoint, output to the branch), the token Secret, the alignment group declared; progress
 and lag in status from the driver's reports (the test plays the driver and the Spark
-operator); on completion the branch is validated against main and published; the group is
-left. A second Backfill deleted while running stops its application and leaves its group."""
+operator); on completion a second SparkApplication validates the branch against main and
+publishes the window (the test runs it as its own process, as its pod would), and the
+operator ends on its report; the group is left. Inside the operator's process every function
+that reads rows or copies files raises: the operator renders, reads a report, patches status.
+A second Backfill deleted while running stops its application and leaves its group."""
 
 from __future__ import annotations
 
@@ -40,9 +43,12 @@ from tests.operator.kube import (
     Api,
     absent,
     eventually,
+    forbid_data_plane,
     manifest,
+    outside_the_operator,
     reasons,
     register,
+    run_publish_application,
     spark_state,
     start_operator,
     stop_operator,
@@ -78,8 +84,9 @@ def outage_table(tmp_path: Path) -> tuple[dict[str, str], SqlCatalog]:
 
 
 def window_ids(catalog: SqlCatalog) -> list[str]:
-    t = catalog.load_table("marts.attributed_plays")
-    return sorted(t.scan().to_arrow()["playback_id"].to_pylist())
+    with outside_the_operator():
+        t = catalog.load_table("marts.attributed_plays")
+        return sorted(t.scan().to_arrow()["playback_id"].to_pylist())
 
 
 async def report(
@@ -100,7 +107,9 @@ async def status_of(api: Api, name: str) -> dict[str, Any]:
 
 @pytest.mark.asyncio
 @pytest.mark.kmock(cls=ApiServer)
-async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Path) -> None:
+async def test_backfill_lifecycle(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     register(kmock)
     base = str(kmock.url).rstrip("/")
     props, catalog = outage_table(tmp_path)
@@ -114,10 +123,12 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
         token=TOKEN,
         metrics=metrics,
     )
-    job = manifest("rmi-streamingjob.yaml", "uid-rmi", catalogs={"default": props})
+    checkpoints = {"location": str(tmp_path / "checkpoints"), "interval": "10m"}
+    job = manifest("rmi-streamingjob.yaml", "uid-rmi", catalogs={"default": props}, checkpoints=checkpoints)
     bf = manifest("rmi-backfill.yaml", "uid-bf-12345678", publish={"enabled": True, "minMatchRatio": 0.4})
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         api = Api(base, http)
+        refused = forbid_data_plane(monkeypatch)
         stop, task = start_operator()
         try:
             await asyncio.sleep(1.0)  # the watch must be open before objects appear
@@ -142,7 +153,7 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             assert cfg.mode == "backfill" and cfg.trigger.kind == "availableNow"
             assert cfg.sink_branch("attributed_plays") == "backfill-rmi-outage"
             uid = (await api.get(f"{BACKFILLS}/rmi-outage"))["metadata"]["uid"]  # type: ignore[index]
-            assert cfg.checkpoint.location == f"s3a://lake/checkpoints/rmi/backfills/rmi-outage-{uid[:8]}"
+            assert cfg.checkpoint.location == f"{tmp_path}/checkpoints/backfills/rmi-outage-{uid[:8]}"
             assert {s.kind for s in cfg.sources.values()} == {"icebergBackfill"}
             assert cfg.coordinator is not None and cfg.coordinator.url == coordinator.url
             secret = await api.get(f"{SECRETS}/rmi-outage-backfill-coordinator")
@@ -172,23 +183,37 @@ async def test_backfill_lifecycle(kmock: kmock.KubernetesEmulator, tmp_path: Pat
             assert 'kappa_operator_backfills{phase="Running"} 1.0' in scraped
             assert 'kappa_operator_reconciles_total{kind="Backfill"}' in scraped
 
-            # the application completes: validate against main and publish the window
+            # the application completes: the operator submits the publish application
             await spark_state(api, "rmi-outage-backfill", "COMPLETED")
+            s = await eventually(lambda: _phase(api, "rmi-outage", "Publishing"), "Publishing", 30)
+            assert s["publishApplicationName"] == "rmi-outage-backfill-publish"
+            pub = await eventually(lambda: api.get(f"{APPS}/rmi-outage-backfill-publish"), "the publish application")
+            assert pub["spec"]["arguments"][0] == "publish"
+            assert pub["metadata"]["ownerReferences"][0]["uid"] == uid
+            assert window_ids(catalog) == ["after", "before", "p0", "p1"], "nothing published by the operator"
+            assert await run_publish_application(api, "rmi-outage-backfill-publish", tmp_path) == 0
             s = await eventually(lambda: _phase(api, "rmi-outage", "Succeeded"), "Succeeded after publish", 60)
             assert s["published"][0]["table"] == "marts.attributed_plays"
             assert (s["published"][0]["rowsRemoved"], s["published"][0]["rowsAdded"]) == (2, 4)
+            assert (s["published"][0]["mainRows"], s["published"][0]["branchRows"]) == (2, 4)
+            assert sorted(s["published"][0]["differingKeys"]) == [
+                '{"impression_id": "i-p2", "playback_id": "p2"}',
+                '{"impression_id": "i-p3", "playback_id": "p3"}',
+            ]
             assert s["matchRatio"] == 0.5, "main had 2 of the branch's 4 rows"
+            assert s["publishApplicationState"] == "COMPLETED"
             assert window_ids(catalog) == ["after", "before", "p0", "p1", "p2", "p3"]
             assert GROUP not in coordinator.service.core.groups(), "the group is left once published"
             assert await absent(api, f"{SECRETS}/rmi-outage-backfill-coordinator"), "the credential is removed"
-            # an operator restarted mid-publish resumes it: main is not changed twice, the
-            # status still reports what the one publish did
+            # an operator restarted mid-publish resumes it: it reads the finished application's
+            # report again; main is not changed twice, the status reports what the one publish did
             head = catalog.load_table("marts.attributed_plays").snapshot_by_name("main")
             await api.patch(f"{BACKFILLS}/rmi-outage/status", {"status": {"phase": "Publishing"}})
             await eventually(lambda: _phase(api, "rmi-outage", "Publishing"), "the publish marked unfinished")
             again = await eventually(lambda: _phase(api, "rmi-outage", "Succeeded"), "the resumed publish", 60)
             assert again["published"] == s["published"]
             assert catalog.load_table("marts.attributed_plays").snapshot_by_name("main") == head
+            assert refused == [], f"the operator touched data: {refused}"
             seen = reasons(kmock)
             for reason in ("JobNotFound", "Submitted", "Running", "Publishing", "Published"):
                 assert reason in seen, f"no {reason} event in {seen}"

@@ -150,7 +150,7 @@ def _copy(dataset: Dataset, name: str) -> Table:
 
 
 def test_publish_replaces_the_window_in_one_snapshot(
-    written: tuple[Path, RunReport, RunReport], dataset: Dataset
+    spark: SparkSession, written: tuple[Path, RunReport, RunReport], dataset: Dataset
 ) -> None:
     table = _copy(dataset, "published")
     # make main's window wrong, as an outage would: drop a third of its window rows
@@ -164,10 +164,12 @@ def test_publish_replaces_the_window_in_one_snapshot(
 
     load = lambda: dataset.catalog().load_table("out.published")  # noqa: E731
     with pytest.raises(ValidationFailedError, match="nothing was published"):
-        publish(load, "backfill-rmi-bf", WINDOW, key=KEY)  # the default gate: main's window is a third short
+        publish(
+            spark, load, dataset.props, "backfill-rmi-bf", WINDOW, key=KEY
+        )  # the default gate: main's window is a third short
     assert table.refresh().snapshot_by_name("main") == before, "a refused publish changes nothing"
     # main is known wrong over the window here: opt out of the gate, explicitly
-    result = publish(load, "backfill-rmi-bf", WINDOW, key=KEY, min_match_ratio=0.0)
+    result = publish(spark, load, dataset.props, "backfill-rmi-bf", WINDOW, key=KEY, min_match_ratio=0.0)
     assert result.comparison.main_rows == window_rows.num_rows - outage.num_rows
     assert result.comparison.branch_rows == window_rows.num_rows
     assert result.comparison.match_ratio == pytest.approx(
@@ -182,12 +184,12 @@ def test_publish_replaces_the_window_in_one_snapshot(
     rows = table_rows(table)
     assert in_window(rows, table) == branch_rows
     assert sorted(r for r in rows if r not in branch_rows) == sorted(expected_outside)
-    again = publish(load, "backfill-rmi-bf", WINDOW, key=KEY)
+    again = publish(spark, load, dataset.props, "backfill-rmi-bf", WINDOW, key=KEY)
     assert again.comparison.match_ratio == 1.0
 
 
 def test_publish_is_atomic_when_its_commit_fails(
-    written: tuple[Path, RunReport, RunReport], dataset: Dataset, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, written: tuple[Path, RunReport, RunReport], dataset: Dataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = _copy(dataset, "atomic")
     before, rows = table.snapshot_by_name("main"), table_rows(table)
@@ -198,7 +200,9 @@ def test_publish_is_atomic_when_its_commit_fails(
 
     monkeypatch.setattr(Transaction, "commit_transaction", fail)
     with pytest.raises(OSError, match="injected"):
-        publish(lambda: dataset.catalog().load_table("out.atomic"), "backfill-rmi-bf", WINDOW, key=KEY)
+        publish(
+            spark, lambda: dataset.catalog().load_table("out.atomic"), dataset.props, "backfill-rmi-bf", WINDOW, key=KEY
+        )
     monkeypatch.undo()
     table = dataset.catalog().load_table("out.atomic")
     assert table.snapshot_by_name("main") == before

@@ -125,6 +125,7 @@ def test_kappa_run_of_each_example(
 
     # 3. the Backfill: the window's history, aligned through the embedded coordinator, into a
     # branch; validated against main and published
+    head = table.refresh().current_snapshot()
     code, out = kappa(capsys, str(EXAMPLES / "rmi-backfill.yaml"), *local)
     assert code == 0, out
     for phase in ("Running", "Publishing", "Succeeded"):
@@ -133,7 +134,9 @@ def test_kappa_run_of_each_example(
     bf = record(root, "backfill", "rmi-outage")["status"]
     (published,) = bf["published"]
     assert bf["matchRatio"] == published["matchRatio"] == 1.0
-    assert published["table"] == "marts.attributed_plays" and published["rowsAdded"] == len(live)
+    assert published["table"] == "marts.attributed_plays" and published["branchRows"] == len(live)
+    assert (published["rowsAdded"], published.get("snapshotId")) == (0, None), "main already equals it: no commit"
+    assert "main already equal to the branch: no commit" in bf["message"]
     table = table.refresh()
     assert rows(table, "backfill-rmi-outage") == live, "the backfill reproduced the live output"
-    assert rows(table) == live and table.current_snapshot().snapshot_id == published["snapshotId"]
+    assert rows(table) == live and table.current_snapshot() == head

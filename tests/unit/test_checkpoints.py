@@ -41,9 +41,9 @@ from kappa_operator.checkpoints import (
 from kappa_operator.checkpoints.catalog import BatchInfo, decode_offset
 from kappa_operator.checkpoints.errors import CheckpointError, SnapshotDamagedError
 from kappa_operator.checkpoints.restore import restore_order, restore_plan
-from kappa_operator.checkpoints.storage import FileStat, S3Options
 from spark_app.errors import KappaError
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
+from spark_app.storage import FileStat, S3Options
 from tests.s3 import MotoS3
 
 QUERY = "f2e84b7f-38d4-44b5-b3a9-2b63dbb34ac8"

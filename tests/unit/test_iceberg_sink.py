@@ -18,9 +18,9 @@ from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 from spark_app.config import parse_config
 from spark_app.errors import ConfigError
 from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
-from spark_app.sinks.iceberg.publish import matched_rows
 from spark_app.sinks.iceberg.table import parse_transform, partition_spec
 from spark_app.sinks.iceberg.undo import undo
+from spark_app.sinks.iceberg.validation import matched_rows
 from spark_app.sinks.iceberg.window import TimeWindow
 
 BASE: dict[str, Any] = {

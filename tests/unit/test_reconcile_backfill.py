@@ -12,9 +12,12 @@ import yaml
 from kappa_operator.coordinator.core import GroupSpec, joined, left
 from kappa_operator.coordinator.groups import owned
 from kappa_operator.coordinator.scopes import verify
-from kappa_operator.models.backfill import Backfill, PublishedTable
+from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import NONCE, Outcome, plan_backfill, progress, progress_status, published
+from kappa_operator.reconcile.backfill import NONCE, plan_backfill, progress, progress_status, published
+from kappa_operator.render.spark_application import Owner
+from spark_app.config import JobConfig
+from spark_app.publish_report import PublishReport, TableReport
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-21T10:00:00Z"
@@ -93,47 +96,142 @@ def test_unordered_declares_no_group_and_mounts_no_token() -> None:
     assert plan.secret is None
 
 
-def test_completion_publishes_when_enabled_else_succeeds_and_leaves_the_group() -> None:
+def test_completion_submits_the_publish_application_when_enabled_else_succeeds() -> None:
     app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
     assert app is not None
     publishing = plan_backfill(bf({"phase": "Running"}), JOB, with_state(app, "COMPLETED"), "http://c", NOW)
-    assert publishing.publish and publishing.status["phase"] == "Publishing" and publishing.leave_group is None
+    pub = publishing.create_publish_app
+    assert pub is not None and publishing.status["phase"] == "Publishing" and publishing.leave_group is None
+    owner = Owner("Backfill", "rmi-outage", "default", "bf-uid-1234")
+    assert pub["metadata"]["name"] == owner.publish_app_name == "rmi-outage-backfill-publish"
+    assert pub["metadata"]["ownerReferences"][0]["uid"] == "bf-uid-1234"
+    assert pub["spec"]["arguments"][0] == "publish", "python -m spark_app publish --config ..."
+    assert pub["spec"]["volumes"] == app["spec"]["volumes"], "the same JobConfig"
+    assert "env" not in pub["spec"]["driver"], "no coordinator credential: publishing reports to nobody"
+    assert publishing.status["publishApplicationName"] == owner.publish_app_name
+    assert publishing.create_app is None and not publishing.delete_app
     data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=2)
     data["spec"]["publish"]["enabled"] = False
     no_publish = Backfill.model_validate(data)
     done = plan_backfill(no_publish, JOB, with_state(app, "COMPLETED"), "http://c", NOW)
-    assert done.status["phase"] == "Succeeded" and not done.publish
+    assert done.status["phase"] == "Succeeded" and done.create_publish_app is None
     assert done.leave_group is not None and done.leave_group.name == "default.rmi-outage"
     conds = {c["type"]: c["status"] for c in done.status["conditions"]}
     assert conds == {"Ready": "True", "Progressing": "False", "Succeeded": "True", "Failed": "False"}
     assert done.status["progress"] == "100%" and done.status["eta"] is None, "no stale ETA after completion"
 
 
-def test_a_publish_in_progress_resumes_after_a_restart() -> None:
-    plan = plan_backfill(bf({"phase": "Publishing"}), JOB, None, "http://c", NOW)
-    assert plan.publish and plan.create_app is None and plan.status["phase"] == "Publishing"
+def test_the_publish_settings_travel_in_the_job_config() -> None:
+    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert app is not None
+    pub = plan_backfill(bf({"phase": "Running"}), JOB, with_state(app, "COMPLETED"), "http://c", NOW)
+    assert pub.create_publish_app is not None
+    cfg = plan_backfill(bf(), JOB, None, "http://c", NOW).config_map
+    assert cfg is not None
+    job = JobConfig.model_validate_json(cfg["data"]["job.json"])
+    assert job.publish is not None and job.publish.tag == "default/rmi-outage"
+    assert job.publish.min_match_ratio == bf().spec.publish.min_match_ratio
 
 
-def test_published_outcomes() -> None:
-    table = PublishedTable(table="rmi.out", match_ratio=1.0, rows_removed=3, rows_added=5, snapshot_id=7)
-    group = plan_backfill(bf(), JOB, None, "http://c", NOW).join_group
-    ok = published(bf({"phase": "Publishing"}), Outcome([table], None), group, NOW)
-    assert ok.status["phase"] == "Succeeded" and ok.status["matchRatio"] == 1.0 and ok.leave_group == group
-    assert ok.status["published"][0]["rowsAdded"] == 5 and ok.events[0].reason == "Published"
-    refused = published(bf({"phase": "Publishing"}), Outcome([], "match 0.5 < 0.999"), group, NOW)
+def report(state: str = "Published", error: str | None = None, **table: Any) -> PublishReport:
+    t = TableReport(
+        table="rmi.out",
+        branch="backfill-rmi-outage",
+        match_ratio=0.5,
+        main_rows=6,
+        branch_rows=8,
+        matched=4,
+        rows_removed=3,
+        rows_added=5,
+        snapshot_id=7,
+        differing_keys=['{"playback_id": "p1"}'],
+        **table,
+    )
+    return PublishReport(
+        backfill="default/rmi-outage",
+        state=state,  # type: ignore[arg-type]
+        tables=[t] if state != "Failed" else [],
+        error=error,
+        started_at=START,
+        finished_at=END,
+    )
+
+
+def apps() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The backfill's application (completed) and the publish application it leads to."""
+    run = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert run is not None
+    pub = plan_backfill(bf({"phase": "Running"}), JOB, with_state(run, "COMPLETED"), "http://c", NOW)
+    assert pub.create_publish_app is not None
+    return with_state(run, "COMPLETED"), pub.create_publish_app
+
+
+def publishing(app_state: str, rep: PublishReport | None) -> Any:
+    run, pub = apps()
+    status = {"phase": "Publishing", "restartNonce": 0}
+    return plan_backfill(bf(status), JOB, run, "http://c", NOW, publish_app=with_state(pub, app_state), report=rep)
+
+
+def test_publishing_follows_its_application_and_ends_on_its_report() -> None:
+    running = publishing("RUNNING", None)
+    assert running.status["phase"] == "Publishing" and running.create_publish_app is None
+    assert running.status["publishApplicationState"] == "RUNNING" and "is RUNNING" in running.status["message"]
+
+    ok = publishing("COMPLETED", report())
+    assert ok.status["phase"] == "Succeeded" and ok.status["matchRatio"] == 0.5 and ok.leave_group is not None
+    (table,) = ok.status["published"]
+    assert (table["rowsRemoved"], table["rowsAdded"], table["snapshotId"]) == (3, 5, 7)
+    assert (table["mainRows"], table["branchRows"], table["matched"]) == (6, 8, 4)
+    assert table["differingKeys"] == ['{"playback_id": "p1"}']
+    assert ok.events[0].reason == "Published" and ok.status["final"] is True
+
+    refused = publishing("FAILED", report("Refused", "rmi.out: branch matches main at 0.5 < required 0.999"))
     assert refused.status["phase"] == "Failed" and refused.leave_group is None
-    assert refused.events[0].type == "Warning" and "0.999" in refused.status["message"]
-    assert ok.status["final"] is True
+    assert any(c["reason"] == "ValidationFailed" for c in refused.status["conditions"])
+    assert "0.999" in refused.status["message"] and refused.events[0].type == "Warning"
+
+    crashed = publishing("FAILED", report("Failed", "publish of backfill rmi-outage failed: OSError: catalog down"))
+    assert crashed.status["phase"] == "Failed" and "catalog down" in crashed.status["message"]
+    assert "rmi-outage-backfill-publish" in crashed.status["message"]
+    assert crashed.events[0].reason == "PublishFailed"
+
+    silent = publishing("FAILED", None)
+    assert silent.status["phase"] == "Failed" and "without a report" in silent.status["message"]
 
 
-def test_a_published_branch_that_is_not_final_says_so() -> None:
+def test_a_publish_in_progress_resumes_after_a_restart() -> None:
+    """An operator restarted in Publishing, the publish application gone or never created:
+    it is submitted (again); publishing twice commits once (the Spark side's tests)."""
+    run = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert run is not None
+    plan = plan_backfill(bf({"phase": "Publishing", "restartNonce": 0}), JOB, with_state(run, "COMPLETED"), None, NOW)
+    assert plan.create_publish_app is not None and plan.create_app is None and plan.status["phase"] == "Publishing"
+
+
+def test_a_refused_publish_stays_failed_until_the_restart_nonce_changes() -> None:
+    run, pub = apps()
+    refused = publishing("COMPLETED", report("Refused", "below the gate"))
+    failed = bf(refused.status | {"restartNonce": 0})
+    again = plan_backfill(failed, JOB, run, None, NOW, publish_app=with_state(pub, "COMPLETED"))
+    assert again.create_publish_app is None and again.status["phase"] == "Failed", "no publish loop on events"
+
+    data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=3)
+    data["spec"]["restartNonce"] = 1
+    data["status"] = refused.status | {"restartNonce": 0}
+    retry = Backfill.model_validate(data)
+    delete = plan_backfill(retry, JOB, run, None, NOW, publish_app=with_state(pub, "COMPLETED"))
+    assert delete.delete_app and delete.delete_publish_app, "both applications of the old attempt go"
+    resubmit = plan_backfill(retry, JOB, None, None, NOW)
+    assert resubmit.create_app is not None, "then the query runs again from its checkpoint, and publishes again"
+
+
+def test_published_with_a_not_final_branch_says_so() -> None:
     """The run could not close every result (history too short, sessions still open): the
     publish succeeds but status, message and an event say what is not final."""
-    table = PublishedTable(table="rmi.out", match_ratio=1.0, rows_removed=3, rows_added=5, snapshot_id=7)
-    note = "rmi.out: not yet final: 4 windows or sessions of out that start in the window ..."
-    done = published(bf({"phase": "Publishing"}), Outcome([table], None, (note,)), None, NOW)
+    note = "not yet final: 4 windows or sessions of out that start in the window ..."
+    done = published(bf({"phase": "Publishing"}), report(not_final=[note]), None, NOW)
     assert done.status["phase"] == "Succeeded" and done.status["final"] is False
-    assert note in done.status["message"]
+    assert f"rmi.out: {note}" in done.status["message"]
     assert [(e.type, e.reason) for e in done.events] == [("Normal", "Published"), ("Warning", "NotFinal")]
 
 

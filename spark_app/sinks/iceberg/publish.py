@@ -1,10 +1,15 @@
 """Validate a backfill branch against main over its window, then publish it: main's rows in
-the window are replaced by the branch's, in one Iceberg snapshot.
+the window are replaced by the branch's, in one Iceberg snapshot. Both run in Spark, in the
+application that publishes (``spark_app.publishing``): the comparison is a Spark job
+(``validation``), and the files that straddle the window's edges are read and rewritten by the
+executors. The driver handles metadata only: planning, and the one commit.
 
 Files wholly inside the window are moved by reference (no data rewritten); only the files
-that straddle the window's edges are read and rewritten without (main) or with only (branch)
-the window's rows. A concurrent commit to main makes the snapshot conflict: the whole
-publish is planned again on the new state, so nothing a live writer added is lost.
+that straddle the window's edges are rewritten without (main) or with only (branch) the
+window's rows. A concurrent commit to main makes the snapshot conflict: the whole publish is
+planned again on the new state, so nothing a live writer added is lost. A publish killed at any
+point is resumed by running it again: before its commit nothing in main changed (rewritten
+files are orphans), after it main equals the branch and a second run commits nothing.
 
 Every entry point (``validate``, ``publish``) refuses a branch that matches main below
 ``DEFAULT_MIN_MATCH_RATIO`` unless the caller lowers it explicitly: a partial branch must never
@@ -13,26 +18,31 @@ replace good rows by default. A branch that does not exist is an error that says
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import signal
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.io.pyarrow import _dataframe_to_data_files
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
+from pyspark.sql import SparkSession
 
 from spark_app.errors import KappaError
-from spark_app.sinks.iceberg.commit import try_commit
+from spark_app.sinks.iceberg.commit import data_files, try_commit
 from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
+from spark_app.sinks.iceberg.validation import Comparison, compare_snapshots
 from spark_app.sinks.iceberg.window import TimeWindow
 
 log = logging.getLogger("kappa.publish")
 
 PUBLISHED_FROM = "kappa.published-from"
+FAULT_ENV = "KAPPA_PUBLISH_FAULT"
+"""Fault injection for tests: ``kill-before-commit`` / ``kill-after-commit`` kill the driver."""
 
 _BRANCHES_SHOWN = 10
 
@@ -43,58 +53,6 @@ class ValidationFailedError(KappaError):
 
 class BranchMissingError(ValidationFailedError):
     """The backfill branch was never created: its run committed no row in the window."""
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Branch vs main over a window. ``matched`` rows are equal in both (on ``key`` when given,
-    else as whole rows); ``match_ratio`` = matched / the larger side (1.0 when both are empty)."""
-
-    main_rows: int
-    branch_rows: int
-    matched: int
-    key: tuple[str, ...]
-
-    @property
-    def match_ratio(self) -> float:
-        larger = max(self.main_rows, self.branch_rows)
-        return 1.0 if larger == 0 else self.matched / larger
-
-    @property
-    def only_main(self) -> int:
-        return self.main_rows - self.matched
-
-    @property
-    def only_branch(self) -> int:
-        return self.branch_rows - self.matched
-
-
-def matched_rows(a: pa.Table, b: pa.Table, key: list[str]) -> int:
-    """Rows equal in ``a`` and ``b``: with a key, rows whose key is unique on both sides and
-    whose other columns are equal; without, the multiset intersection of whole rows."""
-    columns = [c for c in a.column_names if c in b.column_names]
-    if not key:
-        ca = a.select(columns).group_by(columns).aggregate([([], "count_all")])
-        cb = b.select(columns).group_by(columns).aggregate([([], "count_all")])
-        j = ca.join(cb, columns, right_suffix="_b", join_type="inner")
-        return int(pc.sum(pc.min_element_wise(j["count_all"], j["count_all_b"])).as_py() or 0)
-    unique_a = _unique_on(a.select(columns), key)
-    unique_b = _unique_on(b.select(columns), key)
-    j = unique_a.join(unique_b, key, join_type="inner", right_suffix="__b")
-    if j.num_rows == 0:
-        return 0
-    equal = None
-    for c in (c for c in columns if c not in key):
-        left, right = j[c], j[f"{c}__b"]
-        same = pc.fill_null(pc.or_kleene(pc.equal(left, right), pc.and_(pc.is_null(left), pc.is_null(right))), False)
-        equal = same if equal is None else pc.and_(equal, same)
-    return j.num_rows if equal is None else int(pc.sum(equal).as_py() or 0)
-
-
-def _unique_on(t: pa.Table, key: list[str]) -> pa.Table:
-    counts = t.group_by(key).aggregate([([], "count_all")])
-    once = counts.filter(pc.equal(counts["count_all"], 1)).select(key)
-    return t.join(once, key, join_type="inner")
 
 
 def missing_branch_message(table: Table, branch: str, window: TimeWindow | None = None) -> str:
@@ -126,12 +84,18 @@ def branch_head(table: Table, branch: str, window: TimeWindow | None = None) -> 
     return head
 
 
-def compare(table: Table, branch: str, window: TimeWindow, key: list[str]) -> Comparison:
-    """Branch vs main over the window. A missing branch raises rather than comparing as empty:
-    an empty side would read as "1.0" against an empty main, or as a plain low ratio."""
-    side = window.rows(table, branch_head(table, branch, window))
-    main = window.rows(table, _head(table, "main"))
-    return Comparison(main.num_rows, side.num_rows, matched_rows(main, side, key), tuple(key))
+def compare(
+    spark: SparkSession,
+    table: Table,
+    catalog_properties: dict[str, str],
+    branch: str,
+    window: TimeWindow,
+    key: list[str],
+) -> Comparison:
+    """Branch vs main over the window, by Spark. A missing branch raises rather than comparing
+    as empty: an empty side would read as "1.0" against an empty main, or as a plain low ratio."""
+    side = branch_head(table, branch, window)
+    return compare_snapshots(spark, table, catalog_properties, window, _head(table, "main"), side, key)
 
 
 def _check_ratio(min_match_ratio: float | None) -> None:
@@ -142,7 +106,9 @@ def _check_ratio(min_match_ratio: float | None) -> None:
 
 
 def validate(
+    spark: SparkSession,
     table: Table,
+    catalog_properties: dict[str, str],
     branch: str,
     window: TimeWindow,
     key: list[str] | None = None,
@@ -152,7 +118,7 @@ def validate(
 
     ``min_match_ratio=0.0`` accepts any match (an explicit opt-out, logged as a warning)."""
     _check_ratio(min_match_ratio)
-    comparison = compare(table, branch, window, key or [])
+    comparison = compare(spark, table, catalog_properties, branch, window, key or [])
     detail = (
         f"{comparison.match_ratio:.4f} ({comparison.only_main} rows only in main, "
         f"{comparison.only_branch} only in the branch, {comparison.matched} matched)"
@@ -197,12 +163,90 @@ def _head(table: Table, ref: str) -> int | None:
     return snap.snapshot_id if snap else None
 
 
-def _rewrite(table: Table, rows: pa.Table) -> list[DataFile]:
-    return list(_dataframe_to_data_files(table.metadata, rows, table.io, write_uuid=uuid.uuid4())) if rows else []
+@dataclass(frozen=True)
+class EdgeRewrite:
+    """What an executor needs to rewrite the files on the window's edges (pickled to it)."""
+
+    catalog_properties: dict[str, str]
+    metadata_json: str
+    window: TimeWindow
+    files: tuple[tuple[DataFile, bool], ...]
+    """Each file, and whether to keep its rows inside the window (branch) or outside it (main)."""
+
+
+def _rewrite_edges(spec: EdgeRewrite) -> Callable[[Iterator[int]], Iterator[tuple[int, int, str | None]]]:
+    def rewrite(indexes: Iterator[int]) -> Iterator[tuple[int, int, str | None]]:
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io import load_file_io
+        from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+        from pyiceberg.table import FileScanTask
+        from pyiceberg.table.metadata import TableMetadataUtil
+
+        metadata = TableMetadataUtil.parse_raw(spec.metadata_json)
+        io = load_file_io(spec.catalog_properties, metadata.location)
+        for i in indexes:
+            file, inside = spec.files[i]
+            rows = ArrowScan(metadata, io, metadata.schema(), AlwaysTrue()).to_table([FileScanTask(file)])
+            mask = spec.window.mask(rows)
+            kept = rows.filter(mask if inside else pc.invert(mask))
+            if kept.num_rows == (0 if inside else rows.num_rows):
+                yield i, kept.num_rows, None  # nothing of it changes main: no file written
+                continue
+            written = list(_dataframe_to_data_files(metadata, kept, io, write_uuid=uuid.uuid4())) if kept else []
+            if not written:
+                yield i, 0, ""
+            for f in written:
+                yield i, kept.num_rows, f.file_path
+
+    return rewrite
+
+
+@dataclass(frozen=True)
+class EdgeFile:
+    """One straddling file after its rewrite: the rows it keeps and the files that hold them."""
+
+    file: DataFile
+    inside: bool
+    kept_rows: int
+    changed: bool
+    """False: none of its rows was on the side to drop (its stats straddle, its rows do not)."""
+    paths: tuple[str, ...]
+
+
+def rewrite_edges(
+    spark: SparkSession,
+    table: Table,
+    catalog_properties: dict[str, str],
+    window: TimeWindow,
+    files: list[tuple[DataFile, bool]],
+) -> list[EdgeFile]:
+    """Rewrite the straddling files on the executors (a file a task); only paths come back."""
+    if not files:
+        return []
+    spec = EdgeRewrite(catalog_properties, table.metadata.model_dump_json(), window, tuple(files))
+    rdd = spark.sparkContext.parallelize(range(len(files)), len(files)).mapPartitions(_rewrite_edges(spec))
+    kept: dict[int, int] = {}
+    paths: dict[int, list[str]] = {}
+    changed: set[int] = set()
+    for i, rows, path in rdd.collect():
+        kept[i] = rows
+        paths.setdefault(i, [])
+        if path is not None:
+            changed.add(i)
+            paths[i] += [path] if path else []
+    return [EdgeFile(files[i][0], files[i][1], kept[i], i in changed, tuple(paths[i])) for i in sorted(kept)]
+
+
+def _fault(point: str) -> None:
+    if os.environ.get(FAULT_ENV) == point:  # die like a killed driver (tests)
+        log.warning("fault injected: %s", point)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def publish(
+    spark: SparkSession,
     load: Callable[[], Table],
+    catalog_properties: dict[str, str],
     branch: str,
     window: TimeWindow,
     key: list[str] | None = None,
@@ -217,37 +261,41 @@ def publish(
     _check_ratio(min_match_ratio)
     for attempt in range(1, retries + 2):
         table = load()
-        comparison = validate(table, branch, window, key, min_match_ratio)
+        comparison = validate(spark, table, catalog_properties, branch, window, key, min_match_ratio)
+        if comparison.matched == comparison.main_rows == comparison.branch_rows:
+            # main already holds the branch's window (published before, or reproduced exactly):
+            # no commit, whatever the files look like (a branch file straddling an edge is
+            # never shared with main, so a file-level diff alone would publish it again)
+            return PublishResult(comparison, 0, 0, 0, 0, 0, None, attempt)
         main_tasks = window.tasks(table, _head(table, "main"))
         branch_tasks = window.tasks(table, _head(table, branch))
         shared = {t.file.file_path for t in main_tasks} & {t.file.file_path for t in branch_tasks}
-        removed = added = rewritten = 0
+        removed = added = 0
         deletes: list[DataFile] = []
         appends: list[DataFile] = []
+        edges: list[tuple[DataFile, bool]] = []
         for task in (t for t in main_tasks if t.file.file_path not in shared):
             if window.inside(table, task):
                 deletes.append(task.file)
                 removed += task.file.record_count
-                continue
-            rows = window.read(table, [task])
-            keep = rows.filter(pc.invert(window.mask(rows)))
-            if keep.num_rows == rows.num_rows:
-                continue  # its stats straddle the window, none of its rows is in it
-            deletes.append(task.file)
-            removed += rows.num_rows - keep.num_rows
-            appends += _rewrite(table, keep)
-            rewritten += 1
+            else:
+                edges.append((task.file, False))
         for task in (t for t in branch_tasks if t.file.file_path not in shared):
             if window.inside(table, task):
                 appends.append(task.file)
                 added += task.file.record_count
+            else:
+                edges.append((task.file, True))
+        rewritten = 0
+        for edge in rewrite_edges(spark, table, catalog_properties, window, edges):
+            if not edge.changed:
                 continue
-            rows = window.read(table, [task])
-            take = rows.filter(window.mask(rows))
-            if take.num_rows == 0:
-                continue
-            added += take.num_rows
-            appends += _rewrite(table, take)
+            if edge.inside:
+                added += edge.kept_rows
+            else:
+                deletes.append(edge.file)
+                removed += edge.file.record_count - edge.kept_rows
+            appends += data_files(table, list(edge.paths))
             rewritten += 1
         if not deletes and not appends:
             return PublishResult(comparison, 0, 0, 0, 0, 0, None, attempt)
@@ -257,6 +305,12 @@ def publish(
             "kappa.rows-removed": str(removed),
             "kappa.rows-added": str(added),
             "kappa.match-ratio": f"{comparison.match_ratio:.6f}",
+            "kappa.main-rows": str(comparison.main_rows),
+            "kappa.branch-rows": str(comparison.branch_rows),
+            "kappa.matched": str(comparison.matched),
+            "kappa.differing-keys": json.dumps(
+                [json.dumps(k, default=str, sort_keys=True) for k in comparison.differing]
+            ),
             **(properties or {}),
         }
         tx = table.transaction()
@@ -266,9 +320,11 @@ def publish(
                 overwrite.delete_data_file(f)
             for f in appends:
                 overwrite.append_data_file(f)
+        _fault("kill-before-commit")
         snapshot_id = try_commit(tx, "main", attempt, retries, f"publish of {branch} into {_name(table)}")
         if snapshot_id is None:
             continue
+        _fault("kill-after-commit")
         log.info("published %s into main: -%d +%d rows (snapshot %d)", branch, removed, added, snapshot_id)
         return PublishResult(comparison, removed, added, len(deletes), len(appends), rewritten, snapshot_id, attempt)
     raise AssertionError("unreachable")

@@ -1,4 +1,4 @@
-"""Publish and validate are safe by default (no Spark, a real SqlCatalog): a partial branch never
+"""Publish and validate are safe by default (local Spark, a real SqlCatalog): a partial branch never
 replaces main's rows unless the caller opts out explicitly, and a missing branch says why."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+from pyspark.sql import SparkSession
 
 from kappa_operator.models.backfill import PublishSpec
 from spark_app.sinks.iceberg.publish import (
@@ -65,6 +66,10 @@ def catalog(tmp_path: Path) -> SqlCatalog:
     return c
 
 
+def props(catalog: SqlCatalog) -> dict[str, str]:
+    return dict(catalog.properties)
+
+
 def load(catalog: SqlCatalog) -> Table:
     return catalog.load_table("ns.out")
 
@@ -86,28 +91,30 @@ def test_every_entry_point_defaults_to_the_backfills_min_match_ratio() -> None:
         assert inspect.signature(fn).parameters["min_match_ratio"].default == DEFAULT_MIN_MATCH_RATIO, fn.__name__
 
 
-def test_publish_with_its_defaults_refuses_a_partial_branch_and_leaves_main_untouched(catalog: SqlCatalog) -> None:
+def test_publish_with_its_defaults_refuses_a_partial_branch_and_leaves_main_untouched(
+    spark: SparkSession, catalog: SqlCatalog
+) -> None:
     partial_branch(catalog)
     before = state(load(catalog))
     with pytest.raises(ValidationFailedError) as err:
-        publish(lambda: load(catalog), BRANCH, WINDOW, key=KEY)
+        publish(spark, lambda: load(catalog), props(catalog), BRANCH, WINDOW, key=KEY)
     assert "0.2500" in str(err.value) and "30 rows only in main" in str(err.value)
     assert "nothing was published" in str(err.value)
     assert state(load(catalog)) == before, "same main snapshot, same rows"
     with pytest.raises(ValidationFailedError):
-        validate(load(catalog), BRANCH, WINDOW, KEY)
+        validate(spark, load(catalog), props(catalog), BRANCH, WINDOW, KEY)
     with pytest.raises(ValidationFailedError):  # without a key: whole rows, same gate
-        publish(lambda: load(catalog), BRANCH, WINDOW)
+        publish(spark, lambda: load(catalog), props(catalog), BRANCH, WINDOW)
     assert state(load(catalog)) == before
 
 
 def test_an_explicit_zero_publishes_whatever_the_match_and_says_so(
-    catalog: SqlCatalog, caplog: pytest.LogCaptureFixture
+    spark: SparkSession, catalog: SqlCatalog, caplog: pytest.LogCaptureFixture
 ) -> None:
     partial_branch(catalog)
     before_id, _ = state(load(catalog))
     with caplog.at_level(logging.WARNING, logger="kappa.publish"):
-        result = publish(lambda: load(catalog), BRANCH, WINDOW, key=KEY, min_match_ratio=0.0)
+        result = publish(spark, lambda: load(catalog), props(catalog), BRANCH, WINDOW, key=KEY, min_match_ratio=0.0)
     assert (result.comparison.match_ratio, result.rows_removed, result.rows_added) == (0.25, 40, 10)
     assert any("min_match_ratio=0.0 (no check)" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
     after_id, after_rows = state(load(catalog))
@@ -115,23 +122,23 @@ def test_an_explicit_zero_publishes_whatever_the_match_and_says_so(
     assert [r["id"] for r in after_rows] == sorted([f"r{i}" for i in range(10)] + [f"r{i}" for i in range(100, 110)])
 
 
-def test_none_is_not_a_silent_opt_out(catalog: SqlCatalog) -> None:
+def test_none_is_not_a_silent_opt_out(spark: SparkSession, catalog: SqlCatalog) -> None:
     partial_branch(catalog)
     before = state(load(catalog))
     with pytest.raises(TypeError, match=r"pass 0\.0"):
-        publish(lambda: load(catalog), BRANCH, WINDOW, key=KEY, min_match_ratio=None)  # type: ignore[arg-type]
+        publish(spark, lambda: load(catalog), props(catalog), BRANCH, WINDOW, key=KEY, min_match_ratio=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        publish(lambda: load(catalog), BRANCH, WINDOW, key=KEY, min_match_ratio=1.5)
+        publish(spark, lambda: load(catalog), props(catalog), BRANCH, WINDOW, key=KEY, min_match_ratio=1.5)
     assert state(load(catalog)) == before
 
 
-def test_a_missing_branch_says_the_run_emitted_no_row_in_the_window(catalog: SqlCatalog) -> None:
+def test_a_missing_branch_says_the_run_emitted_no_row_in_the_window(spark: SparkSession, catalog: SqlCatalog) -> None:
     load(catalog).append(rows(range(3), T0, timedelta(minutes=1)), branch="backfill-other")
     before = state(load(catalog))
     for call in (
-        lambda: publish(lambda: load(catalog), BRANCH, WINDOW, key=KEY, min_match_ratio=0.0),
-        lambda: validate(load(catalog), BRANCH, WINDOW, KEY, min_match_ratio=0.0),
-        lambda: compare(load(catalog), BRANCH, WINDOW, KEY),
+        lambda: publish(spark, lambda: load(catalog), props(catalog), BRANCH, WINDOW, key=KEY, min_match_ratio=0.0),
+        lambda: validate(spark, load(catalog), props(catalog), BRANCH, WINDOW, KEY, min_match_ratio=0.0),
+        lambda: compare(spark, load(catalog), props(catalog), BRANCH, WINDOW, KEY),
     ):
         with pytest.raises(BranchMissingError) as err:
             call()

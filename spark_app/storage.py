@@ -28,7 +28,7 @@ from typing import Literal
 from pyarrow import fs as pafs
 from pydantic import BaseModel, ConfigDict
 
-from kappa_operator.checkpoints.errors import CheckpointError
+from spark_app.errors import CheckpointError
 
 BUFFERED_COPY_BYTES = 32 * 1024 * 1024
 """Files up to this size are read whole, then written in one call (one PUT on S3)."""
