@@ -83,7 +83,7 @@ def measure(call: Any) -> tuple[float, Any]:
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
-    from kappa_operator.checkpoints import externalize, list_snapshots, open_location, restore
+    from spark_app.checkpoints import externalize, list_snapshots, open_location, restore
     from tests.s3 import MotoS3
 
     out = Path(args.out)

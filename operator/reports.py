@@ -11,12 +11,12 @@ from rich.table import Table
 from rich.text import Text
 
 from kappa_operator import rewind as io
-from kappa_operator.checkpoints import CheckpointError, list_batches, list_snapshots, open_location
-from kappa_operator.checkpoints.snapshots import SNAPSHOTS
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.rewind import downstream_of, downstream_rewind, restored_location
 from spark_app.catalogs import load_table
+from spark_app.checkpoints import CheckpointError, list_batches, list_snapshots, open_location
+from spark_app.checkpoints.snapshots import SNAPSHOTS
 from spark_app.sinks.iceberg.undo import batches_after
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 from datetime import UTC
 from functools import partial
 
-from kappa_operator.checkpoints.restore import choose, restore
-from kappa_operator.checkpoints.snapshots import Manifest, discard_after, list_snapshots
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
 from spark_app.catalogs import load_table
+from spark_app.checkpoints.restore import choose, restore
+from spark_app.checkpoints.snapshots import Manifest, discard_after, list_snapshots
 from spark_app.errors import KappaError
 from spark_app.storage import open_location
 

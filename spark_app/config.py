@@ -457,9 +457,26 @@ class PublishConfig(KappaModel):
     """Where the report goes. Default: ``<checkpoint>/_kappa/publish-report.json``."""
 
 
+class ExternalCheckpoints(KappaModel):
+    """Restorable copies of the live checkpoint, taken by this job's own driver (a
+    StreamingJob's `checkpoints.externalLocation`); the operator only reads their manifests."""
+
+    location: str = Field(min_length=1)
+    """Each sink's query is copied to `<location>/<sink name>`."""
+    interval: Duration = timedelta(minutes=10)
+    """Copy the newest committed batch once this long has passed since the last copy."""
+    keep_last: int = Field(default=24, ge=1)
+    max_age: Duration | None = None
+    """Retention: at most `keepLast` snapshots, none older than this (never the newest)."""
+    every_batch: bool = False
+    """Copy every committed batch not copied yet (a local run of a minute), not one per interval."""
+
+
 class CheckpointConfig(KappaModel):
     location: str = Field(min_length=1)
     """Each output's query checkpoints under `<location>/<sink name>`."""
+    external: ExternalCheckpoints | None = None
+    """Live jobs: where the driver externalizes its checkpoint (`spark_app.checkpoints.driver`)."""
 
 
 _ENTRY_POINT = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$"

@@ -28,6 +28,7 @@ from pyspark.sql.types import StructType
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.members import aligned_members, member_id
 from spark_app.catalogs import load_table
+from spark_app.checkpoints.driver import attach, detach
 from spark_app.config import (
     ConsoleSink,
     IcebergBackfillSource,
@@ -294,6 +295,8 @@ class RunReport:
     lateness: Verdict | None = None
     edges: Edges | None = None
     """A backfill's resolved edges: sources read, warm-up verdict, drain, finality."""
+    externalized: dict[str, list[int]] = field(default_factory=dict)
+    """A live job's checkpoint snapshots its driver took, per sink (batch ids)."""
 
     @property
     def final(self) -> bool:
@@ -370,6 +373,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     started = time.monotonic()
     queries = []
+    externalizer = attach(spark, cfg)
     try:
         queries = [start_query(cfg, name, df) for name, df in outputs.items()]
         deadline = None if timeout is None else started + timeout
@@ -385,6 +389,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         for q in queries:
             if q.isActive:
                 q.stop()
+        externalized = detach(spark, externalizer)
     progress = [p for q in queries for p in query_progress(q)]
     if cfg.mode == "backfill":
         require_complete(cfg, progress)
@@ -392,7 +397,9 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         edges = still_open(spark, cfg, edges, progress)
     if edges is not None:
         record_finality(cfg, edges)
-    return RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
+    report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
+    report.externalized = externalized
+    return report
 
 
 def still_open(spark: SparkSession, cfg: JobConfig, edges: Edges, progress: list[dict[str, Any]]) -> Edges:

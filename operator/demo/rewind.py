@@ -22,7 +22,10 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from kappa_operator.checkpoints import (
+from kappa_operator.demo.jobs import DemoSettings, sessions_job
+from kappa_operator.demo.outage import compare_tables
+from kappa_operator.demo.steps import Steps, batches_poll, plural
+from spark_app.checkpoints import (
     IncompleteCheckpointError,
     Manifest,
     choose,
@@ -32,9 +35,6 @@ from kappa_operator.checkpoints import (
     open_location,
     restore,
 )
-from kappa_operator.demo.jobs import DemoSettings, sessions_job
-from kappa_operator.demo.outage import compare_tables
-from kappa_operator.demo.steps import Steps, batches_poll, plural
 from spark_app.config import CheckpointConfig
 from spark_app.examples import sessions
 from spark_app.examples.generator import SNAPSHOT_COMMIT_INDEX, Commit, create_tables, iter_commits

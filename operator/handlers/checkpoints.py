@@ -1,6 +1,7 @@
-"""Externalized checkpoints of StreamingJobs: every ``interval`` the operator copies each
-query's newest committed batch to ``spec.checkpoints.externalLocation`` (incrementally),
-applies retention, and lists the restorable points in status for a Rewind to pick from."""
+"""Externalized checkpoints of StreamingJobs: the job's driver copies each query's newest
+committed batch to ``spec.checkpoints.externalLocation`` every ``interval`` and applies
+retention (``spark_app.checkpoints.driver``); every ``interval`` the operator lists the
+manifests there and shows the restorable points in status, for a Rewind to pick from."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import kopf
 
 from kappa_operator.handlers.context import log, parse, record, reported
-from kappa_operator.job_snapshots import externalize_job
+from kappa_operator.job_snapshots import restore_points
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.checkpoints import checkpoint_status, snapshot_due
@@ -29,20 +30,19 @@ TICK = 15.0
     when=lambda spec, **_: bool((spec.get("checkpoints") or {}).get("externalLocation")),
 )
 @reported("StreamingJob")
-async def externalize_checkpoints(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
-    """The copy runs in a thread; a deletion (or an operator stop) does not wait for it: kopf
-    waits for a timer before it runs the delete handler, and storage I/O can block for minutes.
-    A copy left behind is harmless: a snapshot counts only once its last file is written."""
+async def follow_checkpoints(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """The listing runs in a thread; a deletion (or an operator stop) does not wait for it:
+    kopf waits for a timer before it runs the delete handler, and storage I/O can block."""
     job = parse(StreamingJob, body)
     now = datetime.now(UTC)
     if not snapshot_due(job, now):
         return
-    copy = asyncio.ensure_future(asyncio.to_thread(snapshot_job, job, now))
+    copy = asyncio.ensure_future(asyncio.to_thread(list_points, job, now))
     stop = asyncio.ensure_future(stopped.wait())
     await asyncio.wait({copy, stop}, return_when=asyncio.FIRST_COMPLETED)
     stop.cancel()
     if not copy.done():
-        log.info("StreamingJob %s/%s: stopping; the snapshot copy is left to finish", *_where(job))
+        log.info("StreamingJob %s/%s: stopping; the listing of its snapshots is left", *_where(job))
         return
     await asyncio.to_thread(record, "StreamingJob", body, copy.result())
 
@@ -51,10 +51,6 @@ def _where(job: StreamingJob) -> tuple[str, str]:
     return job.metadata.namespace, job.metadata.name
 
 
-def snapshot_job(job: StreamingJob, now: datetime) -> dict[str, Any]:
-    """Externalize every sink's query, apply retention; the status fields to record."""
-    taken, points = externalize_job(job, now)
-    for sink, batches in taken.items():
-        for b in batches:
-            log.info("StreamingJob %s/%s: externalized %s batch %d", *_where(job), sink, b)
-    return checkpoint_status(points, now)
+def list_points(job: StreamingJob, now: datetime) -> dict[str, Any]:
+    """The status fields of the job's restore points (what its driver externalized)."""
+    return checkpoint_status(restore_points(job), now)

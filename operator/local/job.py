@@ -1,6 +1,7 @@
 """`kappa run` of a StreamingJob: ``plan_streaming_job``, the rendered live JobConfig on local
-Spark, then its checkpoint externalized (every committed batch of the run, where the operator
-copies the newest one per ``spec.checkpoints.interval``)."""
+Spark, whose driver externalizes its checkpoint as it would on the cluster (every committed
+batch of the run here, the newest one per ``spec.checkpoints.interval`` there); then the
+restore points listed as the operator lists them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kappa_operator.job_snapshots import externalize_job
+from kappa_operator.job_snapshots import restore_points
 from kappa_operator.local.engine import Local, application, log
 from kappa_operator.local.overrides import runtime_config
 from kappa_operator.models.streaming_job import StreamingJob
@@ -67,10 +68,10 @@ def run_job(local: Local, job: StreamingJob) -> JobRun:
     snapshot_error = None
     if job.spec.checkpoints.external_location:
         try:
-            fields = snapshot_job(local, job)
-        except KappaError as exc:  # the operator logs it and tries again on its timer
+            fields = snapshot_job(local, job, report)
+        except KappaError as exc:  # the operator logs it and looks again on its timer
             snapshot_error = str(exc)
-            show.error(f"externalizing the checkpoint: {exc}")
+            show.error(f"listing the checkpoint's snapshots: {exc}")
     if state == "FAILED":
         _failure_hint(local, message)
     ended = application(state, message, hashed)
@@ -92,16 +93,15 @@ def _failure_hint(local: Local, message: str) -> None:
         local.show.note(f"with --local the tables live in the SQLite catalogs under {where}: create them there")
 
 
-def snapshot_job(local: Local, job: StreamingJob) -> dict[str, Any]:
-    """Externalize every committed batch not externalized yet, apply retention; the status
-    fields the operator records (``reconcile.checkpoints``)."""
+def snapshot_job(local: Local, job: StreamingJob, report: RunReport | None) -> dict[str, Any]:
+    """What the run's driver externalized, and the status fields the operator records of the
+    restore points (``reconcile.checkpoints``)."""
     now = datetime.now(UTC)
-    taken, points = externalize_job(job, now, every_batch=True)
-    for sink, batches in taken.items():
+    for sink, batches in (report.externalized if report is not None else {}).items():
         if batches:
             uri = f"{(job.spec.checkpoints.external_location or '').rstrip('/')}/{sink}"
-            local.show.note(f"externalized {sink} batches {_ranges(batches)} to {uri}")
-    fields = checkpoint_status(points, now)
+            local.show.note(f"the driver externalized {sink} batches {_ranges(batches)} to {uri}")
+    fields = checkpoint_status(restore_points(job), now)
     if fields["checkpoints"]:
         local.show.points(f"{job.metadata.name}: newest restore points (status.checkpoints)", fields["checkpoints"])
     return fields

@@ -184,6 +184,10 @@ def runtime_config(
             if opts.snapshots_per_batch is not None:
                 src.setdefault("readLimit", {})["maxSnapshots"] = opts.snapshots_per_batch
                 notes.append(f"sources.{name}: at most {opts.snapshots_per_batch} table snapshot(s) per micro-batch")
+        external = data["checkpoint"].get("external")
+        if external is not None:  # a run of a minute: every committed batch, not one per interval
+            external["everyBatch"] = True
+            notes.append(f"checkpoint snapshots: the driver copies every committed batch to {external['location']}")
     if token is not None and data.get("coordinator"):
         data["coordinator"]["token"] = token  # the operator hands it to the driver through a Secret
     if trace_path is not None:

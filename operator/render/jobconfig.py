@@ -11,7 +11,7 @@ from typing import Any
 
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import duration_ms
-from kappa_operator.models.streaming_job import JobSink, JobSource, StreamingJob, StreamingJobSpec
+from kappa_operator.models.streaming_job import CheckpointSpec, JobSink, JobSource, StreamingJob, StreamingJobSpec
 from spark_app.config import JobConfig, parse_config
 
 CONFIG_PATH = "/etc/kappa/job.json"
@@ -73,6 +73,17 @@ def _catalogs(job: StreamingJob) -> dict[str, Any]:
     return {name: dict(props) for name, props in job.spec.catalogs.items()}
 
 
+def _external(ckpt: CheckpointSpec) -> dict[str, Any]:
+    """The driver's snapshot settings (it copies its own checkpoint; the operator reads)."""
+    if ckpt.external_location is None:
+        return {}
+    retention = ckpt.retention
+    ext: dict[str, Any] = {"location": ckpt.external_location, "interval": ckpt.interval, "keepLast": retention.count}
+    if retention.max_age:
+        ext["maxAge"] = retention.max_age
+    return {"external": ext}
+
+
 def streaming_job_config(job: StreamingJob) -> JobConfig:
     spec = job.spec
     return parse_config(
@@ -84,7 +95,7 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             "catalogs": _catalogs(job),
             "sources": {n: _live_source(s) for n, s in spec.sources.items()},
             "sinks": {n: _sink(s, protect_batches=rewind_horizon_batches(spec)) for n, s in spec.sinks.items()},
-            "checkpoint": {"location": live_checkpoint(job)},
+            "checkpoint": {"location": live_checkpoint(job), **_external(spec.checkpoints)},
             "trigger": {"kind": "processingTime", "interval": spec.trigger_interval},
             "alignment": {"orderingColumn": spec.ordering_column},
             "sparkConf": spec.spark_conf,

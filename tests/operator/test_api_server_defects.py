@@ -302,10 +302,11 @@ async def test_defect_10_deleting_many_running_backfills_at_once_finishes(kmock:
 
 @pytest.mark.asyncio
 @pytest.mark.kmock(cls=ApiServer)
-async def test_defect_10_a_job_delete_does_not_wait_for_a_blocked_snapshot_copy(
+async def test_defect_10_a_job_delete_does_not_wait_for_a_blocked_snapshot_listing(
     kmock: ApiServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Storage I/O that hangs (a copy stuck on an object store) must not hold the delete."""
+    """Storage I/O that hangs (a listing of the snapshots stuck on an object store) must not
+    hold the delete."""
     from kappa_operator.handlers import checkpoints
 
     blocked, release = threading.Event(), threading.Event()
@@ -315,17 +316,17 @@ async def test_defect_10_a_job_delete_does_not_wait_for_a_blocked_snapshot_copy(
         release.wait(120)
         return {}
 
-    monkeypatch.setattr(checkpoints, "snapshot_job", stuck)
+    monkeypatch.setattr(checkpoints, "list_points", stuck)
     monkeypatch.setattr(checkpoints, "snapshot_due", lambda job, now: True)
     try:
         async with operator(kmock) as op:
             await op.api.post(JOBS, created("rmi-streamingjob.yaml"))
-            await eventually(lambda: asyncio.to_thread(blocked.wait, 0.2), "the snapshot copy started", 40)
+            await eventually(lambda: asyncio.to_thread(blocked.wait, 0.2), "the snapshot listing started", 40)
             started = asyncio.get_running_loop().time()
             await op.api.delete(f"{JOBS}/rmi")
             await eventually(lambda: absent(op.api, f"{JOBS}/rmi"), "the job deleted", 30)
             waited = asyncio.get_running_loop().time() - started
-            assert waited < 20, f"the delete waited {waited:.0f}s for the copy"
+            assert waited < 20, f"the delete waited {waited:.0f}s for the listing"
     finally:
         release.set()
 

@@ -4,7 +4,7 @@ ResettingSinks -> Resuming -> Succeeded, and with ``downstream`` rewinds a secon
 the first job's table.
 
 Checkpoints are Spark-format directories written by the test (offsets, commits, metadata,
-state files) and externalized with ``kappa_operator.checkpoints``; the sink tables are real
+state files) and externalized with ``spark_app.checkpoints``; the sink tables are real
 Iceberg tables (SQLite catalog) whose snapshots carry each batch's query and batch id, as
 the exactly-once sink writes them. (The same path with real Spark is tests/spark.)"""
 
@@ -21,7 +21,7 @@ import kmock
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from kappa_operator.checkpoints import externalize, list_snapshots, open_location
+from spark_app.checkpoints import externalize, list_snapshots, open_location
 from tests.checkpoint_data import T0, live_ids, sink_batches, tree_hash, write_checkpoint
 from tests.operator.apiserver import ApiServer
 from tests.operator.kube import APPS, CMS, JOBS, Api, eventually, manifest, register

@@ -1,6 +1,7 @@
 """A rewind with real local Spark and a real S3 API (moto's server): the stateful ``sessions``
 example reads an Iceberg table live (one snapshot per micro-batch) into the exactly-once
-Iceberg sink, while its checkpoint is externalized to S3.
+Iceberg sink, while its own driver externalizes its checkpoint to S3 (a query listener, with
+the standard AWS environment a pod would have: the operator copies nothing).
 
 The story, as in the Netflix talk: an ingestion outage writes bad playbacks for a while and the
 job processes them. Once the source is corrected (the bad commits rolled back and re-ingested),
@@ -15,8 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,12 +27,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from kappa_operator.checkpoints import (
-    Location,
-    Manifest,
+from spark_app.checkpoints import (
     choose,
     discard_after,
-    externalize,
     layout,
     list_batches,
     list_snapshots,
@@ -48,7 +44,7 @@ from spark_app.examples.generator import (
     create_tables,
     iter_commits,
 )
-from spark_app.runtime import RunReport, run
+from spark_app.runtime import run
 from spark_app.sinks.iceberg.undo import undo
 from tests.s3 import MotoS3
 from tests.spark.conftest import T0
@@ -101,6 +97,11 @@ def config(props: dict[str, str], location: Path, table: str) -> JobConfig:
     )
 
 
+def parse_config_checkpoint(cfg: JobConfig, external: dict[str, Any]) -> Any:
+    """``cfg``'s checkpoint with the driver's snapshot settings, as a StreamingJob renders them."""
+    return type(cfg.checkpoint).model_validate({"location": cfg.checkpoint.location, "external": external})
+
+
 def output(catalog: SqlCatalog, table: str) -> list[tuple[Any, ...]]:
     t = catalog.load_table(table).scan().to_arrow().select(COLUMNS)
     return sorted(tuple(r.values()) for r in t.to_pylist())
@@ -119,24 +120,8 @@ def state_rows(spark: SparkSession, checkpoint: Path | str, batch_id: int) -> li
     return sorted(json.dumps(r.asDict(recursive=True), default=str, sort_keys=True) for r in df.collect())
 
 
-def run_externalizing(
-    spark: SparkSession, cfg: JobConfig, live: Location, external: Location
-) -> tuple[RunReport, list[Manifest]]:
-    """Run the job to the end while snapshots are taken from this thread, as the operator does on
-    its timer; the manifests taken while the query was running come back."""
-    taken = []
-    with ThreadPoolExecutor(1) as pool:
-        job = pool.submit(run, cfg, spark)
-        while not job.done():
-            if live.stat("metadata") is not None and (m := externalize(live, external)) is not None:
-                taken.append(m)
-            time.sleep(0.2)
-        report = job.result()
-    return report, taken
-
-
 def test_rewind_to_before_bad_input_gives_the_output_of_a_run_that_never_saw_it(
-    spark: SparkSession, tmp_path: Path, s3_server: MotoS3
+    spark: SparkSession, tmp_path: Path, s3_server: MotoS3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "data").mkdir()
     props = {"uri": f"sqlite:///{tmp_path}/data/catalog.db", "warehouse": f"file://{tmp_path}/data/warehouse"}
@@ -144,17 +129,29 @@ def test_rewind_to_before_bad_input_gives_the_output_of_a_run_that_never_saw_it(
     _, playbacks = create_tables(catalog, GEN)
     commits = list(iter_commits(GEN))
     assert len(commits) >= 14
-    external = open_location(f"s3://{s3_server.create_bucket()}/kappa/sessions", s3_server.options())
+    opts = s3_server.options()
+    for var, value in (
+        ("AWS_ENDPOINT_URL_S3", opts.endpoint),
+        ("AWS_ACCESS_KEY_ID", opts.access_key),
+        ("AWS_SECRET_ACCESS_KEY", opts.secret_key),
+        ("AWS_REGION", opts.region),
+    ):
+        monkeypatch.setenv(var, str(value))
+    bucket_uri = f"s3://{s3_server.create_bucket()}/kappa"
+    external = open_location(f"{bucket_uri}/{SINK}", opts)
     live_dir = tmp_path / "live"
     live = open_location(str(live_dir / SINK))
     cfg = config(props, live_dir, "out.sessions")
+    ext = {"location": bucket_uri, "interval": "0s", "keepLast": 100}
+    cfg = cfg.model_copy(update={"checkpoint": parse_config_checkpoint(cfg, ext)})
 
-    # 1. production: the job runs; the operator externalizes its checkpoint while it runs
+    # 1. production: the job runs; its driver externalizes its checkpoint as batches commit
     before_outage = [append(playbacks, c) for c in commits[GOOD_BEFORE]]
-    _, while_running = run_externalizing(spark, cfg, live, external)
-    assert while_running, "at least one snapshot was taken while the query ran"
-    last = externalize(live, external)
-    good_batch = (last or while_running[-1]).batch_id
+    report = run(cfg, spark)
+    while_running = list_snapshots(external)
+    assert len(while_running) >= 2 and report.externalized[SINK], "the driver copied batches as they committed"
+    good_batch = while_running[-1].batch_id
+    assert good_batch == max(layout.committed_batches(live.list_files())), "the last committed batch is copied"
     outage_started = datetime.now(UTC)
 
     # 2. the outage: bad playbacks are ingested and processed, then good ones to the end
@@ -164,8 +161,8 @@ def test_rewind_to_before_bad_input_gives_the_output_of_a_run_that_never_saw_it(
         append(playbacks, c)
     run(cfg, spark)
     live_before = digest(live_dir)
-    after_outage = externalize(live, external)
-    assert after_outage is not None and after_outage.batch_id >= good_batch + len(commits) - OUTAGE.start
+    after_outage = list_snapshots(external)[-1]
+    assert after_outage.batch_id >= good_batch + len(commits) - OUTAGE.start
     bad_output = output(catalog, "out.sessions")
 
     # 3. the source is corrected: the outage's commits rolled back and re-ingested properly
@@ -184,7 +181,9 @@ def test_rewind_to_before_bad_input_gives_the_output_of_a_run_that_never_saw_it(
     assert state_rows(spark, early_dir, early.batch_id) == state_rows(spark, live.path(), early.batch_id)
 
     # 4. the rewind: restore into a fresh location, undo the sink after batch N, resume
-    assert discard_after(external, good_batch) == [after_outage.batch_id], "the abandoned timeline's snapshots"
+    abandoned = sorted(m.batch_id for m in list_snapshots(external) if m.batch_id > good_batch)
+    assert after_outage.batch_id in abandoned
+    assert sorted(discard_after(external, good_batch)) == abandoned, "the abandoned timeline's snapshots"
     rewound_dir = tmp_path / "rewound"
     restored = open_location(str(rewound_dir / SINK))
     # The same query resumed: its batches N+1, N+2, ... run again with new contents, and the

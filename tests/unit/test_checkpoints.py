@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kappa_operator.checkpoints import (
+from spark_app.checkpoints import (
     IncompleteCheckpointError,
     Location,
     Manifest,
@@ -38,9 +38,9 @@ from kappa_operator.checkpoints import (
     restore,
     snapshots,
 )
-from kappa_operator.checkpoints.catalog import BatchInfo, decode_offset
-from kappa_operator.checkpoints.errors import CheckpointError, SnapshotDamagedError
-from kappa_operator.checkpoints.restore import restore_order, restore_plan
+from spark_app.checkpoints.catalog import BatchInfo, decode_offset
+from spark_app.checkpoints.errors import CheckpointError, SnapshotDamagedError
+from spark_app.checkpoints.restore import restore_order, restore_plan
 from spark_app.errors import KappaError
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.storage import FileStat, S3Options

@@ -1,5 +1,6 @@
-"""A StreamingJob's externalized checkpoints as the operator keeps them: when a snapshot is
-due, what one timer run copies and retains, and the restore points shown in status."""
+"""A StreamingJob's externalized checkpoints: what the driver's externalizer copies and
+retains on each due batch, and the restore points the operator lists from its manifests
+(without copying anything) into status."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from typing import Any
 
 import yaml
 
-from kappa_operator.checkpoints import list_snapshots, open_location
-from kappa_operator.handlers.checkpoints import snapshot_job
+from kappa_operator.handlers.checkpoints import list_points
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.checkpoints import snapshot_due
-from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
+from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, streaming_job_config
+from spark_app.checkpoints import list_snapshots, open_location
+from spark_app.checkpoints.driver import sink_locations, snapshot_query
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 21, 10, tzinfo=UTC)
@@ -57,17 +59,33 @@ def add_batch(root: Path, i: int) -> None:
     os.utime(root / "commits" / str(i), (t, t))
 
 
-def test_one_run_externalizes_each_query_applies_retention_and_lists_restore_points(tmp_path: Path) -> None:
+def driver_copies(sj: StreamingJob, now: datetime) -> list[int]:
+    """What the live driver's externalizer does on a due batch (``CheckpointExternalizer``)."""
+    cfg = streaming_job_config(sj)
+    assert cfg.checkpoint.external is not None
+    where = sink_locations(cfg, "attributed_plays")
+    return snapshot_query(open_location(where.live), open_location(where.external), cfg.checkpoint.external, now)
+
+
+def test_the_driver_externalizes_applies_retention_and_the_operator_lists_restore_points(tmp_path: Path) -> None:
     live = tmp_path / "ckpt" / "live" / "attributed_plays"
     sj = job(tmp_path)
+    cfg = streaming_job_config(sj)
+    assert cfg.checkpoint.external is not None and cfg.checkpoint.external.keep_last == 2
+    assert cfg.checkpoint.external.interval == timedelta(minutes=10), "the job's interval travels to its driver"
     for batch in range(3):
         add_batch(live, batch)
-        fields = snapshot_job(sj, NOW + timedelta(minutes=batch))
+        assert driver_copies(sj, NOW + timedelta(minutes=batch)) == [batch]
+    fields = list_points(sj, NOW + timedelta(minutes=2))
     external = open_location(str(tmp_path / "ext" / "attributed_plays"))
     assert [m.batch_id for m in list_snapshots(external)] == [1, 2], "retention keeps the newest 2"
     assert [p["batchId"] for p in fields["checkpoints"]] == [2, 1]
     assert fields["checkpoints"][0]["sink"] == "attributed_plays"
     assert fields["lastCheckpoint"] == "2026-11-21T09:32:00Z" and fields["lastSnapshotAt"] == "2026-11-21T10:02:00Z"
     assert fields["checkpoints"][0]["watermark"] == "2026-11-21T09:02:00Z"
-    again = snapshot_job(sj, NOW + timedelta(minutes=3))
-    assert again["checkpoints"] == fields["checkpoints"], "nothing new committed: nothing copied"
+    assert driver_copies(sj, NOW + timedelta(minutes=3)) == [], "nothing new committed: nothing copied"
+    files = sorted(p.relative_to(tmp_path) for p in (tmp_path / "ext").rglob("*") if p.is_file())
+    assert list_points(sj, NOW + timedelta(minutes=3))["checkpoints"] == fields["checkpoints"]
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "ext").rglob("*") if p.is_file()) == files, (
+        "listing copies nothing"
+    )

@@ -250,7 +250,10 @@ def test_runtime_config_of_the_live_job(tmp_path: Path) -> None:
     for src in cfg.sources.values():
         assert src.starting_position == "earliest" and src.read_limit.max_snapshots == 2  # type: ignore[union-attr]
     assert any("trigger availableNow" in n and "processingTime 30s" in n for n in notes)
-    assert cfg.checkpoint == rendered.checkpoint and cfg.sinks == rendered.sinks
+    assert cfg.checkpoint.location == rendered.checkpoint.location and cfg.sinks == rendered.sinks
+    assert rendered.checkpoint.external is not None and not rendered.checkpoint.external.every_batch
+    assert cfg.checkpoint.external == rendered.checkpoint.external.model_copy(update={"every_batch": True})
+    assert any("the driver copies every committed batch" in n for n in notes), "a run of a minute: every batch"
     follow, notes = runtime_config(rendered, RunOptions(follow=True))
     assert follow.effective_trigger.kind == "processingTime" and follow.effective_trigger.interval.total_seconds() == 30
     assert follow.sources == rendered.sources and not any("trigger" in n for n in notes)

@@ -19,7 +19,6 @@ import yaml
 from pyiceberg.catalog.sql import SqlCatalog
 from rich.console import Console
 
-from kappa_operator.checkpoints import layout, list_snapshots, open_location
 from kappa_operator.local.display import Display
 from kappa_operator.local.manifests import load
 from kappa_operator.local.objects import LocalObjects
@@ -28,6 +27,8 @@ from kappa_operator.local.runs import run_manifests
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+from spark_app.checkpoints import layout, list_snapshots, open_location
+from spark_app.checkpoints.driver import externalize_sinks
 from spark_app.config import JobConfig
 from spark_app.runtime import RunReport
 from tests.checkpoint_data import live_ids, sink_batches, write_checkpoint
@@ -49,7 +50,10 @@ class FakeEngine:
         self.configs.append(cfg)
         if self.effect is not None:
             self.effect(cfg)
-        return RunReport(cfg.name, cfg.mode, 0.5, [])
+        report = RunReport(cfg.name, cfg.mode, 0.5, [])
+        if cfg.mode == "live" and cfg.checkpoint.external is not None:  # as the driver's externalizer does
+            report.externalized = externalize_sinks(cfg, datetime.now(UTC))
+        return report
 
     def activity(self) -> str | None:
         return None

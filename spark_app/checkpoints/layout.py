@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kappa_operator.checkpoints.errors import IncompleteCheckpointError
+from spark_app.checkpoints.errors import IncompleteCheckpointError
 from spark_app.storage import FileStat
 
 METADATA = "metadata"

@@ -23,8 +23,8 @@ the earlier batches > N were undone, or it will skip the new ones; ``restore(que
 forks a new id instead.
 """
 
-from kappa_operator.checkpoints.catalog import BatchInfo, SourceOffset, list_batches, query_id, read_batch
-from kappa_operator.checkpoints.errors import (
+from spark_app.checkpoints.catalog import BatchInfo, SourceOffset, list_batches, query_id, read_batch
+from spark_app.checkpoints.errors import (
     CheckpointError,
     IncompleteCheckpointError,
     NoRestorablePointError,
@@ -32,8 +32,8 @@ from kappa_operator.checkpoints.errors import (
     TargetNotEmptyError,
     TimelineConflictError,
 )
-from kappa_operator.checkpoints.restore import choose, restore
-from kappa_operator.checkpoints.snapshots import (
+from spark_app.checkpoints.restore import choose, restore
+from spark_app.checkpoints.snapshots import (
     Manifest,
     apply_retention,
     collect_garbage,

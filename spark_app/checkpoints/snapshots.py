@@ -33,9 +33,9 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
-from kappa_operator.checkpoints import layout
-from kappa_operator.checkpoints.catalog import BatchInfo, CatalogModel, query_id, read_batch
-from kappa_operator.checkpoints.errors import (
+from spark_app.checkpoints import layout
+from spark_app.checkpoints.catalog import BatchInfo, CatalogModel, query_id, read_batch
+from spark_app.checkpoints.errors import (
     CheckpointError,
     IncompleteCheckpointError,
     TimelineConflictError,

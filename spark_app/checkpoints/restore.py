@@ -19,14 +19,14 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 
-from kappa_operator.checkpoints import layout
-from kappa_operator.checkpoints.errors import (
+from spark_app.checkpoints import layout
+from spark_app.checkpoints.errors import (
     CheckpointError,
     NoRestorablePointError,
     SnapshotDamagedError,
     TargetNotEmptyError,
 )
-from kappa_operator.checkpoints.snapshots import POOL, Manifest, missing_objects
+from spark_app.checkpoints.snapshots import POOL, Manifest, missing_objects
 from spark_app.storage import FileStat, Location, copy_many
 
 log = logging.getLogger("kappa.checkpoints")

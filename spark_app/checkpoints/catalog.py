@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from kappa_operator.checkpoints import layout
-from kappa_operator.checkpoints.errors import CheckpointError
+from spark_app.checkpoints import layout
+from spark_app.checkpoints.errors import CheckpointError
 from spark_app.errors import KappaError
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.storage import FileStat, Location

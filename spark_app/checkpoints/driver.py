@@ -1,0 +1,167 @@
+"""The live driver externalizes its own checkpoint: a query listener copies each sink's
+query, incrementally, to ``checkpoint.external`` every ``interval`` (or every committed
+batch, for a local run), and applies retention, on a thread of its own so no micro-batch
+waits for storage. The manifests it writes are the catalog the operator reads to list restore
+points and to choose one for a Rewind; the operator never copies a checkpoint file.
+
+A copy is consistent without stopping the query: it takes a *committed* batch (``commits/N``
+present) and the state versions that batch wrote, all immutable once committed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+from spark_app.checkpoints import layout
+from spark_app.checkpoints.errors import IncompleteCheckpointError
+from spark_app.checkpoints.snapshots import Manifest, apply_retention, externalize, list_snapshots
+from spark_app.config import ExternalCheckpoints, JobConfig
+from spark_app.storage import Location, open_location
+
+log = logging.getLogger("kappa.checkpoints")
+
+
+def _not_yet_copied(live: Location, external: Location) -> list[int | None]:
+    """Every committed batch not externalized yet, after the newest one both hold (re-checked:
+    same offsets, or TimelineConflictError)."""
+    listing = live.list_files()
+    committed = layout.committed_batches(listing) if layout.METADATA in listing else []
+    have = {m.batch_id for m in list_snapshots(external, verify=False)}
+    check = [n for n in committed if n in have][-1:]
+    return [*check, *(n for n in committed if n > max(have, default=-1))]
+
+
+def snapshot_query(live: Location, external: Location, ext: ExternalCheckpoints, now: datetime) -> list[int]:
+    """Copy one query's newest committed batch (``every_batch``: each one not copied yet) and
+    apply retention; the batches copied."""
+    taken: list[int] = []
+    for n in _not_yet_copied(live, external) if ext.every_batch else [None]:
+        try:
+            manifest: Manifest | None = externalize(live, external, batch_id=n, now=now)
+        except IncompleteCheckpointError:
+            if n is None:
+                raise
+            continue  # Spark purged it (beyond minBatchesToRetain)
+        if manifest is not None:  # None: that very batch is there already
+            taken.append(manifest.batch_id)
+    apply_retention(external, ext.keep_last, ext.max_age, now)
+    return taken
+
+
+@dataclass(frozen=True)
+class SinkLocations:
+    live: str
+    external: str
+
+
+def sink_locations(cfg: JobConfig, sink: str) -> SinkLocations:
+    assert cfg.checkpoint.external is not None
+    return SinkLocations(
+        f"{cfg.checkpoint.location.rstrip('/')}/{sink}", f"{cfg.checkpoint.external.location.rstrip('/')}/{sink}"
+    )
+
+
+def externalize_sinks(cfg: JobConfig, now: datetime) -> dict[str, list[int]]:
+    """Every sink's query copied once (``snapshot_query``): what the externalizer does for a
+    stopped job, and what a test engine standing in for the driver does."""
+    assert cfg.checkpoint.external is not None
+    taken: dict[str, list[int]] = {}
+    for sink in cfg.sinks:
+        where = sink_locations(cfg, sink)
+        live, external = open_location(where.live), open_location(where.external)
+        taken[sink] = snapshot_query(live, external, cfg.checkpoint.external, now)
+    return taken
+
+
+class CheckpointExternalizer(StreamingQueryListener):
+    """Registered by ``runtime.run`` for a live job with ``checkpoint.external``. Progress
+    events only schedule: one copy at a time runs on a worker thread; a copy that fails is
+    logged and tried again at the next due progress (the live query never fails for it)."""
+
+    def __init__(self, cfg: JobConfig) -> None:
+        assert cfg.checkpoint.external is not None
+        self.cfg, self.ext = cfg, cfg.checkpoint.external
+        self.queries = {f"{cfg.name}-{sink}": sink for sink in cfg.sinks}
+        self.last: dict[str, float] = {}
+        self.taken: dict[str, list[int]] = {sink: [] for sink in cfg.sinks}
+        self.errors: list[str] = []
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kappa-externalize")
+        self._running: dict[str, Future[None]] = {}
+        self._lock = threading.Lock()
+
+    # -- listener ---------------------------------------------------------------------------
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        sink = self.queries.get(str(event.progress.name))
+        if sink is not None and self._due(sink):
+            self.schedule(sink)
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    # -- copying ----------------------------------------------------------------------------
+    def _due(self, sink: str) -> bool:
+        if self.ext.every_batch:
+            return True
+        last = self.last.get(sink)
+        return last is None or time.monotonic() - last >= self.ext.interval.total_seconds()
+
+    def schedule(self, sink: str) -> None:
+        with self._lock:
+            running = self._running.get(sink)
+            if running is not None and not running.done():
+                return  # the next due progress copies what this one would have
+            self.last[sink] = time.monotonic()
+            self._running[sink] = self._pool.submit(self._copy, sink)
+
+    def _copy(self, sink: str) -> None:
+        where = sink_locations(self.cfg, sink)
+        try:
+            live, external = open_location(where.live), open_location(where.external)
+            taken = snapshot_query(live, external, self.ext, datetime.now(UTC))
+        except Exception as exc:  # storage down, a purged batch: the next due progress retries
+            self.errors.append(f"{sink}: {exc}")
+            log.warning("externalizing %s to %s failed: %s (retried at the next due batch)", sink, where.external, exc)
+            return
+        self.taken[sink] += taken
+        if taken:
+            log.info("externalized %s batch(es) %s to %s", sink, taken, where.external)
+
+    def finish(self) -> dict[str, list[int]]:
+        """After the queries stopped: wait for the copy in flight and take one more of every
+        sink (the last committed batch), so a stopped job leaves its newest restore point."""
+        for future in list(self._running.values()):
+            future.result()
+        for sink in self.cfg.sinks:
+            self._copy(sink)
+        self._pool.shutdown(wait=True)
+        return self.taken
+
+
+def attach(spark: SparkSession, cfg: JobConfig) -> CheckpointExternalizer | None:
+    """The externalizer of a live job with an external location, listening (None otherwise)."""
+    if cfg.mode != "live" or cfg.checkpoint.external is None:
+        return None
+    listener = CheckpointExternalizer(cfg)
+    spark.streams.addListener(listener)
+    return listener
+
+
+def detach(spark: SparkSession, listener: CheckpointExternalizer | None) -> dict[str, list[int]]:
+    if listener is None:
+        return {}
+    spark.streams.removeListener(listener)
+    return listener.finish()
