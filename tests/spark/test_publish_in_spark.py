@@ -225,9 +225,8 @@ def run_publish_driver(cfg: JobConfig, tmp_path: Path, fault: str | None) -> sub
         )
 
 
-@pytest.mark.parametrize("fault", ["kill-before-commit", "kill-after-commit"])
-def test_a_publish_killed_at_its_commit_is_resumed_by_running_it_again(
-    catalog: SqlCatalog, tmp_path: Path, fault: str
+def test_a_publish_killed_before_then_after_its_commit_is_resumed_by_running_it_again(
+    catalog: SqlCatalog, tmp_path: Path
 ) -> None:
     cfg = publish_config(tmp_path, catalog, "fix-eu")
     branch = cfg.sink_branch("out")
@@ -236,34 +235,38 @@ def test_a_publish_killed_at_its_commit_is_resumed_by_running_it_again(
     outside = [r for r in before if r not in in_window(before)]
     head = t.snapshot_by_name("main").snapshot_id
 
-    killed = run_publish_driver(cfg, tmp_path, fault)
-    assert killed.returncode != 0, (tmp_path / "publish.log").read_text()[-2000:]
-    assert read_report(cfg) is None, "a killed publish leaves no report: the operator waits for one"
-    t = catalog.load_table("ns.events")
-    if fault == "kill-before-commit":
-        assert t.snapshot_by_name("main").snapshot_id == head and rows_of(t) == before, "main untouched"
-    else:
-        assert t.snapshot_by_name("main").parent_snapshot_id == head, "committed once before the kill"
+    def log() -> str:
+        return (tmp_path / "publish.log").read_text()[-3000:]
 
-    done = run_publish_driver(cfg, tmp_path, None)
-    assert done.returncode == 0, (tmp_path / "publish.log").read_text()[-3000:]
-
+    # killed before its commit: main untouched, no report (the operator waits for one)
+    assert run_publish_driver(cfg, tmp_path, "kill-before-commit").returncode != 0, log()
+    assert read_report(cfg) is None
     t = catalog.load_table("ns.events")
+    assert t.snapshot_by_name("main").snapshot_id == head and rows_of(t) == before, "main untouched"
+
+    # run again, killed right after its commit: committed once, still no report
+    assert run_publish_driver(cfg, tmp_path, "kill-after-commit").returncode != 0, log()
+    assert read_report(cfg) is None
+    committed = catalog.load_table("ns.events").snapshot_by_name("main")
+    assert committed.parent_snapshot_id == head, "one commit on top of main"
+
+    # run again: nothing to commit, and the report says what the one commit did
+    assert run_publish_driver(cfg, tmp_path, None).returncode == 0, log()
+    t = catalog.load_table("ns.events")
+    assert t.snapshot_by_name("main").snapshot_id == committed.snapshot_id, "no second commit"
     after = rows_of(t)
     assert in_window(after) == wanted, "main's window is the branch's"
     assert sorted(r for r in after if r not in in_window(after)) == sorted(outside), "outside the window untouched"
     assert len(after) == len(set(after)) == len(outside) + len(wanted), "no row twice"
     published = [s for s in t.snapshots() if (s.summary.additional_properties or {}).get("kappa.backfill")]
-    assert len(published) == 1, "one publish snapshot, whatever the kills"
+    assert [s.snapshot_id for s in published] == [committed.snapshot_id], "one publish snapshot, whatever the kills"
     report = read_report(cfg)
     assert report is not None and report.state == "Published" and report.backfill == "team-a/fix-eu"
     (table,) = report.tables
-    assert table.snapshot_id == published[0].snapshot_id
-    assert table.earlier is (fault == "kill-after-commit")
+    assert table.snapshot_id == committed.snapshot_id and table.earlier, "the earlier run's commit, reported"
     assert (table.rows_removed, table.rows_added) == (len(in_window(before)), len(wanted))
-    assert table.main_rows == len(in_window(before)) and table.branch_rows == len(wanted)
-    assert json.loads(table.differing_keys[0])  # keys, not rows: a sample of at most 10
-    assert len(table.differing_keys) <= 10
+    assert table.main_rows == len(in_window(before)) and table.branch_rows == len(wanted), "its validation, kept"
+    assert 0 < len(table.differing_keys) <= 10 and json.loads(table.differing_keys[0])
 
 
 def test_a_refused_publish_reports_the_table_and_the_fix_and_changes_nothing(

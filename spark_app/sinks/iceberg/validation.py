@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -136,9 +137,20 @@ def _equal(columns: list[str], left: str, right: str) -> Column:
 
 
 def compare_frames(main: DataFrame, branch: DataFrame, key: list[str], sample: int = SAMPLE) -> Comparison:
-    """The rule of the module docstring, as Spark jobs: counts and a sample, never the rows."""
+    """The rule of the module docstring, as Spark jobs: counts and a sample, never the rows.
+    Each side is read from storage once and kept by the executors (memory, then disk) for the
+    few jobs the comparison runs."""
     columns = [c for c in main.columns if c in branch.columns]
-    main, branch = main.select(*columns), branch.select(*columns)
+    main = main.select(*columns).persist(StorageLevel.MEMORY_AND_DISK)
+    branch = branch.select(*columns).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return _compare(main, branch, columns, key, sample)
+    finally:
+        main.unpersist()
+        branch.unpersist()
+
+
+def _compare(main: DataFrame, branch: DataFrame, columns: list[str], key: list[str], sample: int) -> Comparison:
     main_rows, branch_rows = main.count(), branch.count()
     if not key:
         a = main.groupBy(*columns).agg(F.count(F.lit(1)).alias("__n"))
