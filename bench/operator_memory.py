@@ -1,6 +1,6 @@
 """The operator's memory does not grow with the data (issue 16): a Backfill's validate and
-publish, for a window and for a 10x longer window at the same density, with the operator as
-its own process.
+publish, and a Rewind's restore and sink undo, for a window and for a 10x longer window at the
+same density (and a 10x larger checkpoint), with the operator as its own process.
 
 Per scale: a SQLite Iceberg catalog holds ``marts.attributed_plays`` with an outage in main
 (``--missing`` of the window's rows lost) and the backfill's branch with the whole window. The
@@ -13,10 +13,15 @@ operator's peak RSS (``VmHWM``) per scale and their ratio, the publish applicati
 time, and, as the baseline, the in-process pyarrow comparison the operator ran before
 (``validation.compare_in_process``, in its own process: wall time and peak RSS).
 
-Not measured here: checkpoint snapshots and restores, which still run in the operator
-(issue 16 item 2 is not built yet). Run from the repository root::
+Then, in the same operator process, a Rewind of a second StreamingJob whose live checkpoint
+holds ``--state-mb`` (x10 at 10x) of state and whose sink table holds six batches: the bench
+externalizes two snapshots (standing in for the job's driver, which takes them on a cluster),
+applies the Rewind, and runs the restore application the operator renders (``python -m
+spark_app restore``, its own process). Measured: the restore application's wall time, the
+bytes it restored, and the operator's peak RSS over both operations. Run from the repository
+root::
 
-    .venv/bin/python -m bench.operator_memory --json          # ~6 min here
+    .venv/bin/python -m bench.operator_memory --json          # ~7 min here
 """
 
 from __future__ import annotations
@@ -43,7 +48,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.operator import free_port
-from tests.operator.kube import APPS, BACKFILLS, JOBS, Api, manifest, register, run_publish_application, spark_state
+from spark_app.checkpoints import externalize, open_location
+from tests.checkpoint_data import live_ids, sink_batches, write_checkpoint
+from tests.operator.kube import APPS, BACKFILLS, JOBS, Api, manifest, register, run_application, spark_state
+
+REWINDS = "/apis/kappa.dev/v1alpha1/namespaces/default/rewinds"
 
 START = datetime(2026, 11, 1, 14, tzinfo=UTC)
 TABLE = "marts.attributed_plays"
@@ -118,8 +127,63 @@ print(json.dumps({{"seconds": round(time.monotonic() - t0, 2), "main_rows": c.ma
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-async def operator_run(root: Path, props: dict[str, str], hours: int, timeout: float) -> dict[str, Any]:
-    """One Backfill through a fresh operator process, the publish run as its own process."""
+async def rewind_run(api: Api, root: Path, props: dict[str, str], state_mb: int, timeout: float) -> dict[str, Any]:
+    """A Rewind of job ``sessions`` to batch 2 through the running operator; the restore
+    application run as its own process. Its live checkpoint: 6 batches, ``state_mb`` of state."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog("default", **props)
+    sink_batches(catalog, "marts.rewound", "q-up", 6)
+    live = root / "ckpt" / "sessions" / "live" / "attributed_plays"
+    write_checkpoint(live, "q-up", 6, minute=0)
+    rng = np.random.default_rng(7)
+    per_batch = state_mb * 1024 * 1024 // 6
+    for i in range(6):  # the state store's files: what a restore copies
+        part = live / "state" / "0" / "1"
+        part.mkdir(parents=True, exist_ok=True)
+        (part / f"{i + 1}.delta").write_bytes(rng.bytes(per_batch))
+    external = open_location(str(root / "ext" / "sessions" / "attributed_plays"))
+    for b in (2, 5):
+        externalize(open_location(str(live)), external, batch_id=b)
+    job = manifest("rmi-streamingjob.yaml", "uid-sessions", catalogs={"default": {"type": "sql", **props}})
+    job["metadata"]["name"] = "sessions"
+    job["spec"]["sinks"]["attributed_plays"]["table"] = "marts.rewound"
+    job["spec"]["checkpoints"] = {
+        "location": str(root / "ckpt" / "sessions"),
+        "externalLocation": str(root / "ext" / "sessions"),
+    }
+    await api.post(JOBS, job)
+    await _until(lambda: api.get(f"{APPS}/sessions"), timeout)
+    rw = manifest("rmi-rewind.yaml", "uid-rw")
+    rw["spec"] = {"jobRef": {"name": "sessions"}, "target": {"batchId": 2}}
+    await api.post(REWINDS, rw)
+    name = "rmi-before-outage-rewind"
+    await _until(lambda: api.get(f"{APPS}/{name}"), timeout)
+    t0 = time.monotonic()
+    code = await run_application(api, name, root)
+    restore_s = time.monotonic() - t0
+    if code != 0:
+        raise RuntimeError(f"the restore application failed ({code}): see {root / (name + '.log')}")
+
+    async def ended() -> dict[str, Any] | None:
+        s = ((await api.get(f"{REWINDS}/rmi-before-outage")) or {}).get("status") or {}
+        return s if s.get("phase") in ("Succeeded", "Failed") else None
+
+    status = await _until(ended, timeout)
+    restored = Path(status["checkpointLocation"]) / "attributed_plays"
+    return {
+        "phase": status["phase"],
+        "restored_batch": status.get("restoredBatch"),
+        "files_removed": (status.get("restores") or [{}])[0].get("filesRemoved"),
+        "sink_rows_after": len(live_ids(catalog, "marts.rewound")),
+        "restored_mb": round(sum(p.stat().st_size for p in restored.rglob("*") if p.is_file()) / 2**20, 1),
+        "restore_app_s": round(restore_s, 2),
+    }
+
+
+async def operator_run(root: Path, props: dict[str, str], hours: int, state_mb: int, timeout: float) -> dict[str, Any]:
+    """One Backfill, then one Rewind, through a fresh operator process; the publish and restore
+    applications run as processes of their own."""
     async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
         register(emulator)
         base = str(server.url).rstrip("/")
@@ -168,7 +232,7 @@ async def operator_run(root: Path, props: dict[str, str], hours: int, timeout: f
                 await spark_state(api, name, "COMPLETED")
                 await _until(lambda: api.get(f"{APPS}/{name}-publish"), timeout)
                 t0 = time.monotonic()
-                code = await run_publish_application(api, f"{name}-publish", root)
+                code = await run_application(api, f"{name}-publish", root)
                 publish_s = time.monotonic() - t0
                 if code != 0:
                     raise RuntimeError(f"the publish application failed ({code}): see {root / (name + '-publish.log')}")
@@ -178,13 +242,17 @@ async def operator_run(root: Path, props: dict[str, str], hours: int, timeout: f
                     return s if s.get("phase") in ("Succeeded", "Failed") else None
 
                 status = await _until(succeeded, timeout)
+                after_publish_mb = peak_rss_mb(proc.pid)
+                rewind = await rewind_run(api, root, props, state_mb, timeout)
                 await asyncio.sleep(2.0)  # a few more reconciles and timers, at the peak's mercy
                 return {
                     "phase": status["phase"],
                     "published": status.get("published"),
                     "operator_peak_rss_mb": round(peak_rss_mb(proc.pid), 1),
+                    "operator_peak_rss_after_publish_mb": round(after_publish_mb, 1),
                     "operator_idle_rss_mb": round(idle_mb, 1),
                     "publish_app_s": round(publish_s, 2),
+                    "rewind": rewind,
                 }
         finally:
             if proc.returncode is None:
@@ -212,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hours", type=int, default=1, help="the 1x window (the 10x one is ten times longer)")
     p.add_argument("--rows-per-hour", type=int, default=400_000)
     p.add_argument("--missing", type=float, default=0.1, help="share of the window's rows main lost")
+    p.add_argument("--state-mb", type=int, default=40, help="the 1x live checkpoint's state (10x: ten times)")
     p.add_argument("--out", default="/tmp/kappa-bench-operator-memory")
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--json", action="store_true")
@@ -219,13 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     subprocess.run(["rm", "-rf", str(out)], check=True)
     result: dict[str, Any] = {"bench": "operator_memory", "scales": {}, "machine": machine()}
-    for label, hours in (("1x", args.hours), ("10x", args.hours * 10)):
+    for label, hours, state_mb in (("1x", args.hours, args.state_mb), ("10x", args.hours * 10, args.state_mb * 10)):
         root = out / label
         t0 = time.monotonic()
         props = make_table(root / "data", hours, args.rows_per_hour, args.missing)
         generated = time.monotonic() - t0
         baseline = in_process_compare(props, hours)
-        run = asyncio.run(operator_run(root, props, hours, args.timeout))
+        run = asyncio.run(operator_run(root, props, hours, state_mb, args.timeout))
         result["scales"][label] = {
             "hours": hours,
             "window_rows_branch": hours * args.rows_per_hour,

@@ -6,16 +6,31 @@ from __future__ import annotations
 
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.checkpoints import Point
+from spark_app.checkpoints.driver import read_failure
 from spark_app.checkpoints.snapshots import list_snapshots
 from spark_app.storage import open_location
 
 
-def restore_points(job: StreamingJob) -> list[Point]:
-    """Every sink's restorable snapshots (manifest present, its pool objects listed)."""
+def _sink_location(job: StreamingJob, sink: str) -> str:
     external = job.spec.checkpoints.external_location
     assert external is not None
+    return f"{external.rstrip('/')}/{sink}"
+
+
+def snapshot_failures(job: StreamingJob) -> list[str]:
+    """The driver's notes of copies failing now, per sink (a few hundred bytes each)."""
+    out = []
+    for sink in job.spec.sinks:
+        note = read_failure(open_location(_sink_location(job, sink)))
+        if note is not None:
+            out.append(f"sink {sink}: {note.get('error')} (since {note.get('at')})")
+    return out
+
+
+def restore_points(job: StreamingJob) -> list[Point]:
+    """Every sink's restorable snapshots (manifest present, its pool objects listed)."""
     points: list[Point] = []
     for sink in job.spec.sinks:
-        loc = open_location(f"{external.rstrip('/')}/{sink}")
+        loc = open_location(_sink_location(job, sink))
         points += [Point(sink, m.batch_id, m.committed_at, m.watermark_ms) for m in list_snapshots(loc)]
     return points

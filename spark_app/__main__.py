@@ -1,6 +1,7 @@
-"""``python -m spark_app [run|publish] --config job.json``: what the operator's
-SparkApplications run: the job's query (``run``, the default), or a finished backfill's
-validation and publish (``publish``)."""
+"""``python -m spark_app [run|publish|restore] --config job.json``: what the operator's
+SparkApplications run: the job's query (``run``, the default), a finished backfill's
+validation and publish (``publish``), or a Rewind's restore and sink undo (``restore``,
+driver-only: no SparkSession)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,19 @@ from spark_app.errors import KappaError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_app", description=__doc__)
-    parser.add_argument("command", nargs="?", choices=("run", "publish"), default="run")
+    parser.add_argument("command", nargs="?", choices=("run", "publish", "restore"), default="run")
     parser.add_argument("--config", required=True, help="JobConfig as JSON or YAML")
     parser.add_argument("--timeout", type=float, help="stop a processingTime run after this many seconds")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(args.config)
+        if args.command == "restore":
+            from spark_app.rewinding import run_restore
+
+            restored = run_restore(cfg)
+            print(restored.model_dump_json(indent=2))
+            return 0 if restored.state == "Restored" else 3
         from spark_app.runtime import build_session, run, user_message
 
         try:

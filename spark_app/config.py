@@ -457,6 +457,30 @@ class PublishConfig(KappaModel):
     """Where the report goes. Default: ``<checkpoint>/_kappa/publish-report.json``."""
 
 
+class RestorePoint(KappaModel):
+    """One sink query's restore point, chosen by the operator from the snapshot manifests."""
+
+    sink: str = Field(min_length=1)
+    batch_id: int = Field(ge=0)
+    """The snapshot's last committed batch: the query resumes at batch_id + 1."""
+    query_id: str = Field(min_length=1)
+    """The query whose batches after batch_id the sink undo removes."""
+
+
+class RestoreConfig(KappaModel):
+    """A Rewind's data work (``python -m spark_app restore``): each point's snapshot copied into
+    `<checkpoint.location>/<sink>`, the snapshots after it dropped, then (``resetSinks``) what
+    the sink queries wrote after it undone. Runs where the job's credentials are, never in the
+    operator."""
+
+    points: list[RestorePoint] = Field(min_length=1)
+    reset_sinks: bool = True
+    tag: str | None = None
+    """The Rewind (``namespace/name``), named in the report."""
+    report: str | None = None
+    """Where the report goes. Default: ``<checkpoint>/_kappa/restore-report.json``."""
+
+
 class ExternalCheckpoints(KappaModel):
     """Restorable copies of the live checkpoint, taken by this job's own driver (a
     StreamingJob's `checkpoints.externalLocation`); the operator only reads their manifests."""
@@ -501,6 +525,8 @@ class JobConfig(KappaModel):
     window: Window | None = None
     publish: PublishConfig | None = None
     """Backfills only: what ``python -m spark_app publish`` does with the branches."""
+    restore: RestoreConfig | None = None
+    """Live jobs only: what ``python -m spark_app restore`` restores (a Rewind)."""
     alignment: AlignmentConfig = AlignmentConfig()
     coordinator: CoordinatorConfig | None = None
     spark_conf: dict[str, str] = {}
@@ -517,6 +543,15 @@ class JobConfig(KappaModel):
             raise ValueError("a window is only meaningful with mode: backfill")
         if self.mode == "live" and self.publish is not None:
             raise ValueError("publish is only meaningful with mode: backfill (it publishes a window)")
+        if self.restore is not None:
+            if self.mode != "live":
+                raise ValueError("restore is only meaningful with mode: live (a Rewind restores a live job)")
+            if self.checkpoint.external is None:
+                raise ValueError("restore needs checkpoint.external: the snapshots it restores from")
+            for i, point in enumerate(self.restore.points):
+                if point.sink not in self.sinks:
+                    known = ", ".join(sorted(self.sinks))
+                    raise ValueError(f"restore.points[{i}].sink {point.sink!r} is not one of the sinks ({known})")
         wanted = "icebergBackfill" if self.mode == "backfill" else None
         for name, src in self.sources.items():
             if wanted and src.kind != wanted:

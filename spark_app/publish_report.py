@@ -53,13 +53,17 @@ class PublishReport(BaseModel):
     finished_at: datetime
 
 
+def located(cfg: JobConfig, configured: str | None, default_name: str) -> tuple[Location, str]:
+    """Where an application's report goes: ``configured``, else next to ``cfg``'s checkpoint."""
+    if configured is None:
+        return open_location(f"{cfg.checkpoint.location.rstrip('/')}/{REPORT_DIR}"), default_name
+    root, _, name = configured.rstrip("/").rpartition("/")
+    return open_location(root), name
+
+
 def report_location(cfg: JobConfig) -> tuple[Location, str]:
     """Where the report of ``cfg``'s publish goes: next to its checkpoint unless configured."""
-    uri = cfg.publish.report if cfg.publish is not None and cfg.publish.report else None
-    if uri is None:
-        return open_location(f"{cfg.checkpoint.location.rstrip('/')}/{REPORT_DIR}"), REPORT_NAME
-    root, _, name = uri.rstrip("/").rpartition("/")
-    return open_location(root), name
+    return located(cfg, cfg.publish.report if cfg.publish is not None else None, REPORT_NAME)
 
 
 def read_report(cfg: JobConfig) -> PublishReport | None:

@@ -1,5 +1,8 @@
 """The Rewind of the stateful ``sessions`` job, at demo scale (the recipe of
-tests/spark/test_checkpoints.py, with a local directory as the external location).
+tests/spark/test_checkpoints.py, with a local directory as the external location), through
+the code a cluster runs: the job's driver externalizes its checkpoint after every batch
+(``spark_app.checkpoints.driver``) and the restore application's code
+(``spark_app.rewinding``) restores and undoes.
 
 Sessions are state: a backfill from the middle would not know where the sessions around the
 window began, so the safe recovery is a rewind. The story: the job runs live while its
@@ -25,21 +28,14 @@ from pyspark.sql import SparkSession
 from kappa_operator.demo.jobs import DemoSettings, sessions_job
 from kappa_operator.demo.outage import compare_tables
 from kappa_operator.demo.steps import Steps, batches_poll, plural
-from spark_app.checkpoints import (
-    IncompleteCheckpointError,
-    Manifest,
-    choose,
-    discard_after,
-    externalize,
-    list_snapshots,
-    open_location,
-    restore,
-)
-from spark_app.config import CheckpointConfig
+from spark_app.checkpoints import Manifest, choose, list_snapshots, open_location
+from spark_app.config import CheckpointConfig, ExternalCheckpoints, RestoreConfig, RestorePoint
+from spark_app.errors import KappaError
 from spark_app.examples import sessions
 from spark_app.examples.generator import SNAPSHOT_COMMIT_INDEX, Commit, create_tables, iter_commits
+from spark_app.rewinding import run_restore
 from spark_app.runtime import RunReport, run
-from spark_app.sinks.iceberg.undo import UndoResult, undo
+from spark_app.sinks.iceberg.undo import UndoResult
 from spark_app.sinks.iceberg.validation import Comparison
 
 TABLE, CLEAN = "rewind.sessions", "rewind.sessions_clean"
@@ -128,21 +124,16 @@ def run_rewind(s: DemoSettings, steps: Steps, spark: SparkSession) -> RewindResu
     during = [c for c in commits if w_start < c.ingestion_end <= w_end]
     after = [c for c in commits if c.ingestion_end > w_end]
     root = s.out / "rewind"
-    external = open_location(str(root / "snapshots"))
+    external = open_location(str(root / "snapshots" / sessions.OUTPUT))
     live_dir = root / "live"
-    live = open_location(str(live_dir / sessions.OUTPUT))
     cfg = sessions_job(s, TABLE, live_dir, {"maxSnapshots": 1})
-    taken: list[Manifest] = []
+    # the driver copies each committed batch (a local run's minute, not a 10-minute interval)
+    every = ExternalCheckpoints(location=str(root / "snapshots"), keep_last=10_000, every_batch=True)
+    cfg = cfg.model_copy(update={"checkpoint": CheckpointConfig(location=str(live_dir), external=every)})
+    taken: set[int] = set()
 
-    def snapshot() -> None:
-        """The operator's snapshot timer: copy the newest committed batch, if new."""
-        if live.stat("metadata") is None:
-            return
-        try:
-            if (m := externalize(live, external)) is not None:
-                taken.append(m)
-        except IncompleteCheckpointError:
-            pass  # Spark purged a file mid-copy: the next tick takes a newer batch
+    def snapshots() -> None:
+        taken.update(m.batch_id for m in list_snapshots(external))
 
     def ingest(batch: list[Commit], bad: bool = False) -> int:
         ids = [_append(playbacks, c, corrupted(c) if bad else None) for c in batch]
@@ -159,10 +150,10 @@ def run_rewind(s: DemoSettings, steps: Steps, spark: SparkSession) -> RewindResu
     report_before = steps.run(
         "sessions live until the outage",
         until_outage,
-        batches_poll(ck, len(before), snapshot),
+        batches_poll(ck, len(before)),
         lambda r: f"{plural(r.batches, 'batch')}, checkpoint externalized",
     )
-    snapshot()
+    snapshots()
     outage_started = datetime.now(UTC)
 
     def outage() -> RunReport:
@@ -173,10 +164,10 @@ def run_rewind(s: DemoSettings, steps: Steps, spark: SparkSession) -> RewindResu
     report_outage = steps.run(
         "sessions through the outage",
         outage,
-        batches_poll(ck, len(commits), snapshot),
+        batches_poll(ck, len(commits)),
         lambda r: f"{len(during)} bad commits in {plural(r.batches, 'batch')}",
     )
-    snapshot()
+    snapshots()
     bad_output = _output(catalog, TABLE)
 
     def correct() -> None:
@@ -187,11 +178,16 @@ def run_rewind(s: DemoSettings, steps: Steps, spark: SparkSession) -> RewindResu
     restored_dir = root / "restored"
 
     def rewind() -> tuple[Manifest, list[int], UndoResult]:
+        """Pending's choice (from the manifests), then what the restore application does."""
         chosen = choose(list_snapshots(external), time=outage_started)
-        discarded = discard_after(external, chosen.batch_id)
-        restore(external, chosen, open_location(str(restored_dir / sessions.OUTPUT)))
-        undone = undo(lambda: catalog.load_table(TABLE), "main", chosen.query_id, chosen.batch_id)
-        return chosen, discarded, undone
+        point = RestorePoint(sink=sessions.OUTPUT, batch_id=chosen.batch_id, query_id=chosen.query_id)
+        where = cfg.checkpoint.model_copy(update={"location": str(restored_dir)})
+        report = run_restore(cfg.model_copy(update={"checkpoint": where, "restore": RestoreConfig(points=[point])}))
+        if report.state != "Restored":
+            raise KappaError(f"the restore failed: {report.error}")
+        (done,) = report.sinks
+        undone = UndoResult(tuple(done.batches), done.files_removed, done.rows_removed, done.snapshot_id)
+        return chosen, done.discarded, undone
 
     chosen, discarded, undone = steps.run(
         "rewind sessions",

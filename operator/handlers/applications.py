@@ -7,7 +7,7 @@ from typing import Any
 
 import kopf
 
-from kappa_operator.handlers import backfill, streaming_job
+from kappa_operator.handlers import backfill, rewind, streaming_job
 from kappa_operator.handlers.context import counted, ctx, shown
 from kappa_operator.render.spark_application import MANAGED_BY, SPARK_API
 
@@ -15,6 +15,7 @@ SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 OWNERS = {
     "StreamingJob": ("streamingjobs", streaming_job.application_changed),
     "Backfill": ("backfills", backfill.application_changed),
+    "Rewind": ("rewinds", rewind.application_changed),
 }
 
 

@@ -31,14 +31,13 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import (
-    ENDED,
     SAVED_JOB,
     BackfillPlan,
     owner_of,
     plan_backfill,
     progress_update,
 )
-from kappa_operator.reconcile.phases import app_state, now_rfc3339
+from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.render.jobconfig import backfill_config, backfill_group, group_name
 from kappa_operator.render.spark_application import Owner
 from spark_app.publish_report import PublishReport, read_report

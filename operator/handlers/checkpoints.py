@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 
 from kappa_operator.handlers.context import log, parse, record, reported
-from kappa_operator.job_snapshots import restore_points
+from kappa_operator.job_snapshots import restore_points, snapshot_failures
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.checkpoints import checkpoint_status, snapshot_due
@@ -44,7 +44,11 @@ async def follow_checkpoints(body: kopf.Body, stopped: kopf.DaemonStopped, **_: 
     if not copy.done():
         log.info("StreamingJob %s/%s: stopping; the listing of its snapshots is left", *_where(job))
         return
-    await asyncio.to_thread(record, "StreamingJob", body, copy.result())
+    fields = copy.result()
+    error = fields.get("snapshotError")
+    if error and error != (body.get("status") or {}).get("snapshotError"):
+        kopf.event(body, type="Warning", reason="SnapshotFailing", message=f"checkpoint snapshots failing: {error}")
+    await asyncio.to_thread(record, "StreamingJob", body, fields)
 
 
 def _where(job: StreamingJob) -> tuple[str, str]:
@@ -52,5 +56,6 @@ def _where(job: StreamingJob) -> tuple[str, str]:
 
 
 def list_points(job: StreamingJob, now: datetime) -> dict[str, Any]:
-    """The status fields of the job's restore points (what its driver externalized)."""
-    return checkpoint_status(restore_points(job), now)
+    """The status fields of the job's restore points (what its driver externalized), and of
+    the driver's copies failing now."""
+    return checkpoint_status(restore_points(job), now, snapshot_failures(job))

@@ -1,6 +1,9 @@
 """Rewind: walk the phases (``reconcile.rewind``), carrying out each step's commands. The
 status of a phase is written before its I/O, so an operator restarted in any phase repeats
-that phase's (idempotent) step and goes on."""
+that phase's (idempotent) step and goes on.
+
+The operator reads snapshot manifests (to choose restore points) and the restore
+application's report; the snapshots are copied and the sinks undone by that application."""
 
 from __future__ import annotations
 
@@ -24,25 +27,25 @@ from kappa_operator.handlers.context import (
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.phases import now_rfc3339
+from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.reconcile.rewind import (
     Observed,
     Pause,
-    ResetSinks,
-    Restore,
     Resume,
     RewindDownstream,
     RewindPlan,
-    after_reset,
+    RunRestore,
     downstream_of,
+    owner_of,
     paused_by,
     plan_rewind,
     step_failed,
 )
 from kappa_operator.reconcile.streaming_job import owner_of as job_owner
-from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, restore_config
 from kappa_operator.render.spark_application import Owner
 from spark_app.errors import KappaError
+from spark_app.restore_report import RestoreReport, read_report
 
 KIND = "Rewind"
 PLURAL = "rewinds"
@@ -54,21 +57,38 @@ def _job(rw: Rewind) -> StreamingJob | None:
     return referenced_job(rw.metadata.namespace, rw.spec.job_ref.name)
 
 
+def _report(rw: Rewind, job: StreamingJob | None, restore_app: dict[str, Any] | None) -> RestoreReport | None:
+    """The restore application's report, once it ended (a KB object next to the restored
+    checkpoint: the only thing of the data plane the operator reads in a Rewind)."""
+    if job is None or restore_app is None or app_state(restore_app) not in ENDED or rw.status is None:
+        return None
+    location = rw.status.checkpoint_location
+    if location is None:
+        return None
+    return read_report(restore_config(rw, job, tuple(rw.status.restores), location))
+
+
 def _observe(rw: Rewind) -> Observed:
     job = _job(rw)
+    cluster = ctx().cluster()
     phase = rw.status.phase if rw.status and rw.status.phase else "Pending"
     app = None
     if job is not None:
         owner = job_owner(job)
-        app = ctx().cluster().get_app(owner.namespace, owner.app_name, owner)
+        app = cluster.get_app(owner.namespace, owner.app_name, owner)
     chosen: Any = ()
     if phase == "Pending" and job is not None:
         chosen = io.choose_points(rw, job)
+    if phase != "Restoring":
+        return Observed(job=job, app=app, chosen=chosen)
+    mine = owner_of(rw)
+    restore_app = cluster.get_app(mine.namespace, mine.app_name, mine)
+    report = _report(rw, job, restore_app)
     downstream: tuple[StreamingJob, ...] = ()
-    if phase == "ResettingSinks" and job is not None and rw.spec.downstream:
-        bodies = ctx().cluster().list_resources("streamingjobs", rw.metadata.namespace)
+    if report is not None and job is not None and rw.spec.downstream:
+        bodies = cluster.list_resources("streamingjobs", rw.metadata.namespace)
         downstream = downstream_of(job, [parse(StreamingJob, b) for b in bodies])
-    return Observed(job=job, app=app, chosen=chosen, downstream=downstream)
+    return Observed(job=job, app=app, downstream=downstream, restore_app=restore_app, report=report)
 
 
 def step(rw: Rewind, body: Any) -> dict[str, Any]:
@@ -105,11 +125,10 @@ def _carry_out(rw: Rewind, plan: RewindPlan, job: StreamingJob | None) -> dict[s
         match command:
             case Pause(by=by):
                 c.annotate("streamingjobs", ns, job.metadata.name, {PAUSED_ANNOTATION: by})
-            case Restore(restores=restores, location=location):
-                io.restore_points(job, restores, location)
-            case ResetSinks(restores=restores):
-                removed = io.reset_sinks(job, restores)
-                extra.update(after_reset(rw, removed, extra.get("downstream", [])))
+            case RunRestore(config_map=cm, app=app):
+                me = owner_of(rw)
+                c.apply_config_map(cm, me)
+                c.create_app(app, me)
             case RewindDownstream(manifests=manifests):
                 me = Owner(KIND, rw.metadata.name, ns, rw.metadata.uid)
                 for m in manifests:
@@ -131,7 +150,7 @@ def _run(body: kopf.Body | dict[str, Any]) -> None:
 
 def _walk(body: kopf.Body | dict[str, Any]) -> None:
     """Steps until the rewind waits on something or ends (a restart re-enters here)."""
-    for _ in range(len(("Pending", "Stopping", "Restoring", "ResettingSinks", "Resuming", "done"))):
+    for _ in range(len(("Pending", "Stopping", "Restoring", "Resuming", "done"))):
         current = ctx().cluster().get_resource(PLURAL, body["metadata"]["namespace"], body["metadata"]["name"])
         if current is None:
             return
@@ -163,11 +182,18 @@ def continue_rewind(body: kopf.Body, **_: Any) -> None:
     _run(body)
 
 
+def application_changed(event: str, app: dict[str, Any], rw_body: dict[str, Any]) -> None:
+    """The restore application moved: take the next step now rather than at the next timer."""
+    _run(rw_body)
+
+
 @kopf.on.delete(GROUP, VERSION, PLURAL)
 @reported(KIND)
 def delete_rewind(body: kopf.Body, **_: Any) -> None:
     """A rewind deleted half-way must not leave its job paused."""
     rw = parse(Rewind, body)
+    me = owner_of(rw)
+    ctx().cluster().delete_app(me.namespace, me.app_name, me)  # a restore cut short is redone by the next Rewind
     job = _job(rw)
     if job is not None and job.metadata.annotations.get(PAUSED_ANNOTATION) == paused_by(rw):
         ctx().cluster().annotate("streamingjobs", rw.metadata.namespace, job.metadata.name, {PAUSED_ANNOTATION: None})

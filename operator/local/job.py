@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kappa_operator.job_snapshots import restore_points
+from kappa_operator.job_snapshots import restore_points, snapshot_failures
 from kappa_operator.local.engine import Local, application, log
 from kappa_operator.local.overrides import runtime_config
 from kappa_operator.models.streaming_job import StreamingJob
@@ -101,7 +101,7 @@ def snapshot_job(local: Local, job: StreamingJob, report: RunReport | None) -> d
         if batches:
             uri = f"{(job.spec.checkpoints.external_location or '').rstrip('/')}/{sink}"
             local.show.note(f"the driver externalized {sink} batches {_ranges(batches)} to {uri}")
-    fields = checkpoint_status(restore_points(job), now)
+    fields = checkpoint_status(restore_points(job), now, snapshot_failures(job))
     if fields["checkpoints"]:
         local.show.points(f"{job.metadata.name}: newest restore points (status.checkpoints)", fields["checkpoints"])
     return fields

@@ -1,16 +1,19 @@
 """`kappa run` of a Rewind: ``plan_rewind`` phase by phase; Pause is recorded (nothing of the
-job runs here), Restore / ResetSinks are the operator's own I/O, Resume runs the job once from
-the restored checkpoint, downstream Rewinds are written out as manifests."""
+job runs here), the restore application's code (``spark_app.rewinding``, what ``python -m
+spark_app restore`` runs on a cluster) runs in-process and leaves its report where the
+operator reads it, Resume runs the job once from the restored checkpoint, downstream Rewinds
+are written out as manifests."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 
 from kappa_operator import rewind as io
-from kappa_operator.local.engine import Local, _status
+from kappa_operator.local.engine import Local, _status, application, log
 from kappa_operator.local.job import JobRun, run_job
 from kappa_operator.local.overrides import retarget
 from kappa_operator.models.common import instant
@@ -22,11 +25,9 @@ from kappa_operator.reconcile.rewind import (
     TERMINAL,
     Observed,
     Pause,
-    ResetSinks,
-    Restore,
     Resume,
     RewindDownstream,
-    after_reset,
+    RunRestore,
     downstream_of,
     paused_by,
     plan_rewind,
@@ -36,7 +37,10 @@ from kappa_operator.render.jobconfig import (
     CHECKPOINT_ANNOTATION,
     PAUSED_ANNOTATION,
 )
+from spark_app.config import parse_config
 from spark_app.errors import KappaError
+from spark_app.restore_report import RestoreReport, read_report
+from spark_app.runtime import user_message
 
 
 def forget_rewind(local: Local, rw: Rewind, job: StreamingJob) -> None:
@@ -65,24 +69,29 @@ def run_rewind(local: Local, rw: Rewind, job: StreamingJob, others: tuple[Stream
         show.status("Rewind", rw.metadata.name, _status(rw))
         return 0 if rw.status.phase == "Succeeded" else 1
     resumed: JobRun | None = None
+    restored: tuple[dict[str, Any], RestoreReport | None] | None = None
     for _ in range(2 * len(PHASES)):
         phase = rw.status.phase if rw.status and rw.status.phase else "Pending"
+        ended = phase == "Restoring" and restored is not None
         seen = Observed(
             job=job,
             app=resumed.app if resumed is not None else None,  # nothing of the job runs here until Resume
             chosen=io.choose_points(rw, job) if phase == "Pending" else (),
-            downstream=downstream_of(job, list(others)) if phase == "ResettingSinks" and rw.spec.downstream else (),
+            downstream=downstream_of(job, list(others)) if ended and rw.spec.downstream else (),
+            restore_app=restored[0] if ended and restored is not None else None,
+            report=restored[1] if ended and restored is not None else None,
         )
         plan = plan_rewind(rw, seen, now_rfc3339())
         rw = local.record(rw, plan.status)
         if plan.status.get("phase") in TERMINAL:
             break
         try:
-            extra, job, ran = _carry_out(local, rw, job, plan.commands)
+            extra, job, ran, restored_now = _carry_out(local, rw, job, plan.commands)
         except KappaError as exc:  # permanent: the operator records Failed and stops
             rw = local.record(rw, step_failed(rw, str(plan.status.get("phase")), str(exc), now_rfc3339()).status)
             break
         resumed = ran or resumed
+        restored = restored_now or restored
         if plan.next_phase is not None:
             done = f"{plan.status.get('phase')} done"
             rw = local.record(rw, {**extra, "phase": plan.next_phase, "message": done}, quiet=True)
@@ -93,27 +102,40 @@ def run_rewind(local: Local, rw: Rewind, job: StreamingJob, others: tuple[Stream
     return _rewind_result(local, rw, job, resumed)
 
 
+def _restore(local: Local, job_json: str) -> tuple[dict[str, Any], RestoreReport | None]:
+    """The restore application, run in-process: the application as it ended, and the report
+    it left where the operator reads it."""
+    from spark_app.rewinding import run_restore
+
+    cfg = parse_config(json.loads(job_json))
+    state, message = "COMPLETED", ""
+    try:
+        done = run_restore(cfg)
+        state = "COMPLETED" if done.state == "Restored" else "FAILED"
+    except Exception as exc:  # the operator would see a FAILED restore application
+        log.debug("restore of %s failed", cfg.name, exc_info=True)
+        state, message = "FAILED", user_message(exc)
+    return application(state, message, {}), read_report(cfg)
+
+
 def _carry_out(
     local: Local, rw: Rewind, job: StreamingJob, commands: tuple[Any, ...]
-) -> tuple[dict[str, Any], StreamingJob, JobRun | None]:
+) -> tuple[dict[str, Any], StreamingJob, JobRun | None, tuple[dict[str, Any], RestoreReport | None] | None]:
     """The commands of one step, as ``handlers.rewind._carry_out`` does them on a cluster."""
     show, objects = local.show, local.objects
     extra: dict[str, Any] = {}
-    ran = None
+    ran = restored = None
     for command in commands:
         match command:
             case Pause(by=by):
                 job = objects.annotate(job, {PAUSED_ANNOTATION: by})
                 show.note(f"{job.metadata.name}: {PAUSED_ANNOTATION}={by} recorded; nothing of it runs here to stop")
-            case Restore(restores=restores, location=location):
-                io.restore_points(job, restores, location)
-                show.note(f"restored {', '.join(f'{r.sink} batch {r.batch_id}' for r in restores)} into {location}")
-            case ResetSinks(restores=restores):
-                removed = io.reset_sinks(job, restores)
-                extra.update(after_reset(rw, removed, extra.get("downstream", [])))
-                for sink, (table, files) in removed.items():
-                    what = f"{table}: removed {files} data file(s)" if table else "not an Iceberg sink: nothing to undo"
-                    show.note(f"reset {sink}: {what} written after the restored batch")
+            case RunRestore(config_map=cm):
+                restored = _restore(local, cm["data"]["job.json"])
+                report = restored[1]
+                for s in report.sinks if report is not None else []:
+                    what = f"{s.table}: removed {s.files_removed} data file(s)" if s.table else "nothing to undo"
+                    show.note(f"restored {s.sink} at batch {s.batch_id}; reset: {what} written after it")
             case RewindDownstream(manifests=manifests):
                 extra["downstream"] = [m["metadata"]["name"] for m in manifests]
                 for m in manifests:
@@ -127,7 +149,7 @@ def _carry_out(
                 show.note(f"{job.metadata.name}: {CHECKPOINT_ANNOTATION}={location}; running it once from there")
                 ran = run_job(local, job)
                 job = ran.job
-    return extra, job, ran
+    return extra, job, ran, restored
 
 
 def _rewind_result(local: Local, rw: Rewind, job: StreamingJob, resumed: JobRun | None) -> int:

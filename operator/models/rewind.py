@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, model_validator
 from kappa_operator.models.backfill import JobRef
 from kappa_operator.models.common import API_VERSION, INT64_MAX, CRModel, ObjectMeta, StatusBase, TimestampStr
 
-PHASES = ("Pending", "Stopping", "Restoring", "ResettingSinks", "Resuming", "Succeeded", "Failed")
+PHASES = ("Pending", "Stopping", "Restoring", "Resuming", "Succeeded", "Failed")
 
 
 class RewindTarget(CRModel):
@@ -85,6 +85,10 @@ class RewindStatus(StatusBase):
     """The first sink's restored batch (the job resumes at the next one)."""
     checkpoint_location: str | None = None
     """The fresh checkpoint the job resumes from (the live one is never modified)."""
+    restore_application_name: str | None = None
+    """The SparkApplication restoring the snapshots and resetting the sinks (the job's
+    credentials; the operator reads only its report)."""
+    restore_application_state: str | None = None
     downstream: list[str] = []
     """Rewinds created for downstream jobs."""
 

@@ -185,9 +185,43 @@ class CheckpointSpec(CRModel):
     external_location: str | None = Field(default=None, max_length=URI_MAX)
     """Where snapshots are copied to (s3://, file://, ...); unset: no snapshots, no Rewind."""
     interval: DurationStr = "10m"
-    """How often the operator copies the newest committed batch (incrementally)."""
+    """How often the job's driver copies the newest committed batch (incrementally)."""
     retention: CheckpointRetention = CheckpointRetention()
     """Snapshots kept."""
+
+
+class LocalRef(CRModel):
+    """An object in the job's namespace."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)
+
+
+class EnvFrom(CRModel):
+    """Environment variables of the job's Spark pods from a Secret or ConfigMap in its
+    namespace (a container's ``envFrom``): where catalog and object-store credentials come
+    from (``AWS_ACCESS_KEY_ID``, ``PYICEBERG_CATALOG__...``). The operator only names the
+    object in the applications it renders; it never reads it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.secretRef) ? !has(self.configMapRef) : has(self.configMapRef)",
+                    "message": "set exactly one of secretRef, configMapRef",
+                }
+            ]
+        }
+    )
+    secret_ref: LocalRef | None = None
+    config_map_ref: LocalRef | None = None
+    prefix: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)
+    """Prepended to every variable's name."""
+
+    @model_validator(mode="after")
+    def _one(self) -> EnvFrom:
+        if (self.secret_ref is None) == (self.config_map_ref is None):
+            raise ValueError("set exactly one of secretRef, configMapRef")
+        return self
 
 
 class StreamingJobSpec(CRModel):
@@ -219,7 +253,11 @@ class StreamingJobSpec(CRModel):
     executor: ExecutorResources = ExecutorResources()
     """Executor resources."""
     service_account: str = Field(default="spark", max_length=253)
-    """Service account of the Spark driver."""
+    """Service account of the Spark driver (workload identity for the object store goes here)."""
+    env_from: list[EnvFrom] = Field(default=[], max_length=16)
+    """Secrets and ConfigMaps whose keys become environment variables of every Spark pod of
+    this job: its live application, its Backfills' and publish applications, its Rewinds'
+    restore applications. The operator itself needs none of them."""
     suspend: bool = False
     """Stop the application and keep its checkpoint; false resumes from it."""
 
@@ -253,7 +291,10 @@ class StreamingJobStatus(StatusBase):
     checkpoint_location: str | None = None
     """The checkpoint the application runs from (a Rewind moves it to a restored copy)."""
     last_snapshot_at: str | None = None
-    """When the operator last externalized the checkpoint (the interval runs from it)."""
+    """When the operator last listed the restore points (the interval runs from it)."""
+    snapshot_error: str | None = None
+    """Why the driver's snapshot copies fail now, per sink (unset once one succeeds): the
+    restore points stop advancing until it is fixed."""
     watermark: str | None = None
     """Latest event-time watermark reported by the job."""
 

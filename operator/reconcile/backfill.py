@@ -22,14 +22,14 @@ from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.common import Condition, instant
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
-from kappa_operator.reconcile.phases import STATES, app_message, app_state
+from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_state
 from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
 from kappa_operator.render.spark_application import (
     BACKFILL_RESTART,
-    Launch,
     Owner,
     config_map,
+    job_launch,
     spark_application,
     token_secret,
 )
@@ -209,14 +209,8 @@ def plan_backfill(
         credential = None
         if group is not None and admin_token:
             credential = token_secret(owner, scoped_token(admin_token, [group.name]))
-        launch = Launch(
-            bf.spec.image or job.spec.image,
-            job.spec.driver,
-            job.spec.executor,
-            job.spec.service_account,
-            BACKFILL_RESTART,
-            owner.token_secret_name if credential is not None else None,
-        )
+        token = owner.token_secret_name if credential is not None else None
+        launch = job_launch(job, BACKFILL_RESTART, bf.spec.image, token)
         created = spark_application(owner, cfg, launch, config_hash(cfg))
         created["metadata"]["annotations"][NONCE] = str(nonce)
         window = f"{bf.spec.window.start} .. {bf.spec.window.end}"
@@ -278,8 +272,6 @@ def _nonce_of(app: dict[str, Any]) -> str:
 
 
 PUBLISH_FAILURES = ("ValidationFailed", "PublishFailed")
-ENDED = ("COMPLETED", "FAILED", "SUBMISSION_FAILED")
-"""The publish application's terminal states: its report (or its absence) is final then."""
 
 
 def _publish_failed(bf: Backfill) -> bool:
@@ -308,13 +300,7 @@ def _publishing(
         msg = f"restartNonce {_nonce_of(publish_app)} -> {nonce}: publishing again"
         return BackfillPlan(delete_publish_app=True, status=status("Publishing", "Publishing", msg, **extra))
     if publish_app is None:
-        launch = Launch(
-            bf.spec.image or job.spec.image,
-            job.spec.driver,
-            job.spec.executor,
-            job.spec.service_account,
-            BACKFILL_RESTART,
-        )
+        launch = job_launch(job, BACKFILL_RESTART, bf.spec.image)
         created = spark_application(owner, cfg, launch, config_hash(cfg), command="publish")
         created["metadata"]["annotations"][NONCE] = nonce
         msg = (

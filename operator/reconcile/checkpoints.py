@@ -39,9 +39,11 @@ def _rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def checkpoint_status(points: list[Point], now: datetime) -> dict[str, Any]:
+def checkpoint_status(points: list[Point], now: datetime, failures: list[str] | None = None) -> dict[str, Any]:
+    """``failures``: the driver's notes of snapshot copies failing now (None clears the field)."""
     newest = sorted(points, key=lambda p: p.committed_at, reverse=True)[:SHOWN]
     return {
+        "snapshotError": "; ".join(failures) if failures else None,
         "lastSnapshotAt": _rfc3339(now),
         "lastCheckpoint": _rfc3339(newest[0].committed_at) if newest else None,
         "checkpoints": [

@@ -22,6 +22,10 @@ STATES: dict[str, tuple[str, bool, str]] = {
     "UNKNOWN": ("Unknown", False, "Unknown"),
 }
 
+ENDED = ("COMPLETED", "FAILED", "SUBMISSION_FAILED")
+"""Terminal states of an application that runs once (publish, restore): its report, or its
+absence, is final then."""
+
 
 def app_state(app: dict | None) -> str | None:
     if app is None:

@@ -1,12 +1,17 @@
 """What to do for a Rewind (pure): a state machine as a dispatch of one small function per
 phase, like the Spark operator's.
 
-Pending -> Stopping -> Restoring -> ResettingSinks -> Resuming -> Succeeded | Failed.
+Pending -> Stopping -> Restoring -> Resuming -> Succeeded | Failed.
 
 Each step returns the status to record *before* its I/O (the intent: a restarted operator
 finds the phase and repeats the step, and every step is idempotent) and the commands to carry
-out. Restore points are chosen once, in Pending, and kept in status, so a retry restores the
-same batch even if newer snapshots appeared meanwhile.
+out. Restore points are chosen once, in Pending, from the snapshot manifests (metadata), and
+kept in status, so a retry restores the same batch even if newer snapshots appeared meanwhile.
+
+The data work (copying each snapshot into a fresh checkpoint, undoing what the sinks wrote
+after it) runs in a restore application the operator renders (``python -m spark_app
+restore``, with the job's image, service account and credentials); the operator reads only
+its report.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
+from kappa_operator.reconcile.phases import ENDED, app_message, app_state
 from kappa_operator.reconcile.streaming_job import Event
-from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, config_hash, restore_config
+from kappa_operator.render.spark_application import BACKFILL_RESTART, Owner, config_map, job_launch, spark_application
+from spark_app.restore_report import RestoreReport
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -36,18 +44,12 @@ class Pause:
 
 
 @dataclass(frozen=True)
-class Restore:
-    """Materialize each chosen snapshot into ``location/<sink>`` (a fresh directory)."""
+class RunRestore:
+    """Apply the restore application's ConfigMap, then create the application (it copies the
+    snapshots into the fresh checkpoint and undoes the sinks; the operator reads its report)."""
 
-    restores: tuple[SinkRestore, ...]
-    location: str
-
-
-@dataclass(frozen=True)
-class ResetSinks:
-    """Undo what each query wrote to its Iceberg table after the restored batch."""
-
-    restores: tuple[SinkRestore, ...]
+    config_map: dict[str, Any]
+    app: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ class Resume:
     location: str
 
 
-Command = Pause | Restore | ResetSinks | RewindDownstream | Resume
+Command = Pause | RunRestore | RewindDownstream | Resume
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,11 @@ class Observed:
     chosen: tuple[SinkRestore, ...] | str = ()
     """Pending only: the restore point per sink, or why there is none."""
     downstream: tuple[StreamingJob, ...] = ()
-    """Jobs whose sources read this job's Iceberg sink tables."""
+    """Restoring only: jobs whose sources read this job's Iceberg sink tables."""
+    restore_app: dict[str, Any] | None = None
+    """Restoring only: the restore application."""
+    report: RestoreReport | None = None
+    """Restoring only: its report, once it ended (None: none, or not ended yet)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -127,6 +133,11 @@ def _restores(rw: Rewind) -> tuple[SinkRestore, ...]:
 def _location(rw: Rewind) -> str:
     assert rw.status is not None and rw.status.checkpoint_location is not None
     return rw.status.checkpoint_location
+
+
+def owner_of(rw: Rewind) -> Owner:
+    """The Rewind owns its restore application and that application's ConfigMap."""
+    return Owner("Rewind", rw.metadata.name, rw.metadata.namespace, rw.metadata.uid)
 
 
 def paused_by(rw: Rewind) -> str:
@@ -181,23 +192,50 @@ def _stopping(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
 
 
 def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
-    nxt = "ResettingSinks" if rw.spec.reset_sinks else "Resuming"
-    return RewindPlan(
-        status=status("Restoring", f"restoring {len(_restores(rw))} queries into {_location(rw)}"),
-        commands=(Restore(_restores(rw), _location(rw)),),
-        next_phase=nxt,
-        events=(Event("Normal", "Restored", f"restored into {_location(rw)}; next: {nxt}"),),
-    )
-
-
-def _resetting(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
-    commands: tuple[Command, ...] = (ResetSinks(_restores(rw)),)
+    owner, job = owner_of(rw), seen.job
+    extra: dict[str, Any] = {"restoreApplicationName": owner.app_name}
+    points = ", ".join(f"{r.sink} batch {r.batch_id}" for r in _restores(rw))
+    undo = " and undoing what the sinks wrote after them" if rw.spec.reset_sinks else ""
+    if seen.restore_app is None:
+        if job is None:
+            return _failed(status, "JobDeleted", f"StreamingJob {rw.spec.job_ref.name} was deleted during the rewind")
+        cfg = restore_config(rw, job, _restores(rw), _location(rw))
+        app = spark_application(owner, cfg, job_launch(job, BACKFILL_RESTART), config_hash(cfg), command="restore")
+        msg = f"SparkApplication {owner.app_name} restoring {points} into {_location(rw)}{undo}"
+        return RewindPlan(
+            status=status("Restoring", msg, restoreApplicationState="", **extra),
+            commands=(RunRestore(config_map(owner, cfg), app),),
+            events=(Event("Normal", "Restoring", msg),),
+        )
+    state = app_state(seen.restore_app) or ""
+    extra["restoreApplicationState"] = state
+    if state not in ENDED:
+        msg = f"SparkApplication {owner.app_name} restoring {points}{undo}: it is {state or 'submitted'}"
+        return RewindPlan(status=status("Restoring", msg, **extra))
+    report = seen.report
+    if report is None or report.state == "Failed":
+        why = report.error if report is not None and report.error else None
+        why = why or app_message(seen.restore_app) or f"it ended {state} without a report"
+        return _failed(
+            status,
+            "RestoreFailed",
+            f"restore failed: SparkApplication {owner.app_name}: {why}; {rw.spec.job_ref.name} stays stopped: "
+            "delete this Rewind to resume it from its live checkpoint",
+            **extra,
+        )
+    fields = after_restore(rw, report)
+    commands: tuple[Command, ...] = ()
     if rw.spec.downstream and seen.downstream:
-        commands += (RewindDownstream(tuple(downstream_rewind(rw, j) for j in seen.downstream)),)
+        manifests = tuple(downstream_rewind(rw, j) for j in seen.downstream)
+        commands = (RewindDownstream(manifests),)
+        fields["downstream"] = [m["metadata"]["name"] for m in manifests]
+    removed = sum(r.files_removed for r in report.sinks)
+    msg = f"restored {points} into {_location(rw)}" + (f"; sinks reset ({removed} file(s) removed)" if undo else "")
     return RewindPlan(
-        status=status("ResettingSinks", "removing what the sinks wrote after the restored batches"),
+        status=status("Restoring", msg, **extra, **fields),
         commands=commands,
         next_phase="Resuming",
+        events=(Event("Normal", "Restored", msg),),
     )
 
 
@@ -216,8 +254,8 @@ def _resuming(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
     )
 
 
-def _failed(status: _Status, reason: str, msg: str) -> RewindPlan:
-    return RewindPlan(status=status("Failed", msg, reason), events=(Event("Warning", reason, msg),))
+def _failed(status: _Status, reason: str, msg: str, **extra: Any) -> RewindPlan:
+    return RewindPlan(status=status("Failed", msg, reason, **extra), events=(Event("Warning", reason, msg),))
 
 
 def step_failed(rw: Rewind, phase: str, error: str, now: str) -> RewindPlan:
@@ -231,20 +269,21 @@ STEPS: dict[str, Callable[[Rewind, Observed, _Status], RewindPlan]] = {
     "Pending": _pending,
     "Stopping": _stopping,
     "Restoring": _restoring,
-    "ResettingSinks": _resetting,
     "Resuming": _resuming,
 }
 
 
-def after_reset(rw: Rewind, removed: dict[str, tuple[str | None, int]], children: list[str]) -> dict[str, Any]:
-    """Status fields once the sinks were reset: per sink, the table and files removed."""
+def after_restore(rw: Rewind, report: RestoreReport) -> dict[str, Any]:
+    """Status fields from the restore application's report: per sink, the table reset and the
+    data files its undo removed."""
+    done = {s.sink: s for s in report.sinks}
     restores = [
-        r.model_copy(update={"table": removed[r.sink][0], "files_removed": removed[r.sink][1]})
-        if r.sink in removed
+        r.model_copy(update={"table": done[r.sink].table, "files_removed": done[r.sink].files_removed})
+        if r.sink in done
         else r
         for r in _restores(rw)
     ]
-    return {"restores": [r.model_dump(by_alias=True) for r in restores], "downstream": children}
+    return {"restores": [r.model_dump(by_alias=True) for r in restores]}
 
 
 # --- downstream jobs ------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, config_hash, live_checkpoint, streaming_job_config
-from kappa_operator.render.spark_application import LIVE_RESTART, Launch, Owner, config_map, spark_application
+from kappa_operator.render.spark_application import LIVE_RESTART, Owner, config_map, job_launch, spark_application
 from spark_app.errors import KappaError
 
 
@@ -98,7 +98,7 @@ def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) 
         return JobPlan(status=status("Suspended", False, "Suspended", "suspended; the checkpoint is kept", None))
 
     if app is None:
-        launch = Launch(job.spec.image, job.spec.driver, job.spec.executor, job.spec.service_account, LIVE_RESTART)
+        launch = job_launch(job, LIVE_RESTART)
         return JobPlan(
             config_map=config_map(owner, cfg),
             create_app=spark_application(owner, cfg, launch, digest),

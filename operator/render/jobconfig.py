@@ -11,6 +11,7 @@ from typing import Any
 
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import duration_ms
+from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import CheckpointSpec, JobSink, JobSource, StreamingJob, StreamingJobSpec
 from spark_app.config import JobConfig, parse_config
 
@@ -189,6 +190,20 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
     if coordinator_url and a.mode != "unordered":
         cfg["coordinator"] = {"url": coordinator_url}  # the token comes from the driver's env (a Secret)
     return parse_config(cfg, origin=f"(Backfill {bf.metadata.namespace}/{bf.metadata.name})")
+
+
+def restore_config(rw: Rewind, job: StreamingJob, points: tuple[SinkRestore, ...], location: str) -> JobConfig:
+    """What a Rewind's restore application runs (``python -m spark_app restore``): the job's
+    own config (its catalogs, sinks, external checkpoint location: the job's credentials),
+    pointed at the fresh checkpoint ``location``, with the points to restore."""
+    live = streaming_job_config(job).model_dump(by_alias=True, exclude_none=True, mode="json")
+    live["checkpoint"]["location"] = location
+    live["restore"] = {
+        "points": [{"sink": r.sink, "batchId": r.batch_id, "queryId": r.query_id} for r in points],
+        "resetSinks": rw.spec.reset_sinks,
+        "tag": f"{rw.metadata.namespace}/{rw.metadata.name}",
+    }
+    return parse_config(live, origin=f"(Rewind {rw.metadata.namespace}/{rw.metadata.name})")
 
 
 def config_hash(cfg: JobConfig) -> str:

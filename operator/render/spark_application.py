@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kappa_operator.models.common import API_VERSION, ExecutorResources, Resources
+from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import CONFIG_PATH
 from spark_app.config import JobConfig
 
@@ -101,6 +102,20 @@ class Launch:
     restart: dict[str, Any]
     token_secret: str | None = None
     """Secret (key ``token``) the driver reads the coordinator token from."""
+    env_from: tuple[dict[str, Any], ...] = ()
+    """The job's ``envFrom`` (its data-plane credentials), on the driver and the executors."""
+
+
+def job_launch(
+    job: StreamingJob, restart: dict[str, Any], image: str | None = None, token_secret: str | None = None
+) -> Launch:
+    """How every application of ``job`` is launched: its image (or a Backfill's), resources,
+    service account and credentials."""
+    spec = job.spec
+    env_from = tuple(e.model_dump(by_alias=True, exclude_none=True) for e in spec.env_from)
+    return Launch(
+        image or spec.image, spec.driver, spec.executor, spec.service_account, restart, token_secret, env_from
+    )
 
 
 def config_map(owner: Owner, cfg: JobConfig, extra: dict[str, str] | None = None) -> dict[str, Any]:
@@ -138,9 +153,10 @@ def token_secret(owner: Owner, token: str) -> dict[str, Any]:
 def spark_application(
     owner: Owner, cfg: JobConfig, launch: Launch, config_hash: str, command: str = "run"
 ) -> dict[str, Any]:
-    """``command``: ``run`` (the query) or ``publish`` (a finished backfill's validation and
-    publish, under ``Owner.publish_app_name``; it reads the same ConfigMap)."""
-    name = owner.app_name if command == "run" else owner.publish_app_name
+    """``command``: ``run`` (the query), ``publish`` (a finished backfill's validation and
+    publish, under ``Owner.publish_app_name``; it reads the same ConfigMap) or ``restore`` (a
+    Rewind's restore, its owner's only application)."""
+    name = owner.publish_app_name if command == "publish" else owner.app_name
     mount = [{"name": "jobconfig", "mountPath": CONFIG_PATH.rsplit("/", 1)[0]}]
     labels = {**owner.labels, "kappa.dev/config-hash": config_hash}
     driver: dict[str, Any] = {
@@ -154,6 +170,15 @@ def spark_application(
         driver["env"] = [
             {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": launch.token_secret, "key": "token"}}}
         ]
+    executor: dict[str, Any] = {
+        "instances": launch.executor.instances,
+        "cores": launch.executor.cores,
+        "memory": launch.executor.memory,
+        "labels": labels,
+        "volumeMounts": mount,
+    }
+    if launch.env_from:
+        driver["envFrom"] = executor["envFrom"] = [dict(e) for e in launch.env_from]
     return {
         "apiVersion": SPARK_API,
         "kind": "SparkApplication",
@@ -176,13 +201,7 @@ def spark_application(
             "restartPolicy": launch.restart,
             "volumes": [{"name": "jobconfig", "configMap": {"name": owner.config_map_name}}],
             "driver": driver,
-            "executor": {
-                "instances": launch.executor.instances,
-                "cores": launch.executor.cores,
-                "memory": launch.executor.memory,
-                "labels": labels,
-                "volumeMounts": mount,
-            },
+            "executor": executor,
         },
     }
 

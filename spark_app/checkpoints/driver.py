@@ -9,6 +9,7 @@ present) and the state versions that batch wrote, all immutable once committed."
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -27,6 +28,18 @@ from spark_app.config import ExternalCheckpoints, JobConfig
 from spark_app.storage import Location, open_location
 
 log = logging.getLogger("kappa.checkpoints")
+
+FAILURE = "_kappa/externalize-failure.json"
+"""Beside a sink's snapshots while its last copy failed (the operator shows it in the job's
+status: a log line in a driver pod is not where people look); removed by the next copy that
+succeeds."""
+
+
+def read_failure(external: Location) -> dict[str, str] | None:
+    """The note of a failed copy at ``external`` (None: the last copy succeeded)."""
+    if external.stat(FAILURE) is None:
+        return None
+    return dict(json.loads(external.read_bytes(FAILURE)))
 
 
 def _not_yet_copied(live: Location, external: Location) -> list[int | None]:
@@ -93,9 +106,14 @@ class CheckpointExternalizer(StreamingQueryListener):
         self.last: dict[str, float] = {}
         self.taken: dict[str, list[int]] = {sink: [] for sink in cfg.sinks}
         self.errors: list[str] = []
+        self._noted: set[str] = set(cfg.sinks)
+        """Sinks that may have a failure note (an earlier run's, too): cleared on success."""
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kappa-externalize")
         self._running: dict[str, Future[None]] = {}
         self._lock = threading.Lock()
+        self._closed = False
+        """Set by ``finish``: Spark may still deliver progress events queued before the
+        listener was removed; they find nothing to schedule."""
 
     # -- listener ---------------------------------------------------------------------------
     def onQueryStarted(self, event: Any) -> None:
@@ -121,6 +139,8 @@ class CheckpointExternalizer(StreamingQueryListener):
 
     def schedule(self, sink: str) -> None:
         with self._lock:
+            if self._closed:
+                return
             running = self._running.get(sink)
             if running is not None and not running.done():
                 return  # the next due progress copies what this one would have
@@ -129,20 +149,39 @@ class CheckpointExternalizer(StreamingQueryListener):
 
     def _copy(self, sink: str) -> None:
         where = sink_locations(self.cfg, sink)
+        external: Location | None = None
         try:
             live, external = open_location(where.live), open_location(where.external)
             taken = snapshot_query(live, external, self.ext, datetime.now(UTC))
         except Exception as exc:  # storage down, a purged batch: the next due progress retries
             self.errors.append(f"{sink}: {exc}")
             log.warning("externalizing %s to %s failed: %s (retried at the next due batch)", sink, where.external, exc)
+            self._note(sink, external, exc)
             return
+        if sink in self._noted:
+            external.delete(FAILURE)
+            self._noted.discard(sink)
         self.taken[sink] += taken
         if taken:
             log.info("externalized %s batch(es) %s to %s", sink, taken, where.external)
 
+    def _note(self, sink: str, external: Location | None, exc: Exception) -> None:
+        """Leave the failure where the operator reads restore points (if storage takes it)."""
+        first = (str(exc).splitlines() or [""])[0][:300]
+        note = {"sink": sink, "error": f"{type(exc).__name__}: {first}", "at": datetime.now(UTC).isoformat()}
+        try:
+            (external or open_location(sink_locations(self.cfg, sink).external)).write_bytes(
+                FAILURE, json.dumps(note).encode()
+            )
+            self._noted.add(sink)
+        except Exception:  # the store itself is down: the operator sees the restore points age
+            log.debug("could not note the failure of %s", sink, exc_info=True)
+
     def finish(self) -> dict[str, list[int]]:
         """After the queries stopped: wait for the copy in flight and take one more of every
         sink (the last committed batch), so a stopped job leaves its newest restore point."""
+        with self._lock:
+            self._closed = True
         for future in list(self._running.values()):
             future.result()
         for sink in self.cfg.sinks:

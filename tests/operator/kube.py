@@ -52,6 +52,9 @@ def register(emulator: kmock.KubernetesEmulator) -> None:
     emulator.resources["kappa.dev/v1alpha1/backfills"] = kmock.ResourceInfo(
         kind="Backfill", namespaced=True, verbs=VERBS, subresources={"status"}, shortnames={"bf"}
     )
+    emulator.resources["kappa.dev/v1alpha1/rewinds"] = kmock.ResourceInfo(
+        kind="Rewind", namespaced=True, verbs=VERBS, subresources={"status"}, shortnames={"rw"}
+    )
     emulator.resources["sparkoperator.k8s.io/v1beta2/sparkapplications"] = kmock.ResourceInfo(
         kind="SparkApplication", namespaced=True, verbs=VERBS, subresources={"status"}
     )
@@ -146,10 +149,11 @@ def reasons(emulator: kmock.KubernetesEmulator) -> list[str]:
     ]
 
 
-async def run_publish_application(api: Api, name: str, workdir: Path) -> int:
-    """Play the Spark operator for a publish application: run what it would run in its pod
-    (``python -m spark_app publish --config`` on its ConfigMap's JobConfig) as a separate
-    process, then write the state the Spark operator would. Returns the driver's exit code."""
+async def run_application(api: Api, name: str, workdir: Path) -> int:
+    """Play the Spark operator for an application that runs once (publish, restore): run what
+    it would run in its pod (``python -m spark_app publish|restore --config`` on its
+    ConfigMap's JobConfig) as a separate process, then write the state the Spark operator
+    would. Returns the driver's exit code."""
     app = await api.get(f"{APPS}/{name}")
     assert app is not None, f"no SparkApplication {name}"
     args = app["spec"]["arguments"]
@@ -167,6 +171,19 @@ async def run_publish_application(api: Api, name: str, workdir: Path) -> int:
         code = await proc.wait()
     await spark_state(api, name, "COMPLETED" if code == 0 else "FAILED", None if code == 0 else f"exit code {code}")
     return code
+
+
+async def play_applications(api: Api, command: str, workdir: Path, ran: list[tuple[str, int]]) -> None:
+    """Play the Spark operator for every ``command`` application that appears (until
+    cancelled), each once; ``ran`` gets (name, exit code) as they end."""
+    done: set[str] = set()
+    while True:
+        for app in ((await api.get(APPS)) or {}).get("items") or []:
+            name = app["metadata"]["name"]
+            if name not in done and (app["spec"].get("arguments") or [None])[0] == command:
+                done.add(name)
+                ran.append((name, await run_application(api, name, workdir)))
+        await asyncio.sleep(0.2)
 
 
 DATA_PLANE = (
@@ -199,11 +216,9 @@ def outside_the_operator() -> Iterator[None]:
         _TEST_THREAD.allowed = False
 
 
-def forbid_data_plane(monkeypatch: Any) -> list[str]:
-    """Make every function of ``DATA_PLANE`` raise in this process (kopf's handler threads
-    included), except inside ``outside_the_operator``; the calls it refused are listed (the test asserts
-    none): the operator renders, reads reports and patches status."""
-    refused: list[str] = []
+def refuse_data_plane(patch: Callable[[Any, str, Any], None], refused: Callable[[str], None]) -> None:
+    """Replace every function of ``DATA_PLANE`` (and its imports by name) with one that raises,
+    except inside ``outside_the_operator``; ``refused`` is told the name of each call refused."""
     for where, attr in DATA_PLANE:
         try:
             owner: Any = importlib.import_module(where)
@@ -215,11 +230,19 @@ def forbid_data_plane(monkeypatch: Any) -> list[str]:
         def refuse(*args: Any, _name: str = f"{where}.{attr}", _original: Any = original, **kwargs: Any) -> Any:
             if getattr(_TEST_THREAD, "allowed", False):
                 return _original(*args, **kwargs)
-            refused.append(_name)
+            refused(_name)
             raise AssertionError(f"{_name} called inside the operator process: it must not touch data")
 
-        monkeypatch.setattr(owner, attr, refuse)
+        patch(owner, attr, refuse)
         for name, module in list(sys.modules.items()):  # and wherever it was imported by name
             if name.startswith(("kappa_operator", "spark_app")) and getattr(module, attr, None) is original:
-                monkeypatch.setattr(module, attr, refuse)
+                patch(module, attr, refuse)
+
+
+def forbid_data_plane(monkeypatch: Any) -> list[str]:
+    """Make every function of ``DATA_PLANE`` raise in this process (kopf's handler threads
+    included), except inside ``outside_the_operator``; the calls it refused are listed (the test
+    asserts none): the operator renders, reads reports and patches status."""
+    refused: list[str] = []
+    refuse_data_plane(monkeypatch.setattr, refused.append)
     return refused

@@ -48,7 +48,7 @@ from tests.operator.kube import (
     outside_the_operator,
     reasons,
     register,
-    run_publish_application,
+    run_application,
     spark_state,
     start_operator,
     stop_operator,
@@ -191,7 +191,7 @@ async def test_backfill_lifecycle(
             assert pub["spec"]["arguments"][0] == "publish"
             assert pub["metadata"]["ownerReferences"][0]["uid"] == uid
             assert window_ids(catalog) == ["after", "before", "p0", "p1"], "nothing published by the operator"
-            assert await run_publish_application(api, "rmi-outage-backfill-publish", tmp_path) == 0
+            assert await run_application(api, "rmi-outage-backfill-publish", tmp_path) == 0
             s = await eventually(lambda: _phase(api, "rmi-outage", "Succeeded"), "Succeeded after publish", 60)
             assert s["published"][0]["table"] == "marts.attributed_plays"
             assert (s["published"][0]["rowsRemoved"], s["published"][0]["rowsAdded"]) == (2, 4)

@@ -41,13 +41,30 @@ def watching(emulator: kmock.KubernetesEmulator, since: int) -> set[str]:
     return {r.url.path.rsplit("/", 1)[-1] for r in list(emulator)[since:] if r.params.get("watch") in ("true", "1")}
 
 
-async def start(base: str, port: int, log: Path, emulator: kmock.KubernetesEmulator, fault: str | None = None) -> Any:
+async def start(
+    base: str,
+    port: int,
+    log: Path,
+    emulator: kmock.KubernetesEmulator,
+    fault: str | None = None,
+    refused: Path | None = None,
+) -> Any:
+    """``kappa operator`` as its own process; with ``refused``, every function that reads rows
+    or copies files raises in it and the refused calls are listed in that file."""
     since = len(list(emulator))
     env = {**os.environ, "KAPPA_COORDINATOR_TOKEN": TOKEN}
     env.pop("KAPPA_OPERATOR_FAULT", None)
     if fault:
         env["KAPPA_OPERATOR_FAULT"] = fault
     args = ["-m", "kappa_operator.cli", "operator", "--server", base, "--namespace", "default"]
+    if refused is not None:  # the repository on the path last: its operator/ must not shadow the stdlib's
+        env["KAPPA_TEST_REFUSED"] = str(refused)
+        root = str(Path(__file__).resolve().parents[2])
+        run = (
+            f"import runpy, sys; sys.path.append({root!r}); "
+            "runpy.run_module('tests.operator.refusing_operator', run_name='__main__')"
+        )
+        args = ["-c", run, *args[2:]]
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         *args,

@@ -1,7 +1,13 @@
 """A Rewind through the operator (a real ``kappa operator`` process) against the kmock
 emulator, killed once in each phase and restarted: it walks Pending -> Stopping -> Restoring ->
-ResettingSinks -> Resuming -> Succeeded, and with ``downstream`` rewinds a second job that reads
-the first job's table.
+Resuming -> Succeeded, and with ``downstream`` rewinds a second job that reads the first job's
+table.
+
+Every operator process runs with each function that reads rows or copies files made to raise
+(``kube.DATA_PLANE``): the snapshots are copied and the sinks undone by the restore
+applications the operator renders, which the test runs as the Spark operator would
+(``python -m spark_app restore`` in a process of their own); the operator reads manifests and
+reports and patches status.
 
 Checkpoints are Spark-format directories written by the test (offsets, commits, metadata,
 state files) and externalized with ``spark_app.checkpoints``; the sink tables are real
@@ -24,11 +30,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 from spark_app.checkpoints import externalize, list_snapshots, open_location
 from tests.checkpoint_data import T0, live_ids, sink_batches, tree_hash, write_checkpoint
 from tests.operator.apiserver import ApiServer
-from tests.operator.kube import APPS, CMS, JOBS, Api, eventually, manifest, register
+from tests.operator.kube import APPS, CMS, JOBS, Api, eventually, manifest, play_applications, register
 from tests.operator.test_operator_restart import free_port, start, stop
 
 REWINDS = "/apis/kappa.dev/v1alpha1/namespaces/default/rewinds"
-PHASES = ("Stopping", "Restoring", "ResettingSinks", "Resuming")
+PHASES = ("Stopping", "Restoring", "Resuming")
 
 
 @pytest.mark.asyncio
@@ -90,12 +96,14 @@ async def test_rewind_walks_every_phase_through_restarts_and_rewinds_downstream(
     )
     rw = yaml_rewind(target=(T0 + timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
-    log = tmp_path / "operator.log"
+    log, refused = tmp_path / "operator.log", tmp_path / "refused.txt"
     procs: list[Any] = []
+    restores: list[tuple[str, int]] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         api = Api(base, http)
+        spark = asyncio.create_task(play_applications(api, "restore", tmp_path, restores))
         try:
-            procs.append(await start(base, free_port(), log, kmock))
+            procs.append(await start(base, free_port(), log, kmock, refused=refused))
             await api.post(JOBS, up)
             await api.post(JOBS, down)
             await eventually(lambda: api.get(f"{APPS}/rmi"), "rmi's application")
@@ -104,14 +112,14 @@ async def test_rewind_walks_every_phase_through_restarts_and_rewinds_downstream(
 
             # one operator per phase, each killed right after it records that phase
             for i, phase in enumerate(PHASES):
-                proc = await start(base, free_port(), log, kmock, f"exit-in-phase:{phase}")
+                proc = await start(base, free_port(), log, kmock, f"exit-in-phase:{phase}", refused)
                 procs.append(proc)
                 if i == 0:
                     await api.post(REWINDS, rw)
                 assert await asyncio.wait_for(proc.wait(), 90) == 137, f"no crash in {phase}: {log.read_text()[-3000:]}"
                 status = ((await api.get(f"{REWINDS}/rmi-before-outage")) or {}).get("status") or {}
                 assert status.get("phase") == phase, f"expected to die in {phase}, status {status}"
-            procs.append(await start(base, free_port(), log, kmock))
+            procs.append(await start(base, free_port(), log, kmock, refused=refused))
 
             async def succeeded(name: str) -> dict[str, Any] | None:
                 s = ((await api.get(f"{REWINDS}/{name}")) or {}).get("status") or {}
@@ -121,9 +129,14 @@ async def test_rewind_walks_every_phase_through_restarts_and_rewinds_downstream(
             parent = await eventually(lambda: succeeded("rmi-before-outage"), "the rewind to succeed", 90)
             child = await eventually(lambda: succeeded("rmi-before-outage-titles"), "the downstream rewind", 90)
         finally:
+            spark.cancel()
             for p in procs:
                 await stop(p)
 
+    assert not refused.exists(), f"the operator touched data: {refused.read_text()}"
+    assert sorted(restores) == [("rmi-before-outage-rewind", 0), ("rmi-before-outage-titles-rewind", 0)]
+    assert parent["restoreApplicationName"] == "rmi-before-outage-rewind"
+    assert parent["restoreApplicationState"] == "COMPLETED"
     # upstream: restored at batch 2 (the newest snapshot before 12:30), batches 3-5 undone
     assert parent["restores"][0]["batchId"] == 2 and parent["restores"][0]["filesRemoved"] == 3
     assert parent["downstream"] == ["rmi-before-outage-titles"]

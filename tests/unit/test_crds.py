@@ -246,6 +246,19 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("rw-reset-string", RW, {"spec.resetSinks": "yes"}, "spec.resetSinks in body must be of type boolean"),
     ("sj-retention-zero", SJ, {"spec.checkpoints.retention": {"count": 0}}, "retention.count in body should be"),
     ("sj-interval-words", SJ, {"spec.checkpoints.interval": "hourly"}, "spec.checkpoints.interval in body should"),
+    (
+        "sj-env-from-both",
+        SJ,
+        {"spec.envFrom": [{"secretRef": {"name": "lake"}, "configMapRef": {"name": "lake"}}]},
+        'spec.envFrom[0]: Invalid value: "object": set exactly one of secretRef, configMapRef',
+    ),
+    ("sj-env-from-none", SJ, {"spec.envFrom": [{"prefix": "LAKE_"}]}, "set exactly one of secretRef, configMapRef"),
+    (
+        "sj-env-from-bad-name",
+        SJ,
+        {"spec.envFrom": [{"secretRef": {"name": "Lake_Creds"}}]},
+        "spec.envFrom[0].secretRef.name in body should match",
+    ),
     # Backfill
     ("bf-end-before-start", BF, {"spec.window.end": "2026-11-01T13:00:00Z"}, "window.end must be after start"),
     ("bf-end-equals-start", BF, {"spec.window.end": START}, 'spec.window: Invalid value: "object": window.end must'),

@@ -89,3 +89,27 @@ def test_the_driver_externalizes_applies_retention_and_the_operator_lists_restor
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "ext").rglob("*") if p.is_file()) == files, (
         "listing copies nothing"
     )
+
+
+def test_a_failing_driver_copy_is_shown_in_status_until_one_succeeds(tmp_path: Path) -> None:
+    """The driver's copies fail (a purged batch, storage refusing): the operator's listing of
+    restore points carries the reason per sink, and the next copy that succeeds clears it."""
+    from spark_app.checkpoints.driver import CheckpointExternalizer
+
+    live = tmp_path / "ckpt" / "live" / "attributed_plays"
+    sj = job(tmp_path)
+    add_batch(live, 0)
+    externalizer = CheckpointExternalizer(streaming_job_config(sj))
+    externalizer._copy("attributed_plays")
+    assert list_points(sj, NOW)["snapshotError"] is None
+    add_batch(live, 1)
+    (live / "offsets" / "0").unlink()  # what batch 1 restarts from is gone: its copy fails
+    externalizer._copy("attributed_plays")
+    error = list_points(sj, NOW)["snapshotError"]
+    assert error is not None and error.startswith("sink attributed_plays: ") and "(since 20" in error
+    assert externalizer.errors and [p["batchId"] for p in list_points(sj, NOW)["checkpoints"]] == [0]
+    add_batch(live, 0)  # repaired
+    externalizer._copy("attributed_plays")
+    fields = list_points(sj, NOW)
+    assert fields["snapshotError"] is None and [p["batchId"] for p in fields["checkpoints"]] == [1, 0]
+    externalizer.finish()

@@ -15,11 +15,9 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.rewind import (
     Observed,
     Pause,
-    ResetSinks,
-    Restore,
     Resume,
     RewindDownstream,
-    after_reset,
+    RunRestore,
     downstream_of,
     plan_rewind,
     reads_from,
@@ -27,6 +25,8 @@ from kappa_operator.reconcile.rewind import (
 )
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+from spark_app.config import parse_config
+from spark_app.restore_report import RestoreReport, SinkRestored
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-21T10:00:00Z"
@@ -60,6 +60,29 @@ def job(name: str = "rmi", annotations: dict[str, str] | None = None, **spec: An
 APP = {"metadata": {"name": "rmi", "annotations": {}}, "status": {"applicationState": {"state": "RUNNING"}}}
 
 
+def restore_app(state: str, error: str = "") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "rmi-before-outage-rewind"},
+        "status": {"applicationState": {"state": state, "errorMessage": error}},
+    }
+
+
+def report(files: int = 3, error: str | None = None) -> RestoreReport:
+    done = (
+        []
+        if error
+        else [SinkRestored(sink="attributed_plays", batch_id=41, query_id="q-1", table="t", files_removed=files)]
+    )
+    return RestoreReport(
+        rewind="default/rmi-before-outage",
+        state="Failed" if error else "Restored",
+        sinks=done,
+        error=error,
+        started_at="2026-11-21T10:00:00Z",  # type: ignore[arg-type]
+        finished_at="2026-11-21T10:01:00Z",  # type: ignore[arg-type]
+    )
+
+
 def test_pending_chooses_points_records_them_and_pauses_the_job() -> None:
     plan = plan_rewind(rewind(), Observed(job=job(), app=APP, chosen=(POINT,)), NOW)
     assert plan.status["phase"] == "Stopping" and plan.status["restoredBatch"] == 41
@@ -84,14 +107,47 @@ def test_stopping_waits_for_the_application_then_restores() -> None:
     assert stopped.status["phase"] == "Restoring" and not stopped.commands
 
 
-def test_restoring_then_resetting_then_resuming() -> None:
-    restoring = plan_rewind(rewind("Restoring"), Observed(job=job(), app=None), NOW)
-    assert restoring.commands == (Restore((POINT,), rewind("Restoring").status.checkpoint_location),)  # type: ignore[union-attr]
-    assert restoring.next_phase == "ResettingSinks"
+def test_restoring_renders_the_restore_application_with_the_jobs_config_and_waits_for_it() -> None:
+    rw = rewind("Restoring")
+    plan = plan_rewind(rw, Observed(job=job(), app=None), NOW)
+    (run,) = plan.commands
+    assert isinstance(run, RunRestore) and plan.next_phase is None
+    assert plan.status["restoreApplicationName"] == "rmi-before-outage-rewind"
+    app = run.app
+    assert app["metadata"]["name"] == "rmi-before-outage-rewind"
+    assert app["metadata"]["ownerReferences"][0]["kind"] == "Rewind"
+    assert app["spec"]["arguments"][0] == "restore" and app["spec"]["restartPolicy"] == {"type": "Never"}
+    assert app["spec"]["driver"]["serviceAccount"] == job().spec.service_account, "the job's credentials"
+    assert app["spec"]["volumes"][0]["configMap"]["name"] == run.config_map["metadata"]["name"]
+    cfg = parse_config(json.loads(run.config_map["data"]["job.json"]))
+    assert cfg.checkpoint.location == rw.status.checkpoint_location  # type: ignore[union-attr]
+    assert cfg.checkpoint.external is not None and cfg.checkpoint.external.location == "s3://lake/kappa-snapshots/rmi"
+    assert cfg.restore is not None and cfg.restore.reset_sinks
+    assert [(p.sink, p.batch_id, p.query_id) for p in cfg.restore.points] == [("attributed_plays", 41, "q-1")]
     no_reset = plan_rewind(rewind("Restoring", resetSinks=False), Observed(job=job(), app=None), NOW)
-    assert no_reset.next_phase == "Resuming"
-    resetting = plan_rewind(rewind("ResettingSinks", downstream=False), Observed(job=job(), app=None), NOW)
-    assert resetting.commands == (ResetSinks((POINT,)),) and resetting.next_phase == "Resuming"
+    (run,) = no_reset.commands
+    assert isinstance(run, RunRestore) and not json.loads(run.config_map["data"]["job.json"])["restore"]["resetSinks"]
+
+    for state in ("", "SUBMITTED", "RUNNING"):
+        waiting = plan_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app(state)), NOW)
+        assert waiting.status["phase"] == "Restoring" and not waiting.commands and waiting.next_phase is None
+
+
+def test_restoring_ends_on_the_report_resuming_or_failed_naming_the_reason() -> None:
+    rw = rewind("Restoring", downstream=False)
+    done = plan_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app("COMPLETED"), report=report()), NOW)
+    assert done.next_phase == "Resuming" and not done.commands
+    assert done.status["restores"][0]["filesRemoved"] == 3 and done.status["restores"][0]["table"] == "t"
+    gone = "sink attributed_plays: the snapshot of batch 41 is gone from s3://x (retention?)"
+    refused = plan_rewind(
+        rw, Observed(job=job(), app=None, restore_app=restore_app("FAILED"), report=report(error=gone)), NOW
+    )
+    assert refused.status["phase"] == "Failed" and refused.events[0].reason == "RestoreFailed"
+    assert gone in refused.status["message"] and "delete this Rewind" in refused.status["message"]
+    crashed = plan_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app("FAILED", "OOMKilled")), NOW)
+    assert crashed.status["phase"] == "Failed" and "OOMKilled" in crashed.status["message"]
+    silent = plan_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app("COMPLETED")), NOW)
+    assert silent.status["phase"] == "Failed" and "without a report" in silent.status["message"]
 
 
 def test_resuming_moves_the_checkpoint_and_succeeds_once_the_job_runs_from_it() -> None:
@@ -117,11 +173,6 @@ def test_a_deleted_job_fails_the_rewind() -> None:
         assert plan_rewind(rewind(phase), Observed(job=None, app=None), NOW).status["phase"] == "Failed"
 
 
-def test_reset_results_are_recorded_per_sink() -> None:
-    fields = after_reset(rewind("ResettingSinks"), {"attributed_plays": ("marts.attributed_plays", 3)}, ["child"])
-    assert fields["restores"][0]["filesRemoved"] == 3 and fields["downstream"] == ["child"]
-
-
 def downstream_job() -> StreamingJob:
     up = job()
     sources = copy.deepcopy(load("rmi-streamingjob.yaml")["spec"]["sources"])
@@ -134,9 +185,11 @@ def test_downstream_jobs_are_those_reading_a_sink_table_of_the_same_catalog() ->
     assert reads_from(up, down) and not reads_from(down, up)
     elsewhere = job("other", catalogs={"default": {"type": "rest", "uri": "http://another:8181"}})
     assert downstream_of(up, [up, down, elsewhere]) == (down,)
-    plan = plan_rewind(rewind("ResettingSinks"), Observed(job=up, app=None, downstream=(down,)), NOW)
-    (reset, child) = plan.commands
-    assert isinstance(reset, ResetSinks) and isinstance(child, RewindDownstream)
+    seen = Observed(job=up, app=None, downstream=(down,), restore_app=restore_app("COMPLETED"), report=report())
+    plan = plan_rewind(rewind("Restoring"), seen, NOW)
+    (child,) = plan.commands
+    assert isinstance(child, RewindDownstream) and plan.next_phase == "Resuming"
+    assert plan.status["downstream"] == ["rmi-before-outage-plays-per-title"]
     manifest = child.manifests[0]
     assert manifest["metadata"]["name"] == "rmi-before-outage-plays-per-title"
     assert manifest["spec"]["target"] == {"time": POINT.committed_at}, "to before the first output removed upstream"

@@ -132,3 +132,61 @@ def test_the_config_hash_changes_with_the_spec(job: StreamingJob) -> None:
     changed = StreamingJob.model_validate(data)
     assert config_hash(streaming_job_config(job)) != config_hash(streaming_job_config(changed))
     assert config_hash(streaming_job_config(job)) == config_hash(streaming_job_config(job))
+
+
+def test_every_application_of_a_job_carries_its_credentials_and_validates(
+    job: StreamingJob, backfill: Backfill
+) -> None:
+    """The job's envFrom (its catalog and object-store credentials) goes to the driver and the
+    executors of each application the operator renders for it: live, backfill, publish and a
+    Rewind's restore; the operator itself never mounts or reads them."""
+    from kappa_operator.models.rewind import Rewind, SinkRestore
+    from kappa_operator.render.jobconfig import restore_config
+    from kappa_operator.render.spark_application import job_launch
+    from tests.crd_validation import load_crd, validate
+
+    env_from = [{"secretRef": {"name": "lake-credentials"}}, {"configMapRef": {"name": "lake"}, "prefix": "LAKE_"}]
+    data = job.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["envFrom"] = env_from
+    job = StreamingJob.model_validate(data)
+    rw = Rewind.model_validate({**manifest("rmi-rewind.yaml"), "metadata": {"name": "rmi-before-outage", "uid": "r-1"}})
+    point = SinkRestore(sink="attributed_plays", batch_id=3, committed_at="2026-11-01T13:00:00Z", query_id="q")
+    bf_owner = Owner("Backfill", "rmi-outage", "default", "abcdef0123")
+    apps = [
+        spark_application(
+            Owner("StreamingJob", "rmi", "default", "u-1"),
+            streaming_job_config(job),
+            job_launch(job, LIVE_RESTART),
+            "h",
+        ),
+        spark_application(
+            bf_owner, backfill_config(backfill, job, None), job_launch(job, BACKFILL_RESTART, None, "t"), "h"
+        ),
+        spark_application(
+            bf_owner, backfill_config(backfill, job, None), job_launch(job, BACKFILL_RESTART), "h", command="publish"
+        ),
+        spark_application(
+            Owner("Rewind", "rmi-before-outage", "default", "r-1"),
+            restore_config(rw, job, (point,), "s3a://lake/checkpoints/rmi/rewinds/x"),
+            job_launch(job, BACKFILL_RESTART),
+            "h",
+            command="restore",
+        ),
+    ]
+    crd = load_crd(ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml")
+    names = [a["metadata"]["name"] for a in apps]
+    assert names == ["rmi", "rmi-outage-backfill", "rmi-outage-backfill-publish", "rmi-before-outage-rewind"]
+    for app in apps:
+        assert validate(crd, app) == [], app["metadata"]["name"]
+        assert app["spec"]["driver"]["envFrom"] == env_from == app["spec"]["executor"]["envFrom"]
+    assert apps[3]["spec"]["arguments"] == ["restore", "--config", "/etc/kappa/job.json"]
+    plain = StreamingJob.model_validate({**data, "spec": {**data["spec"], "envFrom": []}})
+    assert (
+        "envFrom"
+        not in spark_application(
+            Owner("StreamingJob", "rmi", "default", "u-1"),
+            streaming_job_config(plain),
+            job_launch(plain, LIVE_RESTART),
+            "h",
+        )["spec"]["driver"]
+    )

@@ -347,6 +347,8 @@ LONGEST: dict[str, Any] = {
     "memory": "9" * 15 + "g",
     "branch": x(128, "b"),
     "group": x(63, "g"),
+    "object": x(253, "o"),
+    "prefix": x(64, "P"),
 }
 TIMESTAMPS = {"start": "2026-11-01T14:00:00.123456789+02:00", "end": "2026-11-01T18:00:00.123456789+02:00"}
 
@@ -387,6 +389,8 @@ def _pattern_kind(pattern: str) -> str:
         ("memory", "[kmgt]"),
         ("branch", "[-_."),
         ("group", "[-_a-z0-9]"),
+        ("object", "[-a-z0-9.]"),
+        ("prefix", "[A-Za-z0-9_]"),
     ):
         if marker in pattern:
             return kind
@@ -398,6 +402,8 @@ def test_a_maximal_manifest_is_accepted_by_both_and_within_the_bound(kind: str) 
     spec = maximal(spec_schema(kind))
     if kind == RW:
         del spec["target"]["batchId"]  # exactly one target: the time is the longer
+    for env in spec.get("envFrom", []):
+        del env["configMapRef"]  # exactly one source per entry
     manifest = {**example(kind), "spec": spec}
     _, errors = admit(crd(kind), manifest)
     assert errors == []

@@ -138,3 +138,15 @@ def undo(
         )
         return UndoResult(batches, len(files), rows, snapshot_id)
     raise AssertionError("unreachable")
+
+
+def earlier_undo(table: Table, branch: str, query_id: str, after_batch: int) -> UndoResult | None:
+    """What an earlier undo of the same cut did (a restore run again after it finished): read
+    from its snapshot's summary, so the second run reports the first run's removal."""
+    for snap in branch_history(table, branch):
+        props = snap.summary.additional_properties if snap.summary else {}
+        if props.get(UNDO_QUERY_ID) == query_id and props.get(UNDO_AFTER_BATCH) == str(after_batch):
+            files = int(props.get("deleted-data-files", "0"))
+            rows = int(props.get("deleted-records", "0"))
+            return UndoResult((), files, rows, snap.snapshot_id)
+    return None
