@@ -70,6 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve kopf's liveness /healthz here (a bare port: 127.0.0.1; default: not served)",
     )
+    op.add_argument(
+        "--max-concurrent-backfills",
+        type=int,
+        metavar="N",
+        help="Backfills running at once in the watched namespaces; the rest wait in phase Queued (default: no limit)",
+    )
+    op.add_argument(
+        "--max-concurrent-backfills-per-namespace",
+        type=int,
+        metavar="N",
+        help="Backfills running at once in one namespace (default: no limit)",
+    )
     op.add_argument("--verbose", action="store_true", help="debug logging")
     ck = sub.add_parser("checkpoints", help="externalized checkpoints")
     ck_sub = ck.add_subparsers(dest="action", required=True)
@@ -194,6 +206,8 @@ def run_operator(args: argparse.Namespace) -> int:
             token=_token(args.token_file),
             metrics_bind=args.metrics_bind,
             health_bind=args.health_bind,
+            max_concurrent_backfills=args.max_concurrent_backfills or None,
+            max_concurrent_backfills_per_namespace=args.max_concurrent_backfills_per_namespace or None,
         )
     )
     return 0

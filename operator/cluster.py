@@ -11,7 +11,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from kappa_operator.models.common import GROUP, VERSION
-from kappa_operator.render.spark_application import SPARK_API, Owner
+from kappa_operator.render.spark_application import MANAGED_BY, SPARK_API, Owner
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 APPS = "sparkapplications"
@@ -240,6 +240,33 @@ class Cluster:
     def list_resources(self, plural: str, namespace: str) -> list[dict[str, Any]]:
         listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, plural)
         return list(listed.get("items", []))
+
+    def list_watched(self, plural: str, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Every ``plural`` object the operator watches: in ``namespaces``, or (none given) in
+        the whole cluster (what its ClusterRole allows)."""
+        if not namespaces:
+            return list(self.custom.list_cluster_custom_object(GROUP, VERSION, plural).get("items", []))
+        return [item for ns in namespaces for item in self.list_resources(plural, ns)]
+
+    def shared_config_map_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The data of a ConfigMap the operator keeps for a namespace (no owner: it outlives
+        the objects whose results it holds)."""
+        cm = self._read(lambda: self.core.read_namespaced_config_map(name, namespace).to_dict())
+        return None if cm is None else dict(cm.get("data") or {})
+
+    def merge_shared_config_map(self, namespace: str, name: str, data: dict[str, str | None]) -> None:
+        """Create it, or merge ``data`` into it (a None value removes that key)."""
+        body = {"metadata": {"name": name, "namespace": namespace, "labels": dict(MANAGED_BY)}, "data": data}
+        if self._read(lambda: self.core.read_namespaced_config_map(name, namespace).to_dict()) is None:
+            try:
+                self.core.create_namespaced_config_map(
+                    namespace, {**body, "data": {k: v for k, v in data.items() if v is not None}}
+                )
+                return
+            except ApiException as exc:
+                if exc.status != 409:  # created meanwhile: merge into it
+                    raise
+        self.core.patch_namespaced_config_map(name, namespace, {"data": data})
 
     def create_resource(self, plural: str, namespace: str, body: dict[str, Any], owner: Owner) -> None:
         """Create ``owner``'s child resource (a Rewind's downstream Rewinds); a namesake of

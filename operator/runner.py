@@ -17,6 +17,7 @@ from kappa_operator.coordinator.groups import EmbeddedGroups
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.handlers.context import configure
 from kappa_operator.metrics import OperatorMetrics
+from kappa_operator.reconcile.admission import Limits
 
 log = logging.getLogger("kappa.operator")
 
@@ -36,6 +37,9 @@ class OperatorOptions:
     """host:port of Prometheus /metrics (None: not served; no host: 127.0.0.1)."""
     health_bind: str | None = None
     """host:port of kopf's liveness /healthz (None: not served; no host: 127.0.0.1)."""
+    max_concurrent_backfills: int | None = None
+    """Backfills running at once in the watched namespaces (None: no limit; the rest queue)."""
+    max_concurrent_backfills_per_namespace: int | None = None
 
 
 def split_bind(bind: str) -> tuple[str, int]:
@@ -91,6 +95,8 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
         coordinator_url=opts.coordinator_url or coordinator.url,
         token=token,
         metrics=metrics,
+        namespaces=tuple(opts.namespaces),
+        admission=Limits(opts.max_concurrent_backfills, opts.max_concurrent_backfills_per_namespace),
     )
     if opts.metrics_bind is not None:
         metrics_host, metrics_port = split_bind(opts.metrics_bind)

@@ -162,6 +162,16 @@ class ReadLimitConfig(KappaModel):
     """Live only: snapshots consumed per micro-batch (1 replays commits one by one)."""
 
 
+class ReadRateConfig(KappaModel):
+    """A backfill's cap on the rate its history sources read, enforced when they admit splits:
+    the object store the live jobs read must not be saturated by a backfill catching up."""
+
+    max_bytes_per_second: int | None = Field(default=None, gt=0)
+    """Bytes of data files (as Iceberg records their sizes) admitted per second, averaged."""
+    max_files_per_second: float | None = Field(default=None, gt=0)
+    """Data files (or pieces of one: row-group runs, time slices) admitted per second, averaged."""
+
+
 class IcebergSourceBase(KappaModel):
     catalog: str = "default"
     """Name of an entry in `catalogs`."""
@@ -534,6 +544,18 @@ class JobConfig(KappaModel):
     """Spark master for local runs (`local[2]`); under spark-submit leave it unset."""
     trace_path: str | None = None
     """Append admission decisions and file opens as JSON lines here (tests, demo plots)."""
+    read_rate: ReadRateConfig | None = None
+    """Backfills: a cap on the rate the query's history sources read (token bucket per query,
+    across micro-batches), so a backfill cannot saturate the object store live jobs read."""
+
+    @model_validator(mode="after")
+    def _read_rate_backfill_only(self) -> JobConfig:
+        if self.read_rate is not None and self.mode != "backfill":
+            raise ValueError(
+                "readRate is only meaningful with mode: backfill (it caps how fast a backfill reads history; "
+                "a live job reads what arrives)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> JobConfig:

@@ -10,6 +10,7 @@ says where it was, and a publish run twice commits once."""
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,22 +31,31 @@ from kappa_operator.handlers.context import (
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.admission import Admitted, Candidate, Queued, decide
 from kappa_operator.reconcile.backfill import (
     SAVED_JOB,
     BackfillPlan,
+    Planning,
     owner_of,
     plan_backfill,
     progress_update,
 )
+from kappa_operator.reconcile.estimates import CONFIG_MAP, recorded, runs_from
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.render.jobconfig import backfill_config, backfill_group, group_name
 from kappa_operator.render.spark_application import Owner
+from spark_app.plan_report import read_report as read_plan_report
 from spark_app.publish_report import PublishReport, read_report
 
 KIND = "Backfill"
 PLURAL = "backfills"
 PROGRESS_INTERVAL = 5.0
-"""Seconds between looks at a running backfill's group (and at a Pending one's job)."""
+"""Seconds between looks at a running backfill's group (and at a Pending one's job, a Queued
+one's place, a Planning one's application)."""
+FOLLOWED = ("Pending", "Planning", "Queued", "Running", "Publishing")
+ADMISSION = threading.Lock()
+"""One admission decision (and its submission) at a time in this process: two backfills
+reconciled at once must not both take the last slot. The operator runs as one replica."""
 
 
 def _job(bf: Backfill) -> tuple[StreamingJob | None, bool]:
@@ -70,14 +80,69 @@ def _report(bf: Backfill, job: StreamingJob | None, publish_app: dict[str, Any] 
     return read_report(backfill_config(bf, job, None))
 
 
+def _planning(bf: Backfill, job: StreamingJob | None, app: dict[str, Any] | None) -> Planning | None:
+    """spec.dryRun before submission: the plan application, its report once it ended (a KB
+    next to the checkpoint), and the namespace's calibration runs for the ETA."""
+    if not bf.spec.dry_run or app is not None or job is None:
+        return None
+    owner, cluster = owner_of(bf), ctx().cluster()
+    plan_app = cluster.get_app(owner.namespace, owner.plan_app_name, owner)
+    if plan_app is None or app_state(plan_app) not in ENDED:
+        return Planning(plan_app)
+    report = read_plan_report(backfill_config(bf, job, None))
+    runs = runs_from(cluster.shared_config_map_data(owner.namespace, CONFIG_MAP))
+    return Planning(plan_app, report, tuple(runs))
+
+
+def candidate(body: dict[str, Any]) -> Candidate:
+    """A Backfill as admission sees it (from the object alone: the queue is rebuilt from the
+    objects after an operator restart)."""
+    meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    waiting_for_job = phase == "Pending" and "not found" in str(status.get("message") or "")
+    return Candidate(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        phase=phase,
+        priority=int(spec.get("priority") or 0),
+        created=str(meta.get("creationTimestamp") or ""),
+        ready=not spec.get("dryRun") and not waiting_for_job and not meta.get("deletionTimestamp"),
+    )
+
+
+def _admission(bf: Backfill, body: Any, app: dict[str, Any] | None) -> Admitted | Queued | None:
+    """Whether a backfill about to be submitted may start (None: no limits, or not about to)."""
+    c = ctx()
+    if c.admission.unlimited or app is not None or bf.spec.dry_run:
+        return None
+    everyone = [candidate(b) for b in c.cluster().list_watched(PLURAL, c.namespaces)]
+    return decide(candidate(dict(body)), everyone, c.admission)
+
+
 def _plan(
-    bf: Backfill, apps: tuple[dict[str, Any] | None, dict[str, Any] | None], job: StreamingJob | None, saved: bool
+    bf: Backfill,
+    body: Any,
+    apps: tuple[dict[str, Any] | None, dict[str, Any] | None],
+    job: StreamingJob | None,
+    saved: bool,
 ) -> BackfillPlan:
     c = ctx()
     url = c.coordinator_url if c.groups is not None else None
     app, publish_app = apps
     report = _report(bf, job, publish_app)
-    return plan_backfill(bf, job, app, url, now_rfc3339(), c.token, saved, publish_app, report)
+    return plan_backfill(
+        bf,
+        job,
+        app,
+        url,
+        now_rfc3339(),
+        c.token,
+        saved,
+        publish_app,
+        report,
+        planning=_planning(bf, job, app),
+        admission=_admission(bf, body, app) if job is not None else None,
+    )
 
 
 def _apps(bf: Backfill) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -99,6 +164,9 @@ def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -
         cluster.delete_app(owner.namespace, owner.publish_app_name, owner)
     if plan.config_map is not None:
         cluster.apply_config_map(plan.config_map, owner)
+    if plan.create_plan_app is not None:
+        record(KIND, body, plan.status)  # intent first: a restart finds Planning and the app
+        cluster.create_app(plan.create_plan_app, owner)
     if plan.secret is not None:
         cluster.apply_secret(plan.secret, owner)
     if plan.create_app is not None:
@@ -110,14 +178,26 @@ def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -
     if plan.leave_group is not None and c.groups is not None:
         c.groups.leave(plan.leave_group.name, owner.name)
         cluster.delete_secret(owner.namespace, owner.token_secret_name, owner)  # the credential's job is done
+    if plan.record_calibration is not None:
+        runs = cluster.shared_config_map_data(owner.namespace, CONFIG_MAP)
+        key = bf.metadata.uid or bf.metadata.name
+        cluster.merge_shared_config_map(owner.namespace, CONFIG_MAP, recorded(runs, key, plan.record_calibration))
     post_events(body, plan.events)
     observe(KIND, body, plan.status)
     return plan.status
 
 
 def _reconcile(bf: Backfill, body: Any, apps: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> None:
+    if apps[0] is None and not bf.spec.dry_run and not ctx().admission.unlimited:
+        with ADMISSION:  # decide and record (Running or Queued) before another one decides
+            _reconcile_one(bf, body, apps)
+    else:
+        _reconcile_one(bf, body, apps)
+
+
+def _reconcile_one(bf: Backfill, body: Any, apps: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> None:
     job, saved = _job(bf)
-    status = act(_plan(bf, apps, job, saved), bf, job, body)
+    status = act(_plan(bf, body, apps, job, saved), bf, job, body)
     said = bool(bf.status and bf.status.job_deleted)
     if saved and not said:  # once, not on every event of the application
         msg = f"StreamingJob {bf.spec.job_ref.name} was deleted: finishing with the configuration kept at submission"
@@ -140,7 +220,9 @@ def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]
     bf = parse(Backfill, bf_body)
     run_app, publish_app = _apps(bf)
     seen = None if event == "DELETED" else app
-    if app["metadata"]["name"] == owner_of(bf).publish_app_name:
+    if app["metadata"]["name"] == owner_of(bf).plan_app_name:
+        _reconcile(bf, bf_body, (run_app, publish_app))
+    elif app["metadata"]["name"] == owner_of(bf).publish_app_name:
         _reconcile(bf, bf_body, (run_app, seen))
     else:
         _reconcile(bf, bf_body, (seen, publish_app))
@@ -152,14 +234,15 @@ def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]
     PLURAL,
     interval=PROGRESS_INTERVAL,
     initial_delay=PROGRESS_INTERVAL,
-    when=lambda status, **_: status.get("phase") in ("Pending", "Running", "Publishing"),
+    when=lambda status, **_: status.get("phase") in FOLLOWED,
 )
 @reported(KIND)
 def follow(body: kopf.Body, **_: Any) -> None:
-    """Pending: look for the job again. Running: progress and ETA from the group's watermark.
-    Publishing: the publish application, in case one of its events was missed."""
+    """Pending: look for the job again. Queued: a slot may have freed (a backfill ended).
+    Planning and Publishing: their application, in case one of its events was missed.
+    Running: progress and ETA from the group's watermark."""
     bf = parse(Backfill, body)
-    if bf.status is None or bf.status.phase in ("Pending", "Publishing"):
+    if bf.status is None or bf.status.phase in ("Pending", "Planning", "Queued", "Publishing"):
         if (
             bf.status is not None
             and bf.status.phase == "Pending"
@@ -190,6 +273,7 @@ def delete_backfill(body: kopf.Body, **_: Any) -> None:
     running = (body.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
     stopped = c.cluster().delete_app(ns, owner.app_name, owner)
     stopped = c.cluster().delete_app(ns, owner.publish_app_name, owner) or stopped
+    c.cluster().delete_app(ns, owner.plan_app_name, owner)
     c.cluster().delete_config_map(ns, owner.config_map_name, owner)
     c.cluster().delete_secret(ns, owner.token_secret_name, owner)
     if c.groups is not None:

@@ -13,7 +13,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
 
 import kopf
@@ -23,6 +23,7 @@ from kappa_operator.coordinator.groups import Groups
 from kappa_operator.metrics import OperatorMetrics
 from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.admission import Limits
 from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, failure_status, with_recovery
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.streaming_job import Event
@@ -48,6 +49,10 @@ class Context:
     """The coordinator's admin token: each backfill's credential is derived from it, scoped to
     its alignment group (``coordinator.scopes``)."""
     metrics: OperatorMetrics | None = None
+    namespaces: tuple[str, ...] = ()
+    """The namespaces watched (empty: the whole cluster): where admission counts backfills."""
+    admission: Limits = field(default_factory=Limits)
+    """backfills.maxConcurrent and maxConcurrentPerNamespace."""
     _cluster: Cluster | None = None
 
     def cluster(self) -> Cluster:

@@ -110,6 +110,33 @@ class PublishSpec(CRModel):
     """Refuse to publish below this match ratio against main (0: publish whatever the match)."""
 
 
+class ReadLimit(CRModel):
+    """A cap on the rate this backfill reads its history (a token bucket per query, across
+    micro-batches, in the source's admission): a backfill cannot saturate the object store
+    the live jobs read. Alignment is unchanged: the cap only ever admits less, later."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.maxBytesPerSecond) || has(self.maxFilesPerSecond)",
+                    "message": "set readLimit.maxBytesPerSecond or readLimit.maxFilesPerSecond (or remove readLimit)",
+                }
+            ]
+        }
+    )
+    max_bytes_per_second: int | None = Field(default=None, ge=1024, le=INT64_MAX)
+    """Bytes of data files per second, averaged (at least 1024)."""
+    max_files_per_second: float | None = Field(default=None, ge=0.001, le=100_000)
+    """Data files (or file slices) opened per second, averaged."""
+
+    @model_validator(mode="after")
+    def _one(self) -> ReadLimit:
+        if self.max_bytes_per_second is None and self.max_files_per_second is None:
+            raise ValueError("set readLimit.maxBytesPerSecond or readLimit.maxFilesPerSecond (or remove readLimit)")
+        return self
+
+
 def immutable(field: str, optional: bool, why: str) -> dict[str, str]:
     """A transition rule (the API server runs it on updates only) keeping ``spec.<field>``."""
     same = f"self.{field} == oldSelf.{field}"
@@ -124,11 +151,13 @@ IMMUTABLE = (
     immutable("alignment", True, "create a new Backfill to align differently"),
     immutable("output", True, "create a new Backfill to write elsewhere"),
     immutable("image", True, "create a new Backfill to run another image"),
+    immutable("readLimit", True, "create a new Backfill to read at another rate"),
 )
 """What a running backfill was launched with. Its application, checkpoint and branch belong to
 these values: an edit would be silently ignored by the running application, or mix two
-windows in one branch. Only ``publish`` (read when the run completes) and ``restartNonce``
-(the documented way to run it again) may change."""
+windows in one branch. Only ``publish`` (read when the run completes), ``restartNonce`` (the
+documented way to run it again), ``dryRun`` (false runs a planned backfill) and ``priority``
+(its place in the queue) may change."""
 
 
 class BackfillSpec(CRModel):
@@ -151,6 +180,15 @@ class BackfillSpec(CRModel):
     restart_nonce: int = Field(default=0, ge=0, le=INT64_MAX)
     """Change it to run a failed backfill again from its checkpoint and branch (as Flink's
     restartNonce): the operator deletes the old application and submits a new one."""
+    dry_run: bool = False
+    """Plan only: a short plan application computes what the backfill will read and do (from
+    Iceberg metadata, never rows) into status.plan, and it stops in phase Planned. Set it to
+    false to run it."""
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    """Its place among queued backfills (backfills.maxConcurrent): higher starts first, then
+    older. Running backfills are never preempted."""
+    read_limit: ReadLimit | None = None
+    """Cap on the rate it reads history. Immutable."""
 
 
 class PublishedTable(CRModel):
@@ -174,6 +212,67 @@ class PublishedTable(CRModel):
     """Rows equal on both sides (on the sink's key)."""
     differing_keys: list[str] = []
     """Up to 10 keys (JSON) found on one side only or with other values: where to look first."""
+
+
+class SourcePlanStatus(CRModel):
+    """One source's share of the plan (from its manifests)."""
+
+    source: str
+    table: str
+    files: int
+    bytes: int
+    rows: int
+    splits: int
+    max_split_span: str
+    """The largest event-time span of one split (e.g. 1h0m0s)."""
+    out_of_order: str
+    """How far behind the newest event time read an event can come, in the read order."""
+    has_statistics: bool
+
+
+class PlanStatus(CRModel):
+    """What the backfill will read and do, planned from Iceberg metadata (spec.dryRun, or
+    ``kappa plan``), with an ETA from this cluster's finished backfills."""
+
+    files: int
+    bytes: int
+    rows: int
+    """Rows the backfill reads (window + warm-up)."""
+    expected_batches: int
+    """Micro-batches the admission will make."""
+    peak_state_rows: int
+    """Estimated peak rows in the pipeline's state."""
+    lateness_required: str
+    """The watermark delay alignment.maxDrift needs (maxDrift + the largest split span)."""
+    pipeline_lateness: str | None = None
+    """The pipeline's watermark delay (none: no watermark)."""
+    lateness_ok: bool
+    """The lateness guard's verdict at start, computed now."""
+    lateness_message: str
+    """The guard's message, with the fix when it fails."""
+    max_drift_fitting: str | None = None
+    """The largest maxDrift the pipeline's lateness allows."""
+    recommended_warmup: str | None = None
+    """The pipeline's state horizon: warm-up that makes state at the window's start complete."""
+    eta: str | None = None
+    """Expected duration of the run (none: no calibration yet)."""
+    eta_basis: str
+    """Which finished backfills the ETA's throughput comes from, or why there is none."""
+    warnings: list[str] = []
+    sources: list[SourcePlanStatus] = []
+    planned_at: str
+    error: str | None = None
+    """The plan application failed: why (the backfill can still run: the guard checks at start)."""
+
+
+class Calibration(CRModel):
+    """A finished backfill's measured throughput: what the next plans' ETAs are made from."""
+
+    rows: int
+    seconds: float
+    cores: int
+    """Executor cores (instances x cores)."""
+    rows_per_second_per_core: float
 
 
 class BackfillStatus(StatusBase):
@@ -211,6 +310,21 @@ class BackfillStatus(StatusBase):
     final: bool | None = None
     """False when the run could not close every result of the window (the history does not
     reach end + drain yet, or sessions were still open): the message says which."""
+    plan: PlanStatus | None = None
+    """The plan (spec.dryRun): what it will read, batches, state, lateness verdict, ETA."""
+    plan_application_name: str | None = None
+    """The SparkApplication computing the plan (phase Planning)."""
+    plan_application_state: str | None = None
+    queue_position: int | None = None
+    """Phase Queued: 1-based place among the waiting backfills (priority, then age)."""
+    queued_since: str | None = None
+    """When it started waiting (the wait time on the dashboard)."""
+    started_at: str | None = None
+    """When its application was submitted (admitted)."""
+    read_rate: str | None = None
+    """Bytes per second its sources read recently (from the coordinator)."""
+    calibration: Calibration | None = None
+    """Succeeded after a plan: its measured throughput (also kept for the namespace's next plans)."""
 
 
 class Backfill(CRModel):

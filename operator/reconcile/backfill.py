@@ -12,7 +12,7 @@ failed or was refused is run again after the resumed query, which then has nothi
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,7 +21,9 @@ from kappa_operator.coordinator.scopes import scoped_token
 from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.common import Condition, instant
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.admission import Admitted, Queued
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
+from kappa_operator.reconcile.estimates import Run, calibration, executor_cores, failed_plan, measured, plan_status
 from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_state
 from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
@@ -36,6 +38,7 @@ from kappa_operator.render.spark_application import (
 from spark_app.alignment.members import aligned_members
 from spark_app.config import JobConfig
 from spark_app.errors import KappaError
+from spark_app.plan_report import PlanReport
 from spark_app.publish_report import PublishReport
 
 
@@ -86,6 +89,10 @@ class BackfillPlan:
     """The application validating and publishing the branch (its report decides the end)."""
     delete_publish_app: bool = False
     """Delete the publish application (a restartNonce change, or one of an earlier attempt)."""
+    create_plan_app: dict[str, Any] | None = None
+    """The application planning the backfill from metadata (spec.dryRun)."""
+    record_calibration: Run | None = None
+    """Add this finished backfill's throughput to the namespace's calibration ConfigMap."""
     status: dict[str, Any] = field(default_factory=dict)
     events: tuple[Event, ...] = ()
     retry_after: float | None = None
@@ -164,11 +171,49 @@ def plan_backfill(
     job_saved: bool = False,
     publish_app: dict[str, Any] | None = None,
     report: PublishReport | None = None,
+    *,
+    planning: Planning | None = None,
+    admission: Admitted | Queued | None = None,
 ) -> BackfillPlan:
     """``admin_token``: the coordinator's, from which this backfill's credential (scoped to its
     group) is derived. ``job_saved``: ``job`` is the copy kept at submission (the StreamingJob
     was deleted since): the backfill finishes with it. ``publish_app`` and ``report``: the
-    publish application and the report it left (read only once that application ended)."""
+    publish application and the report it left (read only once that application ended).
+    ``planning``: the plan application, its report and the namespace's calibration runs.
+    ``admission``: whether it may start now (None: no limits)."""
+    plan = _decide(bf, job, app, coordinator_url, now, admin_token, job_saved, publish_app, report, planning, admission)
+    phase_now = bf.status.phase if bf.status else None
+    if plan.status.get("phase") != "Succeeded" or phase_now == "Succeeded" or job is None:
+        return plan
+    run = measured(bf, job, datetime.fromisoformat(now.replace("Z", "+00:00")))
+    if run is None:
+        return plan
+    return replace(plan, status={**plan.status, "calibration": calibration(run)}, record_calibration=run)
+
+
+@dataclass(frozen=True)
+class Planning:
+    """What planning needs to know: the plan application, its report (once it ended), and the
+    throughput of the namespace's finished backfills (for the ETA)."""
+
+    app: dict[str, Any] | None = None
+    report: PlanReport | None = None
+    runs: tuple[Run, ...] = ()
+
+
+def _decide(
+    bf: Backfill,
+    job: StreamingJob | None,
+    app: dict[str, Any] | None,
+    coordinator_url: str | None,
+    now: str,
+    admin_token: str | None,
+    job_saved: bool,
+    publish_app: dict[str, Any] | None,
+    report: PublishReport | None,
+    planning: Planning | None,
+    admission: Admitted | Queued | None,
+) -> BackfillPlan:
     status = _Status(bf, now)
     phase_now = bf.status.phase if bf.status else None
     nonce = bf.spec.restart_nonce
@@ -206,6 +251,10 @@ def plan_backfill(
                 status=status("Failed", "JobDeleted", msg, **extra),
                 events=(Event("Warning", "JobDeleted", msg),) if phase_now != "Failed" else (),
             )
+        if bf.spec.dry_run:
+            return _planning(bf, job, cfg, status, planning or Planning(), extra)
+        if isinstance(admission, Queued):
+            return _queued(bf, status, admission, extra)
         credential = None
         if group is not None and admin_token:
             credential = token_secret(owner, scoped_token(admin_token, [group.name]))
@@ -225,6 +274,8 @@ def plan_backfill(
                 "Submitted",
                 f"backfilling {window} into {backfill_branch(bf)}",
                 restartNonce=nonce,
+                startedAt=now,
+                queuePosition=None,
                 **extra,
             ),
             events=(Event("Normal", "Submitted", f"{verb} SparkApplication {owner.app_name} for {window}"),),
@@ -428,3 +479,72 @@ def progress_update(
     if (fields["progressRatio"], fields["alignmentLag"]) == (current.get("progressRatio"), current.get("alignmentLag")):
         return None
     return fields
+
+
+def _planning(
+    bf: Backfill, job: StreamingJob, cfg: JobConfig, status: _Status, planning: Planning, extra: dict[str, Any]
+) -> BackfillPlan:
+    """spec.dryRun: run the plan application once, then stay Planned with its report in
+    status.plan until dryRun is set to false."""
+    owner = owner_of(bf)
+    extra = {**extra, "planApplicationName": owner.plan_app_name}
+    if bf.status is not None and bf.status.phase == "Planned" and bf.status.plan is not None:
+        return BackfillPlan(status=status.kept())
+    if planning.app is None:
+        launch = job_launch(job, BACKFILL_RESTART, bf.spec.image)
+        created = spark_application(owner, cfg, launch, config_hash(cfg), command="plan")
+        msg = f"planning from Iceberg metadata (SparkApplication {owner.plan_app_name})"
+        return BackfillPlan(
+            config_map=config_map(owner, cfg, {SAVED_JOB: saved_job(job)}),
+            create_plan_app=created,
+            status=status("Planning", "Planning", msg, planApplicationState="", **extra),
+            events=(Event("Normal", "Planning", msg),),
+        )
+    state = app_state(planning.app) or ""
+    extra["planApplicationState"] = state
+    if state not in ENDED:
+        msg = f"planning: SparkApplication {owner.plan_app_name} is {state or 'submitted'}"
+        return BackfillPlan(status=status("Planning", "Planning", msg, **extra))
+    if planning.report is None:
+        why = app_message(planning.app) or f"it ended {state} without a report"
+        plan = failed_plan(f"SparkApplication {owner.plan_app_name}: {why}", status.now)
+    else:
+        plan = plan_status(planning.report, executor_cores(job), list(planning.runs), status.now)
+    return BackfillPlan(
+        status=status("Planned", "Planned", planned_message(plan), plan=plan, **extra), events=_plan_events(plan)
+    )
+
+
+def planned_message(plan: dict[str, Any]) -> str:
+    if plan.get("error"):
+        return (
+            f"plan failed: {plan['error']}; set spec.dryRun: false to run it anyway (the lateness guard checks at "
+            "start)"
+        )
+    verdict = "lateness ok" if plan["latenessOk"] else "the lateness guard would refuse it"
+    took = f"ETA {plan['eta']}" if plan.get("eta") else "no ETA (no calibration yet)"
+    return (
+        f"planned: {plan['rows']:,} rows in {plan['files']} files, {plan['expectedBatches']} micro-batches, peak state "
+        f"~{plan['peakStateRows']:,} rows, {verdict}, {took}; set spec.dryRun: false to run it"
+    )
+
+
+def _plan_events(plan: dict[str, Any]) -> tuple[Event, ...]:
+    """What `kubectl describe` shows of a plan: its warnings, and a lateness refusal with the fix."""
+    events = [Event("Normal", "Planned", planned_message(plan))]
+    if plan.get("error"):
+        events.append(Event("Warning", "PlanFailed", plan["error"]))
+    elif not plan["latenessOk"]:
+        events.append(Event("Warning", "LatenessTooShort", plan["latenessMessage"]))
+    events += [Event("Warning", "PlanWarning", w) for w in plan.get("warnings", [])]
+    return tuple(events)
+
+
+def _queued(bf: Backfill, status: _Status, queued: Queued, extra: dict[str, Any]) -> BackfillPlan:
+    """Over the cluster's or the namespace's limit: wait, with the position and the reason."""
+    was = bf.status.phase if bf.status else None
+    since = bf.status.queued_since if bf.status is not None and bf.status.queued_since else status.now
+    return BackfillPlan(
+        status=status("Queued", "Queued", queued.reason, queuePosition=queued.position, queuedSince=since, **extra),
+        events=(Event("Normal", "Queued", queued.reason),) if was != "Queued" else (),
+    )

@@ -57,6 +57,11 @@ class Owner:
         return child_name("Publish", self.app_name)
 
     @property
+    def plan_app_name(self) -> str:
+        """A Backfill's plan application (spec.dryRun): reads metadata only, driver-only."""
+        return child_name("Plan", self.app_name)
+
+    @property
     def config_map_name(self) -> str:
         return f"{self.app_name}-jobconfig"
 
@@ -154,9 +159,10 @@ def spark_application(
     owner: Owner, cfg: JobConfig, launch: Launch, config_hash: str, command: str = "run"
 ) -> dict[str, Any]:
     """``command``: ``run`` (the query), ``publish`` (a finished backfill's validation and
-    publish, under ``Owner.publish_app_name``; it reads the same ConfigMap) or ``restore`` (a
-    Rewind's restore, its owner's only application)."""
-    name = owner.publish_app_name if command == "publish" else owner.app_name
+    publish, under ``Owner.publish_app_name``; it reads the same ConfigMap), ``plan`` (a
+    Backfill's plan, ``Owner.plan_app_name``, same ConfigMap) or ``restore`` (a Rewind's
+    restore, its owner's only application)."""
+    name = {"publish": owner.publish_app_name, "plan": owner.plan_app_name}.get(command, owner.app_name)
     mount = [{"name": "jobconfig", "mountPath": CONFIG_PATH.rsplit("/", 1)[0]}]
     labels = {**owner.labels, "kappa.dev/config-hash": config_hash}
     driver: dict[str, Any] = {

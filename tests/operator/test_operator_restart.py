@@ -48,6 +48,7 @@ async def start(
     emulator: kmock.KubernetesEmulator,
     fault: str | None = None,
     refused: Path | None = None,
+    flags: tuple[str, ...] = (),
 ) -> Any:
     """``kappa operator`` as its own process; with ``refused``, every function that reads rows
     or copies files raises in it and the refused calls are listed in that file."""
@@ -56,7 +57,7 @@ async def start(
     env.pop("KAPPA_OPERATOR_FAULT", None)
     if fault:
         env["KAPPA_OPERATOR_FAULT"] = fault
-    args = ["-m", "kappa_operator.cli", "operator", "--server", base, "--namespace", "default"]
+    args = ["-m", "kappa_operator.cli", "operator", "--server", base, "--namespace", "default", *flags]
     if refused is not None:  # the repository on the path last: its operator/ must not shadow the stdlib's
         env["KAPPA_TEST_REFUSED"] = str(refused)
         root = str(Path(__file__).resolve().parents[2])

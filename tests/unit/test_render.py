@@ -190,3 +190,13 @@ def test_every_application_of_a_job_carries_its_credentials_and_validates(
             "h",
         )["spec"]["driver"]
     )
+
+
+def test_a_backfills_read_limit_becomes_its_queries_read_rate(job: StreamingJob, backfill: Backfill) -> None:
+    data = backfill.model_dump(by_alias=True, exclude_none=True)
+    assert backfill_config(backfill, job, None).read_rate is None
+    data["spec"]["readLimit"] = {"maxBytesPerSecond": 50_000_000, "maxFilesPerSecond": 20}
+    cfg = backfill_config(Backfill.model_validate(data), job, None)
+    assert cfg.read_rate is not None
+    assert (cfg.read_rate.max_bytes_per_second, cfg.read_rate.max_files_per_second) == (50_000_000, 20)
+    assert json.loads(cfg.to_json())["readRate"] == {"maxBytesPerSecond": 50_000_000, "maxFilesPerSecond": 20.0}
