@@ -6,10 +6,13 @@ object's series disappear instead of freezing at their last value."""
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from collections import Counter as Tally
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -22,6 +25,39 @@ KINDS = ("StreamingJob", "Backfill", "Rewind")
 class Observed:
     phase: str
     progress: float | None = None
+    queued_since: float | None = None
+    """Epoch seconds: when a Backfill started waiting for a slot."""
+    started_at: float | None = None
+    """Epoch seconds: when its application was submitted."""
+    ended_at: float | None = None
+    planned_seconds: float | None = None
+    """The plan's ETA (spec.dryRun)."""
+
+
+def epoch(stamp: str | None) -> float | None:
+    """RFC 3339 (as status carries it) to epoch seconds."""
+    if not stamp:
+        return None
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def duration_seconds(text: str | None) -> float | None:
+    """A ``str(timedelta)`` (``1 day, 2:03:04``, ``0:01:00``) to seconds."""
+    m = re.fullmatch(r"(?:(\d+) days?, )?(\d+):(\d\d):(\d\d)(?:\.\d+)?", text or "")
+    if m is None:
+        return None
+    days, h, mi, s = (int(g or 0) for g in m.groups())
+    return float(((days * 24 + h) * 60 + mi) * 60 + s)
+
+
+def backfill_times(status: dict[str, object]) -> dict[str, float | None]:
+    """What the queue and plan-vs-actual panels need of a Backfill's status."""
+    plan = status.get("plan")
+    return {
+        "queued_since": epoch(status.get("queuedSince")),  # type: ignore[arg-type]
+        "started_at": epoch(status.get("startedAt")),  # type: ignore[arg-type]
+        "planned_seconds": duration_seconds(plan.get("eta")) if isinstance(plan, dict) else None,
+    }
 
 
 class ResourceCollector(Collector):
@@ -29,12 +65,27 @@ class ResourceCollector(Collector):
         self._objects: dict[tuple[str, str, str], Observed] = {}
         self._lock = threading.Lock()
 
-    def observe(self, kind: str, namespace: str, name: str, phase: str, progress: float | None = None) -> None:
+    def observe(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        phase: str,
+        progress: float | None = None,
+        times: dict[str, float | None] | None = None,
+    ) -> None:
+        """``times``: a Backfill's queue and run times (None values keep what was seen)."""
         with self._lock:
             old = self._objects.get((kind, namespace, name))
             if progress is None and old is not None and old.phase == phase:
                 progress = old.progress
-            self._objects[(kind, namespace, name)] = Observed(phase, progress)
+            seen = Observed(phase, progress)
+            if old is not None:
+                seen = replace(old, phase=phase, progress=progress)
+            seen = replace(seen, **{k: v for k, v in (times or {}).items() if v is not None})
+            if phase in ("Succeeded", "Failed") and seen.ended_at is None:
+                seen = replace(seen, ended_at=time.time())
+            self._objects[(kind, namespace, name)] = seen
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
@@ -58,6 +109,17 @@ class ResourceCollector(Collector):
             "Global watermark of the backfill's group between window start (0) and end (1)",
             labels=["namespace", "backfill"],
         )
+        labels = ["namespace", "backfill"]
+        wait = GaugeMetricFamily(
+            "kappa_backfill_queue_wait_seconds", "Time waiting in phase Queued (until started)", labels=labels
+        )
+        elapsed = GaugeMetricFamily(
+            "kappa_backfill_elapsed_seconds", "Time since the application was submitted (until it ended)", labels=labels
+        )
+        planned = GaugeMetricFamily(
+            "kappa_backfill_planned_seconds", "The plan's ETA (spec.dryRun), for plan-vs-actual", labels=labels
+        )
+        now = time.time()
         by_phase: dict[str, Tally[str]] = {k: Tally() for k in KINDS}
         for (kind, ns, name), seen in sorted(objects.items()):
             by_phase[kind][seen.phase] += 1
@@ -67,11 +129,17 @@ class ResourceCollector(Collector):
                 bf_phase.add_metric([ns, name, seen.phase], 1)
                 if seen.progress is not None:
                     progress.add_metric([ns, name], seen.progress)
+                if seen.queued_since is not None:
+                    wait.add_metric([ns, name], max(0.0, (seen.started_at or now) - seen.queued_since))
+                if seen.started_at is not None:
+                    elapsed.add_metric([ns, name], max(0.0, (seen.ended_at or now) - seen.started_at))
+                if seen.planned_seconds is not None:
+                    planned.add_metric([ns, name], seen.planned_seconds)
         for phase, n in sorted(by_phase["Backfill"].items()):
             backfills.add_metric([phase], n)
         for phase, n in sorted(by_phase["StreamingJob"].items()):
             jobs.add_metric([phase], n)
-        yield from (backfills, jobs, job_phase, bf_phase, progress)
+        yield from (backfills, jobs, job_phase, bf_phase, progress, wait, elapsed, planned)
 
 
 class OperatorMetrics:

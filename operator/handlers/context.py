@@ -20,7 +20,7 @@ import kopf
 
 from kappa_operator.cluster import Cluster, ForeignObjectError
 from kappa_operator.coordinator.groups import Groups
-from kappa_operator.metrics import OperatorMetrics
+from kappa_operator.metrics import OperatorMetrics, backfill_times
 from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.admission import Limits
@@ -222,7 +222,8 @@ def observe(kind: str, body: kopf.Body | dict[str, Any], status: dict[str, Any])
         return
     meta = body["metadata"]
     ratio = status.get("progressRatio")
-    CONTEXT.metrics.resources.observe(kind, meta["namespace"], meta["name"], status["phase"], ratio)
+    times = backfill_times(status) if kind == "Backfill" else None
+    CONTEXT.metrics.resources.observe(kind, meta["namespace"], meta["name"], status["phase"], ratio, times)
 
 
 def forget(kind: str, body: kopf.Body | dict[str, Any]) -> None:
