@@ -199,6 +199,13 @@ def as_timedelta(d: str) -> timedelta:
     return parse_duration(d)
 
 
+def exactly_one(a: str, b: str, message: str) -> ConfigDict:
+    """The CEL rule (in the ternary form kube-apiserver 1.25 accepts within its cost budget)
+    that exactly one of the optional fields ``a`` and ``b`` is set; the model says the same."""
+    rule = f"has(self.{a}) ? !has(self.{b}) : has(self.{b})"
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": [{"rule": rule, "message": message}]})
+
+
 class CRModel(BaseModel):
     """Frozen, camelCase, unknown fields refused (a typo must not be silently ignored)."""
 

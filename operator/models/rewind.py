@@ -9,7 +9,15 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 
 from kappa_operator.models.backfill import JobRef
-from kappa_operator.models.common import API_VERSION, INT64_MAX, CRModel, ObjectMeta, StatusBase, TimestampStr
+from kappa_operator.models.common import (
+    API_VERSION,
+    INT64_MAX,
+    CRModel,
+    ObjectMeta,
+    StatusBase,
+    TimestampStr,
+    exactly_one,
+)
 
 PHASES = ("Pending", "Stopping", "Restoring", "Resuming", "Succeeded", "Failed")
 
@@ -17,16 +25,7 @@ PHASES = ("Pending", "Stopping", "Restoring", "Resuming", "Succeeded", "Failed")
 class RewindTarget(CRModel):
     """The point to go back to: a time, or a micro-batch id."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "has(self.time) ? !has(self.batchId) : has(self.batchId)",
-                    "message": "set exactly one of target.time, target.batchId",
-                }
-            ]
-        }
-    )
+    model_config = exactly_one("time", "batchId", "set exactly one of target.time, target.batchId")
     time: TimestampStr | None = None
     """Restore the newest snapshot committed before this time (RFC 3339)."""
     batch_id: int | None = Field(default=None, ge=0, le=INT64_MAX)

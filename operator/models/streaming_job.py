@@ -36,6 +36,7 @@ from kappa_operator.models.common import (
     Setting,
     SettingKey,
     StatusBase,
+    exactly_one,
 )
 
 CatalogProperties = Annotated[dict[PropertyKey, Setting], Field(max_length=CATALOG_PROPERTIES_MAX)]
@@ -202,16 +203,7 @@ class EnvFrom(CRModel):
     from (``AWS_ACCESS_KEY_ID``, ``PYICEBERG_CATALOG__...``). The operator only names the
     object in the applications it renders; it never reads it."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "has(self.secretRef) ? !has(self.configMapRef) : has(self.configMapRef)",
-                    "message": "set exactly one of secretRef, configMapRef",
-                }
-            ]
-        }
-    )
+    model_config = exactly_one("secretRef", "configMapRef", "set exactly one of secretRef, configMapRef")
     secret_ref: LocalRef | None = None
     config_map_ref: LocalRef | None = None
     prefix: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=64)
