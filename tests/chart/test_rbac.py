@@ -53,7 +53,8 @@ CLUSTER = OPERATOR / "cluster.py"
 PLURAL_ARGUMENT: dict[str, set[str]] = {
     "get_resource": {"streamingjobs", "backfills", "rewinds"},
     "patch_status": {"streamingjobs", "backfills", "rewinds"},
-    "list_resources": {"streamingjobs"},
+    "list_resources": {"streamingjobs", "backfills"},
+    "list_watched": {"backfills"},
     "create_resource": {"rewinds"},
     "annotate": {"streamingjobs"},
 }
