@@ -107,6 +107,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     run.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark conf (repeat)")
     run.add_argument("--fresh", action="store_true", help="forget the local record first (a new object, new uid)")
+    plan = sub.add_parser(
+        "plan",
+        help="plan a Backfill manifest before running it: files, rows and splits per source from Iceberg metadata, "
+        "the lateness its maxDrift needs against the pipeline's, expected micro-batches, peak state, warm-up",
+    )
+    plan.add_argument("manifest", type=Path, help="the Backfill (YAML; may also hold its StreamingJob)")
+    plan.add_argument("--job", type=Path, help="its StreamingJob (default: same file, or next to it)")
+    plan.add_argument("--local", type=Path, metavar="DIR", help="catalogs mapped under DIR (as kappa run --local)")
+    plan.add_argument("--json", action="store_true", help="print the plan report (JSON) only")
+    plan.add_argument(
+        "--no-spark",
+        action="store_true",
+        help="no local SparkSession: the pipeline's lateness and horizon from alignment.lateness, pipelineArgs and "
+        "its state_horizon(), not its query plan",
+    )
+    plan.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    plan.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark conf (repeat)")
     crds = sub.add_parser("crds", help="write crds/*.yaml generated from the models")
     crds.add_argument("--out", type=Path, default=Path("crds"), help="directory (default: crds)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
@@ -123,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         from kappa_operator.local.runs import run_command
 
         return run_command(args, console)
+    if args.command == "plan":
+        from kappa_operator.local.plan import plan_command
+
+        return plan_command(args, console)
     if args.command == "crds":
         return write_crds(args.out, args.check, console, args.reference)
     if args.command == "coordinator":

@@ -1,7 +1,10 @@
-"""``python -m spark_app [run|publish|restore] --config job.json``: what the operator's
+"""``python -m spark_app [run|publish|restore|plan] --config job.json``: what the operator's
 SparkApplications run: the job's query (``run``, the default), a finished backfill's
-validation and publish (``publish``), or a Rewind's restore and sink undo (``restore``,
-driver-only: no SparkSession)."""
+validation and publish (``publish``), a Rewind's restore and sink undo (``restore``,
+driver-only: no SparkSession), or a Backfill's plan from Iceberg metadata and the pipeline's
+analyzed plan (``plan``: no Spark job runs; ``--no-spark`` plans without a SparkSession).
+Exit codes: 0 done (Published, Restored, Planned), 3 refused or failed with a report, 2 a
+config error, 1 the job failed."""
 
 from __future__ import annotations
 
@@ -16,9 +19,15 @@ from spark_app.errors import KappaError
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_app", description=__doc__)
-    parser.add_argument("command", nargs="?", choices=("run", "publish", "restore"), default="run")
+    parser.add_argument("command", nargs="?", choices=("run", "publish", "restore", "plan"), default="run")
     parser.add_argument("--config", required=True, help="JobConfig as JSON or YAML")
     parser.add_argument("--timeout", type=float, help="stop a processingTime run after this many seconds")
+    parser.add_argument(
+        "--no-spark",
+        action="store_true",
+        help="plan: without a SparkSession (delay and horizon from alignment.lateness, pipelineArgs and the "
+        "pipeline's state_horizon(), not its query plan)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -29,9 +38,21 @@ def main(argv: list[str] | None = None) -> int:
             restored = run_restore(cfg)
             print(restored.model_dump_json(indent=2))
             return 0 if restored.state == "Restored" else 3
+        if args.command == "plan" and args.no_spark:
+            from spark_app.planning.run import run_plan
+
+            planned = run_plan(cfg, None)
+            print(planned.model_dump_json(indent=2))
+            return 0 if planned.state == "Planned" else 3
         from spark_app.runtime import build_session, run, user_message
 
         try:
+            if args.command == "plan":
+                from spark_app.planning.run import run_plan
+
+                planned = run_plan(cfg, build_session(cfg))
+                print(planned.model_dump_json(indent=2))
+                return 0 if planned.state == "Planned" else 3
             if args.command == "publish":
                 from spark_app.publishing import run_publish
 

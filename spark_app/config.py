@@ -167,9 +167,10 @@ class ReadRateConfig(KappaModel):
     the object store the live jobs read must not be saturated by a backfill catching up."""
 
     max_bytes_per_second: int | None = Field(default=None, gt=0)
-    """Bytes of data files (as Iceberg records their sizes) admitted per second, averaged."""
+    """Bytes per second, averaged: of the files (or row groups) the admitted splits' reads open,
+    as Iceberg records their sizes (a wide file read as two time slices counts twice)."""
     max_files_per_second: float | None = Field(default=None, gt=0)
-    """Data files (or pieces of one: row-group runs, time slices) admitted per second, averaged."""
+    """File opens per second, averaged (a file read in two micro-batches counts twice)."""
 
 
 class IcebergSourceBase(KappaModel):

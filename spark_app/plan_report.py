@@ -43,6 +43,9 @@ class SourcePlan(BaseModel):
     """The ordering column has lower/upper bounds in the manifests (without them every file spans
     everything: one split per file, no pruning, no ordering)."""
     warnings: list[str] = []
+    sliced_files: int = 0
+    """Files wider than ``split.sliceSpan`` whose ordering column the planner reads to cut them into
+    time slices, as the run's own planner does (the only data a plan reads; 0 in unordered mode)."""
 
 
 class PlanReport(BaseModel):
@@ -81,6 +84,19 @@ class PlanReport(BaseModel):
     bytes_total: int
     warnings: list[str] = []
     planned_at: datetime
+    drain_s: float = 0.0
+    """How far past the window's end the run reads so results inside it close (the drain, as the
+    runtime resolves it; the splits above include it)."""
+    warmup_ok: bool = True
+    """The warm-up check's verdict at start (``horizon.check_warmup``): False, the run is refused."""
+    warmup_message: str = ""
+    """The warm-up check's message: with the fix when it fails."""
+    horizon: str = ""
+    """What sets the state horizon and the warm-up: the plan's window lengths, session gaps and
+    join bounds, and what the pipeline declares (``StateHorizon.describe``)."""
+    from_query_plan: bool = True
+    """The delay and horizon were read from the pipeline's analyzed plan, as the run reads them
+    (False: a driver-only plan, from ``alignment.lateness``/``pipelineArgs`` and ``state_horizon()``)."""
 
 
 def report_location(cfg: JobConfig) -> tuple[Location, str]:

@@ -27,6 +27,7 @@ from pyspark.sql.types import StructType
 
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.members import aligned_members, member_id
+from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.driver import attach, detach
 from spark_app.config import (
@@ -297,6 +298,10 @@ class RunReport:
     """A backfill's resolved edges: sources read, warm-up verdict, drain, finality."""
     externalized: dict[str, list[int]] = field(default_factory=dict)
     """A live job's checkpoint snapshots its driver took, per sink (batch ids)."""
+    reads: dict[str, MemberReads] = field(default_factory=dict)
+    """A backfill's admitted bytes and files per member (``job/sink/source``), this run."""
+    read_cap: tuple[float | None, float | None] = (None, None)
+    """The run's read-rate cap (bytes/s, files/s); None: uncapped."""
 
     @property
     def final(self) -> bool:
@@ -324,6 +329,23 @@ class RunReport:
             (sum(op.get("numRowsTotal", 0) for op in p.get("stateOperators", [])) for p in self.progress), default=0
         )
 
+    def read_summary(self) -> dict[str, Any]:
+        """What the run read (admitted splits' bytes and files, as Iceberg sizes them) and at
+        what average rate over the run's wall time, next to its cap."""
+        nbytes = sum(r.bytes for r in self.reads.values())
+        nfiles = sum(r.files for r in self.reads.values())
+        cap_bytes, cap_files = self.read_cap
+        capped = cap_bytes is not None or cap_files is not None
+        return {
+            "read_bytes": nbytes,
+            "read_files": nfiles,
+            "read_bytes_per_s": round(nbytes / self.seconds, 1) if self.seconds else None,
+            "read_files_per_s": round(nfiles / self.seconds, 3) if self.seconds else None,
+            "read_cap": {"bytes_per_s": cap_bytes, "files_per_s": cap_files} if capped else None,
+            "read_wait_s": round(sum(r.waited_s for r in self.reads.values()), 2),
+            "read_by_source": {m: {"bytes": r.bytes, "files": r.files} for m, r in sorted(self.reads.items())},
+        }
+
     def summary(self) -> dict[str, Any]:
         wms = [p["eventTime"]["watermark"] for p in self.progress if p.get("eventTime", {}).get("watermark")]
         return {
@@ -342,6 +364,7 @@ class RunReport:
             "drain": None if self.edges is None else format_duration(self.edges.drain),
             "state_horizon": None if self.edges is None else self.edges.horizon.describe(),
             "notices": [] if self.edges is None else list(self.edges.notices),
+            **(self.read_summary() if self.mode == "backfill" else {}),
         }
 
 
@@ -371,6 +394,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     read = None if edges is None else {n for names in edges.used.values() for n in names}
     verdict = lateness_verdict(cfg, outputs, read)
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    ledger = start_reads(cfg)
     started = time.monotonic()
     queries = []
     externalizer = attach(spark, cfg)
@@ -399,7 +423,31 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         record_finality(cfg, edges)
     report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.externalized = externalized
+    if ledger is not None:
+        report.reads, report.read_cap = ledger.members(), ledger.cap()
     return report
+
+
+def start_reads(cfg: JobConfig) -> ReadLedger | None:
+    """A backfill's read ledger, fresh for this run: full buckets for ``readRate`` (or none:
+    uncapped) and zero counts. Its sources, each in its own process, find it by name."""
+    if cfg.mode != "backfill":
+        return None
+    ledger = ReadLedger(ledger_file(state_file(cfg), cfg.name))
+    rate = cfg.read_rate
+    ledger.start(
+        None if rate is None else rate.max_bytes_per_second,
+        None if rate is None else rate.max_files_per_second,
+        time.monotonic(),
+    )
+    if rate is not None:
+        log.info(
+            "backfill %s: reads capped at %s bytes/s, %s files/s",
+            cfg.name,
+            rate.max_bytes_per_second or "any",
+            rate.max_files_per_second or "any",
+        )
+    return ledger
 
 
 def still_open(spark: SparkSession, cfg: JobConfig, edges: Edges, progress: list[dict[str, Any]]) -> Edges:

@@ -13,7 +13,7 @@ from datetime import timedelta
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from kappa_operator.coordinator.core import Answer
+from kappa_operator.coordinator.core import MAX_COUNT, Answer
 from kappa_operator.coordinator.names import MemberId, WatermarkUs
 from spark_app.config import Duration
 
@@ -52,6 +52,10 @@ class ReportBody(Wire):
     """Accept a lower watermark than before (a rewind restarts the member)."""
     throttled: bool = False
     """The member's last admission was cut by the drift bound (for metrics)."""
+    read_bytes: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    """Cumulative bytes the reads of the member's admitted splits open (optional: the read rate)."""
+    read_files: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    """Cumulative file opens of the member's admitted splits; sent together with readBytes."""
 
 
 class AnswerBody(Wire):

@@ -13,6 +13,10 @@ mutable shell the service holds; it is not thread-safe (the service serializes c
 
 Names and watermarks are checked here too (names.py), not only on the wire: the store and
 the operator build specs directly, and a bad name must not reach a URL, a label or a file.
+
+Members may also report what they have read (cumulative bytes and file opens of the splits
+they admitted): kept per member with a rate over the last one to two ``RATE_WINDOW_US``, for the
+read-rate metrics and the progress a Backfill's status shows. They never affect alignment.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ from spark_app.planning.admission import HELD, drift_bound
 
 Event = tuple[str, str]
 """``(kind, member)``: kind is registered, reset, finished, idle or active."""
+
+RATE_WINDOW_US = 60_000_000
+"""A member's read rate is measured over the last one to two of these (a minute or two)."""
+MAX_COUNT = 2**63 - 1
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -95,6 +103,10 @@ class Report(BaseModel):
     finished: bool = False
     reset: bool = False
     """A rewind: replace the member's state, so its watermark may go back."""
+    read_bytes: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    """Cumulative bytes the member's admitted splits read (None: not reported, keep the last)."""
+    read_files: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    """Cumulative file opens of the member's admitted splits; comes with ``read_bytes``."""
 
     @model_validator(mode="after")
     def _watermark_unless_finished(self) -> Report:
@@ -102,6 +114,8 @@ class Report(BaseModel):
             raise ValueError("watermark: must be None when finished (a finished member holds nobody)")
         if not self.finished and self.watermark is None:
             raise ValueError("watermark: required unless finished")
+        if (self.read_bytes is None) != (self.read_files is None):
+            raise ValueError("readBytes and readFiles: give both or neither")
         return self
 
     @classmethod
@@ -111,6 +125,25 @@ class Report(BaseModel):
 
 
 # --- state and answers -------------------------------------------------------------------
+
+
+class ReadSample(NamedTuple):
+    at_us: int
+    bytes: int
+    files: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadStats:
+    """A member's cumulative reads and two earlier samples to measure its rate from: ``mark``
+    (one to two windows old once the member has run that long) and ``next_mark``, which
+    becomes the mark when it is a window old. Constant size however often a member reports."""
+
+    bytes: int
+    files: int
+    at_us: int
+    mark: ReadSample
+    next_mark: ReadSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +156,8 @@ class MemberState:
     last_advance_us: int
     """When the watermark last went up (or first arrived): the clock idleness runs on."""
     reports: int
+    reads: ReadStats | None = None
+    """What the member read, when it reports it (Spark sides older than the read cap do not)."""
 
 
 def _frozen(members: Mapping[str, MemberState]) -> Mapping[str, MemberState]:
@@ -288,6 +323,60 @@ def _next_member(group: str, old: MemberState | None, report: Report, now_us: in
     )
 
 
+def count_reads(
+    old: ReadStats | None, nbytes: int, nfiles: int, now_us: int, window_us: int = RATE_WINDOW_US
+) -> ReadStats:
+    """Fold a member's cumulative reads in. Totals that went down come from a new reader (a
+    restart that does not report ``reset``): the rate is measured afresh from them."""
+    sample = ReadSample(now_us, nbytes, nfiles)
+    if old is None or nbytes < old.bytes or nfiles < old.files:
+        return ReadStats(nbytes, nfiles, now_us, sample, sample)
+    mark, next_mark = old.mark, old.next_mark
+    if now_us - next_mark.at_us >= window_us:
+        mark, next_mark = next_mark, sample
+    return ReadStats(nbytes, nfiles, now_us, mark, next_mark)
+
+
+def read_rate(m: MemberState, now_us: int) -> tuple[float, float] | None:
+    """(bytes/s, files/s) from the member's mark to ``now_us``, so a member that stopped
+    reading decays towards 0; 0 once finished; None when it never reported reads or has only
+    just started reporting them."""
+    stats = m.reads
+    if stats is None:
+        return None
+    if m.finished:
+        return 0.0, 0.0
+    elapsed_s = (now_us - stats.mark.at_us) / 1_000_000
+    if stats.mark.at_us >= stats.at_us or elapsed_s <= 0:  # one sample: no rate yet
+        return None
+    return (stats.bytes - stats.mark.bytes) / elapsed_s, (stats.files - stats.mark.files) / elapsed_s
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTotals:
+    """What some members (one backfill's) read together, and how fast now."""
+
+    bytes: int
+    files: int
+    bytes_per_s: float | None
+    files_per_s: float | None
+    """None until a member has reported reads twice (a rate needs two samples)."""
+
+
+def read_totals(state: GroupState, members: tuple[str, ...], now_us: int) -> ReadTotals | None:
+    """Sum over ``members`` that reported reads; None when none did."""
+    reporting = [m for name in members if (m := state.members.get(name)) is not None and m.reads is not None]
+    if not reporting:
+        return None
+    rates = [r for m in reporting if (r := read_rate(m, now_us)) is not None]
+    return ReadTotals(
+        bytes=sum(m.reads.bytes for m in reporting if m.reads is not None),
+        files=sum(m.reads.files for m in reporting if m.reads is not None),
+        bytes_per_s=sum(r[0] for r in rates) if rates else None,
+        files_per_s=sum(r[1] for r in rates) if rates else None,
+    )
+
+
 def refresh(state: GroupState, now_us: int) -> tuple[GroupState, list[Event]]:
     """Recompute who is idle at ``now_us``; the events say who became idle or active again."""
     if state.spec.idle_timeout_us is None and not state.idle:
@@ -317,6 +406,8 @@ def apply_report(state: GroupState, report: Report, now_us: int) -> tuple[GroupS
             raise UnknownMemberError(f"group {spec.name!r}: {name!r} is not a member (members: {list(spec.members)})")
         events.append(("registered", name))
     new = _next_member(spec.name, old, report, now_us)
+    if report.read_bytes is not None and report.read_files is not None:
+        new = replace(new, reads=count_reads(new.reads, report.read_bytes, report.read_files, now_us))
     if old is not None and report.reset:
         events.append(("reset", name))
     if new.finished and (old is None or not old.finished or report.reset):
@@ -403,6 +494,9 @@ class Coordinator:
 
     def lag_us(self, group: str, member: str, now_us: int) -> int | None:
         return lag_us(self._state(group), member, now_us)
+
+    def reads(self, group: str, members: tuple[str, ...], now_us: int) -> ReadTotals | None:
+        return read_totals(self._state(group), members, now_us)
 
     def state(self, group: str) -> GroupState:
         return self._state(group)

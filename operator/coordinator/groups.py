@@ -17,12 +17,21 @@ from kappa_operator.coordinator.server import Service
 
 @dataclass(frozen=True)
 class Progress:
-    """What `kubectl get bf` shows of a group: its global watermark and the largest lag."""
+    """What `kubectl get bf` shows of a group: its global watermark and the largest lag, and
+    what the backfill's members read (None until they report reads: an older Spark side)."""
 
     global_watermark_us: int | None
     """None while held (a member has not reported) or once every member finished."""
     lag_us: int | None
     finished: bool
+    read_bytes: int | None = None
+    """Bytes of data files (or row groups) the backfill's admitted splits read so far, summed
+    over its members; a restarted backfill continues from its checkpoint's position."""
+    read_files: int | None = None
+    read_bytes_per_s: float | None = None
+    """Its current read rate: over the last one to two minutes, 0 once its members finished;
+    None until a member reported twice."""
+    read_files_per_s: float | None = None
 
 
 class Groups(Protocol):
@@ -73,7 +82,18 @@ class EmbeddedGroups:
         mine = owned(core.state(group).roster, owner)
         lags = [lag for m in mine if (lag := core.lag_us(group, m, now)) is not None]
         gw = None if answer.held or answer.finished else answer.global_watermark
-        return Progress(gw, max(lags, default=None), answer.finished)
+        reads = core.reads(group, mine, now)
+        if reads is None:
+            return Progress(gw, max(lags, default=None), answer.finished)
+        return Progress(
+            gw,
+            max(lags, default=None),
+            answer.finished,
+            read_bytes=reads.bytes,
+            read_files=reads.files,
+            read_bytes_per_s=reads.bytes_per_s,
+            read_files_per_s=reads.files_per_s,
+        )
 
 
 def owned(members: tuple[str, ...], owner: str) -> tuple[str, ...]:

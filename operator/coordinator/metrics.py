@@ -3,7 +3,10 @@ units (`_seconds`), `_total` counters, and no `job` label (Prometheus renames it
 
 Watermarks, lags and membership are computed from the core's state at scrape time (a
 collector), so a member's lag follows the global watermark even when that member is quiet;
-reports, rejections, latency and throttle time are counted as they happen.
+reports, rejections, latency and throttle time are counted as they happen. What members read
+is a counter whose value the members keep (cumulative bytes and file opens of the splits
+they admitted, from their offsets), exported as reported: a restarted member continues it, and
+``rate()`` gives the read rate a Backfill's ``readLimit`` caps.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kappa_operator.coordinator.core import Coordinator, view
@@ -51,6 +54,17 @@ class AlignmentCollector(Collector):
             "Members of a group by state (active, idle, missing, finished)",
             labels=["group", "state"],
         )
+        read_labels = ["group", "member", "backfill"]
+        read_bytes = CounterMetricFamily(
+            "kappa_backfill_read_bytes",
+            "Bytes of data files (or row groups) a backfill member's admitted splits read, as Iceberg sizes them",
+            labels=read_labels,
+        )
+        read_files = CounterMetricFamily(
+            "kappa_backfill_read_files",
+            "Data file opens of a backfill member's admitted splits",
+            labels=read_labels,
+        )
         now = time.time_ns() // 1000
         for name, state in self.core.groups().items():
             answer = view(state, now)
@@ -65,6 +79,10 @@ class AlignmentCollector(Collector):
                     if gw is not None:
                         lag.add_metric([name, member], (m.watermark - gw) / US)
                 throttled.add_metric([name, member], 1.0 if (name, member) in self.throttled else 0.0)
+                if m.reads is not None:
+                    labels = [name, member, member.split("/", 1)[0]]  # member ids are backfill/sink/source
+                    read_bytes.add_metric(labels, m.reads.bytes)
+                    read_files.add_metric(labels, m.reads.files)
             counts = {
                 "missing": len(answer.missing),
                 "idle": len(answer.idle),
@@ -73,7 +91,7 @@ class AlignmentCollector(Collector):
             }
             for s, n in counts.items():
                 members.add_metric([name, s], n)
-        yield from (member_wm, global_wm, lag, throttled, members)
+        yield from (member_wm, global_wm, lag, throttled, members, read_bytes, read_files)
 
 
 class CoordinatorMetrics:

@@ -40,10 +40,12 @@ from kappa_operator.coordinator.core import (
     Answer,
     Coordinator,
     GroupSpec,
+    MemberState,
     Report,
     UnknownGroupError,
     UnknownMemberError,
     WatermarkRegressionError,
+    read_rate,
 )
 from kappa_operator.coordinator.metrics import CoordinatorMetrics
 from kappa_operator.coordinator.names import check_group_name
@@ -172,6 +174,20 @@ def answer_json(a: Answer) -> dict[str, Any]:
     }
 
 
+def member_json(m: MemberState, lag: int | None, now: int) -> dict[str, Any]:
+    """A member in ``GET /v1/groups/{group}``; its reads only when it reports them."""
+    out: dict[str, Any] = {"watermark": m.watermark, "finished": m.finished, "reports": m.reports, "lagUs": lag}
+    if m.reads is not None:
+        rate = read_rate(m, now)
+        out.update(
+            readBytes=m.reads.bytes,
+            readFiles=m.reads.files,
+            readBytesPerSecond=None if rate is None else round(rate[0], 1),
+            readFilesPerSecond=None if rate is None else round(rate[1], 3),
+        )
+    return out
+
+
 async def health(_: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -199,15 +215,7 @@ async def get_group(request: web.Request) -> web.Response:
     t = now_us()
     answer = service.core.view(name, t)
     state = service.core.state(name)
-    members = {
-        m: {
-            "watermark": s.watermark,
-            "finished": s.finished,
-            "reports": s.reports,
-            "lagUs": service.core.lag_us(name, m, t),
-        }
-        for m, s in state.members.items()
-    }
+    members = {m: member_json(s, service.core.lag_us(name, m, t), t) for m, s in state.members.items()}
     try:
         limit = int(request.query.get("history", "1000"))
     except ValueError:
@@ -248,7 +256,14 @@ async def post_report(request: web.Request) -> web.Response:
     started = time.perf_counter()
     name = request.match_info["group"]
     body = ReportBody.model_validate_json(await raw_body(request))
-    report = Report(member=body.member, watermark=body.watermark, finished=body.finished, reset=body.reset)
+    report = Report(
+        member=body.member,
+        watermark=body.watermark,
+        finished=body.finished,
+        reset=body.reset,
+        read_bytes=body.read_bytes,
+        read_files=body.read_files,
+    )
     t = now_us()
     try:
         answer = service.core.report(name, report, t)

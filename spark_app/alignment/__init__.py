@@ -11,7 +11,7 @@ over HTTP for groups that span queries and jobs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from spark_app.planning.admission import HELD, drift_bound
 
@@ -30,12 +30,28 @@ class GroupView:
         return drift_bound(self.global_watermark, drift_us)
 
 
+class ReadCount(NamedTuple):
+    """What a member has admitted so far: bytes and files of its window's splits up to its
+    position (a function of the offset, so a restart from the checkpoint continues it)."""
+
+    bytes: int
+    files: int
+
+
 class WatermarkProvider(Protocol):
-    def report(self, member: str, watermark: int | None, throttled: bool = False, reset: bool = False) -> GroupView:
+    def report(
+        self,
+        member: str,
+        watermark: int | None,
+        throttled: bool = False,
+        reset: bool = False,
+        read: ReadCount | None = None,
+    ) -> GroupView:
         """Record ``member``'s watermark (None: finished) and return the group's view.
 
         ``throttled``: the member's last admission was cut by the bound (metrics);
-        ``reset``: accept a lower watermark than before (a restart from a checkpoint)."""
+        ``reset``: accept a lower watermark than before (a restart from a checkpoint);
+        ``read``: the member's cumulative admitted bytes and files (metrics, the read rate)."""
         ...
 
 

@@ -1,9 +1,10 @@
 """A watermark provider over HTTP: the coordinator service (groups spanning queries and jobs).
 
-The source reports after each admission decision and uses the answer. When the coordinator
-cannot be reached, the source keeps the last view it was given (so it admits nothing beyond
-the last bound), retries with backoff on its next call, logs, and fails the query only once
-the coordinator has been unreachable for ``unavailable_timeout``.
+The source reports after each admission decision and uses the answer; a report after an
+admission also carries the member's cumulative read bytes and files (the read rate). When the
+coordinator cannot be reached, the source keeps the last view it was given (so it admits
+nothing beyond the last bound), retries with backoff on its next call, logs, and fails the
+query only once the coordinator has been unreachable for ``unavailable_timeout``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import time
 from urllib.parse import quote, urlsplit
 
-from spark_app.alignment import GroupView
+from spark_app.alignment import GroupView, ReadCount
 from spark_app.errors import KappaError
 from spark_app.planning.admission import HELD
 
@@ -51,6 +52,7 @@ class HttpWatermarkProvider:
         self._last: GroupView | None = None
         self._failing_since: float | None = None
         self._attempt = 0
+        self._send_reads = True
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
@@ -78,12 +80,36 @@ class HttpWatermarkProvider:
             raise CoordinatorRejectedError(f"coordinator refused the report of group {self.group}: {data.get('error')}")
         return data
 
-    def report(self, member: str, watermark: int | None, throttled: bool = False, reset: bool = False) -> GroupView:
-        body = {"member": member, "watermark": watermark, "finished": watermark is None, "throttled": throttled}
+    def report(
+        self,
+        member: str,
+        watermark: int | None,
+        throttled: bool = False,
+        reset: bool = False,
+        read: ReadCount | None = None,
+    ) -> GroupView:
+        body: dict[str, object] = {
+            "member": member,
+            "watermark": watermark,
+            "finished": watermark is None,
+            "throttled": throttled,
+        }
         if reset:
             body["reset"] = True
+        if read is not None and self._send_reads:
+            body["readBytes"], body["readFiles"] = read.bytes, read.files
         try:
-            data = self._post(body)
+            try:
+                data = self._post(body)
+            except CoordinatorRejectedError as exc:
+                if "readBytes" not in body or "read" not in str(exc):
+                    raise
+                # A coordinator older than the read counts refuses unknown fields: alignment
+                # matters, the counts do not, so report without them from now on.
+                log.warning("the coordinator does not take read counts (%s); reporting without them", exc)
+                self._send_reads = False
+                del body["readBytes"], body["readFiles"]
+                data = self._post(body)
         except (OSError, http.client.HTTPException, json.JSONDecodeError) as exc:
             return self._unreachable(exc)
         self._failing_since, self._attempt = None, 0

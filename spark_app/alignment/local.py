@@ -14,11 +14,29 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from spark_app.alignment import GroupView, global_view
+from spark_app.alignment import GroupView, ReadCount, global_view
+
+
+@contextmanager
+def locked_state(state_file: Path) -> Iterator[dict[str, Any]]:
+    """The JSON state in ``state_file`` under an exclusive lock; what the block leaves in the
+    dict replaces the file atomically when it ends without an exception."""
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(state_file.with_suffix(".lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            state = json.loads(state_file.read_text()) if state_file.exists() else {}
+            yield state
+            fd, tmp = tempfile.mkstemp(dir=state_file.parent, prefix=".wm-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(state, f, sort_keys=True)
+            os.replace(tmp, state_file)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class LocalWatermarkProvider:
@@ -26,22 +44,19 @@ class LocalWatermarkProvider:
         self.state_file = Path(state_file)
         self.members = tuple(sorted(members))
 
-    @contextmanager
-    def _locked(self) -> Iterator[dict[str, Any]]:
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.state_file.with_suffix(".lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                state = json.loads(self.state_file.read_text()) if self.state_file.exists() else {}
-                yield state
-                fd, tmp = tempfile.mkstemp(dir=self.state_file.parent, prefix=".wm-")
-                with os.fdopen(fd, "w") as f:
-                    json.dump(state, f, sort_keys=True)
-                os.replace(tmp, self.state_file)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    def _locked(self) -> AbstractContextManager[dict[str, Any]]:
+        return locked_state(self.state_file)
 
-    def report(self, member: str, watermark: int | None, throttled: bool = False, reset: bool = False) -> GroupView:
+    def report(
+        self,
+        member: str,
+        watermark: int | None,
+        throttled: bool = False,
+        reset: bool = False,
+        read: ReadCount | None = None,
+    ) -> GroupView:
+        """``read`` is accepted for the interface and not kept: on one driver the read ledger
+        (``spark_app.alignment.reads``) already has the counts."""
         with self._locked() as state:
             reported = state.setdefault("watermarks", {})
             reported[member] = watermark

@@ -71,6 +71,8 @@ COUNTERS = {
     "kappa_coordinator_rejected_reports_total",
     "kappa_operator_reconciles_total",
     "kappa_operator_reconcile_errors_total",
+    "kappa_backfill_read_bytes_total",
+    "kappa_backfill_read_files_total",
 }
 HISTOGRAMS = {"kappa_coordinator_report_duration_seconds"}
 METRICS = GAUGES | COUNTERS | HISTOGRAMS

@@ -3,7 +3,8 @@
 Each reader runs in its own process on the driver and is rebuilt by the planner, so it keeps
 only caches that can be recomputed from its spec and the offsets: a restart from the
 checkpoint plans the same splits and produces the same batches. Every admission decision
-goes to the trace (when configured) so it can be audited.
+goes to the trace (when configured) so it can be audited. A backfill's read-rate cap
+(``readRate``) then takes the prefix of the admitted splits its token bucket pays for.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +33,10 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_app.alignment import GroupView, WatermarkProvider
+from spark_app.alignment import GroupView, ReadCount, WatermarkProvider
 from spark_app.alignment.http import HttpWatermarkProvider
 from spark_app.alignment.local import LocalWatermarkProvider
+from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
 from spark_app.catalogs import load_table
 from spark_app.errors import (
     IncompleteBackfillError,
@@ -43,6 +46,7 @@ from spark_app.errors import (
 )
 from spark_app.planning.admission import Admission, Limits, admit, source_watermark
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
+from spark_app.planning.read_rate import Cost, FileLayout, read_cost
 from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits
 from spark_app.sinks.iceberg.history import expired_before
 from spark_app.sources.iceberg import scan
@@ -55,6 +59,8 @@ log = logging.getLogger("kappa.iceberg")
 
 MISSING_MEMBER_LIMIT_S = 1800.0
 """A backfill held this long by a declared member that never reported fails, naming it."""
+READ_WAIT_LOG_S = 30.0
+"""A source waiting for read-rate tokens says so this often."""
 
 
 def micros(dt: Any) -> int:
@@ -72,6 +78,14 @@ def backfill_plan(table: Table, spec: SourceSpec, snapshot_id: int) -> list[Spli
 
     Wide files (late events) are cut into time slices first, unless the mode is unordered:
     slicing only tightens the ordering bound, which unordered reading does not have."""
+    return backfill_plan_and_layouts(table, spec, snapshot_id)[0]
+
+
+def backfill_plan_and_layouts(
+    table: Table, spec: SourceSpec, snapshot_id: int
+) -> tuple[list[Split], dict[str, FileLayout]]:
+    """``backfill_plan``, and each planned file's size and row-group offsets (what reading a
+    time slice of it costs, for the read-rate cap)."""
     from spark_app.sources.iceberg.slices import slice_wide_files
 
     scan.require_snapshot(table, snapshot_id, "the snapshot this backfill reads")
@@ -95,7 +109,7 @@ def backfill_plan(table: Table, spec: SourceSpec, snapshot_id: int) -> list[Spli
         rows=sum(s.rows for s in splits),
         max_span_us=max((s.span for s in splits), default=0),
     )
-    return splits
+    return splits, {f.path: (f.size_bytes, f.row_group_offsets) for f in files}
 
 
 class _IcebergReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -205,6 +219,8 @@ class BackfillReader(_IcebergReader):
     def __init__(self, spec: SourceSpec, schema: StructType) -> None:
         super().__init__(spec, schema)
         self._plans: dict[int, tuple[list[Split], str]] = {}
+        self._costs: dict[int, list[Cost]] = {}
+        self._prefix: dict[int, tuple[list[int], list[int]]] = {}
         self._provider: WatermarkProvider | None = None
         self._reported = False
         self._available_now = False
@@ -217,9 +233,68 @@ class BackfillReader(_IcebergReader):
 
     def plan(self, snapshot_id: int) -> tuple[list[Split], str]:
         if snapshot_id not in self._plans:
-            splits = backfill_plan(self.table, self.spec, snapshot_id)
+            splits, layouts = backfill_plan_and_layouts(self.table, self.spec, snapshot_id)
             self._plans[snapshot_id] = (splits, plan_fingerprint(splits))
+            self._costs[snapshot_id] = [read_cost(split, layouts) for split in splits]
         return self._plans[snapshot_id]
+
+    def costs(self, snapshot_id: int) -> list[Cost]:
+        """What reading each split of the plan costs (bytes opened, files opened)."""
+        self.plan(snapshot_id)
+        return self._costs[snapshot_id]
+
+    def read_count(self, snapshot_id: int, position: int) -> ReadCount:
+        """Bytes and files the reads of the splits before ``position`` open: what this member
+        has read of its window, across restarts (the position comes from the checkpoint)."""
+        if snapshot_id not in self._prefix:
+            nbytes, nfiles = [0], [0]
+            for cost_bytes, cost_files in self.costs(snapshot_id):
+                nbytes.append(nbytes[-1] + cost_bytes)
+                nfiles.append(nfiles[-1] + cost_files)
+            self._prefix[snapshot_id] = (nbytes, nfiles)
+        nbytes, nfiles = self._prefix[snapshot_id]
+        return ReadCount(nbytes[position], nfiles[position])
+
+    def ledger(self) -> ReadLedger | None:
+        """The run's read budget and counts, shared by its sources' processes (the runtime
+        starts it; see ``spark_app.alignment.reads``)."""
+        if not self.spec.state_file:
+            return None
+        return ReadLedger(ledger_file(self.spec.state_file, job_of(self.spec.member)))
+
+    def _rate_cut(self, costs: Sequence[Cost], decision: Admission) -> tuple[Admission, float]:
+        """The prefix of what alignment admitted that the run's read budget pays for, and the
+        seconds waited for it.
+
+        When not even one split fits, this waits (sleeping until the bucket holds what the
+        next split needs, never spinning) instead of admitting nothing: under AvailableNow a
+        micro-batch in which no source admits anything ends the query with the window unread,
+        and this source cannot know whether another one admitted. The wait is at most the
+        largest split's cost over the rate. Only a prefix is ever cut, so the order of splits,
+        the drift bound and the outputs are those of the uncapped run; batches are smaller."""
+        candidates = costs[decision.start : decision.end]
+        ledger = self.ledger()
+        if not candidates or ledger is None:
+            return decision, 0.0
+        waited = 0.0
+        while True:
+            fitted = ledger.admit(self.spec.member, candidates, time.monotonic(), waited)
+            if fitted is None:  # no ledger: a reader outside the runtime, uncapped
+                return decision, 0.0
+            if fitted.count:
+                break
+            if waited == 0.0 or waited // READ_WAIT_LOG_S != (waited + fitted.wait_s) // READ_WAIT_LOG_S:
+                log.info(
+                    "%s waits %.1fs for read-rate tokens (next split: %d bytes, %d files)",
+                    self.spec.member,
+                    fitted.wait_s,
+                    *candidates[0],
+                )
+            pause = fitted.wait_s + 0.001
+            time.sleep(pause)
+            waited += pause
+        end = decision.start + fitted.count
+        return replace(decision, end=end, throttled=decision.throttled and end == decision.end), waited
 
     def provider(self) -> WatermarkProvider:
         if self._provider is None:
@@ -308,10 +383,13 @@ class BackfillReader(_IcebergReader):
         off, splits = self._offset(start)
         mode = self.spec.alignment.mode
         wm = source_watermark(splits, off.position)
-        decision, view, bound = self._decide(splits, off.position, limit)
+        aligned, view, bound = self._decide(splits, off.position, limit)
+        decision, waited = self._rate_cut(self.costs(off.snapshot_id), aligned)
         new_wm = source_watermark(splits, decision.end)
-        if mode != "unordered" and (new_wm != wm or decision.throttled):
-            self.provider().report(self.spec.member, new_wm, throttled=decision.throttled)
+        before = self.read_count(off.snapshot_id, off.position)
+        read = self.read_count(off.snapshot_id, decision.end)
+        if mode != "unordered" and (new_wm != wm or decision.throttled or decision.end > off.position):
+            self.provider().report(self.spec.member, new_wm, throttled=decision.throttled, read=read)
         trace(
             self.spec.trace_path,
             "admission",
@@ -328,6 +406,12 @@ class BackfillReader(_IcebergReader):
             total=len(splits),
             throttled=decision.throttled,
             admitted=[[s.lower, s.upper, s.rows] for s in splits[decision.start : decision.end]],
+            bytes=read.bytes - before.bytes,
+            files=read.files - before.files,
+            read_bytes=read.bytes,
+            read_files=read.files,
+            rate_limited=decision.end < aligned.end,
+            read_wait_s=round(waited, 3),
         )
         return BackfillOffset(off.snapshot_id, decision.end, off.plan, len(splits), self.spec.name).to_dict()
 
