@@ -253,7 +253,9 @@ def follow(body: kopf.Body, **_: Any) -> None:
         return
     groups = ctx().groups
     seen = None if groups is None else groups.progress(backfill_group(bf), bf.metadata.name)
-    fields = None if seen is None else progress_update(bf, seen.global_watermark_us, seen.lag_us, datetime.now(UTC))
+    fields = (
+        None if seen is None else progress_update(bf, seen.global_watermark_us, seen.lag_us, datetime.now(UTC), seen)
+    )
     if fields is None:
         return
     record(KIND, body, fields)

@@ -126,7 +126,7 @@ def _run_backfill(
         seen = groups.progress(group, owner)
         if seen is None or seen.global_watermark_us is None:
             return local.engine.activity()
-        fields = progress_status(current, seen.global_watermark_us, seen.lag_us, datetime.now(UTC))
+        fields = progress_status(current, seen.global_watermark_us, seen.lag_us, datetime.now(UTC), seen)
         current = local.objects.patch_status(current, fields)  # as the operator's follow timer
         return (
             f"{owner}: {fields['progress']} of the window, global watermark {fields['globalWatermark']}, "

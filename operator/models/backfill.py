@@ -322,7 +322,13 @@ class BackfillStatus(StatusBase):
     started_at: str | None = None
     """When its application was submitted (admitted)."""
     read_rate: str | None = None
-    """Bytes per second its sources read recently (from the coordinator)."""
+    """How fast its sources read now (over the last minute or two; from the coordinator)."""
+    read_bytes_per_second: float | None = None
+    """The same, for machines (``spec.readLimit.maxBytesPerSecond`` caps it)."""
+    read_bytes: int | None = None
+    """Bytes its admitted splits have read so far (data files or their row groups)."""
+    read_files: int | None = None
+    """File opens of its admitted splits so far."""
     calibration: Calibration | None = None
     """Succeeded after a plan: its measured throughput (also kept for the namespace's next plans)."""
 

@@ -67,6 +67,7 @@ KINDS = (
             {"name": "Batches", "type": "integer", "jsonPath": ".status.plan.expectedBatches"},
             {"name": "Planned ETA", "type": "string", "jsonPath": ".status.plan.eta"},
             {"name": "Queue", "type": "integer", "jsonPath": ".status.queuePosition", "priority": 1},
+            {"name": "Read Rate", "type": "string", "jsonPath": ".status.readRate", "priority": 1},
             {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority", "priority": 1},
             {"name": "Job", "type": "string", "jsonPath": ".spec.jobRef.name", "priority": 1},
             {"name": "Branch", "type": "string", "jsonPath": ".status.branch", "priority": 1},

@@ -90,10 +90,21 @@ def window_ids(catalog: SqlCatalog) -> list[str]:
 
 
 async def report(
-    http: aiohttp.ClientSession, url: str, member: str, watermark: datetime | None, token: str = TOKEN
+    http: aiohttp.ClientSession,
+    url: str,
+    member: str,
+    watermark: datetime | None,
+    token: str = TOKEN,
+    read: tuple[int, int] | None = None,
 ) -> None:
-    body = {"member": member, "watermark": None if watermark is None else int(watermark.timestamp() * 1e6)}
+    """As the driver reports: ``read`` is its cumulative (bytes, file opens) of admitted splits."""
+    body: dict[str, Any] = {
+        "member": member,
+        "watermark": None if watermark is None else int(watermark.timestamp() * 1e6),
+    }
     body["finished"] = watermark is None
+    if read is not None:
+        body["readBytes"], body["readFiles"] = read
     async with http.post(
         f"{url}/v1/groups/{GROUP}/reports", json=body, headers={"Authorization": f"Bearer {token}"}
     ) as r:
@@ -169,14 +180,19 @@ async def test_backfill_lifecycle(
 
             # play the Spark operator and the driver: a quarter, then half of the window
             await spark_state(api, "rmi-outage-backfill", "RUNNING")
-            await report(http, coordinator.url, members[0], START + timedelta(hours=1), driver)
-            await report(http, coordinator.url, members[1], START + timedelta(hours=1, minutes=5), driver)
+            hour1 = START + timedelta(hours=1)
+            await report(http, coordinator.url, members[0], hour1, driver, read=(4_000_000, 2))
+            await report(http, coordinator.url, members[1], hour1 + timedelta(minutes=5), driver, read=(1_000_000, 1))
             s = await eventually(lambda: _progress(api, "25%"), "progress 25%", 30)
             assert s["globalWatermark"] == "2026-11-01T15:00:00Z" and s["alignmentLag"] == "300s"
-            await report(http, coordinator.url, members[0], START + timedelta(hours=2), driver)
-            await report(http, coordinator.url, members[1], START + timedelta(hours=2), driver)
+            assert (s["readBytes"], s["readFiles"]) == (5_000_000, 3), "what the sources read, summed"
+            assert s.get("readRate") is None, "one report per member: no rate yet"
+            await report(http, coordinator.url, members[0], START + timedelta(hours=2), driver, read=(9_000_000, 4))
+            await report(http, coordinator.url, members[1], START + timedelta(hours=2), driver, read=(2_000_000, 2))
             s = await eventually(lambda: _progress(api, "50%"), "progress 50%", 30)
             assert s["eta"], "a second observation gives a rate, hence an ETA"
+            assert (s["readBytes"], s["readFiles"]) == (11_000_000, 6)
+            assert s["readBytesPerSecond"] > 0 and s["readRate"].endswith("files/s"), s
             scraped = generate_latest(metrics.registry).decode()
             assert 'kappa_backfill_progress_ratio{backfill="rmi-outage",namespace="default"} 0.5' in scraped
             assert f'kappa_alignment_global_watermark_seconds{{group="{GROUP}"}}' in scraped

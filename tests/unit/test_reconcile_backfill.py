@@ -10,11 +10,20 @@ from typing import Any
 import yaml
 
 from kappa_operator.coordinator.core import GroupSpec, joined, left
+from kappa_operator.coordinator.groups import Progress as Seen
 from kappa_operator.coordinator.groups import owned
 from kappa_operator.coordinator.scopes import verify
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import NONCE, plan_backfill, progress, progress_status, published
+from kappa_operator.reconcile.backfill import (
+    NONCE,
+    byte_rate,
+    plan_backfill,
+    progress,
+    progress_status,
+    progress_update,
+    published,
+)
 from kappa_operator.render.spark_application import Owner
 from spark_app.config import JobConfig
 from spark_app.publish_report import PublishReport, TableReport
@@ -294,3 +303,26 @@ def test_progress_status_uses_the_previous_observation_for_the_eta() -> None:
     second = progress_status(bf({"phase": "Running", **first}), us2, 0, t0 + timedelta(minutes=5))
     assert second["progress"] == "50%" and second["eta"] == "0:10:00"
     assert progress_status(bf(), -(2**62), None, t0)["globalWatermark"] is None, "held: no watermark yet"
+
+
+def test_the_read_rate_is_shown_and_a_change_of_rate_alone_is_written() -> None:
+    t0 = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    us = int((START + timedelta(hours=1)).timestamp() * 1e6)
+    older = Seen(us, 0, False)  # a Spark side that does not report reads: no read fields at all
+    assert not {"readRate", "readBytes"} & set(progress_status(bf({"phase": "Running"}), us, 0, t0, older))
+    first = Seen(us, 0, False, read_bytes=5_000_000, read_files=3)  # one sample: totals, no rate yet
+    shown = progress_update(bf({"phase": "Running"}), us, 0, t0, first)
+    assert shown is not None
+    assert (shown["readBytes"], shown["readFiles"], shown["readRate"]) == (5_000_000, 3, None)
+    fast = Seen(us, 0, False, read_bytes=9_000_000, read_files=5, read_bytes_per_s=48_200_000.0, read_files_per_s=3.1)
+    again = progress_update(bf({"phase": "Running", **shown}), us, 0, t0 + timedelta(seconds=5), fast)
+    assert again is not None, "the same progress but a new read rate is written"
+    assert again["readRate"] == "48.2 MB/s, 3.10 files/s" and again["readBytesPerSecond"] == 48_200_000.0
+    assert progress_update(bf({"phase": "Running", **again}), us, 0, t0 + timedelta(seconds=10), fast) is None
+    assert [byte_rate(x) for x in (999, 1000, 2_500_000, 7.5e9, 1.2e13)] == [
+        "999 B/s",
+        "1.0 kB/s",
+        "2.5 MB/s",
+        "7.5 GB/s",
+        "12000.0 GB/s",
+    ]
