@@ -17,10 +17,12 @@ Per configuration: ``batches_error`` = |planned - actual| / actual micro-batches
 read rows), ``state_error`` the same for peak state rows (the most rows any batch left in the
 query's state operators), ``lateness_verdict_correct`` (the plan's ``lateness_ok`` equals the
 guard's decision at the start of the run), ``eta_error`` = |predicted - actual| / actual wall
-seconds of the run, predicted as plan rows / (calibrated rows/s per core x cores), the operator's
-ETA. ``eta.batch_aware_*`` splits the same calibration run into time outside micro-batches, a
-fixed cost per batch and a cost per row (least squares over its batches) and predicts with the
-plan's batches and rows: what a per-batch term would add to that ETA. Overall: the max of each
+seconds of the run, predicted by the operator's ETA (``kappa_operator.reconcile.estimates.eta``)
+from the calibration run as the operator records it: its rows, seconds, cores and its driver's
+run report (``spark_app.run_report``: a cost per micro-batch and per row, a Theil-Sen line over
+its batches; the rest of its wall time is outside batches), times the plan's batches and rows.
+``rows_only_*``: the fallback for runs recorded without a report (plan rows / calibrated rows/s
+per core x cores). Overall: the max of each
 error, and whether every verdict was right. Targets (issue 17): batches 10%, peak state 30%,
 ETA 50%, verdicts always. Run from the repository root::
 
@@ -82,40 +84,29 @@ def relative(planned: float, actual: float) -> float | None:
     return round(abs(planned - actual) / actual, 4) if actual else None
 
 
-def batch_costs(progress: list[dict[str, Any]], wall: float) -> dict[str, float]:
-    """One run's time split into a fixed cost per micro-batch and a cost per row (least squares
-    over its batches' durations against their input rows), and the time outside batches: what
-    a batch-aware ETA would calibrate from the same single run."""
-    points = [(p["numInputRows"], p["durationMs"]["triggerExecution"] / 1000) for p in progress if p["numInputRows"]]
-    busy = sum(p["durationMs"]["triggerExecution"] / 1000 for p in progress)
-    n = len(points)
-    mean_x, mean_y = sum(x for x, _ in points) / max(n, 1), sum(y for _, y in points) / max(n, 1)
-    var = sum((x - mean_x) ** 2 for x, _ in points)
-    slope = max(sum((x - mean_x) * (y - mean_y) for x, y in points) / var, 0.0) if var else 0.0
-    per_batch = max(mean_y - slope * mean_x, 0.0)
-    if var == 0 and n:  # one batch (or equal ones): nothing to separate, all per row
-        slope, per_batch = mean_y / max(mean_x, 1), 0.0
-    return {"per_batch_s": round(per_batch, 4), "per_row_s": slope, "outside_batches_s": round(wall - busy, 3)}
-
-
 def eta(calibration: dict[str, Any], target: dict[str, Any], cores: int) -> dict[str, Any]:
-    """``target``'s wall time predicted from one calibration run: the operator's ETA (plan rows
-    over the calibration's rows/s per core x cores), and a batch-aware one (the calibration
-    split into time outside batches, a cost per batch and a cost per row, times the plan's
-    batches and rows)."""
+    """``target``'s wall time predicted by the operator's own ETA (``estimates.eta``) from one
+    calibration run, recorded as the operator records a finished backfill: its rows, wall
+    seconds and cores, and its driver's run report (costs per batch and per row). Also the
+    rows-only fallback (runs recorded without a report)."""
+    from kappa_operator.reconcile.estimates import Run, run_costs
+    from kappa_operator.reconcile.estimates import eta as operator_eta
+    from spark_app.run_report import RunReport
+
     calib, planned, actual = calibration["actual"], target["planned"], target["actual"]["seconds"]
-    per_core = calib["rows"] / calib["seconds"] / cores  # what the operator records of a finished run
-    predicted = planned["rows"] / (per_core * cores)
-    costs = calib["costs"]
-    aware = (
-        costs["outside_batches_s"] + planned["batches"] * costs["per_batch_s"] + planned["rows"] * costs["per_row_s"]
-    )
+    report = RunReport.model_validate(calib["run_report"])
+    run = Run("bench/calibration", calib["rows"], calib["seconds"], cores, "2026-01-01T00:00:00Z")
+    costed = Run(run.backfill, run.rows, run.seconds, cores, run.finished_at, run_costs(report, run.seconds, cores))
+    rows_only, _ = operator_eta(planned["rows"], cores, [run])
+    aware, basis = operator_eta(planned["rows"], cores, [costed], planned["batches"])
+    assert rows_only is not None and aware is not None
     return {
-        "predicted_s": round(predicted, 1),
+        "predicted_s": round(aware.total_seconds(), 1),
         "actual_s": actual,
-        "error": relative(predicted, actual),
-        "batch_aware_predicted_s": round(aware, 1),
-        "batch_aware_error": relative(aware, actual),
+        "error": relative(aware.total_seconds(), actual),
+        "basis": basis,
+        "rows_only_predicted_s": round(rows_only.total_seconds(), 1),
+        "rows_only_error": relative(rows_only.total_seconds(), actual),
     }
 
 
@@ -123,6 +114,7 @@ def measure(spark: Any, cfg: Any) -> dict[str, Any]:
     """Plan the backfill, then run it; the plan's predictions next to what the run did."""
     from spark_app.errors import LatenessError
     from spark_app.planning.plan import plan_backfill
+    from spark_app.run_report import read_report
     from spark_app.runtime import run
 
     t0 = time.monotonic()
@@ -157,7 +149,16 @@ def measure(spark: Any, cfg: Any) -> dict[str, Any]:
         "rows": report.input_rows,
         "dropped_by_watermark": report.dropped_by_watermark,
         "seconds": round(wall, 3),
-        "costs": batch_costs(report.progress, wall),
+        "run_report": read_report(cfg).model_dump(mode="json"),  # as the driver left it for the operator
+        "batches_ms": [  # rows, trigger, addBatch, state commit per batch: what the costs are fitted on
+            [
+                p["numInputRows"],
+                p["durationMs"].get("triggerExecution", 0),
+                p["durationMs"].get("addBatch", 0),
+                sum(op.get("commitTimeMs", 0) for op in p.get("stateOperators", [])),
+            ]
+            for p in report.progress
+        ],
     }
     return {
         "planned": planned,
@@ -231,12 +232,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     by_calibration = {
         c: {
             k: max(e[k] for e in (eta(results[c], results[t], cores) for t in ran if t != c))
-            for k in ("error", "batch_aware_error")
+            for k in ("error", "rows_only_error")
         }
         for c in ran
     }
     calib = results[CALIBRATION]["actual"]
-    rate, costs = calib["rows"] / calib["seconds"] / cores, calib["costs"]
+    rate, costs = calib["rows"] / calib["seconds"] / cores, calib["run_report"]["costs"]
 
     def worst(key: str) -> float | None:
         values = [r[key] for r in results.values() if r.get(key) is not None]
@@ -248,7 +249,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "state_error": worst("state_error"),
         "rows_error": worst("rows_error"),
         "eta_error": max((e["error"] for e in etas), default=None),
-        "eta_error_batch_aware": max((e["batch_aware_error"] for e in etas), default=None),
+        "eta_error_rows_only": max((e["rows_only_error"] for e in etas), default=None),
         "lateness_verdict_correct": all(r["lateness_verdict_correct"] for r in results.values()),
         "eta_by_calibration": by_calibration,
     }
@@ -268,7 +269,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "rows_per_second_per_core": round(rate, 1),
             "per_batch_s": costs["per_batch_s"],
             "per_row_ms": round(costs["per_row_s"] * 1000, 4),
-            "outside_batches_s": costs["outside_batches_s"],
+            "outside_batches_s": round(calib["seconds"] - costs["busy_s"], 3),
         },
         "configurations": results,
         "machine": machine(),

@@ -44,6 +44,7 @@ from spark_app.errors import ConfigError, IncompleteBackfillError, KappaError, L
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
 from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.splits import max_span
+from spark_app.run_report import write_report as write_run_report
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
 from spark_app.sources.iceberg.datasource import FORMAT, KappaIcebergDataSource
@@ -423,6 +424,8 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         record_finality(cfg, edges)
     report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.externalized = externalized
+    if cfg.mode == "backfill":
+        write_run_report(cfg, report.seconds, progress)  # its costs calibrate the next plans' ETAs
     if ledger is not None:
         report.reads, report.read_cap = ledger.members(), ledger.cap()
     return report

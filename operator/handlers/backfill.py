@@ -46,6 +46,8 @@ from kappa_operator.render.jobconfig import backfill_config, backfill_group, gro
 from kappa_operator.render.spark_application import Owner
 from spark_app.plan_report import read_report as read_plan_report
 from spark_app.publish_report import PublishReport, read_report
+from spark_app.run_report import RunReport
+from spark_app.run_report import read_report as read_run_report
 
 KIND = "Backfill"
 PLURAL = "backfills"
@@ -78,6 +80,21 @@ def _report(bf: Backfill, job: StreamingJob | None, publish_app: dict[str, Any] 
     if job is None or publish_app is None or app_state(publish_app) not in ENDED:
         return None
     return read_report(backfill_config(bf, job, None))
+
+
+def _run_report(bf: Backfill, job: StreamingJob | None, app: dict[str, Any] | None) -> RunReport | None:
+    """A planned backfill's driver report (a KB next to its checkpoint), once its application
+    completed and until it succeeded: its costs calibrate the namespace's next ETAs."""
+    status = bf.status
+    if job is None or app is None or app_state(app) != "COMPLETED" or status is None or status.plan is None:
+        return None
+    if status.phase == "Succeeded":
+        return None
+    try:
+        return read_run_report(backfill_config(bf, job, None))
+    except Exception as exc:  # an ETA basis is not worth failing a finished backfill over
+        log.warning("Backfill %s/%s: run report unreadable: %s", bf.metadata.namespace, bf.metadata.name, exc)
+        return None
 
 
 def _planning(bf: Backfill, job: StreamingJob | None, app: dict[str, Any] | None) -> Planning | None:
@@ -142,6 +159,7 @@ def _plan(
         report,
         planning=_planning(bf, job, app),
         admission=_admission(bf, body, app) if job is not None else None,
+        run_report=_run_report(bf, job, app),
     )
 
 

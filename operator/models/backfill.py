@@ -273,6 +273,14 @@ class Calibration(CRModel):
     cores: int
     """Executor cores (instances x cores)."""
     rows_per_second_per_core: float
+    batches: int | None = None
+    """Micro-batches that read rows (from its driver's run report, as the next four)."""
+    seconds_per_batch: float | None = None
+    """What a micro-batch cost whatever it carried."""
+    core_microseconds_per_row: float | None = None
+    """What a row cost one executor core."""
+    seconds_outside_batches: float | None = None
+    """Submission, query start, planning and publish."""
 
 
 class BackfillStatus(StatusBase):

@@ -40,6 +40,7 @@ from spark_app.config import JobConfig
 from spark_app.errors import KappaError
 from spark_app.plan_report import PlanReport
 from spark_app.publish_report import PublishReport
+from spark_app.run_report import RunReport
 
 if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
     from kappa_operator.coordinator.groups import Progress as GroupProgress
@@ -177,18 +178,20 @@ def plan_backfill(
     *,
     planning: Planning | None = None,
     admission: Admitted | Queued | None = None,
+    run_report: RunReport | None = None,
 ) -> BackfillPlan:
     """``admin_token``: the coordinator's, from which this backfill's credential (scoped to its
     group) is derived. ``job_saved``: ``job`` is the copy kept at submission (the StreamingJob
     was deleted since): the backfill finishes with it. ``publish_app`` and ``report``: the
     publish application and the report it left (read only once that application ended).
     ``planning``: the plan application, its report and the namespace's calibration runs.
-    ``admission``: whether it may start now (None: no limits)."""
+    ``admission``: whether it may start now (None: no limits). ``run_report``: what its driver
+    measured of its micro-batches, once its application completed (calibrates the next ETAs)."""
     plan = _decide(bf, job, app, coordinator_url, now, admin_token, job_saved, publish_app, report, planning, admission)
     phase_now = bf.status.phase if bf.status else None
     if plan.status.get("phase") != "Succeeded" or phase_now == "Succeeded" or job is None:
         return plan
-    run = measured(bf, job, datetime.fromisoformat(now.replace("Z", "+00:00")))
+    run = measured(bf, job, datetime.fromisoformat(now.replace("Z", "+00:00")), run_report)
     if run is None:
         return plan
     return replace(plan, status={**plan.status, "calibration": calibration(run)}, record_calibration=run)

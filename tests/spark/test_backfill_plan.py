@@ -24,6 +24,7 @@ from spark_app.__main__ import main as spark_app_main
 from spark_app.errors import LatenessError, WarmupError
 from spark_app.plan_report import PlanReport, read_report
 from spark_app.planning.plan import plan_backfill
+from spark_app.run_report import read_report as read_run_report
 from spark_app.runtime import run
 from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0, Dataset, sources
@@ -76,6 +77,11 @@ def test_the_plan_predicts_the_aligned_run(spark: SparkSession, dataset: Dataset
     # the range join's 30-minute bound: warm-up and state horizon from the analyzed plan
     assert plan.recommended_warmup_s == 1800 and plan.state_horizon_s == 3600 and plan.warmup_ok
     assert plan.horizon == "range join bound of 30m"
+    # the driver's run report (next to its checkpoint) is what calibrates the operator's ETAs
+    left = read_run_report(cfg)
+    assert left is not None and left.backfill == cfg.name
+    assert (left.costs.batches, left.costs.rows) == (report.batches, report.input_rows)
+    assert 0 < left.costs.busy_s <= left.seconds and left.costs.per_batch_s >= 0 and left.costs.per_row_s >= 0
 
 
 def test_unordered_is_one_batch_with_everything_in_state(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ Running once admitted), and with spec.dryRun (Planning -> Planned -> run)."""
 from __future__ import annotations
 
 import itertools
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.admission import ACTIVE, Admitted, Candidate, Limits, Queued, decide
 from kappa_operator.reconcile.backfill import Planning, plan_backfill
 from kappa_operator.reconcile.estimates import Run, eta, recorded, runs_from
+from spark_app.run_report import RunReport, batch_costs
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-24T10:00:00Z"
@@ -300,3 +302,70 @@ def test_the_queue_order_is_total_and_stable() -> None:
     order = [decide(b, names, Limits(max_concurrent=0)) for b in names]
     positions = sorted(q.position for q in order if isinstance(q, Queued))
     assert positions == [1, 2, 3, 4]
+
+
+def test_a_run_report_splits_the_calibration_and_the_eta_counts_batches() -> None:
+    """A sparse and a dense backfill of the same batch count take about as long (the batches'
+    fixed cost): the batch-aware ETA says so, rows per second alone is 10x off for one of them."""
+    bf, job = manifests(publish={"enabled": False})
+    cores = job.spec.executor.instances * job.spec.executor.cores
+    # the dense calibration run: 11 batches of 45k rows at 1.2 s + 2 us/row, 2 triggers without rows
+    progress = [{"numInputRows": 45_000 + 1000 * (i % 3), "durationMs": {"triggerExecution": 0}} for i in range(11)]
+    for p in progress:
+        p["durationMs"]["triggerExecution"] = round(1000 * (1.2 + 2e-6 * p["numInputRows"]))
+    progress[0]["durationMs"]["triggerExecution"] += 1800  # the query's start, in its first trigger
+    progress += [{"numInputRows": 0, "durationMs": {"triggerExecution": 300}}] * 2
+    progress[5]["durationMs"]["triggerExecution"] += 2500  # a spike (a GC, a slow commit): not a cost
+    costs = batch_costs(progress)
+    assert costs.batches == 11 and costs.per_batch_s == pytest.approx(1.2, abs=0.01)
+    assert costs.per_row_s == pytest.approx(2e-6, rel=0.02)
+    assert costs.busy_s == pytest.approx(11 * 1.2 + 2e-6 * costs.rows + 1.8 + 2.5 + 0.6, abs=0.05)
+    assert batch_costs([{"numInputRows": 10, "durationMs": {"triggerExecution": 500}}]).per_batch_s == 0.0
+    assert batch_costs([]).batches == 0
+
+    report = RunReport(backfill="b", seconds=costs.busy_s + 2, costs=costs, finished_at=datetime(2026, 11, 24, 10))
+    bf = with_status(
+        bf,
+        {
+            "phase": "Running",
+            "restartNonce": 0,
+            "startedAt": "2026-11-24T09:59:40Z",
+            "plan": {
+                "files": 1,
+                "bytes": 1,
+                "rows": costs.rows,
+                "expectedBatches": 11,
+                "peakStateRows": 1,
+                "latenessRequired": "1m",
+                "latenessOk": True,
+                "latenessMessage": "ok",
+                "etaBasis": "none",
+                "plannedAt": NOW,
+            },
+        },
+    )
+    completed = {
+        "metadata": {"annotations": {"kappa.dev/restart-nonce": "0"}},
+        "status": {"applicationState": {"state": "COMPLETED"}},
+    }
+    done = plan_backfill(bf, job, completed, None, "2026-11-24T10:00:00Z", run_report=report)
+    run = done.record_calibration
+    assert run is not None and run.costs is not None and run.seconds == 20.0
+    assert run.costs.outside_s == pytest.approx(20.0 - costs.busy_s, abs=0.01), "operator's wall minus batches"
+    shown = done.status["calibration"]
+    assert shown["batches"] == 11 and shown["secondsPerBatch"] == pytest.approx(1.2, abs=0.01)
+    assert shown["coreMicrosecondsPerRow"] == pytest.approx(2 * cores, rel=0.02)
+    (back,) = runs_from(recorded({}, "uid", run))
+    assert back.costs == run.costs, "the costs survive the ConfigMap"
+
+    # a sparse run of as many batches with a tenth of the rows: the same time outside batches
+    # and per batch, a tenth of the rows' time (the calibration's spikes are not repeated)
+    sparse_rows = costs.rows // 10
+    sparse_s = run.costs.outside_s + 11 * 1.2 + sparse_rows * 2e-6
+    took, basis = eta(sparse_rows, cores, [back], batches=11)
+    assert took is not None and "11 batches" in basis and "core-us" in basis
+    assert abs(took.total_seconds() - sparse_s) / sparse_s < 0.1
+    by_rows, _ = eta(sparse_rows, cores, [back])  # no batch count: rows per second per core
+    assert by_rows is not None and by_rows.total_seconds() < sparse_s / 5, "rows alone: far too fast"
+    older = Run("ns/old", 1000, 10.0, 1, "2026-11-24T08:00:00Z")  # recorded before run reports
+    assert "rows/s per core" in eta(1000, 1, [older], batches=3)[1]
