@@ -244,33 +244,34 @@ def test_a_plan_that_fails_the_guard_or_warns_says_so_in_events() -> None:
     assert [e.reason for e in lost.events] == ["Planned", "PlanFailed"]
 
 
+COMPLETED = {
+    "metadata": {"annotations": {"kappa.dev/restart-nonce": "0"}},
+    "status": {"applicationState": {"state": "COMPLETED"}},
+}
+"""Its application as the Spark operator reports it once its query ended."""
+
+
+def planned_and_running(bf: Backfill, rows: int, batches: int, started: str) -> Backfill:
+    """``bf`` planned (a dry run's status.plan) and then submitted at ``started``."""
+    plan = {
+        "files": 1,
+        "bytes": 1,
+        "rows": rows,
+        "expectedBatches": batches,
+        "peakStateRows": 1,
+        "latenessRequired": "1m",
+        "latenessOk": True,
+        "latenessMessage": "ok",
+        "etaBasis": "none",
+        "plannedAt": NOW,
+    }
+    return with_status(bf, {"phase": "Running", "restartNonce": 0, "startedAt": started, "plan": plan})
+
+
 def test_a_planned_backfill_that_succeeds_records_its_throughput() -> None:
     bf, job = manifests(publish={"enabled": False})
-    bf = with_status(
-        bf,
-        {
-            "phase": "Running",
-            "restartNonce": 0,
-            "startedAt": "2026-11-24T09:00:00Z",
-            "plan": {
-                "files": 1,
-                "bytes": 1,
-                "rows": 3_600_000,
-                "expectedBatches": 1,
-                "peakStateRows": 1,
-                "latenessRequired": "1m",
-                "latenessOk": True,
-                "latenessMessage": "ok",
-                "etaBasis": "none",
-                "plannedAt": NOW,
-            },
-        },
-    )
-    completed = {
-        "metadata": {"annotations": {"kappa.dev/restart-nonce": "0"}},
-        "status": {"applicationState": {"state": "COMPLETED"}},
-    }
-    done = plan_backfill(bf, job, completed, None, "2026-11-24T10:00:00Z")
+    bf = planned_and_running(bf, rows=3_600_000, batches=1, started="2026-11-24T09:00:00Z")
+    done = plan_backfill(bf, job, COMPLETED, None, "2026-11-24T10:00:00Z")
     assert done.status["phase"] == "Succeeded" and done.record_calibration is not None
     cores = job.spec.executor.instances * job.spec.executor.cores
     assert done.status["calibration"] == {
@@ -324,31 +325,8 @@ def test_a_run_report_splits_the_calibration_and_the_eta_counts_batches() -> Non
     assert batch_costs([]).batches == 0
 
     report = RunReport(backfill="b", seconds=costs.busy_s + 2, costs=costs, finished_at=datetime(2026, 11, 24, 10))
-    bf = with_status(
-        bf,
-        {
-            "phase": "Running",
-            "restartNonce": 0,
-            "startedAt": "2026-11-24T09:59:40Z",
-            "plan": {
-                "files": 1,
-                "bytes": 1,
-                "rows": costs.rows,
-                "expectedBatches": 11,
-                "peakStateRows": 1,
-                "latenessRequired": "1m",
-                "latenessOk": True,
-                "latenessMessage": "ok",
-                "etaBasis": "none",
-                "plannedAt": NOW,
-            },
-        },
-    )
-    completed = {
-        "metadata": {"annotations": {"kappa.dev/restart-nonce": "0"}},
-        "status": {"applicationState": {"state": "COMPLETED"}},
-    }
-    done = plan_backfill(bf, job, completed, None, "2026-11-24T10:00:00Z", run_report=report)
+    bf = planned_and_running(bf, rows=costs.rows, batches=11, started="2026-11-24T09:59:40Z")
+    done = plan_backfill(bf, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=report)
     run = done.record_calibration
     assert run is not None and run.costs is not None and run.seconds == 20.0
     assert run.costs.outside_s == pytest.approx(20.0 - costs.busy_s, abs=0.01), "operator's wall minus batches"
