@@ -89,12 +89,12 @@ def report_location(cfg: JobConfig) -> tuple[Location, str]:
 
 
 def write_report(cfg: JobConfig, seconds: float, progress: Sequence[dict[str, Any]]) -> RunReport | None:
-    """Leave the report; a storage failure is logged, not raised: the backfill's output is
-    committed already, and only the next plans' ETAs lose this run."""
-    report = RunReport(
-        backfill=cfg.name, seconds=round(seconds, 3), costs=batch_costs(progress), finished_at=datetime.now(UTC)
-    )
+    """Leave the report; a failure (storage, or a progress it cannot read) is logged, not
+    raised: the backfill's output is committed already, and only the next plans' ETAs lose
+    this run."""
     try:
+        costs = batch_costs(progress)
+        report = RunReport(backfill=cfg.name, seconds=round(seconds, 3), costs=costs, finished_at=datetime.now(UTC))
         loc, name = report_location(cfg)
         loc.write_bytes(name, report.model_dump_json(indent=2).encode())
     except Exception:

@@ -296,8 +296,8 @@ def left(existing: GroupSpec, members: tuple[str, ...]) -> GroupSpec | None:
 
 
 def _next_member(group: str, old: MemberState | None, report: Report, now_us: int) -> MemberState:
-    if old is None or report.reset:
-        return MemberState(report.watermark, report.finished, now_us, now_us, 1)
+    if old is None or report.reset:  # what it read stays: a restarted reader's totals continue from its offsets
+        return MemberState(report.watermark, report.finished, now_us, now_us, 1, None if old is None else old.reads)
     if report.finished:  # any time, idempotent; the last watermark stays for diagnosis
         return replace(old, finished=True, last_report_us=now_us, reports=old.reports + 1)
     new = report.watermark

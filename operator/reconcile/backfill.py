@@ -161,7 +161,14 @@ class _Status:
         return self.bf.status.model_dump(by_alias=True, exclude_none=True) if self.bf.status else {}
 
 
-DONE = {"progress": "100%", "progressRatio": 1.0, "eta": None, "alignmentLag": None}
+DONE = {
+    "progress": "100%",
+    "progressRatio": 1.0,
+    "eta": None,
+    "alignmentLag": None,
+    "readRate": None,
+    "readBytesPerSecond": None,
+}
 """A finished backfill's progress fields (no stale ETA or lag from its last sample)."""
 
 
@@ -511,7 +518,9 @@ def progress_update(
     dropping to 0%; an unchanged ratio and lag are not written again (a thousand backfills
     must not patch every few seconds)."""
     if global_watermark_us is None or global_watermark_us < 0:
-        return None
+        reads = read_fields(seen)  # held or all finished: no progress to show, but what was read
+        current = bf.status.model_dump(by_alias=True) if bf.status else {}
+        return reads if reads and any(reads[k] != current.get(k) for k in ("readBytes", "readRate")) else None
     fields = progress_status(bf, global_watermark_us, lag_us, now, seen)
     current = bf.status.model_dump(by_alias=True) if bf.status else {}
     watched = ("progressRatio", "alignmentLag", "readRate")

@@ -14,6 +14,7 @@ yet."""
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +31,7 @@ KEEP = 20
 """Runs kept per namespace (the newest)."""
 USED = 5
 """Runs an ETA is computed from (the newest; their median rate)."""
+MAX_ETA_S = 10 * 365 * 86400
 
 
 @dataclass(frozen=True)
@@ -67,20 +69,37 @@ def executor_cores(job: StreamingJob) -> int:
 
 
 def runs_from(data: dict[str, str] | None) -> list[Run]:
-    """The recorded runs, newest first (entries that do not parse are skipped, not fatal)."""
+    """The recorded runs, newest first. The ConfigMap is anyone's to edit: an entry that does
+    not parse, or whose numbers could not be a run (not finite, not positive), is skipped."""
     out = []
     for value in (data or {}).values():
         try:
-            raw = json.loads(value)
-            c = raw.get("costs")
-            costs = None
-            if c is not None:
-                costs = Costs(int(c["batches"]), float(c["perBatchS"]), float(c["coreSPerRow"]), float(c["outsideS"]))
-            run = Run(raw["backfill"], int(raw["rows"]), float(raw["seconds"]), int(raw["cores"]), raw["at"], costs)
-            out.append(run)
-        except (ValueError, KeyError, TypeError, AttributeError):
+            run = _run(json.loads(value))
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             continue
-    return sorted((r for r in out if r.seconds > 0 and r.cores > 0), key=lambda r: r.finished_at, reverse=True)
+        if run is not None:
+            out.append(run)
+    return sorted(out, key=lambda r: r.finished_at, reverse=True)
+
+
+def _positive(x: Any) -> float | None:
+    v = float(x)
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def _run(raw: dict[str, Any]) -> Run | None:
+    name, at = raw["backfill"], raw["at"]
+    rows, seconds, cores = _positive(raw["rows"]), _positive(raw["seconds"]), _positive(raw["cores"])
+    if not (isinstance(name, str) and isinstance(at, str)) or rows is None or seconds is None or cores is None:
+        return None
+    if rows < 1 or cores < 1:
+        return None
+    costs = None
+    if (c := raw.get("costs")) is not None:
+        values = [float(c[k]) for k in ("perBatchS", "coreSPerRow", "outsideS")]
+        if all(math.isfinite(v) and 0 <= v < 1e9 for v in values):
+            costs = Costs(int(c["batches"]), *values)
+    return Run(name, int(rows), seconds, int(cores), at, costs)
 
 
 def recorded(data: dict[str, str] | None, key: str, run: Run) -> dict[str, str]:
@@ -120,9 +139,14 @@ def eta(rows: int, cores: int, runs: list[Run], batches: int | None = None) -> t
     rate = statistics.median(r.rate for r in used)
     names = ", ".join(r.backfill for r in used)
     seconds = rows / (rate * cores)
-    return timedelta(seconds=round(seconds)), (
+    return _duration(seconds), (
         f"{rate:,.0f} rows/s per core (median of {len(used)} finished backfill(s): {names}) x {cores} cores"
     )
+
+
+def _duration(seconds: float) -> timedelta:
+    """An ETA as a timedelta, at most ten years (recorded runs are anyone's to edit)."""
+    return timedelta(seconds=round(min(max(seconds, 0.0), MAX_ETA_S)))
 
 
 def _batch_aware(rows: int, batches: int, cores: int, runs: list[Run]) -> tuple[timedelta, str]:
@@ -132,7 +156,7 @@ def _batch_aware(rows: int, batches: int, cores: int, runs: list[Run]) -> tuple[
     core_s_per_row = statistics.median(c.core_s_per_row for c in costs)
     seconds = outside + batches * per_batch + rows * core_s_per_row / cores
     names = ", ".join(r.backfill for r in runs)
-    return timedelta(seconds=round(seconds)), (
+    return _duration(seconds), (
         f"{outside:,.0f}s outside micro-batches + {batches} batches x {per_batch:.2f}s + {rows:,} rows x "
         f"{core_s_per_row * 1e6:.1f} core-us / {cores} cores (medians of {len(runs)} finished backfill(s): {names})"
     )

@@ -102,8 +102,8 @@ class HttpWatermarkProvider:
             try:
                 data = self._post(body)
             except CoordinatorRejectedError as exc:
-                if "readBytes" not in body or "read" not in str(exc):
-                    raise
+                if "readBytes" not in body or not any(f"{f}:" in str(exc) for f in ("readBytes", "readFiles")):
+                    raise  # a refusal of something else (a group or member name may well hold "read")
                 # A coordinator older than the read counts refuses unknown fields: alignment
                 # matters, the counts do not, so report without them from now on.
                 log.warning("the coordinator does not take read counts (%s); reporting without them", exc)

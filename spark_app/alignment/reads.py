@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from spark_app.alignment.local import locked_state
-from spark_app.planning.read_rate import Cost, Fit, ReadBudget, TokenBucket, fit
+from spark_app.planning.read_rate import PATIENCE_S, Cost, Fit, ReadBudget, TokenBucket, fit
 
 
 def ledger_file(state_file: str, job: str) -> Path:
@@ -71,7 +71,7 @@ class ReadLedger:
             return None
         with locked_state(self.path) as state:
             budget = ReadBudget(_bucket(state.get("bytes")), _bucket(state.get("files")))
-            decision = fit(costs, budget, now)
+            decision = fit(costs, budget, now, patient=waited_s >= PATIENCE_S)
             state["bytes"], state["files"] = _raw(decision.budget.bytes), _raw(decision.budget.files)
             if decision.count:
                 old = self._member(state, member)

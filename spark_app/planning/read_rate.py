@@ -27,6 +27,9 @@ BURST_S = 2.0
 """Capacity of a bucket in seconds of its rate: enough that a micro-batch's fixed cost (~1 s)
 does not waste refill, small enough that a minute's average stays within ~3% of the cap."""
 
+PATIENCE_S = 2 * BURST_S
+"""After waiting this long, a source's next split goes in as soon as the buckets are out of debt."""
+
 Cost = tuple[int, int]
 """What admitting one split costs: (bytes, files)."""
 FileLayout = tuple[int, tuple[int, ...]]
@@ -143,10 +146,15 @@ class Fit:
     """What the admitted splits cost together."""
 
 
-def fit(costs: Sequence[Cost], budget: ReadBudget, now: float) -> Fit:
+def fit(costs: Sequence[Cost], budget: ReadBudget, now: float, patient: bool = False) -> Fit:
     """The longest prefix of ``costs`` the tokens available at ``now`` pay for; when not even
     the first fits, that one alone once every bucket holds what it needs (the bucket goes into
-    debt), else nothing and how long to wait for it. Without any bucket, everything fits."""
+    debt), else nothing and how long to wait for it. Without any bucket, everything fits.
+
+    ``patient``: the caller has waited ``PATIENCE_S`` already. Its first split then goes in as
+    soon as no bucket is in debt, not when one holds the split's need: other sources with
+    small splits, sharing the bucket, would otherwise keep it below that need forever. The
+    bound is unchanged (the debt it makes is one split, as for any split that does not fit)."""
     if not budget.capped:
         total = (sum(c[0] for c in costs), sum(c[1] for c in costs))
         return Fit(len(costs), 0.0, budget, total)
@@ -161,10 +169,11 @@ def fit(costs: Sequence[Cost], budget: ReadBudget, now: float) -> Fit:
         count, spent_bytes, spent_files = count + 1, spent_bytes + nbytes, spent_files + nfiles
     if count == 0:
         first = budget._pairs(costs[0])
-        if all(_fits(a, b.need(amount)) for (_, a), (b, amount) in zip(avail, first, strict=True)):
+        needs = [0.0 if patient else b.need(amount) for b, amount in first]
+        if all(_fits(a, need) for (_, a), need in zip(avail, needs, strict=True)):
             count, spent_bytes, spent_files = 1, costs[0][0], costs[0][1]
         else:
-            wait = max(b.seconds_until(b.need(amount), now) for b, amount in first)
+            wait = max(b.seconds_until(need, now) for (b, _), need in zip(first, needs, strict=True))
             return Fit(0, wait, budget, (0, 0))
     spent = (spent_bytes, spent_files)
     return Fit(count, 0.0, budget.take(spent, now), spent)

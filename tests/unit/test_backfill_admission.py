@@ -6,6 +6,7 @@ Running once admitted), and with spec.dryRun (Planning -> Planned -> run)."""
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -347,3 +348,41 @@ def test_a_run_report_splits_the_calibration_and_the_eta_counts_batches() -> Non
     assert by_rows is not None and by_rows.total_seconds() < sparse_s / 5, "rows alone: far too fast"
     older = Run("ns/old", 1000, 10.0, 1, "2026-11-24T08:00:00Z")  # recorded before run reports
     assert "rows/s per core" in eta(1000, 1, [older], batches=3)[1]
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"backfill": "ns/b", "rows": 10, "seconds": 1, "cores": 1, "at": 5},
+        {"backfill": "ns/b", "rows": 10, "seconds": 1, "cores": 1, "at": None},
+        {"backfill": 1, "rows": 10, "seconds": 1, "cores": 1, "at": "2026-11-24T09:00:00Z"},
+        {"backfill": "ns/b", "rows": 0, "seconds": 1, "cores": 1, "at": "2026-11-24T09:00:00Z"},
+        {"backfill": "ns/b", "rows": 10, "seconds": "Infinity", "cores": 1, "at": "2026-11-24T09:00:00Z"},
+        {"backfill": "ns/b", "rows": 10, "seconds": -3, "cores": 1, "at": "2026-11-24T09:00:00Z"},
+        {"backfill": "ns/b", "rows": 10, "seconds": 1, "cores": 0.5, "at": "2026-11-24T09:00:00Z"},
+        {"backfill": "ns/b", "rows": 1e400, "seconds": 1, "cores": 1, "at": "2026-11-24T09:00:00Z"},
+        ["not", "a", "dict"],
+    ],
+)
+def test_a_calibration_entry_that_could_not_be_a_run_is_skipped(entry: Any) -> None:
+    """The ConfigMap is anyone's to edit: a bad entry must not stop the operator planning or
+    finishing a backfill (kopf would retry a raising handler forever)."""
+    good = Run("ns/good", 1000, 10.0, 1, "2026-11-24T08:00:00Z")
+    data = {"bad": json.dumps(entry), **recorded(None, "uid-good", good)}
+    runs = runs_from(data)
+    assert [r.backfill for r in runs] == ["ns/good"]
+    took, _ = eta(5000, 2, runs, batches=3)
+    assert took is not None and took.total_seconds() == 25
+    assert recorded(data, "uid-next", good)  # recording the next run still works
+
+
+def test_absurd_costs_are_dropped_and_an_eta_stays_a_duration() -> None:
+    raw = {"backfill": "ns/b", "rows": 10, "seconds": 1, "cores": 1, "at": "2026-11-24T09:00:00Z"}
+    nan = {**raw, "costs": {"batches": 1, "perBatchS": "NaN", "coreSPerRow": 0, "outsideS": 0}}
+    (run,) = runs_from({"x": json.dumps(nan)})
+    assert run.costs is None, "not finite: the run counts by its rows/s"
+    huge = Run("ns/h", 1, 1e-9, 1, "2026-11-24T09:00:00Z")  # one row in a nanosecond: any ETA is tiny
+    assert eta(10**18, 1, [huge])[0] is not None
+    slow = Run("ns/s", 1, 1e12, 1, "2026-11-24T09:00:00Z")
+    took, _ = eta(10**18, 1, [slow])
+    assert took is not None and took.days <= 3650, "capped at ten years, not an OverflowError"

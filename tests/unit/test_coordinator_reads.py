@@ -32,7 +32,7 @@ from kappa_operator.coordinator.groups import EmbeddedGroups, Progress
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.coordinator.store import GroupStore
 from spark_app.alignment import ReadCount
-from spark_app.alignment.http import HttpWatermarkProvider
+from spark_app.alignment.http import CoordinatorRejectedError, HttpWatermarkProvider
 from tests.unit.test_coordinator_service import TOKEN, call, provider
 from tests.unit.test_coordinator_service import declare as declare_over_http
 
@@ -83,12 +83,20 @@ def test_members_reporting_reads_get_a_rate_that_decays_and_is_zero_once_finishe
     assert read_totals(state, (A,), 12 * S) == ReadTotals(10_000, 10, 0.0, 0.0), "finished keeps its totals"
 
 
-def test_a_reset_starts_the_member_reads_afresh() -> None:
+def test_a_reset_keeps_what_the_member_read_until_it_reports_again() -> None:
+    """A restarted reader resets its watermark before its first admission; its totals come
+    from its offsets and continue, so the totals shown must not drop (nor the counter vanish)."""
     state = declare(None, GroupSpec(name="g", members=(A,), max_drift_us=MIN), 0)
     state, _, _ = apply_report(state, reported(A, 5 * MIN, 5000, 5), 0)
     state, _, _ = apply_report(state, reported(A, 1 * MIN, reset=True), 1 * S)
-    assert state.members[A].reads is None
-    assert read_totals(state, (A,), 1 * S) is None
+    totals = read_totals(state, (A,), 1 * S)
+    assert totals is not None and (totals.bytes, totals.files) == (5000, 5)
+    state, _, _ = apply_report(state, reported(A, 2 * MIN, 6000, 6), 2 * S)
+    totals = read_totals(state, (A,), 2 * S)
+    assert totals is not None and (totals.bytes, totals.files) == (6000, 6)
+    state, _, _ = apply_report(state, reported(A, 2 * MIN, 100, 1), 3 * S)  # a fresh ledger: measured afresh
+    totals = read_totals(state, (A,), 3 * S)
+    assert totals is not None and (totals.bytes, totals.files) == (100, 1)
 
 
 def test_no_reads_reported_means_no_totals() -> None:
@@ -158,12 +166,13 @@ class OldCoordinator(BaseHTTPRequestHandler):
     """A coordinator from before read counts: unknown body fields are a 400."""
 
     bodies: list[dict[str, Any]] = []
+    refusal = "readBytes: Extra inputs are not permitted"
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         OldCoordinator.bodies.append(body)
         if "readBytes" in body:
-            status, answer = 400, {"error": "readBytes: Extra inputs are not permitted"}
+            status, answer = 400, {"error": OldCoordinator.refusal}
         else:
             status, answer = 200, {"globalWatermark": body["watermark"], "held": False, "missing": [], "holders": []}
         payload = json.dumps(answer).encode()
@@ -187,7 +196,15 @@ def test_an_older_coordinator_gets_reports_without_read_counts() -> None:
         assert p.report(A, 1 * MIN, read=ReadCount(10, 1)).global_watermark == 1 * MIN
         assert p.report(A, 2 * MIN, read=ReadCount(20, 2)).global_watermark == 2 * MIN
         assert ["readBytes" in b for b in OldCoordinator.bodies] == [True, False, False], "asked once, then not"
+        # another refusal whose text merely holds "read" (a member named job/reader/x, "already")
+        # is not taken for an old coordinator: it is raised, and reads are still sent after it
+        OldCoordinator.refusal = "member 'job/reader/x' is already finished"
+        q = HttpWatermarkProvider(f"http://127.0.0.1:{server.server_port}", "g", TOKEN, 5.0, 2.0)
+        with pytest.raises(CoordinatorRejectedError, match="already finished"):
+            q.report(A, 3 * MIN, read=ReadCount(30, 3))
+        assert q._send_reads, "still sending reads"
     finally:
+        OldCoordinator.refusal = "readBytes: Extra inputs are not permitted"
         server.shutdown()
         server.server_close()
 

@@ -17,7 +17,7 @@ from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
 from spark_app.config import AlignmentConfig, IcebergBackfillSource, Window, parse_config
 from spark_app.errors import ConfigError
 from spark_app.planning.admission import Admission
-from spark_app.planning.read_rate import BURST_S, Fit, ReadBudget, TokenBucket, fit, read_cost, window_peak
+from spark_app.planning.read_rate import BURST_S, PATIENCE_S, Fit, ReadBudget, TokenBucket, fit, read_cost, window_peak
 from spark_app.planning.splits import FilePiece, Split, TimeRange
 from spark_app.sources.iceberg import stream
 from spark_app.sources.iceberg.spec import SourceSpec
@@ -70,6 +70,31 @@ def test_a_split_larger_than_the_bucket_goes_in_alone_once_the_bucket_is_full() 
     nothing = fit([(10, 1)], f.budget, now=1.0)
     assert nothing.count == 0 and nothing.wait_s == pytest.approx(7.1)  # debt 700 left, then 10 tokens
     assert fit([(10, 1)], f.budget, now=1.0 + nothing.wait_s).count == 1
+
+
+def test_a_patient_source_goes_in_once_the_bucket_is_out_of_debt() -> None:
+    """Sources with small splits share the bucket and keep it below a large split's need; after
+    waiting PATIENCE_S a source takes its split as soon as no bucket is in debt."""
+    budget = ReadBudget.of(100, None, now=0.0)  # 200 tokens of burst
+    drained = fit([(190, 1)], budget, now=0.0).budget  # someone else's small split: 10 left
+    assert fit([(150, 1)], drained, now=0.0).count == 0, "impatient: waits for its 150"
+    patient = fit([(150, 1)], drained, now=0.0, patient=True)
+    assert patient.count == 1 and patient.budget.bytes is not None
+    assert patient.budget.bytes.available(0.0) == -140, "in debt by the split, as any split that does not fit"
+    assert fit([(1, 1)], patient.budget, now=0.5, patient=True).count == 0, "nobody goes in while in debt"
+
+
+def test_a_large_split_is_not_starved_by_sources_with_small_ones(tmp_path: Path) -> None:
+    ledger = ReadLedger(tmp_path / "reads.json")
+    ledger.start(100.0, None, now=0.0)
+    clock, waited, big_in = 0.0, 0.0, None
+    while clock < 120 and big_in is None:
+        ledger.admit("job/out/small", [(20, 1)], clock)  # takes 20 whenever it fits: ~5 per second
+        if (f := ledger.admit("job/out/big", [(190, 1)], clock, waited)) is not None and f.count:
+            big_in = clock
+        waited = clock
+        clock += 0.2
+    assert big_in is not None and big_in <= PATIENCE_S + 1, f"the large split waited {big_in}"
 
 
 def test_every_capped_resource_must_pay() -> None:

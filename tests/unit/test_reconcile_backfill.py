@@ -16,6 +16,7 @@ from kappa_operator.coordinator.scopes import verify
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import (
+    DONE,
     NONCE,
     byte_rate,
     plan_backfill,
@@ -326,3 +327,17 @@ def test_the_read_rate_is_shown_and_a_change_of_rate_alone_is_written() -> None:
         "7.5 GB/s",
         "12000.0 GB/s",
     ]
+
+
+def test_what_was_read_is_shown_while_held_and_once_finished() -> None:
+    """A held group (a member not reported yet) or a finished one has no progress to show, but
+    its reads still move; a finished backfill shows no read rate left over from its last sample."""
+    t0 = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    running = bf({"phase": "Running", "readBytes": 5_000_000, "readFiles": 3, "readRate": "1.0 MB/s, 1.00 files/s"})
+    finished = Seen(None, None, True, read_bytes=9_000_000, read_files=5, read_bytes_per_s=0.0, read_files_per_s=0.0)
+    fields = progress_update(running, None, None, t0, finished)
+    assert fields is not None and "progress" not in fields, "no progress while there is no watermark"
+    assert (fields["readBytes"], fields["readRate"]) == (9_000_000, "0 B/s, 0.00 files/s")
+    assert progress_update(bf({"phase": "Running", **fields}), None, None, t0, finished) is None, "unchanged"
+    assert progress_update(running, None, None, t0, Seen(None, None, False)) is None, "no reads reported"
+    assert {"readRate", "readBytesPerSecond"} <= {k for k, v in DONE.items() if v is None}
