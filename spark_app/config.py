@@ -546,7 +546,7 @@ class JobConfig(KappaModel):
     trace_path: str | None = None
     """Append admission decisions and file opens as JSON lines here (tests, demo plots)."""
     read_rate: ReadRateConfig | None = None
-    """Backfills: a cap on the rate the query's history sources read (token bucket per query,
+    """Backfills: a cap on the rate the query's history sources read (one token bucket shared by all its sources,
     across micro-batches), so a backfill cannot saturate the object store live jobs read."""
 
     @model_validator(mode="after")

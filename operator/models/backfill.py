@@ -111,7 +111,7 @@ class PublishSpec(CRModel):
 
 
 class ReadLimit(CRModel):
-    """A cap on the rate this backfill reads its history (a token bucket per query, across
+    """A cap on the rate this backfill reads its history (one token bucket shared by all its sources, across
     micro-batches, in the source's admission): a backfill cannot saturate the object store
     the live jobs read. Alignment is unchanged: the cap only ever admits less, later."""
 
