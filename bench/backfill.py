@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import statistics
 import sys
 import time
@@ -47,6 +46,7 @@ from bench.source_throughput import (
     SPARK_CONF,
     batch_frame,
     batch_stats,
+    chosen_profile,
     events_listener,
     generate_dataset,
     hour_floor,
@@ -166,13 +166,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     from spark_app.sinks.iceberg.publish import PublishResult, ValidationFailedError, compare, publish
     from spark_app.sinks.iceberg.window import TimeWindow
 
-    name = "quick" if args.quick else args.profile
-    profile = dict(PROFILES[name])
-    if args.hours:
-        profile["hours"] = args.hours
-    out = Path(args.out)
-    for sub in ("data", "runs"):
-        shutil.rmtree(out / sub, ignore_errors=True)
+    name, profile, out = chosen_profile(args, PROFILES)
     runs = out / "runs"
     started = time.monotonic()
     props, _gen, stats, gen_seconds = generate_dataset(out / "data", profile["hours"], profile["impressions_per_hour"])
@@ -255,7 +249,6 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         unordered_failed = f"{type(exc).__name__}: {str(exc)[:500]}"
         log.error("unordered backfill failed: %s", unordered_failed)
     spark.streams.removeListener(events)
-    spark.stop()
 
     catalog = SqlCatalog("default", **props)
     tw = TimeWindow("playback_ts", start, end)
@@ -275,6 +268,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         if published
         else compare(spark, catalog.load_table(TABLE), props, "backfill-bench-aligned", tw, KEY)
     )
+    spark.stop()  # after publish and compare: both run in Spark now
 
     def of(run: str, key: str) -> Any:
         return results[run][key] if run in results else None  # unordered: None when it failed

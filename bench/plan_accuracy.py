@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ if __package__ in (None, ""):  # `python bench/plan_accuracy.py`: make the repo 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.backfill import config, iceberg_sink
-from bench.source_throughput import generate_dataset, hour_floor, machine, run_measured
+from bench.source_throughput import chosen_profile, generate_dataset, hour_floor, machine, run_measured
 
 log = logging.getLogger("bench.plan_accuracy")
 
@@ -172,13 +171,7 @@ def measure(spark: Any, cfg: Any) -> dict[str, Any]:
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from spark_app.runtime import build_session
 
-    name = "quick" if args.quick else args.profile
-    profile = dict(PROFILES[name])
-    if args.hours:
-        profile["hours"] = args.hours
-    out = Path(args.out)
-    for sub in ("data", "runs"):
-        shutil.rmtree(out / sub, ignore_errors=True)
+    name, profile, out = chosen_profile(args, PROFILES)
     started = time.monotonic()
     data: dict[str, dict[str, Any]] = {}
     for density in ("sparse", "dense"):
@@ -226,9 +219,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     spark.stop()
 
     ran = [c.name for c in CASES if "seconds" in results[c.name]["actual"]]
-    for name in ran:
-        if name != CALIBRATION:
-            results[name]["eta"] = eta(results[CALIBRATION], results[name], cores)
+    for case_name in ran:
+        if case_name != CALIBRATION:
+            results[case_name]["eta"] = eta(results[CALIBRATION], results[case_name], cores)
     by_calibration = {
         c: {
             k: max(e[k] for e in (eta(results[c], results[t], cores) for t in ran if t != c))

@@ -547,6 +547,19 @@ def measured_parser(doc: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def chosen_profile(args: argparse.Namespace, profiles: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any], Path]:
+    """The profile ``--quick``/``--profile`` chose (``--hours`` overriding its hours), and the
+    output directory with the data and runs of an earlier bench cleared."""
+    name = "quick" if args.quick else args.profile
+    profile = dict(profiles[name])
+    if args.hours:
+        profile["hours"] = args.hours
+    out = Path(args.out)
+    for sub in ("data", "runs"):
+        shutil.rmtree(out / sub, ignore_errors=True)
+    return name, profile, out
+
+
 def run_measured(args: argparse.Namespace, measure: Callable[[argparse.Namespace], dict[str, Any]], prefix: str) -> int:
     """The benches' common frame: with ``--json`` everything (Python and the JVM, which inherits
     fd 1) writes to stderr and the one JSON object alone goes to the real stdout; without
