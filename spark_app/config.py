@@ -412,6 +412,11 @@ class Window(KappaModel):
         return self.end + (self.drain or timedelta(0))
 
 
+DEFAULT_BATCH_ROW_BUDGET = 30_000
+"""About the rows whose processing costs what a micro-batch's fixed cost does (~0.6-0.9 s at
+~20 us per row on 2 cores, bench/RESULTS.md): batches smaller than that are mostly overhead."""
+
+
 class AlignmentConfig(KappaModel):
     """Event-time alignment of the sources of a backfill (DESIGN: "Alignment, precisely")."""
 
@@ -430,6 +435,12 @@ class AlignmentConfig(KappaModel):
     state_dir: str | None = None
     """Local alignment state shared by the source processes on one driver; default: a
     directory under the system temp dir keyed by group and checkpoint location."""
+    batch_row_budget: int = Field(default=DEFAULT_BATCH_ROW_BUDGET, ge=0, le=2**40)
+    """Rows a micro-batch may take by merging admission rounds: while the rows admitted stay
+    within it, the batch takes the next round under the same drift bound. Sparse history then
+    makes a few batches instead of one per maxDrift of event time; output and the lateness
+    needed are unchanged, the rows in state during a batch grow by at most this. A round larger
+    than the budget still goes in whole; 0: one round per batch. Off under readRate."""
 
     @field_validator("max_drift")
     @classmethod
@@ -593,6 +604,15 @@ class JobConfig(KappaModel):
         if self.trigger and self.trigger.kind == "processingTime" and self.mode == "backfill":
             raise ValueError("a backfill ends by itself: trigger.kind must be availableNow")
         return self
+
+    @property
+    def round_budget(self) -> int:
+        """The rows a batch's merged admission rounds may take (0: one round per batch). Off
+        under a read-rate cap, which may cut a source's admission anywhere, while a merged
+        batch needs every source to complete its rounds; and when nothing is aligned."""
+        if self.read_rate is not None or self.mode != "backfill" or self.alignment.mode == "unordered":
+            return 0
+        return self.alignment.batch_row_budget
 
     @property
     def effective_trigger(self) -> TriggerConfig:

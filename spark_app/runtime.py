@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -25,9 +25,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import StructType
 
+from spark_app.alignment import query_of
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.members import aligned_members, member_id
 from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
+from spark_app.alignment.rounds import QueryRounds, rounds_file
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.driver import attach, detach
 from spark_app.config import (
@@ -112,6 +114,12 @@ def state_file(cfg: JobConfig) -> str:
     return default_state_file(cfg.alignment_group, cfg.checkpoint.location)
 
 
+def reset_rounds(cfg: JobConfig, sinks: Iterable[str]) -> None:
+    """A fresh admission-round record for each query about to start (see rounds.py)."""
+    for sink in sinks:
+        QueryRounds(rounds_file(state_file(cfg), f"{cfg.name}/{sink}")).reset()
+
+
 def source_spec(
     cfg: JobConfig, sink: str, name: str, parallelism: int, members: tuple[str, ...] | None = None
 ) -> SourceSpec:
@@ -130,6 +138,8 @@ def source_spec(
         group=cfg.alignment_group,
         members=aligned_members(cfg) if members is None else members,
         state_file=state_file(cfg),
+        rounds_file=str(rounds_file(state_file(cfg), query_of(member_id(cfg, sink, name)))),
+        batch_row_budget=cfg.round_budget,
         coordinator=cfg.coordinator,
         trace_path=cfg.trace_path,
         parallelism=parallelism,
@@ -396,6 +406,8 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     verdict = lateness_verdict(cfg, outputs, read)
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     ledger = start_reads(cfg)
+    if cfg.mode == "backfill":
+        reset_rounds(cfg, outputs)
     started = time.monotonic()
     queries = []
     externalizer = attach(spark, cfg)

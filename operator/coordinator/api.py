@@ -16,6 +16,7 @@ from pydantic.alias_generators import to_camel
 from kappa_operator.coordinator.core import MAX_COUNT, Answer
 from kappa_operator.coordinator.names import MemberId, WatermarkUs
 from spark_app.config import Duration
+from spark_app.planning.admission import HELD
 
 MAX_BODY_BYTES = 64 * 1024
 
@@ -67,9 +68,15 @@ class AnswerBody(Wire):
     idle: list[str]
     finished: bool
     holders: list[str]
+    outside_watermark: int | None = None
+    """Min over the members outside the reporter's query (None: none, or held): what its
+    admission rounds cannot move. Absent from coordinators older than admission rounds."""
 
     @classmethod
     def of(cls, a: Answer) -> AnswerBody:
+        """``outsideWatermark`` is set only in a reporter's answer (``model_dump(exclude_unset=True)``
+        is then the wire shape)."""
+        known = {} if a.held or a.outside == HELD else {"outside_watermark": a.outside}
         return cls(
             group=a.group,
             global_watermark=a.global_watermark if not a.held else None,
@@ -79,4 +86,5 @@ class AnswerBody(Wire):
             idle=list(a.idle),
             finished=a.finished,
             holders=list(a.holders),
+            **known,
         )

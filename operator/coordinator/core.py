@@ -30,7 +30,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kappa_operator.coordinator.names import GroupName, MemberId, WatermarkUs
-from spark_app.alignment import GroupView
+from spark_app.alignment import GroupView, query_of
 from spark_app.planning.admission import HELD, drift_bound
 
 Event = tuple[str, str]
@@ -204,10 +204,14 @@ class Answer:
     holders: tuple[str, ...] = ()
     """Who sets the global watermark: the missing members while held, else those at the minimum.
     A source throttled to nothing waits only when no holder runs in its own query."""
+    outside: int | None = field(default=HELD, compare=False)
+    """The same minimum over the members outside the reporter's query (None: there are none;
+    ``HELD`` while held, or for a view): what the query's admission rounds cannot move. Not
+    compared: it depends on who asks."""
 
     def group_view(self) -> GroupView:
         """The answer as the Spark side's ``WatermarkProvider`` returns it."""
-        return GroupView(self.global_watermark, self.missing, self.holders)
+        return GroupView(self.global_watermark, self.missing, self.holders, self.outside)
 
 
 # --- rules -------------------------------------------------------------------------------
@@ -225,7 +229,7 @@ def _idle_members(state: GroupState, now_us: int) -> tuple[str, ...]:
     )
 
 
-def _answer(state: GroupState, now_us: int, member_watermark: int | None) -> Answer:
+def _answer(state: GroupState, now_us: int, member_watermark: int | None, reporter: str | None = None) -> Answer:
     roster = state.roster
     missing = tuple(m for m in state.spec.members if m not in state.members)
     idle = _idle_members(state, now_us)
@@ -233,15 +237,19 @@ def _answer(state: GroupState, now_us: int, member_watermark: int | None) -> Ans
     held = bool(missing) or not roster
     global_watermark: int | None
     holders: tuple[str, ...] = missing
+    outside: int | None = HELD
     if held:
         global_watermark = HELD
     elif not live:
-        global_watermark = None
+        global_watermark = outside = None
     else:
         # all idle: the min over them, so nobody races ahead without limit
         active = {name: w for name, w in live.items() if name not in idle} or live
         global_watermark = min(active.values())
         holders = tuple(name for name, w in active.items() if w == global_watermark)
+        if reporter is not None:
+            query = query_of(reporter)
+            outside = min((w for name, w in active.items() if query_of(name) != query), default=None)
     return Answer(
         group=state.spec.name,
         global_watermark=global_watermark,
@@ -252,6 +260,7 @@ def _answer(state: GroupState, now_us: int, member_watermark: int | None) -> Ans
         finished=not held and not live,
         member_watermark=member_watermark,
         holders=holders,
+        outside=outside,
     )
 
 
@@ -415,7 +424,7 @@ def apply_report(state: GroupState, report: Report, now_us: int) -> tuple[GroupS
     members = dict(state.members)
     members[name] = new
     state, idle_events = refresh(replace(state, members=MappingProxyType(members)), now_us)
-    answer = _answer(state, now_us, None if new.finished else new.watermark)
+    answer = _answer(state, now_us, None if new.finished else new.watermark, name)
     return state, answer, events + idle_events
 
 

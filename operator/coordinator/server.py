@@ -51,6 +51,7 @@ from kappa_operator.coordinator.metrics import CoordinatorMetrics
 from kappa_operator.coordinator.names import check_group_name
 from kappa_operator.coordinator.scopes import verify
 from kappa_operator.coordinator.store import GroupStore
+from spark_app.planning.admission import HELD
 
 log = logging.getLogger("kappa.coordinator")
 
@@ -162,7 +163,7 @@ async def raw_body(request: web.Request) -> bytes:
 
 def answer_json(a: Answer) -> dict[str, Any]:
     """AnswerBody's shape, built directly: this is the hot path (AnswerBody documents it)."""
-    return {
+    body = {
         "group": a.group,
         "globalWatermark": None if a.held else a.global_watermark,
         "bound": None if a.held else a.bound,
@@ -172,6 +173,9 @@ def answer_json(a: Answer) -> dict[str, Any]:
         "finished": a.finished,
         "holders": list(a.holders),
     }
+    if not a.held and a.outside != HELD:  # a reporter's answer; absent, a client allows no rounds
+        body["outsideWatermark"] = a.outside
+    return body
 
 
 def member_json(m: MemberState, lag: int | None, now: int) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from kappa_operator.models.common import (
     instant,
 )
 from kappa_operator.models.streaming_job import TABLE
+from spark_app.config import DEFAULT_BATCH_ROW_BUDGET
 from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 
 
@@ -94,6 +95,9 @@ class BackfillAlignment(CRModel):
     """The pipeline's watermark delay, when it cannot be read from its plan."""
     allow_late_drops: bool = False
     """Run even if the lateness guard says rows would be dropped."""
+    batch_row_budget: int = Field(default=DEFAULT_BATCH_ROW_BUDGET, ge=0, le=2**40)
+    """Rows a micro-batch may take by merging admission rounds under the same drift bound
+    (fewer batches on sparse history; output unchanged); 0: one round per batch."""
 
 
 class BackfillOutput(CRModel):

@@ -167,6 +167,7 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         "maxDrift": a.max_drift,
         "orderingColumn": a.ordering_column or jspec.ordering_column,
         "allowLateDrops": a.allow_late_drops,
+        "batchRowBudget": a.batch_row_budget,
     }
     if a.lateness:
         alignment["lateness"] = a.lateness

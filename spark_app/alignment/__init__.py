@@ -25,6 +25,10 @@ class GroupView:
     holders: tuple[str, ...] = field(default=(), compare=False)
     """Members that set the global watermark (the missing ones while held); advisory, so two
     views with the same watermark and missing members are equal whoever holds them."""
+    outside: int | None = field(default=HELD, compare=False)
+    """The watermark over members outside the reporter's query (None: there are none): what
+    a batch's admission rounds cannot move. ``HELD`` when unknown (an older coordinator, a
+    view not asked for a query), which allows no further rounds."""
 
     def bound(self, drift_us: int) -> int | None:
         return drift_bound(self.global_watermark, drift_us)
@@ -55,13 +59,32 @@ class WatermarkProvider(Protocol):
         ...
 
 
-def global_view(members: tuple[str, ...], reported: dict[str, int | None]) -> GroupView:
-    """The alignment rule in one place: min over unfinished members, held by missing ones."""
+def query_of(member: str) -> str:
+    """The query a member id (``job/sink/source``) reads in: ``job/sink``."""
+    return member.rsplit("/", 1)[0]
+
+
+def outside_watermark(members: tuple[str, ...], reported: dict[str, int | None], query: str | None) -> int | None:
+    """Min over the unfinished members outside ``query``; ``HELD`` while one has not reported
+    (or when no query is given); None when there are none."""
+    if query is None:
+        return HELD
+    others = [m for m in members if query_of(m) != query]
+    if any(m not in reported for m in others):
+        return HELD
+    live = [w for m in others if (w := reported[m]) is not None]
+    return min(live) if live else None
+
+
+def global_view(members: tuple[str, ...], reported: dict[str, int | None], query: str | None = None) -> GroupView:
+    """The alignment rule in one place: min over unfinished members, held by missing ones.
+    ``query``: the reporter's, for ``outside``."""
     missing = tuple(m for m in members if m not in reported)
     if missing:
         return GroupView(HELD, missing, missing)
+    outside = outside_watermark(members, reported, query)
     live = {m: w for m in members if (w := reported[m]) is not None}
     if not live:
-        return GroupView(None)
+        return GroupView(None, outside=outside)
     low = min(live.values())
-    return GroupView(low, (), tuple(m for m, w in live.items() if w == low))
+    return GroupView(low, (), tuple(m for m, w in live.items() if w == low), outside)

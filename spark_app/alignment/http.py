@@ -115,10 +115,15 @@ class HttpWatermarkProvider:
         self._failing_since, self._attempt = None, 0
         held = bool(data.get("held"))
         gw = data.get("globalWatermark")
+        global_watermark = HELD if held else (int(gw) if gw is not None else None)  # type: ignore[call-overload]
+        # A coordinator older than admission rounds does not say: its global watermark is a
+        # lower bound of the outside one, which allows no further rounds (safe).
+        out = data.get("outsideWatermark", global_watermark) if not held else HELD
         self._last = GroupView(
-            HELD if held else (int(gw) if gw is not None else None),  # type: ignore[call-overload]
+            global_watermark,
             tuple(data.get("missing") or ()),  # type: ignore[arg-type]
             tuple(data.get("holders") or ()),  # type: ignore[arg-type]
+            None if out is None else int(out),  # type: ignore[call-overload]
         )
         return self._last
 

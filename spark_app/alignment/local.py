@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from spark_app.alignment import GroupView, ReadCount, global_view
+from spark_app.alignment import GroupView, ReadCount, global_view, query_of
 
 
 @contextmanager
@@ -61,7 +61,7 @@ class LocalWatermarkProvider:
             reported = state.setdefault("watermarks", {})
             reported[member] = watermark
             state.setdefault("updated", {})[member] = time.time()
-            return global_view(self.members, reported)
+            return global_view(self.members, reported, query_of(member))
 
     def view(self) -> GroupView:
         with self._locked() as state:

@@ -25,6 +25,15 @@ from datetime import timedelta
 from spark_app.alignment import global_view
 from spark_app.config import format_duration
 from spark_app.planning.admission import Limits, admit, source_watermark
+from spark_app.planning.rounds import (
+    RoundsState,
+    Turn,
+    combined_bound,
+    honor_floor,
+    leave_lookahead,
+    lookahead,
+    take_turn,
+)
 from spark_app.planning.splits import Split
 
 US = 1_000_000
@@ -76,9 +85,10 @@ class Simulation:
         return sum(s.rows for m, (a, b) in batch.admitted.items() for s in members[m].splits[a:b])
 
 
-def simulate(members: Sequence[Member], mode: str, drift: timedelta) -> Simulation:
+def simulate(members: Sequence[Member], mode: str, drift: timedelta, budget_rows: int = 0) -> Simulation:
     """Replay admission over the members' splits (``members`` in each query's source order;
-    queries take turns, one batch each, as concurrent queries roughly do)."""
+    queries take turns, one batch each, as concurrent queries roughly do). ``budget_rows``:
+    ``alignment.batchRowBudget``, admission rounds merged as the sources do (rounds.py)."""
     drift_us = int(drift.total_seconds() * US)
     group = tuple(m.id for m in members)
     queries: dict[str, list[Member]] = {}
@@ -86,6 +96,7 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta) -> Simulati
         queries.setdefault(m.query, []).append(m)
     positions = {m.id: 0 for m in members}
     reported: dict[str, int | None] = {}
+    records = {q: RoundsState() for q in queries}
     active = list(queries)
     batches: list[Batch] = []
     for _ in range(MAX_ROUNDS):
@@ -93,6 +104,8 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta) -> Simulati
             break
         for q in list(active):
             admitted: dict[str, tuple[int, int]] = {}
+            mates = tuple(m.id for m in queries[q])
+            others = tuple(m.id for m in members if m.query != q)
             for m in queries[q]:
                 pos = positions[m.id]
                 if mode == "unordered":
@@ -101,8 +114,18 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta) -> Simulati
                     wm = source_watermark(m.splits, pos)
                     reported[m.id] = wm
                     view = global_view(group, reported)
-                    end = admit(m.splits, pos, view.bound(drift_us), m.limits).end
+                    turn = Turn(None, planner=False)
+                    if budget_rows > 0:
+                        own = lookahead(m.splits, pos, m.limits, budget_rows)
+                        outside = global_view(others, reported).global_watermark
+                        records[q], turn = take_turn(records[q], m.id, mates, own, outside, drift_us, budget_rows)
+                    decision = admit(m.splits, pos, combined_bound(view.bound(drift_us), turn.plan), m.limits)
+                    if turn.plan is not None and turn.plan.rounds > 1:
+                        decision = honor_floor(m.splits, decision, turn.plan.floor)
+                    end = decision.end
                     reported[m.id] = source_watermark(m.splits, end)
+                    if budget_rows > 0:
+                        records[q] = leave_lookahead(records[q], m.id, lookahead(m.splits, end, m.limits, budget_rows))
                 if end > pos:
                     admitted[m.id] = (pos, end)
                     positions[m.id] = end

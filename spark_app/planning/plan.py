@@ -366,7 +366,7 @@ def report(
     """Assemble the report from what was planned (pure)."""
     a = cfg.alignment
     members = members_of(cfg, shape, sources)
-    sim = forecast.simulate(members, a.mode, a.effective_drift)
+    sim = forecast.simulate(members, a.mode, a.effective_drift, cfg.round_budget)
     disorder = forecast.out_of_order(sim, members)
     span = timedelta(microseconds=max((max_span(d.splits) for d in sources.values()), default=0))
     verdict = check_lateness(shape.delay, a.effective_drift, span, a.mode, a.allow_late_drops)

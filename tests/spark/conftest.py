@@ -89,6 +89,10 @@ class Dataset:
         }
         if sink_kind:
             base["sinks"][output]["timeColumn"] = sink_kind
+        # Small data: with the default batchRowBudget a test's whole history would be one or two
+        # batches. One round per batch keeps these tests crossing many batch boundaries (kills,
+        # replays, watermarks); tests/spark/test_admission_rounds.py runs merged rounds.
+        fields["alignment"] = {"batchRowBudget": 0, **fields.get("alignment", {})}
         base.update(fields)
         return parse_config(base)
 

@@ -50,7 +50,7 @@ def windows_backfill(dataset: Dataset, tmp: Path, table: str, **fields: Any) -> 
         sources=sources("icebergBackfill", ("playbacks",), split={"maxBundleSpan": "2m"}),
         sinks={windows.OUTPUT: {"kind": "iceberg", "table": table, "timeColumn": windows.TIME_COLUMN}},
         window=WINDOW,
-        alignment={"maxDrift": "4m"},
+        alignment=fields.pop("alignment", {"maxDrift": "4m"}),
         **fields,
     )
 

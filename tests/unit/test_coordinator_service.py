@@ -225,7 +225,7 @@ def test_the_hot_path_answer_has_the_documented_shape() -> None:
         Answer("g", HELD, HELD + 5, True, ("b",), (), False, None, ("b",)),
         Answer("g", None, None, False, (), (), True),
     ):
-        assert answer_json(a) == AnswerBody.of(a).model_dump(by_alias=True)
+        assert answer_json(a) == AnswerBody.of(a).model_dump(by_alias=True, exclude_unset=True)
 
 
 @pytest.mark.parametrize(
@@ -297,3 +297,27 @@ def test_a_stored_group_with_a_now_invalid_name_is_dropped_not_fatal(tmp_path: P
     store.path.write_text(json.dumps({"groups": [bad, good]}))
     with EmbeddedCoordinator(Service(TOKEN, store)) as c:
         assert [g["group"] for g in call(c.url, "GET", "/v1/groups")[1]["groups"]] == ["g"]
+
+
+def test_a_reporter_learns_the_watermark_outside_its_query(coordinator: EmbeddedCoordinator) -> None:
+    """Admission rounds may not move members of other queries: the answer says where they are."""
+    q1a, q1b, q2a = "job/q1/a", "job/q1/b", "job/q2/a"
+    declare(coordinator.url, members=(q1a, q1b, q2a))
+    p = provider(coordinator.url)
+    assert p.report(q1a, 5 * MIN).outside == HELD, "held: nothing outside is known"
+    p.report(q1b, 7 * MIN)
+    view = p.report(q2a, 9 * MIN)
+    assert (view.global_watermark, view.outside) == (5 * MIN, 5 * MIN)
+    assert p.report(q1a, 6 * MIN).outside == 9 * MIN
+    p.report(q2a, None)
+    assert p.report(q1a, 6 * MIN).outside is None, "no unfinished member outside the query"
+
+
+def test_an_answer_without_the_outside_watermark_allows_no_further_rounds() -> None:
+    """A coordinator older than admission rounds: the client takes its global watermark (a lower
+    bound of the outside one), so a query's rounds cannot run ahead of anyone."""
+    p = provider("http://127.0.0.1:1")
+    old = {"group": "g", "globalWatermark": 42, "bound": 52, "held": False, "missing": [], "idle": [],
+           "finished": False, "holders": ["x"]}  # fmt: skip
+    p._post = lambda body: old  # type: ignore[method-assign]
+    assert p.report("job/q/a", 50).outside == 42

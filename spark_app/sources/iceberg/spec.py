@@ -31,6 +31,10 @@ class SourceSpec(KappaModel):
     group: str = ""
     members: tuple[str, ...] = ()
     state_file: str | None = None
+    rounds_file: str | None = None
+    """The admission-round record of this source's query (``spark_app.alignment.rounds``)."""
+    batch_row_budget: int = 0
+    """``alignment.batchRowBudget``, or 0 (one round per batch) when reads are rate-capped."""
     coordinator: CoordinatorConfig | None = None
     """The HTTP coordinator of the group; None: the local state file (one driver)."""
     trace_path: str | None = None

@@ -33,10 +33,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_app.alignment import GroupView, ReadCount, WatermarkProvider
+from spark_app.alignment import GroupView, ReadCount, WatermarkProvider, query_of
 from spark_app.alignment.http import HttpWatermarkProvider
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
+from spark_app.alignment.rounds import QueryRounds
 from spark_app.catalogs import load_table
 from spark_app.errors import (
     IncompleteBackfillError,
@@ -47,6 +48,7 @@ from spark_app.errors import (
 from spark_app.planning.admission import Admission, Limits, admit, source_watermark
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.planning.read_rate import Cost, FileLayout, read_cost
+from spark_app.planning.rounds import Turn, combined_bound, honor_floor, lookahead
 from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits
 from spark_app.sinks.iceberg.history import expired_before
 from spark_app.sources.iceberg import scan
@@ -224,6 +226,7 @@ class BackfillReader(_IcebergReader):
         self._provider: WatermarkProvider | None = None
         self._reported = False
         self._available_now = False
+        self._last_turn: Turn | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -344,13 +347,20 @@ class BackfillReader(_IcebergReader):
             return admit(splits, position, None, self.limits(limit)), None, None
         drift = int(self.spec.alignment.effective_drift.total_seconds() * 1_000_000)
         wm = source_watermark(splits, position)
+        limits = self.limits(limit)
+        turn: Turn | None = None
         pause, waited = 0.05, 0.0
         while True:
             first = not self._reported
             view = self.provider().report(self.spec.member, wm, reset=first)
             self._reported = True
-            bound = view.bound(drift)
-            decision = admit(splits, position, bound, self.limits(limit))
+            if turn is None:  # once per batch: a plan is taken once
+                turn = self._turn(splits, position, limits, view, drift)
+                self._last_turn = turn
+            bound = combined_bound(view.bound(drift), turn.plan)
+            decision = admit(splits, position, bound, limits)
+            if turn.plan is not None and turn.plan.rounds > 1:
+                decision = self._honor_floor(splits, decision, turn)
             outside = bool(view.holders) and not set(view.holders) & set(self.spec.members)
             if decision.end > position or wm is None or not getattr(self, "_available_now", False) or not outside:
                 return decision, view, bound
@@ -374,6 +384,47 @@ class BackfillReader(_IcebergReader):
             waited += pause
             pause = min(pause * 2, 1.0)
 
+    def rounds(self) -> QueryRounds | None:
+        """The query's admission-round record; None when batches are one round each."""
+        if self.spec.batch_row_budget <= 0 or not self.spec.rounds_file:
+            return None
+        return QueryRounds(self.spec.rounds_file)
+
+    def _mates(self) -> tuple[str, ...]:
+        query = query_of(self.spec.member)
+        return tuple(m for m in self.spec.members if query_of(m) == query) or (self.spec.member,)
+
+    def _turn(self, splits: list[Split], position: int, limits: Limits, view: GroupView, drift: int) -> Turn:
+        rounds = self.rounds()
+        if rounds is None:
+            return Turn(None, planner=False)
+        budget = self.spec.batch_row_budget
+        own = lookahead(splits, position, limits, budget)
+        return rounds.turn(self.spec.member, self._mates(), own, view.outside, drift, budget)
+
+    def _honor_floor(self, splits: list[Split], decision: Admission, turn: Turn) -> Admission:
+        """Every split below the plan's floor goes in: the planner admitted rows that would make
+        them late in a later batch. Within the read limits unless the plan's view of this source
+        was stale (a lookahead from before a restart)."""
+        assert turn.plan is not None
+        kept = honor_floor(splits, decision, turn.plan.floor)
+        if kept.end > decision.end:
+            log.warning(
+                "%s admits splits %d..%d past its read limit to complete the batch's admission rounds (the plan "
+                "assumed position %s, it is at %d)",
+                self.spec.member,
+                decision.end,
+                kept.end,
+                turn.assumed,
+                decision.start,
+            )
+        return kept
+
+    def _leave_lookahead(self, splits: list[Split], position: int, limit: ReadLimit) -> None:
+        rounds = self.rounds()
+        if rounds is not None:
+            rounds.leave(self.spec.member, lookahead(splits, position, self.limits(limit), self.spec.batch_row_budget))
+
     def _hold_limit(self) -> float:
         """How long a member that never reported may hold this query before it fails: long
         enough for another job of the group to wait for pods, short of waiting forever."""
@@ -390,6 +441,10 @@ class BackfillReader(_IcebergReader):
         read = self.read_count(off.snapshot_id, decision.end)
         if mode != "unordered" and (new_wm != wm or decision.throttled or decision.end > off.position):
             self.provider().report(self.spec.member, new_wm, throttled=decision.throttled, read=read)
+        if mode != "unordered":
+            self._leave_lookahead(splits, decision.end, limit)
+        turn = self._last_turn if mode != "unordered" else None
+        plan = None if turn is None else turn.plan
         trace(
             self.spec.trace_path,
             "admission",
@@ -399,6 +454,7 @@ class BackfillReader(_IcebergReader):
             mode=mode,
             watermark=wm,
             global_watermark=None if view is None else view.global_watermark,
+            outside=None if view is None else view.outside,
             missing=[] if view is None else list(view.missing),
             bound=bound,
             start=decision.start,
@@ -412,6 +468,9 @@ class BackfillReader(_IcebergReader):
             read_files=read.files,
             rate_limited=decision.end < aligned.end,
             read_wait_s=round(waited, 3),
+            planner=turn is not None and turn.planner,
+            rounds=1 if plan is None else plan.rounds,
+            round_floor=None if plan is None or plan.rounds <= 1 else plan.floor,
         )
         return BackfillOffset(off.snapshot_id, decision.end, off.plan, len(splits), self.spec.name).to_dict()
 
