@@ -53,6 +53,7 @@ from bench.source_throughput import (
     machine,
     run_measured,
 )
+from spark_app.config import DEFAULT_BATCH_ROW_BUDGET
 
 log = logging.getLogger("bench.backfill")
 
@@ -204,7 +205,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     results["live"] = measure(spark, events, config(props, runs / "live", "bench-live", "live", iceberg_sink()))
 
     def backfill(mode: str) -> Any:
-        alignment = {"mode": mode, "maxDrift": args.max_drift}
+        alignment = {"mode": mode, "maxDrift": args.max_drift, "batchRowBudget": args.batch_row_budget}
         return config(props, runs / mode, f"bench-{mode}", "backfill", iceberg_sink(), window, alignment)
 
     for mode in ("aligned", "strict"):
@@ -222,7 +223,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "backfill",
             {"kind": "parquet", "path": str(parquet_dir / "out")},
             window,
-            {"mode": "aligned", "maxDrift": args.max_drift},
+            {"mode": "aligned", "maxDrift": args.max_drift, "batchRowBudget": args.batch_row_budget},
         ),
     )
     results["aligned_parquet"]["output_rows"] = spark.read.parquet(str(parquet_dir / "out")).count()
@@ -343,6 +344,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "max_file_span_s": stats.max_file_span_s,
             "window": window,
             "max_drift": args.max_drift,
+            "batch_row_budget": args.batch_row_budget,
             "generate_seconds": round(gen_seconds, 2),
             "total_seconds": round(time.monotonic() - started, 1),
         },
@@ -365,6 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state-store", choices=sorted(STATE_STORES), default="hdfs", help="Spark's state store provider")
     p.add_argument("--shuffle-partitions", type=int, help="default: one per core")
     p.add_argument("--max-drift", default=MAX_DRIFT, help="alignment.maxDrift of the aligned backfill")
+    p.add_argument(
+        "--batch-row-budget",
+        type=int,
+        default=DEFAULT_BATCH_ROW_BUDGET,
+        help="alignment.batchRowBudget of the aligned and strict backfills (0: one admission round per batch)",
+    )
     p.add_argument("--driver-memory", help="the local JVM's memory, e.g. 12g (dense and day need more)")
     args = p.parse_args(argv)
     if args.profile == "soak":
