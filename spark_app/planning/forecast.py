@@ -6,7 +6,8 @@ Spark asks every source of a query for its latest offset in turn (the query plan
 an aligned source reports its watermark (the lower bound of its next split), reads the group's
 view (``global_view``: a member that has not reported holds everyone) and admits with
 ``admit`` under ``drift_bound`` and its read limits, then reports where it stopped. A batch in
-which no source of a query admits anything ends that query (Trigger.AvailableNow). A source held
+which no source of a query admits anything ends that query (Trigger.AvailableNow), except the
+first: Spark runs batch 0 on the sources' first offsets whatever they admit. A source held
 by a member of another *job* blocks instead (``BackfillReader._decide``); a plan covers one job,
 so its group has no such member.
 Spark's watermark follows one batch behind the data (computed after a batch, used by the next),
@@ -97,6 +98,7 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta, budget_rows
     positions = {m.id: 0 for m in members}
     reported: dict[str, int | None] = {}
     records = {q: RoundsState() for q in queries}
+    started: set[str] = set()
     active = list(queries)
     batches: list[Batch] = []
     for _ in range(MAX_ROUNDS):
@@ -131,8 +133,9 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta, budget_rows
                     positions[m.id] = end
             if admitted:
                 batches.append(Batch(q, admitted))
-            else:
+            elif q in started:
                 active.remove(q)
+            started.add(q)  # batch 0 runs on its first offsets even if empty: no end yet
     stalled = tuple(m.id for m in members if positions[m.id] < len(m.splits))
     return Simulation(tuple(batches), positions, stalled)
 

@@ -27,7 +27,7 @@ from spark_app.runtime import run
 from spark_app.sinks.iceberg.writer import FAULT_ENV
 from spark_app.telemetry import read_trace
 from tests.spark.conftest import Dataset, Driver, sources
-from tests.spark.test_backfill_levers import WINDOWS_KEY, branch_arrow, branch_rows, windows_backfill
+from tests.spark.test_backfill_levers import ROCKSDB, WINDOWS_KEY, branch_arrow, branch_rows, windows_backfill
 from tests.spark.test_coordinator_alignment import TOKEN, WINDOW, declare, output
 
 pytestmark = pytest.mark.spark
@@ -160,7 +160,9 @@ def test_a_backfill_with_merged_rounds_killed_mid_run_resumes_to_the_same_output
     spark: SparkSession, dataset: Dataset, tmp_path: Path
 ) -> None:
     """The rounds record is per query run: the restarted driver plans afresh from its
-    checkpoint's offsets, and the replayed batch is the one the checkpoint logged."""
+    checkpoint's offsets, and the replayed batch is the one the checkpoint logged. The killed
+    run keeps its state in RocksDB with changelog checkpointing (both levers at once); the
+    reference run, uninterrupted, in the default store."""
     budget = {"maxDrift": "4m", "batchRowBudget": 300}  # ~1.4k rows in the window: ~5 batches
     reference_cfg = windows_backfill(dataset, tmp_path / "reference", "out.rounds_reference", alignment=budget)
     report = run(reference_cfg, spark)
@@ -173,13 +175,14 @@ def test_a_backfill_with_merged_rounds_killed_mid_run_resumes_to_the_same_output
 
     cfg = windows_backfill(
         dataset, tmp_path / "killed", "out.rounds_killed", alignment=budget, master="local[2]",
-        sparkConf={"spark.ui.showConsoleProgress": "false"},
+        sparkConf={**ROCKSDB, "spark.ui.showConsoleProgress": "false"},
     )  # fmt: skip
     driver = Driver(cfg, tmp_path)
     kill_at = writes[len(writes) // 2]
     killed = driver.run(**{FAULT_ENV: f"kill-after-commit:{kill_at}"})
     assert killed.returncode == -9, driver.tail()
     assert driver.run().returncode == 0, driver.tail()
+    assert any((tmp_path / "killed" / "ckpt").rglob("*.changelog")), "the state is RocksDB's"
     arrow = branch_arrow(dataset, "out.rounds_killed", cfg.sink_branch(windows.OUTPUT))
     keys = Counter(zip(*(arrow[k].to_pylist() for k in WINDOWS_KEY), strict=True))
     assert max(keys.values()) == 1, "no window written twice"

@@ -2,8 +2,9 @@
 than maxDrift after the other's): a shape the generated dataset never has, where both tables
 start together. Spark asks playbacks first here: it is held in the first batch (impressions
 has not reported yet) and impressions, 20 minutes later, is beyond the bound, so the first
-construction admits nothing; Spark asks again and the run completes (the plan's replay is
-more pessimistic and warns). With merged admission rounds (the default budget)."""
+construction admits nothing. Spark runs batch 0 on the first offsets anyway, asks again, and
+the run completes (``forecast.simulate`` models this). One round per batch and merged
+admission rounds give the same output."""
 
 from __future__ import annotations
 

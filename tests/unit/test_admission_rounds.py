@@ -189,7 +189,7 @@ def test_merged_rounds_never_make_a_row_late_and_read_every_split_once(
     mode = "strict" if drift_s == 0 else "aligned"
     merged = simulate(members, mode, timedelta(seconds=drift_s), budget)
     single = simulate(members, mode, timedelta(seconds=drift_s), 0)
-    assert merged.stalled == single.stalled, "merging rounds never leaves a source short"
+    assert set(merged.stalled) <= set(single.stalled), "merging rounds never leaves a source short"
     check_no_late_row(merged, members, drift_s * S)
     limits = {m.id: m.limits.max_files for m in members}
     for b in merged.batches:  # the plan stays within every source's read limit (one file a split)
