@@ -156,7 +156,7 @@ def test_two_jobs_in_one_group_merge_rounds_without_running_ahead_of_each_other(
     assert counts["imp-rounds"] > 3 * counts["play-rounds"] > 0  # 4x skew, both read to the end
 
 
-def test_a_backfill_with_merged_rounds_killed_mid_run_resumes_to_the_same_output(
+def test_a_backfill_killed_mid_run_on_rocksdb_state_with_merged_rounds_resumes_to_the_same_output(
     spark: SparkSession, dataset: Dataset, tmp_path: Path
 ) -> None:
     """The rounds record is per query run: the restarted driver plans afresh from its
@@ -181,8 +181,12 @@ def test_a_backfill_with_merged_rounds_killed_mid_run_resumes_to_the_same_output
     kill_at = writes[len(writes) // 2]
     killed = driver.run(**{FAULT_ENV: f"kill-after-commit:{kill_at}"})
     assert killed.returncode == -9, driver.tail()
+    ckpt = tmp_path / "killed" / "ckpt" / windows.OUTPUT
+    assert (ckpt / "offsets" / str(kill_at)).exists() and not (ckpt / "commits" / str(kill_at)).exists()
+    assert any((ckpt / "state").rglob("*.changelog")), "the state is RocksDB's, checkpointed as changelogs"
     assert driver.run().returncode == 0, driver.tail()
-    assert any((tmp_path / "killed" / "ckpt").rglob("*.changelog")), "the state is RocksDB's"
+    replays = [e for e in read_trace(tmp_path / "killed" / "trace.jsonl") if e["event"] == "commit"]
+    assert [e["skipped"] for e in replays if e["batch"] == kill_at] == [False, True], "replayed and skipped"
     arrow = branch_arrow(dataset, "out.rounds_killed", cfg.sink_branch(windows.OUTPUT))
     keys = Counter(zip(*(arrow[k].to_pylist() for k in WINDOWS_KEY), strict=True))
     assert max(keys.values()) == 1, "no window written twice"

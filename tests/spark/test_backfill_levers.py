@@ -3,7 +3,8 @@ reference run of the same pipeline, on pipeline shapes the rmi-based tests do no
 
 * the RocksDB state store with changelog checkpointing, the driver killed mid-backfill
   between our Iceberg commit and Spark's, then restarted: the tumbling-windows pipeline's
-  branch equals an uninterrupted run on the default state store, with no duplicate;
+  branch equals an uninterrupted run on the default state store, with no duplicate (run with
+  merged admission rounds too: ``tests/spark/test_admission_rounds.py``);
 * the number of shuffle (state) partitions, now one per core by default: the sessions
   pipeline's output with 1 and with 3 partitions is the same;
 * the Iceberg sink committing on the table it loaded for the batch (one metadata read per
@@ -12,7 +13,6 @@ reference run of the same pipeline, on pipeline shapes the rmi-based tests do no
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,9 +23,7 @@ from pyspark.sql import SparkSession
 from spark_app.config import JobConfig
 from spark_app.examples import reference, sessions, windows
 from spark_app.runtime import run
-from spark_app.sinks.iceberg.writer import FAULT_ENV
-from spark_app.telemetry import read_trace
-from tests.spark.conftest import T0, Dataset, Driver, sources
+from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark
 
@@ -65,45 +63,6 @@ def branch_arrow(dataset: Dataset, table: str, branch: str) -> Any:
 def branch_rows(dataset: Dataset, table: str, branch: str) -> list[tuple[Any, ...]]:
     arrow = branch_arrow(dataset, table, branch)
     return sorted(zip(*(arrow[c].to_pylist() for c in sorted(arrow.column_names)), strict=True))
-
-
-def test_a_backfill_killed_mid_run_on_rocksdb_state_resumes_to_the_same_output(
-    spark: SparkSession, dataset: Dataset, tmp_path: Path
-) -> None:
-    reference_cfg = windows_backfill(dataset, tmp_path / "reference", "out.levers_reference")
-    report = run(reference_cfg, spark)  # uninterrupted, the default (HDFS-backed) state store
-    assert report.dropped_by_watermark == 0
-    expected = branch_rows(dataset, "out.levers_reference", reference_cfg.sink_branch(windows.OUTPUT))
-    assert len(expected) > 50
-    trace = read_trace(tmp_path / "reference" / "trace.jsonl")
-    writes = [e["batch"] for e in trace if e["event"] == "commit" and e.get("files") and e["batch"] > 0]
-    assert len(writes) >= 3, "the backfill commits output in several batches"
-    kill_at = writes[len(writes) // 2]  # a batch in the middle that writes rows
-
-    cfg = windows_backfill(
-        dataset,
-        tmp_path / "killed",
-        "out.levers_killed",
-        master="local[2]",
-        sparkConf={**ROCKSDB, "spark.ui.showConsoleProgress": "false"},
-    )
-    driver = Driver(cfg, tmp_path)
-    killed = driver.run(**{FAULT_ENV: f"kill-after-commit:{kill_at}"})
-    assert killed.returncode == -9, driver.tail()
-    ckpt = tmp_path / "killed" / "ckpt" / windows.OUTPUT
-    assert (ckpt / "offsets" / str(kill_at)).exists() and not (ckpt / "commits" / str(kill_at)).exists()
-    assert any((ckpt / "state").rglob("*.changelog")), "the state is RocksDB's, checkpointed as changelogs"
-
-    restarted = driver.run()
-    assert restarted.returncode == 0, driver.tail()
-    replays = [e for e in read_trace(tmp_path / "killed" / "trace.jsonl") if e["event"] == "commit"]
-    assert [e["skipped"] for e in replays if e["batch"] == kill_at] == [False, True], "replayed and skipped"
-
-    got = branch_rows(dataset, "out.levers_killed", cfg.sink_branch(windows.OUTPUT))
-    arrow = branch_arrow(dataset, "out.levers_killed", cfg.sink_branch(windows.OUTPUT))
-    keys = Counter(zip(*(arrow[k].to_pylist() for k in WINDOWS_KEY), strict=True))
-    assert max(keys.values()) == 1, "no window written twice"
-    assert got == expected
 
 
 def test_shuffle_partitions_do_not_change_a_backfills_output(
