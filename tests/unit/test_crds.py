@@ -270,6 +270,12 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
         'spec.alignment.maxDrift: Invalid value: "string": must',
     ),
     ("bf-maxdrift-words", BF, {"spec.alignment.maxDrift": "ten minutes"}, "spec.alignment.maxDrift in body should"),
+    (
+        "bf-negative-row-budget",
+        BF,
+        {"spec.alignment.batchRowBudget": -1},
+        "spec.alignment.batchRowBudget in body should be greater than or equal to 0",
+    ),
     ("bf-priority-high", BF, {"spec.priority": 5000}, "spec.priority in body should be less than or equal to 1000"),
     ("bf-priority-text", BF, {"spec.priority": "high"}, "spec.priority in body must be of type integer"),
     (

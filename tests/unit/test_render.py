@@ -65,11 +65,18 @@ def test_a_backfill_reads_history_into_its_branch_from_a_fresh_checkpoint(
     assert isinstance(sink, IcebergSink) and cfg.sink_branch("attributed_plays") == "backfill-rmi-outage"
     assert sink.key == ["playback_id", "impression_id"]
     assert cfg.alignment.group == "default.rmi-outage" and cfg.alignment.max_drift.total_seconds() == 600
+    assert cfg.alignment.batch_row_budget == 30_000 and cfg.round_budget == 30_000, "merged rounds by default"
     assert cfg.coordinator is not None and cfg.coordinator.token is None, "the token is not put in a ConfigMap"
 
 
 def test_backfill_overrides_and_unknown_sources(job: StreamingJob, backfill: Backfill) -> None:
     data = backfill.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["readLimit"] = {"maxBytesPerSecond": 10**6}
+    capped = backfill_config(Backfill.model_validate(data), job, None)
+    assert capped.alignment.batch_row_budget == 30_000 and capped.round_budget == 0, "no merged rounds under a cap"
+    del data["spec"]["readLimit"]
+    data["spec"]["alignment"]["batchRowBudget"] = 0
+    assert backfill_config(Backfill.model_validate(data), job, None).round_budget == 0
     data["spec"]["sources"] = {"playbacks": {"table": "archive.playbacks", "filter": "duration_s > 0"}}
     data["spec"]["output"] = {"branch": "audit"}
     cfg = backfill_config(Backfill.model_validate(data), job, None)
