@@ -94,7 +94,7 @@ async def test_dry_run_plans_then_runs_and_calibrates_the_next_plans_eta(
             s = await eventually(lambda: phase(api, "first", "Planned"), "Planned", 60)
             plan = s["plan"]
             assert plan["rows"] == 2500, "2000 impressions + 500 playbacks, from manifests"
-            assert plan["expectedBatches"] > 2 and plan["latenessOk"] is True
+            assert plan["expectedBatches"] >= 2 and plan["latenessOk"] is True  # merged rounds: few rows, few batches
             assert {p["table"] for p in plan["sources"]} == {"ingest.impressions", "ingest.playbacks"}
             assert plan.get("eta") is None and "no calibration yet" in plan["etaBasis"]
             await asyncio.sleep(2.0)
