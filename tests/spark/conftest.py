@@ -125,3 +125,19 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
 @pytest.fixture
 def fresh_dataset(tmp_path: Path) -> Callable[[float], Dataset]:
     return lambda hours: make_dataset(tmp_path / "data", hours)
+
+
+@pytest.fixture(scope="session")
+def rmi_window_reference(
+    spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[tuple[Any, ...]], int]:
+    """rmi backfilled over ``test_coordinator_alignment.WINDOW``, aligned through the local
+    state file, one round per batch: its output rows and micro-batches (shared by the tests
+    that compare other ways of running the same backfill against it)."""
+    from spark_app.runtime import run
+    from tests.spark.test_coordinator_alignment import output, rmi_config
+
+    tmp = tmp_path_factory.mktemp("rmi-local")
+    report = run(rmi_config(dataset, tmp, None, name="rmi-local"), spark)
+    assert report.dropped_by_watermark == 0
+    return output(spark, tmp), report.batches

@@ -35,26 +35,23 @@ pytestmark = pytest.mark.spark
 DRIFT_US = 4 * 60 * 1_000_000
 
 
-def rmi(dataset: Dataset, tmp: Path, name: str, budget: int, **split: Any) -> JobConfig:
+def rmi(dataset: Dataset, tmp: Path, name: str, budget: int, bundle: str = "2m", **extra: Any) -> JobConfig:
+    """The reference's backfill (``rmi_config``) with a row budget; ``bundle`` 0s: one file a split."""
     return dataset.config(
         tmp,
         name=name,
         mode="backfill",
         sink_time_column="playback_ts",
-        sources=sources("icebergBackfill", split={"maxBundleSpan": "0s"}, **split),
+        sources=sources("icebergBackfill", split={"maxBundleSpan": bundle}, **extra),
         window=WINDOW,
         alignment={"maxDrift": "4m", "batchRowBudget": budget},
     )
 
 
-@pytest.fixture(scope="module")
-def one_round(
-    spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[list[tuple[Any, ...]], int]:
-    tmp = tmp_path_factory.mktemp("rounds-reference")
-    report = run(rmi(dataset, tmp, "rounds-reference", 0), spark)
-    assert report.dropped_by_watermark == 0
-    return output(spark, tmp), report.batches
+@pytest.fixture
+def one_round(rmi_window_reference: tuple[list[tuple[Any, ...]], int]) -> tuple[list[tuple[Any, ...]], int]:
+    """rmi over the same window, one round per batch (``conftest``): rows and batches."""
+    return rmi_window_reference
 
 
 def batches_of(trace: Path) -> list[list[dict[str, Any]]]:
@@ -100,7 +97,7 @@ def test_a_read_limit_cutting_a_source_inside_a_round_keeps_the_output(
     spark: SparkSession, dataset: Dataset, tmp_path: Path, one_round: tuple[list[tuple[Any, ...]], int]
 ) -> None:
     expected, _ = one_round
-    cfg = rmi(dataset, tmp_path, "rounds-capped", 10**6, readLimit={"maxFiles": 2})
+    cfg = rmi(dataset, tmp_path, "rounds-capped", 10**6, bundle="0s", readLimit={"maxFiles": 2})
     report = run(cfg, spark)
     assert report.dropped_by_watermark == 0
     assert output(spark, tmp_path) == expected

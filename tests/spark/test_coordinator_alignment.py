@@ -85,12 +85,10 @@ def assert_within_drift(
     assert admitted > 3
 
 
-@pytest.fixture(scope="module")
-def reference(spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Any, ...]]:
-    """The same backfill aligned through the local state file."""
-    tmp = tmp_path_factory.mktemp("rmi-local")
-    run(rmi_config(dataset, tmp, None, name="rmi-local"), spark)
-    return output(spark, tmp)
+@pytest.fixture
+def reference(rmi_window_reference: tuple[list[tuple[Any, ...]], int]) -> list[tuple[Any, ...]]:
+    """The same backfill aligned through the local state file (``conftest``, shared)."""
+    return rmi_window_reference[0]
 
 
 def test_rmi_backfill_through_the_http_coordinator(
