@@ -10,7 +10,6 @@ killed mid-backfill and restarted.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from spark_app.sinks.iceberg.writer import FAULT_ENV
 from spark_app.telemetry import read_trace
 from tests.spark.conftest import Dataset, Driver, sources
 from tests.spark.test_backfill_levers import ROCKSDB, WINDOWS_KEY, branch_arrow, branch_rows, windows_backfill
-from tests.spark.test_coordinator_alignment import TOKEN, WINDOW, declare, output
+from tests.spark.test_coordinator_alignment import TOKEN, WINDOW, copy_job, declare, output, run_together
 
 pytestmark = pytest.mark.spark
 
@@ -110,36 +109,12 @@ def test_a_read_limit_cutting_a_source_inside_a_round_keeps_the_output(
 def test_two_jobs_in_one_group_merge_rounds_without_running_ahead_of_each_other(
     spark: SparkSession, dataset: Dataset, tmp_path: Path
 ) -> None:
-    def job(name: str, table: str, c: EmbeddedCoordinator) -> JobConfig:
-        return dataset.config(
-            tmp_path / name,
-            name=name,
-            pipeline="spark_app.examples.copy:pipeline",
-            output="copy",
-            mode="backfill",
-            sources=sources("icebergBackfill", (table,), split={"maxBundleSpan": "0s"}),
-            window={"start": WINDOW["start"], "end": WINDOW["end"]},
-            alignment={"maxDrift": "4m", "group": "rounds", "batchRowBudget": 10**6},
-            coordinator={"url": c.url, "token": TOKEN},
-        )
-
     with EmbeddedCoordinator(Service(TOKEN)) as c:
-        a, b = job("imp-rounds", "impressions", c), job("play-rounds", "playbacks", c)
+        budget = {"group": "rounds", "batchRowBudget": 10**6, "bundle": "0s"}
+        a = copy_job(dataset, tmp_path, "imp-rounds", "impressions", c, **budget)
+        b = copy_job(dataset, tmp_path, "play-rounds", "playbacks", c, **budget)
         declare(c, "rounds", aligned_members(a) + aligned_members(b))
-        errors: list[BaseException] = []
-
-        def go(cfg: JobConfig) -> None:
-            try:
-                run(cfg, spark)
-            except BaseException as exc:  # surfaced below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=go, args=(cfg,)) for cfg in (a, b)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=600)
-    assert not errors, errors
+        run_together(spark, (a, b))
     merged = 0
     for name in ("imp-rounds", "play-rounds"):
         for d in read_trace(tmp_path / name / "trace.jsonl", "admission"):

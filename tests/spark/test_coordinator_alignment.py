@@ -109,38 +109,46 @@ def test_rmi_backfill_through_the_http_coordinator(
     assert output(spark, tmp_path) == reference
 
 
-def test_two_jobs_in_one_group_stay_aligned(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
-    def job(name: str, table: str, c: EmbeddedCoordinator) -> JobConfig:
-        return dataset.config(
-            tmp_path / name,
-            name=name,
-            pipeline="spark_app.examples.copy:pipeline",
-            output="copy",
-            mode="backfill",
-            sources=sources("icebergBackfill", (table,), split={"maxBundleSpan": "2m"}),
-            window={"start": WINDOW["start"], "end": WINDOW["end"]},
-            alignment={"maxDrift": "4m", "group": "shared"},
-            coordinator={"url": c.url, "token": TOKEN},
-        )
+def copy_job(dataset: Dataset, tmp: Path, name: str, table: str, c: EmbeddedCoordinator, **alignment: Any) -> JobConfig:
+    """A copy backfill of one table over WINDOW, aligned through the coordinator ``c``."""
+    return dataset.config(
+        tmp / name,
+        name=name,
+        pipeline="spark_app.examples.copy:pipeline",
+        output="copy",
+        mode="backfill",
+        sources=sources("icebergBackfill", (table,), split={"maxBundleSpan": alignment.pop("bundle", "2m")}),
+        window={"start": WINDOW["start"], "end": WINDOW["end"]},
+        alignment={"maxDrift": "4m", **alignment},
+        coordinator={"url": c.url, "token": TOKEN},
+    )
 
-    with EmbeddedCoordinator(Service(TOKEN)) as c:
-        a, b = job("imp-bf", "impressions", c), job("play-bf", "playbacks", c)
-        declare(c, "shared", aligned_members(a) + aligned_members(b))
-        errors: list[BaseException] = []
 
-        def go(cfg: JobConfig) -> None:
-            try:
-                run(cfg, spark)
-            except BaseException as exc:  # surfaced below
-                errors.append(exc)
+def run_together(spark: SparkSession, cfgs: tuple[JobConfig, ...]) -> None:
+    """Run the jobs concurrently (one thread each, one SparkSession), as one group's jobs run."""
+    errors: list[BaseException] = []
 
-        threads = [threading.Thread(target=go, args=(cfg,)) for cfg in (a, b)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=600)
-        history = [tuple(h) for h in c.service.core.history("shared")]
+    def go(cfg: JobConfig) -> None:
+        try:
+            run(cfg, spark)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(cfg,)) for cfg in cfgs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
     assert not errors, errors
+
+
+def test_two_jobs_in_one_group_stay_aligned(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
+    with EmbeddedCoordinator(Service(TOKEN)) as c:
+        a = copy_job(dataset, tmp_path, "imp-bf", "impressions", c, group="shared")
+        b = copy_job(dataset, tmp_path, "play-bf", "playbacks", c, group="shared")
+        declare(c, "shared", aligned_members(a) + aligned_members(b))
+        run_together(spark, (a, b))
+        history = [tuple(h) for h in c.service.core.history("shared")]
     members = {h[1] for h in history}
     assert members == set(aligned_members(a) + aligned_members(b))
     throttled = 0
