@@ -280,6 +280,22 @@ class Cluster:
             owner,
         )
 
+    # --- Events (kappa_operator.events decides what to write) ----------------------------
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self.core.create_namespaced_event(namespace, body)
+
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+        """Update an Event posted before (count, lastTimestamp, message); False when it is
+        gone (Events expire, an hour by default), so the caller creates it again."""
+        try:
+            self.core.patch_namespaced_event(name, namespace, patch)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
     def annotate(self, plural: str, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         """Set (None: remove) annotations with a merge patch."""
         self.custom.patch_namespaced_custom_object(

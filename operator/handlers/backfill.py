@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from kappa_operator.handlers.context import (
     crash_point,
@@ -23,6 +24,7 @@ from kappa_operator.handlers.context import (
     log,
     observe,
     parse,
+    post_event,
     post_events,
     record,
     referenced_job,
@@ -36,9 +38,11 @@ from kappa_operator.reconcile.backfill import (
     SAVED_JOB,
     BackfillPlan,
     Planning,
+    follow_step,
     owner_of,
     plan_backfill,
     progress_update,
+    submitted,
 )
 from kappa_operator.reconcile.estimates import CONFIG_MAP, recorded, runs_from
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
@@ -58,13 +62,24 @@ FOLLOWED = ("Pending", "Planning", "Queued", "Running", "Publishing")
 ADMISSION = threading.Lock()
 """One admission decision (and its submission) at a time in this process: two backfills
 reconciled at once must not both take the last slot. The operator runs as one replica."""
+JOB_GONE = threading.Lock()
+"""Held while a backfill first finds its job deleted: the timer and an application event may
+both find it at once, and it is said once (each re-reads the object under it)."""
+
+
+@kopf.index(GROUP, VERSION, "streamingjobs")
+def streaming_jobs(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], None]:
+    """The StreamingJobs that exist, by (namespace, name): kopf keeps this from the watch it
+    already runs (no request, no RBAC beyond it) and drops a job when it is deleted, so a
+    running backfill's timer learns of the deletion within a tick."""
+    return {(namespace, name): None}
 
 
 def _job(bf: Backfill) -> tuple[StreamingJob | None, bool]:
     """Its StreamingJob, and whether that is the copy kept at submission: a submitted backfill
     whose job was deleted finishes with what it was started with."""
     job = referenced_job(bf.metadata.namespace, bf.spec.job_ref.name)
-    if job is not None or bf.status is None or bf.status.phase not in ("Running", "Publishing"):
+    if job is not None or not submitted(bf):
         return job, False
     owner = owner_of(bf)
     cm = ctx().cluster().get_config_map(bf.metadata.namespace, owner.config_map_name, owner)
@@ -195,6 +210,7 @@ def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -
         cluster.create_app(plan.create_publish_app, owner)
     if plan.leave_group is not None and c.groups is not None:
         c.groups.leave(plan.leave_group.name, owner.name)
+    if plan.delete_secret:
         cluster.delete_secret(owner.namespace, owner.token_secret_name, owner)  # the credential's job is done
     if plan.record_calibration is not None:
         runs = cluster.shared_config_map_data(owner.namespace, CONFIG_MAP)
@@ -215,13 +231,15 @@ def _reconcile(bf: Backfill, body: Any, apps: tuple[dict[str, Any] | None, dict[
 
 def _reconcile_one(bf: Backfill, body: Any, apps: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> None:
     job, saved = _job(bf)
-    status = act(_plan(bf, body, apps, job, saved), bf, job, body)
-    said = bool(bf.status and bf.status.job_deleted)
-    if saved and not said:  # once, not on every event of the application
-        msg = f"StreamingJob {bf.spec.job_ref.name} was deleted: finishing with the configuration kept at submission"
-        kopf.event(body, type="Warning", reason="JobDeleted", message=msg)
-        status = {**status, "jobDeleted": True}
-    record(KIND, body, status)
+    if saved and not (bf.status and bf.status.job_deleted):
+        with JOB_GONE:  # the first to find the job gone says so; the others see it recorded
+            fresh = ctx().cluster().get_resource(PLURAL, bf.metadata.namespace, bf.metadata.name)
+            if fresh is None:
+                return  # deleted meanwhile
+            bf = parse(Backfill, fresh)
+            record(KIND, fresh, act(_plan(bf, fresh, apps, job, saved), bf, job, fresh))
+        return
+    record(KIND, body, act(_plan(bf, body, apps, job, saved), bf, job, body))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -255,18 +273,15 @@ def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]
     when=lambda status, **_: status.get("phase") in FOLLOWED,
 )
 @reported(KIND)
-def follow(body: kopf.Body, **_: Any) -> None:
+def follow(body: kopf.Body, streaming_jobs: kopf.Index[tuple[str, str], None], **_: Any) -> None:
     """Pending: look for the job again. Queued: a slot may have freed (a backfill ended).
     Planning and Publishing: their application, in case one of its events was missed.
-    Running: progress and ETA from the group's watermark."""
+    Running: progress and ETA from the group's watermark, or, its job deleted, say so now."""
     bf = parse(Backfill, body)
-    if bf.status is None or bf.status.phase in ("Pending", "Planning", "Queued", "Publishing"):
-        if (
-            bf.status is not None
-            and bf.status.phase == "Pending"
-            and referenced_job(bf.metadata.namespace, bf.spec.job_ref.name) is None
-        ):
-            return  # still waiting: said once, nothing to write
+    step = follow_step(bf, (bf.metadata.namespace, bf.spec.job_ref.name) in streaming_jobs)
+    if step == "wait":
+        return  # still waiting for its job: said once, nothing to write
+    if step == "reconcile" or bf.status is None:
         _reconcile(bf, body, _apps(bf))
         return
     groups = ctx().groups
@@ -295,10 +310,18 @@ def delete_backfill(body: kopf.Body, **_: Any) -> None:
     stopped = c.cluster().delete_app(ns, owner.publish_app_name, owner) or stopped
     c.cluster().delete_app(ns, owner.plan_app_name, owner)
     c.cluster().delete_config_map(ns, owner.config_map_name, owner)
-    c.cluster().delete_secret(ns, owner.token_secret_name, owner)
+    try:
+        c.cluster().delete_secret(ns, owner.token_secret_name, owner)
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        # Secrets are granted per namespace (the chart's rbac.coordinatorSecrets): without the
+        # grant no Secret was created, and one that was is owned by this Backfill, so the
+        # garbage collector removes it. The finalizer must not wait for a grant (issue 27).
+        log.warning("Backfill %s/%s: no access to Secrets here (403); its Secret, if any, goes with it", ns, owner.name)
     if c.groups is not None:
         c.groups.leave(group_name(ns, owner.name, (spec.get("alignment") or {}).get("group")), owner.name)
     if running and stopped:
-        kopf.event(body, type="Normal", reason="Stopped", message=f"deleted: stopped SparkApplication {owner.app_name}")
+        post_event(body, "Normal", "Stopped", f"deleted: stopped SparkApplication {owner.app_name}")
     log.info("Backfill %s/%s deleted (branch and checkpoint kept)", ns, owner.name)
     forget(KIND, body)

@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from kappa_operator.handlers.context import log, parse, record, reported
+from kappa_operator.handlers.context import log, parse, post_event, record, reported
 from kappa_operator.job_snapshots import restore_points, snapshot_failures
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
@@ -47,7 +47,7 @@ async def follow_checkpoints(body: kopf.Body, stopped: kopf.DaemonStopped, **_: 
     fields = copy.result()
     error = fields.get("snapshotError")
     if error and error != (body.get("status") or {}).get("snapshotError"):
-        kopf.event(body, type="Warning", reason="SnapshotFailing", message=f"checkpoint snapshots failing: {error}")
+        post_event(body, "Warning", "SnapshotFailing", f"checkpoint snapshots failing: {error}")
     await asyncio.to_thread(record, "StreamingJob", body, fields)
 
 

@@ -20,6 +20,7 @@ import kopf
 
 from kappa_operator.cluster import Cluster, ForeignObjectError
 from kappa_operator.coordinator.groups import Groups
+from kappa_operator.events import EventRecorder
 from kappa_operator.metrics import OperatorMetrics, backfill_times
 from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
@@ -54,11 +55,18 @@ class Context:
     admission: Limits = field(default_factory=Limits)
     """backfills.maxConcurrent and maxConcurrentPerNamespace."""
     _cluster: Cluster | None = None
+    _events: EventRecorder | None = None
 
     def cluster(self) -> Cluster:
         if self._cluster is None:
             self._cluster = Cluster.connect(self.host)
         return self._cluster
+
+    def events(self) -> EventRecorder:
+        """The one recorder of this operator's Events (its cache is what aggregates them)."""
+        if self._events is None:
+            self._events = EventRecorder(self.cluster)
+        return self._events
 
 
 CONTEXT = Context()
@@ -189,7 +197,9 @@ def _show(kind: str, body: Any, failure: Failure) -> None:
         fresh = cluster.get_resource(PLURALS[kind], meta["namespace"], meta["name"]) or dict(body)
         fields = failure_status(kind, fresh.get("status") or {}, failure, now_rfc3339(), meta.get("generation"))
         cluster.patch_status(PLURALS[kind], meta["namespace"], meta["name"], fields)
-        kopf.event(body, type="Warning", reason=failure.reason, message=failure.message)
+        # the error without "attempt N": the Event's count says how often, and a repeat of
+        # one error is then one Event counted up, not a new Event on every retry
+        post_event(body, "Warning", failure.reason, failure.error)
     except Exception:  # the API server itself is what fails: the log line above is what is left
         log.exception("%s: could not record the failure on the object", where)
 
@@ -233,7 +243,13 @@ def forget(kind: str, body: kopf.Body | dict[str, Any]) -> None:
 
 def post_events(body: kopf.Body | dict[str, Any], events: tuple[Event, ...]) -> None:
     for e in events:
-        kopf.event(body, type=e.type, reason=e.reason, message=e.message)
+        post_event(body, e.type, e.reason, e.message)
+
+
+def post_event(body: kopf.Body | dict[str, Any], type: str, reason: str, message: str) -> None:
+    """An Event on the object (``kappa_operator.events``): returns at once, written in the
+    background, so a handler on kopf's event loop may call it too."""
+    CONTEXT.events().event(body, type, reason, message)
 
 
 def crash_point(name: str) -> None:

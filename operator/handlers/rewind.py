@@ -19,6 +19,7 @@ from kappa_operator.handlers.context import (
     forget,
     observe,
     parse,
+    post_event,
     post_events,
     record,
     referenced_job,
@@ -197,5 +198,5 @@ def delete_rewind(body: kopf.Body, **_: Any) -> None:
     job = _job(rw)
     if job is not None and job.metadata.annotations.get(PAUSED_ANNOTATION) == paused_by(rw):
         ctx().cluster().annotate("streamingjobs", rw.metadata.namespace, job.metadata.name, {PAUSED_ANNOTATION: None})
-        kopf.event(body, type="Warning", reason="Abandoned", message=f"deleted mid-way: {job.metadata.name} unpaused")
+        post_event(body, "Warning", "Abandoned", f"deleted mid-way: {job.metadata.name} unpaused")
     forget(KIND, body)

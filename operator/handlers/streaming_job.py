@@ -6,7 +6,17 @@ from typing import Any
 
 import kopf
 
-from kappa_operator.handlers.context import crash_point, ctx, forget, observe, parse, post_events, record, reported
+from kappa_operator.handlers.context import (
+    crash_point,
+    ctx,
+    forget,
+    observe,
+    parse,
+    post_event,
+    post_events,
+    record,
+    reported,
+)
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.phases import now_rfc3339
@@ -63,5 +73,5 @@ def delete_job(body: kopf.Body, **_: Any) -> None:
     c.delete_config_map(owner.namespace, owner.config_map_name, owner)
     if stopped:
         msg = f"deleted SparkApplication {owner.app_name} and its ConfigMap"
-        kopf.event(body, type="Normal", reason="Deleted", message=msg)
+        post_event(body, "Normal", "Deleted", msg)
     forget(KIND, body)

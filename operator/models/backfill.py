@@ -3,7 +3,8 @@ aligned, into a branch; optionally validate and publish."""
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -11,7 +12,7 @@ from kappa_operator.models.common import (
     API_VERSION,
     COLUMN_MAX,
     FILTER_MAX,
-    INT64_MAX,
+    INT64_BOUND,
     NAME_MAX,
     SOURCES_MAX,
     TABLE_MAX,
@@ -75,7 +76,7 @@ class SourceOverride(CRModel):
     """Another history table."""
     filter: str | None = Field(default=None, max_length=FILTER_MAX)
     """An extra row filter (pyiceberg syntax)."""
-    snapshot_id: int | None = Field(default=None, ge=-INT64_MAX - 1, le=INT64_MAX)
+    snapshot_id: int | None = Field(default=None, ge=0, le=INT64_BOUND)
     """Read the history as of this snapshot (default: current at the start)."""
 
 
@@ -129,7 +130,7 @@ class ReadLimit(CRModel):
             ]
         }
     )
-    max_bytes_per_second: int | None = Field(default=None, ge=1024, le=INT64_MAX)
+    max_bytes_per_second: int | None = Field(default=None, ge=1024, le=INT64_BOUND)
     """Bytes of data files per second, averaged (at least 1024)."""
     max_files_per_second: float | None = Field(default=None, ge=0.001, le=100_000)
     """Data files (or file slices) opened per second, averaged."""
@@ -141,21 +142,42 @@ class ReadLimit(CRModel):
         return self
 
 
-def immutable(field: str, optional: bool, why: str) -> dict[str, str]:
-    """A transition rule (the API server runs it on updates only) keeping ``spec.<field>``."""
-    same = f"self.{field} == oldSelf.{field}"
-    rule = f"has(oldSelf.{field}) ? has(self.{field}) && {same} : !has(self.{field})" if optional else same
-    return {"rule": rule, "message": f"spec.{field} is immutable: {why}"}
+@dataclass(frozen=True)
+class Immutable:
+    """A spec field the API server keeps as created, in the form Kubernetes documents: a
+    transition rule ``self == oldSelf`` on the field itself (the server runs it only when the
+    field is in both the old and the new object, and skips it when the field did not change),
+    plus, for an optional field, a rule on the spec that it is neither added nor removed. The
+    value comparison stays out of that rule: one rule comparing both presence and value failed
+    to evaluate on kube-apiserver 1.25 during a status patch of a deleted object, and the object
+    kept its finalizer (issue 27)."""
+
+    field: str
+    optional: bool
+    why: str
+
+    @property
+    def message(self) -> str:
+        return f"spec.{self.field} is immutable: {self.why}"
+
+    def on_field(self) -> dict[str, str]:
+        return {"rule": "self == oldSelf", "message": self.message}
+
+    def on_spec(self) -> dict[str, str] | None:
+        if not self.optional:
+            return None
+        f = self.field  # the ternary form: 1.25's cost estimator prices has() == has() over budget
+        return {"rule": f"has(oldSelf.{f}) ? has(self.{f}) : !has(self.{f})", "message": self.message}
 
 
 IMMUTABLE = (
-    immutable("jobRef", False, "create a new Backfill for another job"),
-    immutable("window", False, "create a new Backfill for another window"),
-    immutable("sources", True, "create a new Backfill to read other sources"),
-    immutable("alignment", True, "create a new Backfill to align differently"),
-    immutable("output", True, "create a new Backfill to write elsewhere"),
-    immutable("image", True, "create a new Backfill to run another image"),
-    immutable("readLimit", True, "create a new Backfill to read at another rate"),
+    Immutable("jobRef", False, "create a new Backfill for another job"),
+    Immutable("window", False, "create a new Backfill for another window"),
+    Immutable("sources", True, "create a new Backfill to read other sources"),
+    Immutable("alignment", True, "create a new Backfill to align differently"),
+    Immutable("output", True, "create a new Backfill to write elsewhere"),
+    Immutable("image", True, "create a new Backfill to run another image"),
+    Immutable("readLimit", True, "create a new Backfill to read at another rate"),
 )
 """What a running backfill was launched with. Its application, checkpoint and branch belong to
 these values: an edit would be silently ignored by the running application, or mix two
@@ -164,8 +186,17 @@ documented way to run it again), ``dryRun`` (false runs a planned backfill) and 
 (its place in the queue) may change."""
 
 
+def _immutability(schema: dict[str, Any]) -> None:
+    """Puts each field's rule next to the field, the presence rules on the spec."""
+    for item in IMMUTABLE:
+        prop = schema["properties"][item.field]
+        prop["x-kubernetes-validations"] = [*prop.get("x-kubernetes-validations", []), item.on_field()]
+    rules = [r for r in (item.on_spec() for item in IMMUTABLE) if r is not None]
+    schema["x-kubernetes-validations"] = [*schema.get("x-kubernetes-validations", []), *rules]
+
+
 class BackfillSpec(CRModel):
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(IMMUTABLE)})
+    model_config = ConfigDict(json_schema_extra=_immutability)
 
     job_ref: JobRef
     """The StreamingJob whose pipeline is re-run. Immutable."""
@@ -181,7 +212,7 @@ class BackfillSpec(CRModel):
     """Validation and publish. Read when the run completes, so it may be changed until then."""
     image: str | None = Field(default=None, min_length=1, max_length=URI_MAX)
     """Another Spark image (default: the job's). Immutable."""
-    restart_nonce: int = Field(default=0, ge=0, le=INT64_MAX)
+    restart_nonce: int = Field(default=0, ge=0, le=INT64_BOUND)
     """Change it to run a failed backfill again from its checkpoint and branch (as Flink's
     restartNonce): the operator deletes the old application and submits a new one."""
     dry_run: bool = False
@@ -317,8 +348,8 @@ class BackfillStatus(StatusBase):
     published: list[PublishedTable] = []
     """What publish did, per Iceberg sink table."""
     job_deleted: bool | None = None
-    """True once the StreamingJob was deleted while this ran: it finishes with the copy of the
-    job kept at submission."""
+    """True once the StreamingJob was deleted after this was submitted: it finishes with the
+    copy of the job kept at submission, and a restartNonce bump resumes from that copy."""
     final: bool | None = None
     """False when the run could not close every result of the window (the history does not
     reach end + drain yet, or sessions were still open): the message says which."""

@@ -43,7 +43,15 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # ConfigMap and a SparkApplication, and the API server prices CEL rules by these bounds.
 
 INT64_MAX = 2**63 - 1
-"""The API server stores integers as int64: a larger one is refused there, so here too."""
+"""The API server stores integers as int64. Never a CRD bound: kube-apiserver parses a
+schema's ``maximum`` as float64, where 2^63-1 rounds to 2^63 and wraps to -2^63 when compared
+with an integer (issue 27: the CRD is refused, or the field refuses every value)."""
+INT64_BOUND = 2**63 - 1024
+"""The largest int64 that float64 holds exactly: the bound of an int64 field in a CRD, so the
+server's bound and the model's are the same number."""
+INT32_MAX = 2**31 - 1
+"""A count (cores, instances, snapshots to keep): the SparkApplication fields it lands in are
+int32, and no count of ours needs more."""
 NAME_MAX = 63
 """A name: a jobRef, a catalog reference, an alignment group, a key of sources, sinks,
 catalogs and pipelineArgs."""
@@ -265,14 +273,14 @@ class StatusBase(CRModel):
 class Resources(CRModel):
     """Cores and memory of a Spark driver or executor."""
 
-    cores: int = Field(default=1, ge=1, le=INT64_MAX)
+    cores: int = Field(default=1, ge=1, le=INT32_MAX)
     """CPU cores."""
     memory: str = Field(default="2g", pattern=r"^[0-9]+[kmgt]?$", max_length=16)
     """JVM memory in Spark's notation, e.g. 2g or 512m."""
 
 
 class ExecutorResources(Resources):
-    instances: int = Field(default=2, ge=1, le=INT64_MAX)
+    instances: int = Field(default=2, ge=1, le=INT32_MAX)
     """Number of executors."""
 
 

@@ -2,9 +2,11 @@
 schema and the operator's models cannot drift apart (a test fails on stale ``crds/*.yaml``).
 
 pydantic's JSON Schema becomes a *structural* OpenAPI v3 schema: ``$ref`` inlined,
-``X | None`` as ``nullable``, no ``title``/``additionalProperties: false`` (Kubernetes prunes
-unknown fields instead), CEL rules kept as ``x-kubernetes-validations``, and ``propertyNames``
-(a bound on map keys, which a CRD schema cannot say) turned into a CEL rule.
+``X | None`` as an optional field whose null the server prunes (not ``nullable``), no
+``title``/``additionalProperties: false`` (Kubernetes prunes unknown fields instead), CEL
+rules kept as ``x-kubernetes-validations``, ``propertyNames`` (a bound on map keys, which a
+CRD schema cannot say) turned into a CEL rule, and fractional bounds of numbers doubled by
+CEL rules (the server compares an integer value with the bound truncated).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from kappa_operator.models.backfill import BackfillSpec, BackfillStatus
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.rewind import RewindSpec, RewindStatus
 from kappa_operator.models.streaming_job import StreamingJobSpec, StreamingJobStatus
+
+RULES = "x-kubernetes-validations"
 
 
 @dataclass(frozen=True)
@@ -121,26 +125,54 @@ def key_rules(names: dict[str, Any]) -> list[dict[str, str]]:
     return [{"rule": f"self.all(k, size(k) <= {high})", "message": f"keys must be at most {high} characters long"}]
 
 
+def fraction_bound_rules(node: dict[str, Any]) -> list[dict[str, str]]:
+    """kube-apiserver checks an integer value (``0``) of a ``number`` field against the bound
+    truncated to an integer: ``minimum: 0.001`` let ``0`` through (issue 27). A CEL rule on
+    each fractional bound compares as doubles."""
+    out = []
+    for key, op in (("minimum", ">="), ("maximum", "<=")):
+        bound = node.get(key)
+        if bound is not None and float(bound) != int(bound):
+            out.append({"rule": f"self {op} {bound}", "message": f"must be {op} {bound}"})
+    return out
+
+
+def _without_nulls(value: Any) -> Any:
+    """A default as the server can hold it: fields are optional, not nullable, so an unset
+    field of a default object is absent, not null (the server refuses the CRD otherwise)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _merged(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``extra`` over ``base``, their CEL rules together (a field's own rules and its type's)."""
+    rules = [*base.get(RULES, []), *extra.get(RULES, [])]
+    return {**base, **extra, **({RULES: rules} if rules else {})}
+
+
 def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
     """One pydantic JSON Schema node as a structural OpenAPI v3 node."""
     defs = schema.get("$defs", {}) if defs is None else defs
     if "$ref" in schema:
         target = defs[schema["$ref"].split("/")[-1]]
-        merged = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
-        return structural(merged, defs)
+        return structural(_merged(target, {k: v for k, v in schema.items() if k != "$ref"}), defs)
     out: dict[str, Any] = {}
     options = schema.get("anyOf")
     if options is not None:
         non_null = [o for o in options if o.get("type") != "null"]
         if len(non_null) != 1:
             raise ValueError(f"a CRD field must have one type, not {options}")
+        # Optional, not nullable: the API server prunes a null of a non-nullable field before
+        # validation, so `drain: null` is stored as absent. A stored null would reach CEL as a
+        # value: transition rules (immutability) then refused every later update of the
+        # object, status and finalizers included (issue 27).
         out = structural(non_null[0], defs)
-        out["nullable"] = True
-        for k, v in schema.items():
-            if k not in ("anyOf", "default", *_DROP):
-                out[k] = v
+        out = _merged(out, {k: v for k, v in schema.items() if k not in ("anyOf", "default", *_DROP)})
         if schema.get("default") is not None:
-            out["default"] = schema["default"]
+            out["default"] = _without_nulls(schema["default"])
         return out
     for key, value in schema.items():
         if key in _DROP or (key == "default" and value is None):
@@ -156,9 +188,15 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
         elif key == "const":
             out["enum"] = [value]
         elif key == "propertyNames":
-            out["x-kubernetes-validations"] = [*out.get("x-kubernetes-validations", []), *key_rules(value)]
+            out[RULES] = [*out.get(RULES, []), *key_rules(value)]
+        elif key == "default":
+            out[key] = _without_nulls(value)
+        elif key == RULES:
+            out[RULES] = [*value, *out.get(RULES, [])]
         else:
             out[key] = value
+    if out.get("type") == "number":
+        out[RULES] = [*out.get(RULES, []), *fraction_bound_rules(out)]
     if out.get("x-kubernetes-preserve-unknown-fields"):
         out["type"] = "object"
         out.pop("additionalProperties", None)

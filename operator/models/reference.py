@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kappa_operator.models.common import API_VERSION, INT64_MAX
+from kappa_operator.models.common import API_VERSION, INT32_MAX, INT64_BOUND
 from kappa_operator.models.crd import KINDS, Kind, crd
 
 
@@ -33,9 +33,13 @@ _BOUNDS = (
 )
 
 
+_NAMED = {INT64_BOUND: "2^63-1024", INT32_MAX: "2^31-1"}
+"""Bounds written as what they are, not as 19 digits."""
+
+
 def _checks(s: dict[str, Any]) -> list[str]:
     """Bounds, pattern and rules of a node, and of the values of a list or map of scalars."""
-    out = [f"{word} {'2^63-1' if s[key] == INT64_MAX else s[key]}" for key, word in _BOUNDS if key in s]
+    out = [f"{word} {_NAMED.get(s[key], s[key])}" for key, word in _BOUNDS if key in s]
     if "pattern" in s:
         out.append(f"pattern `{s['pattern']}`")
     out += [f"rule: {v['message']}" for v in s.get("x-kubernetes-validations", [])]

@@ -11,7 +11,7 @@ from pydantic import ConfigDict, Field, model_validator
 from kappa_operator.models.backfill import JobRef
 from kappa_operator.models.common import (
     API_VERSION,
-    INT64_MAX,
+    INT64_BOUND,
     CRModel,
     ObjectMeta,
     StatusBase,
@@ -28,7 +28,7 @@ class RewindTarget(CRModel):
     model_config = exactly_one("time", "batchId", "set exactly one of target.time, target.batchId")
     time: TimestampStr | None = None
     """Restore the newest snapshot committed before this time (RFC 3339)."""
-    batch_id: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    batch_id: int | None = Field(default=None, ge=0, le=INT64_BOUND)
     """Restore the newest snapshot at or before this micro-batch (single-sink jobs)."""
 
     @model_validator(mode="after")

@@ -15,7 +15,8 @@ from kappa_operator.models.common import (
     COLUMNS_MAX,
     FILTER_MAX,
     HOSTS_MAX,
-    INT64_MAX,
+    INT32_MAX,
+    INT64_BOUND,
     KEY_COLUMNS_MAX,
     NAME_MAX,
     PARTITION_FIELDS_MAX,
@@ -110,11 +111,11 @@ class SinkHistory(CRModel):
     """How much of an iceberg sink table's history the job's driver keeps. Each commit costs
     ~0.5 ms per snapshot kept; a Rewind never needs expired ones (files carry their batch)."""
 
-    keep_last: int = Field(default=100, ge=1, le=INT64_MAX)
+    keep_last: int = Field(default=100, ge=1, le=INT32_MAX)
     """Never expire the newest this many snapshots."""
     min_age: DurationStr = "1h"
     """Never expire younger snapshots: how far a job reading this table may fall behind."""
-    expire_every: int = Field(default=20, ge=0, le=INT64_MAX)
+    expire_every: int = Field(default=20, ge=0, le=INT32_MAX)
     """Expire every this many commits; 0 never (the history then grows without bound)."""
 
 
@@ -122,11 +123,11 @@ class SinkCompaction(CRModel):
     """Small-file compaction by the job's Spark driver (iceberg), as `replace` snapshots. The
     newest batches' files stay whole for as long as spec.checkpoints keeps restore points."""
 
-    every: int = Field(default=100, ge=0, le=INT64_MAX)
+    every: int = Field(default=100, ge=0, le=INT32_MAX)
     """Compact every this many commits; 0 never."""
-    min_files: int = Field(default=10, ge=2, le=INT64_MAX)
+    min_files: int = Field(default=10, ge=2, le=INT32_MAX)
     """Rewrite a partition's small files once at least this many are there."""
-    small_file_bytes: int = Field(default=32 * 1024 * 1024, ge=1, le=INT64_MAX)
+    small_file_bytes: int = Field(default=32 * 1024 * 1024, ge=1, le=INT64_BOUND)
     """Files below this size are small."""
 
 
@@ -172,7 +173,7 @@ class JobSink(CRModel):
 class CheckpointRetention(CRModel):
     """Which externalized snapshots are kept; the newest restorable one always is."""
 
-    count: int = Field(default=24, ge=1, le=INT64_MAX)
+    count: int = Field(default=24, ge=1, le=INT32_MAX)
     """Keep at most this many snapshots per query."""
     max_age: DurationStr | None = None
     """Drop snapshots older than this (e.g. 168h), never the newest."""

@@ -7,6 +7,16 @@ branch against main and publishes the window; the operator reads only its report
 Succeeded | Failed. A failed backfill keeps its checkpoint, branch and group membership:
 bumping spec.restartNonce submits it again and it resumes where it stopped (a publish that
 failed or was refused is run again after the resumed query, which then has nothing to read).
+Its coordinator credential goes as soon as nothing runs that could present it; a resubmission
+makes a new one.
+
+A submitted backfill keeps a copy of its StreamingJob (``SAVED_JOB``): everything its runs
+are rendered from (pipeline, sources, sinks, checkpoint annotation). When the job is deleted
+it says so once and goes on with that copy: a running one finishes, and a failed one resumes
+from it when its restartNonce is bumped, as its message promises (its checkpoint and branch
+belong to the backfill, not to the job). Only a run nobody asked for is never started from the
+copy: the application of a backfill whose job is gone vanished, so it fails with JobDeleted,
+leaves its group and drops its credential until a new restartNonce asks for the run.
 """
 
 from __future__ import annotations
@@ -89,6 +99,9 @@ class BackfillPlan:
     """Declare this backfill's members in its alignment group (idempotent)."""
     leave_group: GroupSpec | None = None
     """Remove this backfill's members from its group (done, or deleted)."""
+    delete_secret: bool = False
+    """Remove its coordinator credential: nothing runs that could present it (it ended, or
+    failed with its application stopped); a resubmission makes a new one."""
     create_publish_app: dict[str, Any] | None = None
     """The application validating and publishing the branch (its report decides the end)."""
     delete_publish_app: bool = False
@@ -110,6 +123,31 @@ TERMINAL = ("Succeeded", "Failed")
 
 SAVED_JOB = "streamingjob.json"
 """The ConfigMap key holding the StreamingJob as it was at submission."""
+
+
+def submitted(bf: Backfill) -> bool:
+    """Whether it was ever submitted (status.restartNonce is recorded at submission only), so
+    that a copy of its job was kept: without its job it goes on with that copy instead of
+    waiting in Pending for a job that may never come back. A succeeded one needs no job."""
+    return bf.status is not None and bf.status.restart_nonce is not None and bf.status.phase != "Succeeded"
+
+
+def follow_step(bf: Backfill, job_listed: bool) -> str:
+    """What the periodic look at a followed backfill does: ``"reconcile"``, ``"progress"`` (a
+    running one: its group's watermark only) or ``"wait"`` (nothing to write).
+
+    ``job_listed``: its StreamingJob is in the operator's in-memory index of jobs (no API call
+    per backfill and tick). A running backfill whose job disappeared is reconciled now, so it
+    says so within a tick instead of when its application next changes; a pending one that
+    was never submitted keeps waiting quietly for its job."""
+    status = bf.status
+    if status is None:
+        return "reconcile"
+    if status.phase == "Running":
+        return "reconcile" if not job_listed and not status.job_deleted else "progress"
+    if status.phase == "Pending" and not job_listed and not submitted(bf):
+        return "wait"
+    return "reconcile"
 
 
 def owner_of(bf: Backfill) -> Owner:
@@ -195,6 +233,7 @@ def plan_backfill(
     ``admission``: whether it may start now (None: no limits). ``run_report``: what its driver
     measured of its micro-batches, once its application completed (calibrates the next ETAs)."""
     plan = _decide(bf, job, app, coordinator_url, now, admin_token, job_saved, publish_app, report, planning, admission)
+    plan = _without_credential_when_stopped(_job_deleted_said(bf, plan, job_saved), app)
     phase_now = bf.status.phase if bf.status else None
     if plan.status.get("phase") != "Succeeded" or phase_now == "Succeeded" or job is None:
         return plan
@@ -202,6 +241,32 @@ def plan_backfill(
     if run is None:
         return plan
     return replace(plan, status={**plan.status, "calibration": calibration(run)}, record_calibration=run)
+
+
+def _job_deleted_said(bf: Backfill, plan: BackfillPlan, job_saved: bool) -> BackfillPlan:
+    """The first decision made with the kept copy says that the job is gone: status.jobDeleted
+    and one Warning (none more if the decision itself already warns JobDeleted)."""
+    if not job_saved or (bf.status is not None and bf.status.job_deleted):
+        return plan
+    events = plan.events
+    if all(e.reason != "JobDeleted" for e in events):
+        name = bf.spec.job_ref.name
+        then = (
+            "bump spec.restartNonce to resume with the configuration kept at submission"
+            if plan.status.get("phase") == "Failed"
+            else "going on with the configuration kept at submission"
+        )
+        events = (Event("Warning", "JobDeleted", f"StreamingJob {name} was deleted: {then}"), *events)
+    return replace(plan, status={**plan.status, "jobDeleted": True}, events=events)
+
+
+def _without_credential_when_stopped(plan: BackfillPlan, app: dict[str, Any] | None) -> BackfillPlan:
+    """A failed backfill whose application is gone or ended, like one that left its group,
+    drops its coordinator credential: no driver is left to present it, and it must not outlive
+    the run it was made for. One still running keeps it (a spec made invalid mid-run fails the
+    backfill, not its driver)."""
+    stopped = plan.status.get("phase") == "Failed" and (app is None or app_state(app) in ENDED)
+    return replace(plan, delete_secret=True) if stopped or plan.leave_group is not None else plan
 
 
 @dataclass(frozen=True)
@@ -257,10 +322,15 @@ def _decide(
     if phase_now == "Publishing" and app is not None and _nonce_of(app) == str(nonce):
         return _publishing(bf, job, cfg, status, publish_app, report, group, extra)
     if app is None:
-        if job_saved:  # never submit from a saved copy: its job is gone, nobody asked for a run
-            msg = f"StreamingJob {bf.spec.job_ref.name} was deleted before this backfill could run again"
+        if job_saved and same_nonce:  # its job is gone and nobody asked for this run
+            msg = (
+                f"StreamingJob {bf.spec.job_ref.name} was deleted and this backfill's application is gone; "
+                f"checkpoint and branch kept: bump spec.restartNonce to resume with the configuration kept at "
+                "submission"
+            )
             return BackfillPlan(
                 leave_group=group,
+                delete_secret=True,
                 status=status("Failed", "JobDeleted", msg, **extra),
                 events=(Event("Warning", "JobDeleted", msg),) if phase_now != "Failed" else (),
             )
@@ -277,6 +347,7 @@ def _decide(
         created["metadata"]["annotations"][NONCE] = str(nonce)
         window = f"{bf.spec.window.start} .. {bf.spec.window.end}"
         verb = "resubmitted" if phase_now == "Failed" else "created"
+        copy = " with the configuration kept at submission (its StreamingJob was deleted)" if job_saved else ""
         return BackfillPlan(
             config_map=config_map(owner, cfg, {SAVED_JOB: saved_job(job)}),
             secret=credential,
@@ -291,7 +362,7 @@ def _decide(
                 queuePosition=None,
                 **extra,
             ),
-            events=(Event("Normal", "Submitted", f"{verb} SparkApplication {owner.app_name} for {window}"),),
+            events=(Event("Normal", "Submitted", f"{verb} SparkApplication {owner.app_name} for {window}{copy}"),),
         )
     app_nonce = _nonce_of(app)
     if app_nonce != str(nonce):

@@ -84,9 +84,15 @@ SERIES = GAUGES | COUNTERS | {f"{h}{suffix}" for h in HISTOGRAMS for suffix in (
 GRAFANA_MACROS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
 
 
+#: Each Backfill's coordinator credential: one Secret per Backfill, named after it. Granted
+#: apart from the other rules (see test_rbac.py: only where Backfills run, never list or watch).
+SECRET_PERMISSIONS = {("", "secrets", verb, "*") for verb in ("create", "get", "patch", "delete")}
+
+
 def expected_permissions() -> set[tuple[str, str, str, str]]:
     """(apiGroup, resource, verb, resourceName or "*"): every API call the operator makes, and
-    nothing more. tests/chart/test_rbac.py derives what is needed from the code."""
+    nothing more, except those on Secrets (SECRET_PERMISSIONS). tests/chart/test_rbac.py
+    derives what is needed from the code."""
     perms = set()
     for kind in ("streamingjobs", "backfills", "rewinds"):
         perms |= {("kappa.dev", kind, verb, "*") for verb in ("get", "list", "watch", "patch")}
@@ -97,9 +103,7 @@ def expected_permissions() -> set[tuple[str, str, str, str]]:
     spark_verbs = ("get", "list", "watch", "create", "delete")
     perms |= {("sparkoperator.k8s.io", "sparkapplications", verb, "*") for verb in spark_verbs}
     perms |= {("", "configmaps", verb, "*") for verb in ("create", "get", "patch", "delete")}
-    # Each object's coordinator credential: one Secret per object, named after it.
-    perms |= {("", "secrets", verb, "*") for verb in ("create", "get", "patch", "delete")}
-    perms |= {("", "events", "create", "*"), ("events.k8s.io", "events", "create", "*")}
+    perms |= {("", "events", "create", "*"), ("", "events", "patch", "*")}  # posted, and repeats counted
     return perms
 
 
@@ -163,9 +167,11 @@ def container_ports(objects: list[dict[str, Any]]) -> dict[str, int]:
 # --- lint and what gets created -------------------------------------------------------------
 
 
-#: The optional ServiceAccount of the Spark drivers, and IPv6 bind addresses.
+#: The optional ServiceAccount of the Spark drivers, the coordinator Secrets granted in their
+#: namespace, and IPv6 bind addresses.
 SPARK: dict[str, Any] = {
     "sparkServiceAccount": {"create": True, "namespaces": ["jobs"]},
+    "rbac": {"coordinatorSecrets": {"namespaces": ["jobs"]}},
     "metrics": {"bindAddress": "::"},
     "health": {"bindAddress": "::"},
 }
@@ -184,7 +190,7 @@ def test_default_install(default: list[dict[str, Any]]) -> None:
         "Secret": 1,
         "Service": 1,
         "Deployment": 1,
-        "ClusterRole": 1,
+        "ClusterRole": 2,  # the operator's, and the coordinator Secrets' (bound nowhere by default)
         "ClusterRoleBinding": 1,
     }
     assert {o["metadata"].get("namespace") for o in default if not o["kind"].startswith("Cluster")} == {NAMESPACE}
@@ -362,12 +368,21 @@ def test_existing_secret_replaces_the_charts(custom: list[dict[str, Any]]) -> No
 # --- RBAC -----------------------------------------------------------------------------------
 
 
+def named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in of_kind(objects, kind) if o["metadata"]["name"] == name]
+    return found
+
+
 def test_rbac_is_cluster_wide_without_watch_namespaces(default: list[dict[str, Any]]) -> None:
+    """Everything but Secrets cluster-wide; the Secret rule is a ClusterRole of its own that
+    the default install binds nowhere (test_rbac.py follows the bindings)."""
     assert of_kind(default, "Role") == [] and of_kind(default, "RoleBinding") == []
-    role, binding = one(default, "ClusterRole"), one(default, "ClusterRoleBinding")
+    role, binding = named(default, "ClusterRole", FULLNAME), one(default, "ClusterRoleBinding")
     assert permissions(role["rules"]) == expected_permissions()
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": FULLNAME}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+    secrets = named(default, "ClusterRole", f"{FULLNAME}-coordinator-secrets")
+    assert permissions(secrets["rules"]) == SECRET_PERMISSIONS
 
 
 def test_rbac_is_per_namespace_with_watch_namespaces(custom: list[dict[str, Any]]) -> None:
@@ -376,7 +391,7 @@ def test_rbac_is_per_namespace_with_watch_namespaces(custom: list[dict[str, Any]
     bindings = {b["metadata"]["namespace"]: b for b in of_kind(custom, "RoleBinding")}
     assert set(roles) == set(bindings) == {"a", "b"}
     for namespace in ("a", "b"):
-        assert permissions(roles[namespace]["rules"]) == expected_permissions()
+        assert permissions(roles[namespace]["rules"]) == expected_permissions() | SECRET_PERMISSIONS
         binding = bindings[namespace]
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": FULLNAME}
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
@@ -427,7 +442,7 @@ def test_spark_service_account_with_the_rights_of_a_driver(chart: helm_python.Ch
         for obj in kinds.values():
             kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
     # the operator's own RBAC is untouched
-    assert permissions(one(objects, "ClusterRole")["rules"]) == expected_permissions()
+    assert permissions(named(objects, "ClusterRole", FULLNAME)["rules"]) == expected_permissions()
 
 
 def test_spark_service_account_namespaces_and_extra_rules(chart: helm_python.Chart) -> None:

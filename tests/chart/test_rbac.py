@@ -13,6 +13,11 @@ operator needs something the rules do not grant:
   functions: with `blockOwnerDeletion: true`, the OwnerReferencesPermissionEnforcement admission
   plugin (on by default in OpenShift) refuses the create unless the creator may `update` the
   owner's `finalizers` subresource.
+
+What is granted is read as the RBAC authorizer reads it: the rendered bindings of the operator's
+ServiceAccount are followed to their (Cluster)Roles, a ClusterRoleBinding granting in every
+namespace and a RoleBinding only in its own (issue 27, item 9: the coordinator Secrets, which
+RBAC can narrow by namespace only, are granted where Backfills run, not in the whole cluster).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 import helm_python
 import kopf
 import kubernetes
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -41,9 +47,10 @@ from kappa_operator.reconcile.backfill import plan_backfill
 from kappa_operator.reconcile.rewind import downstream_rewind
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
 from kappa_operator.render.spark_application import Owner, token_secret
-from tests.chart.test_chart import CHART, ROOT, permissions, render
+from tests.chart.test_chart import CHART, FULLNAME, KUBE_VERSION, NAMESPACE, ROOT, permissions, render
 
 Permission = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb), any object name
+Grant = tuple[str, str, str, str]  # a Permission and the object name it is limited to ("*": any)
 NOW = "2026-11-21T10:00:00Z"
 OPERATOR = ROOT / "operator"
 CLUSTER = OPERATOR / "cluster.py"
@@ -71,24 +78,72 @@ def chart() -> Iterator[helm_python.Chart]:
         yield loaded
 
 
-@pytest.fixture(scope="module")
-def rule_sets(chart: helm_python.Chart) -> dict[str, set[tuple[str, str, str, str]]]:
-    """The operator's rules: the ClusterRole (all namespaces), and each Role (watchNamespaces)."""
-    sets = {"ClusterRole": permissions(one_of(render(chart), "ClusterRole")["rules"])}
-    for role in [o for o in render(chart, {"watchNamespaces": ["a", "b"]}) if o["kind"] == "Role"]:
-        sets[f"Role {role['metadata']['namespace']}"] = permissions(role["rules"])
-    assert len(sets) == 3
-    return sets
+#: Installs that let Backfills run, and the namespaces where they run. Watching all namespaces,
+#: the coordinator Secrets are granted in the namespaces listed or, if asked, everywhere.
+MODES: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    "all namespaces, Secrets in listed ones": ({"rbac": {"coordinatorSecrets": {"namespaces": ["jobs"]}}}, ("jobs",)),
+    "all namespaces, Secrets cluster-wide": ({"rbac": {"coordinatorSecrets": {"clusterWide": True}}}, ("jobs",)),
+    "watchNamespaces": ({"watchNamespaces": ["jobs", "b"]}, ("jobs", "b")),
+}
+ALL = "*"  # where a ClusterRoleBinding grants: every namespace, and cluster-scoped requests
+OPERATOR_ACCOUNT = {"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}
+SECRET_RULE = f"{FULLNAME}-coordinator-secrets"
 
 
-def one_of(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (found,) = [o for o in objects if o["kind"] == kind]
+def bindings(objects: list[dict[str, Any]]) -> list[tuple[str, set[Grant]]]:
+    """(where, grants) of each binding of the operator's ServiceAccount: ``ALL`` for a
+    ClusterRoleBinding, the namespace of a RoleBinding (to a Role there, or to a ClusterRole,
+    whose rules then hold in that namespace only). A binding to a role the chart does not
+    render fails: the install would grant less than it says."""
+    roles = {
+        (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+        for o in objects
+        if o["kind"] in ("Role", "ClusterRole")
+    }
+    found = []
+    for binding in [o for o in objects if o["kind"] in ("RoleBinding", "ClusterRoleBinding")]:
+        if OPERATOR_ACCOUNT not in binding["subjects"]:
+            continue  # e.g. the Spark drivers' RoleBindings
+        ref, namespace = binding["roleRef"], binding["metadata"].get("namespace")
+        key = (ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])
+        assert key in roles, f"{binding['kind']} {binding['metadata']['name']} refers to a missing {key}"
+        where = ALL if binding["kind"] == "ClusterRoleBinding" else namespace
+        found.append((where, permissions(roles[key]["rules"])))
     return found
 
 
-def missing(needed: set[Permission], granted: set[tuple[str, str, str, str]]) -> list[Permission]:
+def granted(objects: list[dict[str, Any]], namespace: str | None) -> set[Grant]:
+    """What the operator may do in ``namespace`` (None: a cluster-scoped request, such as a
+    list or watch across all namespaces)."""
+    return {g for where, grants in bindings(objects) if where in (ALL, namespace) for g in grants}
+
+
+def where_granted(objects: list[dict[str, Any]], permission: Permission) -> set[str]:
+    """The namespaces (``ALL``: all of them) where the operator may do ``permission`` to any
+    object name."""
+    return {where for where, grants in bindings(objects) if (*permission, "*") in grants}
+
+
+@pytest.fixture(scope="module")
+def installs(chart: helm_python.Chart) -> dict[str, list[dict[str, Any]]]:
+    return {mode: render(chart, values) for mode, (values, _) in MODES.items()}
+
+
+@pytest.fixture(scope="module")
+def rule_sets(installs: dict[str, list[dict[str, Any]]]) -> dict[str, set[Grant]]:
+    """What the operator may do in each namespace where Backfills run, per install mode."""
+    sets = {
+        f"{mode}: namespace {namespace}": granted(installs[mode], namespace)
+        for mode, (_, namespaces) in MODES.items()
+        for namespace in namespaces
+    }
+    assert len(sets) == 4 and all(sets.values())
+    return sets
+
+
+def missing(needed: set[Permission], grants: set[Grant]) -> list[Permission]:
     """What is needed but not granted for any object name (no resourceNames restriction)."""
-    return sorted(p for p in needed if (*p, "*") not in granted)
+    return sorted(p for p in needed if (*p, "*") not in grants)
 
 
 # --- the Kubernetes client calls of operator/cluster.py --------------------------------------
@@ -209,10 +264,10 @@ def test_cluster_calls_are_found() -> None:
     assert ("kappa.dev", "rewinds", "create") in calls["create_resource"]
 
 
-def test_every_cluster_call_is_granted(rule_sets: dict[str, set[tuple[str, str, str, str]]]) -> None:
+def test_every_cluster_call_is_granted(rule_sets: dict[str, set[Grant]]) -> None:
     calls = cluster_calls()
-    for role, granted in rule_sets.items():
-        refused = {m: missing(needed, granted) for m, needed in calls.items() if missing(needed, granted)}
+    for role, grants in rule_sets.items():
+        refused = {m: missing(needed, grants) for m, needed in calls.items() if missing(needed, grants)}
         assert not refused, f"{role} does not grant what Cluster methods call: {refused}"
 
 
@@ -295,12 +350,18 @@ def standalone() -> bool:
     return bool(flags) and all(isinstance(f, ast.Constant) and f.value is True for f in flags)
 
 
-def test_kopf_needs_are_granted(rule_sets: dict[str, set[tuple[str, str, str, str]]]) -> None:
+def test_kopf_needs_are_granted(rule_sets: dict[str, set[Grant]], installs: dict[str, list[dict[str, Any]]]) -> None:
     needs = kopf_needs()
     assert ("sparkoperator.k8s.io", "sparkapplications", "watch") in needs  # the handlers were found
     assert ("kappa.dev", "rewinds", "patch") in needs
-    for role, granted in rule_sets.items():
-        assert missing(needs, granted) == [], role
+    for role, grants in rule_sets.items():
+        assert missing(needs, grants) == [], role
+    # Watching all namespaces, kopf lists and watches across the cluster: a cluster-scoped
+    # request, which only a ClusterRoleBinding grants.
+    streams = {p for p in needs if p[2] in ("list", "watch")}
+    for mode, (values, _) in MODES.items():
+        if not values.get("watchNamespaces"):
+            assert missing(streams, granted(installs[mode], None)) == [], mode
 
 
 # --- ownerReferences ------------------------------------------------------------------------
@@ -372,17 +433,119 @@ def test_the_operator_sets_blocking_owner_references() -> None:
     } <= owners
 
 
-def test_owners_finalizers_are_updatable_and_children_creatable(
-    rule_sets: dict[str, set[tuple[str, str, str, str]]],
-) -> None:
+def test_owners_finalizers_are_updatable_and_children_creatable(rule_sets: dict[str, set[Grant]]) -> None:
     needs = ownership_needs(owned_objects())
     assert {("kappa.dev", f"{k.plural}/finalizers", "update") for k in KINDS} <= needs
-    for role, granted in rule_sets.items():
-        assert missing(needs, granted) == [], f"{role}: forbidden under OwnerReferencesPermissionEnforcement"
+    for role, grants in rule_sets.items():
+        assert missing(needs, grants) == [], f"{role}: forbidden under OwnerReferencesPermissionEnforcement"
 
 
-def test_the_ownership_check_catches_a_missing_finalizers_rule(chart: helm_python.Chart) -> None:
+def test_the_ownership_check_catches_a_missing_finalizers_rule(installs: dict[str, list[dict[str, Any]]]) -> None:
     """The defect as it was: the same rules without `update` on */finalizers fail the check."""
-    rules = [r for r in one_of(render(chart), "ClusterRole")["rules"] if not r["resources"][0].endswith("/finalizers")]
+    (objects, (namespace, *_)) = installs["watchNamespaces"], MODES["watchNamespaces"][1]
+    (role,) = [o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == namespace]
+    rules = [r for r in role["rules"] if not r["resources"][0].endswith("/finalizers")]
     refused = missing(ownership_needs(owned_objects()), permissions(rules))
     assert {r[1] for r in refused} == {f"{k.plural}/finalizers" for k in KINDS}
+
+
+# --- Secrets: only where Backfills run (issue 27, item 9) -----------------------------------
+
+
+def secret_needs() -> set[Permission]:
+    """What the operator does to Secrets, from the code: its Cluster calls and the Secrets it
+    creates with ownerReferences."""
+    calls = {p for needed in cluster_calls().values() for p in needed if p[:2] == ("", "secrets")}
+    return calls | {p for p in ownership_needs(owned_objects()) if p[:2] == ("", "secrets")}
+
+
+def test_the_secret_calls_are_found() -> None:
+    """The coordinator Secret's create, read-back, update and delete (Cluster.apply_secret and
+    delete_secret), so the checks below cannot pass on an empty set."""
+    assert secret_needs() == {("", "secrets", verb) for verb in ("create", "get", "patch", "delete")}
+
+
+def test_the_secret_rule_is_exactly_what_the_operator_does(installs: dict[str, list[dict[str, Any]]]) -> None:
+    """The one rule the operator holds on Secrets grants what the code calls and no more: in
+    particular never list or watch, which would hand it every Secret of a namespace."""
+    rule = [o for o in installs["all namespaces, Secrets in listed ones"] if o["metadata"]["name"] == SECRET_RULE]
+    (secrets,) = [o for o in rule if o["kind"] == "ClusterRole"]
+    assert permissions(secrets["rules"]) == {(*p, "*") for p in secret_needs()}
+    for objects in installs.values():
+        for where, grants in bindings(objects):
+            on_secrets = {g for g in grants if g[:2] == ("", "secrets")}
+            assert on_secrets <= {(*p, "*") for p in secret_needs()}, where
+
+
+def test_no_binding_grants_secrets_in_the_whole_cluster_unless_asked(chart: helm_python.Chart) -> None:
+    """Watching all namespaces, the default install grants no Secret anywhere, and listing
+    namespaces grants them there only: no ClusterRoleBinding reaches a rule on Secrets."""
+    listed = {"rbac": {"coordinatorSecrets": {"namespaces": ["jobs", "etl", "jobs"]}}}
+    for values, where in ((None, set()), (listed, {"jobs", "etl"})):
+        objects = render(chart, values)
+        for need in secret_needs():
+            assert where_granted(objects, need) == where, (values, need)
+        for namespace in (None, "kube-system", "kappa-system"):
+            assert not {g for g in granted(objects, namespace) if g[:2] == ("", "secrets")}, (values, namespace)
+    # The explicit opt-in (rbac.coordinatorSecrets.clusterWide) is the one way back to it.
+    everywhere = render(chart, {"rbac": {"coordinatorSecrets": {"clusterWide": True}}})
+    assert all(where_granted(everywhere, need) == {ALL} for need in secret_needs())
+
+
+def test_the_secret_check_catches_the_old_cluster_wide_grant(chart: helm_python.Chart) -> None:
+    """The defect as it was: the Secret rule in the operator's ClusterRole, bound cluster-wide,
+    grants every Secret of the cluster; the check above sees it."""
+    objects = render(chart, {"rbac": {"coordinatorSecrets": {"namespaces": ["jobs"]}}})
+    (main,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] == FULLNAME]
+    main["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "get", "patch", "delete"]})
+    assert all(where_granted(objects, need) == {ALL, "jobs"} for need in secret_needs())
+    assert ("", "secrets", "get", "*") in granted(objects, "kube-system")
+
+
+def test_watched_namespaces_carry_the_secret_rule_and_nothing_else_does(
+    installs: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = installs["watchNamespaces"]
+    assert not [o for o in objects if o["metadata"]["name"] == SECRET_RULE]
+    for need in secret_needs():
+        assert where_granted(objects, need) == set(MODES["watchNamespaces"][1])
+
+
+def test_a_backfill_namespace_without_the_grant_lacks_only_secrets(installs: dict[str, list[dict[str, Any]]]) -> None:
+    """Watching all namespaces, a namespace not listed still gets everything StreamingJobs and
+    Rewinds need; what a Backfill there is refused is its coordinator Secret (the trade-off the
+    chart's README states)."""
+    objects = installs["all namespaces, Secrets in listed ones"]
+    needs = {p for needed in cluster_calls().values() for p in needed} | kopf_needs() | ownership_needs(owned_objects())
+    assert set(missing(needs, granted(objects, "elsewhere"))) == secret_needs()
+    assert missing(needs, granted(objects, "jobs")) == []
+
+
+def test_no_wildcards_in_the_operators_rules(installs: dict[str, list[dict[str, Any]]]) -> None:
+    """`*` in a rule would grant Secrets (and everything else) behind the checks above, which
+    compare names literally."""
+    for mode, objects in installs.items():
+        for role in [o for o in objects if o["kind"] in ("Role", "ClusterRole")]:
+            for rule in role["rules"]:
+                terms = [*rule["apiGroups"], *rule["resources"], *rule["verbs"]]
+                assert "*" not in terms and not any(t.startswith("*/") for t in terms), (mode, rule)
+
+
+def test_coordinator_secrets_values_that_cannot_hold_fail_to_render(chart: helm_python.Chart) -> None:
+    """Settings that would be silently ignored, or contradict each other, stop the install."""
+    with pytest.raises(helm_python.HelmError, match="set either clusterWide or namespaces"):
+        render(chart, {"rbac": {"coordinatorSecrets": {"clusterWide": True, "namespaces": ["jobs"]}}})
+    for secrets in ({"clusterWide": True}, {"namespaces": ["jobs"]}):
+        values = {"watchNamespaces": ["jobs"], "rbac": {"coordinatorSecrets": secrets}}
+        with pytest.raises(helm_python.HelmError, match="applies only when watchNamespaces is empty"):
+            render(chart, values)
+
+
+def test_secret_rbac_objects_validate(installs: dict[str, list[dict[str, Any]]]) -> None:
+    checked = 0
+    for objects in installs.values():
+        for obj in objects:
+            if obj["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"):
+                kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+                checked += 1
+    assert checked >= 10

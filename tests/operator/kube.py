@@ -140,13 +140,21 @@ def manifest(name: str, uid: str, **changes: Any) -> dict[str, Any]:
 
 
 def reasons(emulator: kmock.KubernetesEmulator) -> list[str]:
-    """Reasons of the events the operator posted, in order, from the emulator's request log
-    (kmock has no generateName, so it stores only the first of kopf's events)."""
-    return [
-        str((r.data or {}).get("reason"))
-        for r in list(emulator)
-        if str(r.method).upper().endswith("POST") and r.url.path.endswith("/events")
-    ]
+    """Reasons of the events the operator posted, one per occurrence, in order, from the
+    emulator's request log: a POST of a new Event, or a PATCH counting a repeat of one (the
+    reason of the Event it patches, from the POST that created it)."""
+    posted: dict[str, str] = {}
+    seen = []
+    for r in list(emulator):
+        method, path = str(r.method).upper(), r.url.path
+        data = r.data if isinstance(r.data, dict) else {}
+        if method.endswith("POST") and path.endswith("/events"):
+            reason = str(data.get("reason"))
+            posted[str((data.get("metadata") or {}).get("name"))] = reason
+            seen.append(reason)
+        elif method.endswith("PATCH") and path.rpartition("/")[0].endswith("/events"):
+            seen.append(posted.get(path.rpartition("/")[2], "?"))
+    return seen
 
 
 async def run_application(api: Api, name: str, workdir: Path) -> int:

@@ -21,9 +21,11 @@ import pytest
 import kappa_operator.handlers as handlers
 from kappa_operator.coordinator.groups import EmbeddedGroups
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
+from kappa_operator.handlers.backfill import PROGRESS_INTERVAL
 from kappa_operator.metrics import OperatorMetrics
+from kappa_operator.reconcile.backfill import NONCE
 from tests.operator.apiserver import ApiServer, events
-from tests.operator.kube import APPS, BACKFILLS, CMS, JOBS, Api, absent, eventually, manifest, register
+from tests.operator.kube import APPS, BACKFILLS, CMS, JOBS, SECRETS, Api, absent, eventually, manifest, register
 from tests.operator.kube import start_operator as start_kopf
 from tests.operator.kube import stop_operator as stop_kopf
 
@@ -236,6 +238,94 @@ async def test_defect_7_a_backfill_finishes_after_its_job_is_deleted(kmock: ApiS
         await eventually(lambda: asyncio.sleep(0, "JobDeleted" in op.reasons("rmi-outage")), "an Event")
         assert op.reasons("rmi-outage").count("JobDeleted") == 1, "said once, not on every application event"
         assert s["jobDeleted"] is True
+
+
+BF = f"{BACKFILLS}/rmi-outage"
+BF_APP = f"{APPS}/rmi-outage-backfill"
+BF_SECRET = f"{SECRETS}/rmi-outage-backfill-coordinator"
+BF_GROUP = "default.rmi-outage"
+
+
+async def job_deleted(op: Running) -> None:
+    await op.api.delete(f"{JOBS}/rmi")
+    await eventually(lambda: absent(op.api, f"{JOBS}/rmi"), "the StreamingJob deleted")
+
+
+@pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
+async def test_issue_27_8_a_running_backfill_says_at_once_that_its_job_was_deleted(kmock: ApiServer) -> None:
+    """No change of its application follows the deletion: the Backfill still shows jobDeleted
+    and a JobDeleted Warning within a tick of its timer, and keeps running on its copy."""
+    async with operator(kmock) as op:
+        await op.api.post(JOBS, created("rmi-streamingjob.yaml"))
+        await op.api.post(BACKFILLS, created("rmi-backfill.yaml", publish={"enabled": False}))
+        await eventually(lambda: op.api.get(BF_APP), "the backfill's application")
+        await op.spark("rmi-outage-backfill", "RUNNING")
+        await eventually(lambda: op.phase(BF, "Running"), "the backfill running")
+        app = await op.api.get(BF_APP)
+        assert app is not None
+        await job_deleted(op)
+
+        async def said() -> dict[str, Any] | None:
+            s = await op.status(BF)
+            return s if s.get("jobDeleted") else None
+
+        s = await eventually(said, "status.jobDeleted without an application event", 2 * PROGRESS_INTERVAL + 2)
+        assert s["phase"] == "Running", "it goes on with the configuration kept at submission"
+        await eventually(lambda: asyncio.sleep(0, "JobDeleted" in op.reasons("rmi-outage")), "the Event", 5)
+        (warning,) = [e for e in events(op.server, "rmi-outage") if e["reason"] == "JobDeleted"]
+        assert warning["type"] == "Warning" and "kept at submission" in str(warning["message"])
+        still = await op.api.get(BF_APP)
+        assert still is not None and still["metadata"]["resourceVersion"] == app["metadata"]["resourceVersion"]
+        assert BF_GROUP in op.coordinator.service.core.groups() and await op.api.get(BF_SECRET) is not None
+        await asyncio.sleep(PROGRESS_INTERVAL + 1)
+        assert op.reasons("rmi-outage").count("JobDeleted") == 1, "said once, not on every tick"
+
+
+@pytest.mark.asyncio
+@pytest.mark.kmock(cls=ApiServer)
+async def test_issue_27_8_a_failed_backfill_resumes_from_its_kept_copy_after_its_job_is_deleted(
+    kmock: ApiServer,
+) -> None:
+    """Failed, its job then deleted, restartNonce bumped as its message says: it resumes from
+    the copy kept at submission (not Pending forever); a failed one holds no credential; and
+    when its application then vanishes it fails with JobDeleted, releasing group and Secret."""
+    async with operator(kmock) as op:
+        await op.api.post(JOBS, created("rmi-streamingjob.yaml"))
+        await op.api.post(BACKFILLS, created("rmi-backfill.yaml", publish={"enabled": False}))
+        await eventually(lambda: op.api.get(BF_APP), "the backfill's application")
+        await op.spark("rmi-outage-backfill", "RUNNING")
+        await eventually(lambda: op.api.get(BF_SECRET), "its coordinator credential")
+        await op.spark("rmi-outage-backfill", "FAILED")
+        s = await eventually(lambda: op.phase(BF, "Failed"), "the backfill failed")
+        assert "bump spec.restartNonce" in s["message"]
+        await eventually(lambda: absent(op.api, BF_SECRET), "the failed backfill's Secret removed")
+        assert BF_GROUP in op.coordinator.service.core.groups(), "kept for the resumption"
+
+        await job_deleted(op)
+        await op.api.patch(BF, {"spec": {"restartNonce": 1}})
+
+        async def resubmitted() -> dict[str, Any] | None:
+            app = await op.api.get(BF_APP)
+            return app if app and app["metadata"]["annotations"].get(NONCE) == "1" else None
+
+        app = await eventually(resubmitted, "the application submitted again from the kept copy", 20)
+        assert [r["kind"] for r in app["metadata"]["ownerReferences"]] == ["Backfill"]
+        s = await eventually(lambda: op.phase(BF, "Running"), "Running, not Pending")
+        assert s["restartNonce"] == 1 and s["jobDeleted"] is True
+        assert await op.api.get(BF_SECRET) is not None, "a new credential for the new run"
+        assert BF_GROUP in op.coordinator.service.core.groups()
+        submitted = [e for e in events(op.server, "rmi-outage") if e["reason"] == "Submitted"]
+        assert "kept at submission" in str(submitted[-1]["message"])
+        assert "JobNotFound" not in op.reasons("rmi-outage"), "never Pending, waiting for the deleted job"
+
+        await op.api.delete(BF_APP)  # gone while its job is gone: nobody asked for another run
+        s = await eventually(lambda: op.phase(BF, "Failed"), "failed with JobDeleted")
+        assert conditions(s)["Failed"] == "True" and "JobDeleted" in [c["reason"] for c in s["conditions"]]
+        await eventually(lambda: absent(op.api, BF_SECRET), "its Secret removed")
+        assert BF_GROUP not in op.coordinator.service.core.groups(), "its group released"
+        assert await absent(op.api, BF_APP), "not started again from the copy"
+        assert op.reasons("rmi-outage").count("JobDeleted") == 2, "the deletion, then the failure"
 
 
 @pytest.mark.asyncio

@@ -18,12 +18,16 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import (
     DONE,
     NONCE,
+    SAVED_JOB,
     byte_rate,
+    follow_step,
     plan_backfill,
     progress,
     progress_status,
     progress_update,
     published,
+    saved_job,
+    submitted,
 )
 from kappa_operator.render.spark_application import Owner
 from spark_app.config import JobConfig
@@ -264,6 +268,138 @@ def test_a_failed_backfill_stays_failed_until_the_restart_nonce_changes() -> Non
     assert again.create_app is not None and again.create_app["metadata"]["annotations"][NONCE] == "1"
     assert again.status["restartNonce"] == 1 and again.status["checkpoint"].endswith("rmi-outage-bf-uid-1")
     assert again.events[0].message.startswith("resubmitted")
+
+
+# --- the StreamingJob deleted under a submitted backfill ---------------------------------------
+
+
+def kept_copy() -> StreamingJob:
+    """The job as a backfill's ConfigMap keeps it (what the handler reads once the job is gone)."""
+    return StreamingJob.model_validate(json.loads(saved_job(JOB)))
+
+
+def merged(*statuses: dict[str, Any]) -> dict[str, Any]:
+    """Status as the server keeps it: each write is a merge patch over the one before."""
+    out: dict[str, Any] = {}
+    for s in statuses:
+        out = {**out, **s}
+    return out
+
+
+def bumped(status: dict[str, Any], nonce: int = 1) -> Backfill:
+    """The backfill after a person bumped spec.restartNonce to ``nonce``."""
+    data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=3)
+    data["spec"]["restartNonce"] = nonce
+    data["status"] = status
+    return Backfill.model_validate(data)
+
+
+def test_a_failed_backfill_whose_job_was_deleted_resumes_from_the_kept_copy() -> None:
+    """Its message said "bump spec.restartNonce to resume": with the job gone, the bump deletes
+    the failed application, then submits from the copy kept at submission (same checkpoint and
+    branch, a new credential, its group joined), instead of waiting in Pending for the job."""
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    assert launched.create_app is not None
+    failed = plan_backfill(bf(launched.status), JOB, with_state(launched.create_app, "FAILED"), "http://c", NOW)
+    assert failed.status["phase"] == "Failed" and failed.delete_secret, "no driver left to present the credential"
+
+    copy = kept_copy()
+    retry = bumped(merged(launched.status, failed.status))
+    delete = plan_backfill(retry, copy, with_state(launched.create_app, "FAILED"), "http://c", NOW, "admin", True)
+    assert delete.delete_app and delete.create_app is None and delete.status["phase"] == "Running"
+    assert delete.status["jobDeleted"] is True
+    assert [(e.type, e.reason) for e in delete.events] == [("Warning", "JobDeleted"), ("Normal", "Restarting")]
+
+    again = plan_backfill(bumped(merged(launched.status, delete.status)), copy, None, "http://c", NOW, "admin", True)
+    assert again.create_app is not None and again.create_app["metadata"]["annotations"][NONCE] == "1"
+    assert again.status["phase"] == "Running" and again.status["restartNonce"] == 1
+    assert again.status["checkpoint"] == launched.status["checkpoint"], "resumes from its own checkpoint"
+    assert again.create_app["spec"] == launched.create_app["spec"], "rendered from the copy as it was"
+    assert again.config_map is not None and again.config_map["data"][SAVED_JOB] == saved_job(JOB), "copy kept"
+    assert again.secret is not None and again.join_group == launched.join_group and not again.delete_secret
+    assert [e.reason for e in again.events] == ["Submitted"], "the deletion was said once, before"
+    assert "kept at submission" in again.events[0].message
+
+
+def test_a_backfill_stuck_pending_by_the_old_operator_resumes_from_the_kept_copy() -> None:
+    """A failed backfill bumped while its job was gone was left Pending (JobNotFound) by the
+    previous operator, its failed application still there: it was submitted (restartNonce is
+    recorded), so the kept copy is used and it restarts rather than waiting."""
+    stuck = bumped({"phase": "Pending", "restartNonce": 0, "message": "StreamingJob rmi not found in default"})
+    assert submitted(stuck) and follow_step(stuck, job_listed=False) == "reconcile"
+    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert app is not None
+    restart = plan_backfill(stuck, kept_copy(), with_state(app, "FAILED"), "http://c", NOW, "admin", True)
+    assert restart.delete_app and restart.status["phase"] == "Running"
+
+
+def test_a_backfill_whose_job_and_application_are_gone_fails_and_lets_go() -> None:
+    """Nobody asked for this run (same restartNonce): it is not started from the copy, it fails
+    with JobDeleted once, leaves its group and drops its credential; a bump resumes it."""
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    gone = plan_backfill(bf(launched.status), kept_copy(), None, "http://c", NOW, "admin", True)
+    assert gone.status["phase"] == "Failed" and gone.create_app is None
+    assert gone.leave_group == launched.join_group and gone.delete_secret
+    assert [(e.type, e.reason) for e in gone.events] == [("Warning", "JobDeleted")], "one Warning, not two"
+    assert gone.status["jobDeleted"] is True and "bump spec.restartNonce" in gone.status["message"]
+    assert any(c["reason"] == "JobDeleted" for c in gone.status["conditions"])
+
+    now = merged(launched.status, gone.status)
+    stays = plan_backfill(bf(now), kept_copy(), None, "http://c", NOW, "admin", True)
+    assert stays.status["phase"] == "Failed" and stays.create_app is None and stays.events == ()
+    resumed = plan_backfill(bumped(now), kept_copy(), None, "http://c", NOW, "admin", True)
+    assert resumed.create_app is not None and resumed.join_group is not None and resumed.secret is not None
+
+
+def test_a_running_backfill_says_once_that_its_job_was_deleted_and_goes_on() -> None:
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW)
+    assert launched.create_app is not None
+    running = with_state(launched.create_app, "RUNNING")
+    told = plan_backfill(bf(launched.status), kept_copy(), running, "http://c", NOW, job_saved=True)
+    assert told.status["phase"] == "Running" and told.status["jobDeleted"] is True
+    assert told.delete_app is False and told.leave_group is None and not told.delete_secret
+    (warning,) = [e for e in told.events if e.reason == "JobDeleted"]
+    assert warning.type == "Warning" and "going on with the configuration kept at submission" in warning.message
+    again = plan_backfill(
+        bf(merged(launched.status, told.status)), kept_copy(), running, "http://c", NOW, job_saved=True
+    )
+    assert all(e.reason != "JobDeleted" for e in again.events)
+    with_job = plan_backfill(bf(launched.status), JOB, running, "http://c", NOW)
+    assert "jobDeleted" not in with_job.status and all(e.reason != "JobDeleted" for e in with_job.events)
+
+
+def test_a_failed_backfill_drops_its_credential_only_once_nothing_runs() -> None:
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    assert launched.create_app is not None
+    app = launched.create_app
+    running = bf(launched.status)
+    assert not plan_backfill(running, JOB, with_state(app, "RUNNING"), "http://c", NOW).delete_secret
+    assert plan_backfill(running, JOB, with_state(app, "FAILED"), "http://c", NOW).delete_secret
+    failing = plan_backfill(running, JOB, with_state(app, "FAILING"), "http://c", NOW)
+    assert failing.status["phase"] == "Failed" and not failing.delete_secret, "its driver may still be up"
+    assert plan_backfill(bf({"phase": "Failed", "restartNonce": 0}), JOB, None, None, NOW).delete_secret
+    data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=2)
+    data["spec"]["sources"] = {"nope": {"filter": "x > 1"}}
+    data["status"] = launched.status
+    invalid = plan_backfill(Backfill.model_validate(data), JOB, with_state(app, "RUNNING"), "http://c", NOW)
+    assert invalid.status["phase"] == "Failed" and not invalid.delete_secret, "a running driver keeps it"
+    restarting = plan_backfill(bumped(launched.status), JOB, with_state(app, "FAILED"), "http://c", NOW)
+    assert restarting.delete_app and not restarting.delete_secret, "resubmission re-applies it"
+
+
+def test_the_periodic_look_reacts_to_a_deleted_job_within_a_tick() -> None:
+    running = bf({"phase": "Running", "restartNonce": 0})
+    assert follow_step(running, job_listed=True) == "progress"
+    assert follow_step(running, job_listed=False) == "reconcile", "not when its application next changes"
+    told = bf({"phase": "Running", "restartNonce": 0, "jobDeleted": True})
+    assert follow_step(told, job_listed=False) == "progress", "said once; then only progress"
+    never = bf({"phase": "Pending"})
+    assert not submitted(never) and follow_step(never, job_listed=False) == "wait"
+    assert follow_step(never, job_listed=True) == "reconcile"
+    for phase in ("Queued", "Planning", "Publishing"):
+        assert follow_step(bf({"phase": phase}), job_listed=False) == "reconcile"
+    assert follow_step(bf(), job_listed=False) == "reconcile"
+    assert not submitted(bf({"phase": "Succeeded", "restartNonce": 0})), "a succeeded one needs no job"
 
 
 def test_an_unknown_source_override_fails_with_the_field_and_no_application() -> None:

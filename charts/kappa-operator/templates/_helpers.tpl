@@ -82,8 +82,9 @@ A `host:port` flag value from (list host port): an IPv6 host goes in brackets ("
 {{- end }}
 
 {{/*
-The RBAC rules of the operator: exactly the API calls it makes, nothing more. Tests pin this
-list and derive what it must contain from the code (tests/chart/test_rbac.py: the calls in
+The RBAC rules of the operator: exactly the API calls it makes, nothing more, except those on
+Secrets (kappa-operator.secretRules below, granted in fewer places). Tests pin this list and
+derive what it must contain from the code (tests/chart/test_rbac.py: the calls in
 operator/cluster.py, kopf's watches, patches and events, and the ownerReferences the operator
 sets); change them together.
 */}}
@@ -114,16 +115,23 @@ sets); change them together.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "get", "patch", "delete"]
-# The coordinator credential where drivers read it: a Secret per object (owned by it and named
-# after it, so RBAC cannot narrow these by name), created, read back, updated and deleted.
+# Events on our resources (core v1, operator/events.py): created, and a repeat of one counted
+# on it (patch of count and lastTimestamp), as client-go's recorder does.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+The operator's rule on Secrets, kept apart from the others because it is the sensitive one: a
+Backfill's coordinator credential is a Secret per Backfill, owned by it and named after it
+(`<backfill>-backfill-coordinator`), created, read back (whose is it?), updated and deleted. A
+name that does not exist yet cannot be put in resourceNames, and RBAC has no label selectors, so
+the only way to narrow this rule is by namespace: rbac.yaml grants it in each watched namespace,
+or (watching all namespaces) only where rbac.coordinatorSecrets says. Never list or watch.
+*/}}
+{{- define "kappa-operator.secretRules" -}}
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["create", "get", "patch", "delete"]
-# kopf posts Kubernetes events about handler outcomes.
-- apiGroups: [""]
-  resources: ["events"]
-  verbs: ["create"]
-- apiGroups: ["events.k8s.io"]
-  resources: ["events"]
-  verbs: ["create"]
 {{- end }}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Build the test cluster's real parts from their published Go modules, pinned, and cache them
+# under the machine's home (issue 27):
+#   - kube-apiserver and kube-controller-manager of each version in kubernetes/<version>/
+#     (a go.mod that requires k8s.io/kubernetes and maps its staging modules, which it names
+#     as ./staging/..., to their published versions): the current one the suite runs on, and
+#     the oldest the chart supports (charts/kappa-operator/Chart.yaml, kubeVersion), on which
+#     the suite's CRD checks run too;
+#   - helm, from helm.sh/helm/v3;
+#   - etcd comes from Debian (etcd-server), installed here when missing and run as root.
+# A fresh machine builds once (~15-25 min on 2 cores); later runs find the cache and exit.
+# Prints one line per part, `name=path`: current=<bin dir>, oldest=<bin dir>, helm=<binary>.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+CURRENT=v1.34.4
+OLDEST=v1.30.14
+HELM_VERSION=v3.19.0
+cache="${KAPPA_CLUSTER_CACHE:-$HOME/.cache/kappa-cluster}"
+export GOFLAGS="${GOFLAGS:--mod=mod}" CGO_ENABLED=0
+command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
+
+if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server) >&2
+  else
+    echo "etcd is missing: apt-get install etcd-server" >&2; exit 1
+  fi
+fi
+
+kubernetes() {  # version -> bin dir holding kube-apiserver and kube-controller-manager
+  local version=$1 bin="$cache/kubernetes-$1/bin" minor
+  minor=${version#v1.}; minor=${minor%%.*}
+  mkdir -p "$bin"
+  for cmd in kube-apiserver kube-controller-manager; do
+    if [ ! -x "$bin/$cmd" ]; then
+      echo "building $cmd $version (once per machine)" >&2
+      (cd "$here/kubernetes/$version" && go build -trimpath -ldflags "-s -w \
+        -X k8s.io/component-base/version.gitVersion=$version \
+        -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+        -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") && mv "$bin/$cmd.tmp" "$bin/$cmd"
+    fi
+  done
+  echo "$bin"
+}
+
+helm_binary() {
+  local bin="$cache/helm-$HELM_VERSION/bin"
+  if [ ! -x "$bin/helm" ]; then
+    echo "building helm $HELM_VERSION (once per machine)" >&2
+    # What helm's Makefile stamps in: its version, and the Kubernetes version `helm template`
+    # and `helm lint` assume (that of its client-go, v0.34 for helm v3.19: 1.34).
+    GOFLAGS= GOBIN="$bin" go install -trimpath -ldflags "-s -w \
+      -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
+      -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=34 \
+      -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=34" \
+      "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  fi
+  echo "$bin/helm"
+}
+
+current=$(kubernetes "$CURRENT")
+helm=$(helm_binary)
+oldest=$(kubernetes "$OLDEST")
+echo "current=$current"
+echo "oldest=$oldest"
+echo "helm=$helm"

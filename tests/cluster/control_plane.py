@@ -1,0 +1,436 @@
+"""A real Kubernetes control plane on 127.0.0.1 for the tests and benchmarks (issue 27):
+etcd (Debian's ``etcd-server``), kube-apiserver and kube-controller-manager built from
+``k8s.io/kubernetes`` by ``cluster/build.sh`` (pinned, cached under the home directory).
+
+Why real: the emulator the operator tests grew up on accepted CRDs that every real server
+refuses (an int64 bound parsed as float64), stored nulls that CEL then tripped over, and
+collected no garbage. The server is started as a cluster is run in production: RBAC, the
+default admission plugins plus OwnerReferencesPermissionEnforcement, service-account tokens
+signed by the server (TokenRequest), and garbage collection by the controller manager. An
+audit log of every request by anyone but the administrator and the controller manager lets a
+test assert that the operator, running with the chart's ServiceAccount, was never refused
+(403) — a 403 is a bug in the chart.
+
+No kubelet runs: pods are never scheduled. The Spark operator is played by the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "cluster" / "build.sh"
+ADMIN, CONTROLLER_MANAGER = "kappa-admin", "kappa-controller-manager"
+ADMISSION = (
+    "NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,"
+    "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota,PodSecurity,"
+    "OwnerReferencesPermissionEnforcement"
+)
+"""kube-apiserver's default admission chain, plus OwnerReferencesPermissionEnforcement (on in
+OpenShift and many hardened clusters): an ownerReference with blockOwnerDeletion needs
+``update`` on the owner's finalizers, or the create is refused."""
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built or did not come up: the message names the log."""
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Where cluster/build.sh left the control planes and helm."""
+
+    current: Path
+    """The bin directory of the kube-apiserver the suite runs on."""
+    oldest: Path
+    """The bin directory of the oldest kube-apiserver the chart supports."""
+    helm: Path
+
+
+def binaries() -> Parts:
+    """The parts cluster/build.sh builds, on first use (a fresh machine: once, some minutes);
+    etcd comes from Debian."""
+    done = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(f"cluster/build.sh failed:\n{done.stderr[-4000:]}")
+    parts = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    return Parts(Path(parts["current"]), Path(parts["oldest"]), Path(parts["helm"]))
+
+
+def etcd_binary() -> str:
+    found = shutil.which("etcd") or ("/usr/bin/etcd" if Path("/usr/bin/etcd").exists() else None)
+    if found is None:
+        raise ControlPlaneError("etcd is missing: apt-get install etcd-server (cluster/build.sh does it as root)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def kubeconfig(server: str, ca: Path, token: str, user: str, namespace: str = "default") -> dict[str, Any]:
+    """A kubeconfig for ``token`` (what kubectl, helm, kopf and the kubernetes client read)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kappa-test", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": "kappa-test", "user": user, "namespace": namespace}}],
+        "current-context": user,
+    }
+
+
+@dataclass
+class Response:
+    status: int
+    body: Any
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message", "")) if isinstance(self.body, dict) else str(self.body)
+
+
+@dataclass
+class Rest:
+    """A small synchronous REST client: tests want the status code and the server's own
+    message (422 causes, 409, 403), which the generated client hides in exceptions."""
+
+    server: str
+    token: str
+    ca: Path
+    """The server's self-signed certificate and its CA (kube-apiserver writes both to --cert-dir)."""
+    http: requests.Session = field(default_factory=requests.Session)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        params: dict[str, str] | None = None,
+    ) -> Response:
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": content_type}
+        data = None if body is None else (body if isinstance(body, str) else json.dumps(body))
+        r = self.http.request(
+            method, self.server + path, data=data, headers=headers, params=params, verify=str(self.ca), timeout=60
+        )
+        try:
+            payload: Any = r.json()
+        except ValueError:
+            payload = r.text
+        return Response(r.status_code, payload)
+
+    def get(self, path: str) -> Response:
+        return self.request("GET", path)
+
+    def create(self, path: str, body: dict[str, Any]) -> Response:
+        return self.request("POST", path, body)
+
+    def merge(self, path: str, body: dict[str, Any]) -> Response:
+        return self.request("PATCH", path, body, "application/merge-patch+json")
+
+    def apply(self, path: str, body: dict[str, Any], manager: str = "kappa-test") -> Response:
+        """Server-side apply (``kubectl apply --server-side``)."""
+        return self.request(
+            "PATCH", path, body, "application/apply-patch+yaml", params={"fieldManager": manager, "force": "true"}
+        )
+
+    def delete(self, path: str) -> Response:
+        return self.request("DELETE", path)
+
+    def ok(self, response: Response, what: str) -> Any:
+        if response.status >= 300:
+            raise AssertionError(f"{what}: {response.status} {response.message}")
+        return response.body
+
+
+PLURALS = {
+    "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
+    "Namespace": ("v1", "namespaces", False),
+    "ServiceAccount": ("v1", "serviceaccounts", True),
+    "Secret": ("v1", "secrets", True),
+    "ConfigMap": ("v1", "configmaps", True),
+    "Service": ("v1", "services", True),
+    "Deployment": ("apps/v1", "deployments", True),
+    "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
+    "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
+    "Role": ("rbac.authorization.k8s.io/v1", "roles", True),
+    "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings", True),
+    "StreamingJob": ("kappa.dev/v1alpha1", "streamingjobs", True),
+    "Backfill": ("kappa.dev/v1alpha1", "backfills", True),
+    "Rewind": ("kappa.dev/v1alpha1", "rewinds", True),
+    "SparkApplication": ("sparkoperator.k8s.io/v1beta2", "sparkapplications", True),
+    "ValidatingAdmissionPolicy": ("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": ("admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", False),
+}
+
+
+def path_of(kind: str, namespace: str | None = None, name: str | None = None, api_version: str | None = None) -> str:
+    """The REST path of a collection or an object of ``kind``."""
+    version, plural, namespaced = PLURALS[kind]
+    version = api_version or version
+    base = f"/api/{version}" if "/" not in version else f"/apis/{version}"
+    if namespaced:
+        base += f"/namespaces/{namespace or 'default'}"
+    return f"{base}/{plural}" + (f"/{name}" if name else "")
+
+
+def terminating(event: dict[str, Any]) -> bool:
+    """A 403 of the NamespaceLifecycle plugin (a write into a namespace being deleted): what a
+    real cluster answers an operator while a namespace goes, not a missing permission."""
+    return "being terminated" in str((event.get("responseStatus") or {}).get("message", ""))
+
+
+@dataclass
+class ControlPlane:
+    workdir: Path
+    server: str
+    admin_token: str
+    version: str = ""
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def ca(self) -> Path:
+        return self.workdir / "certs" / "apiserver.crt"
+
+    @property
+    def admin(self) -> Rest:
+        return Rest(self.server, self.admin_token, self.ca)
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    # --- life ------------------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, workdir: Path, bin_dir: Path, audit: bool = True) -> ControlPlane:
+        workdir.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(16)
+        (workdir / "tokens.csv").write_text(
+            f'{token},{ADMIN},{ADMIN},"system:masters"\n{token}-kcm,{CONTROLLER_MANAGER},{CONTROLLER_MANAGER},"system:masters"\n'
+        )
+        key = workdir / "sa.key"
+        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(workdir / "sa.pub")],
+            check=True,
+            capture_output=True,
+        )
+        (workdir / "audit-policy.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": [
+                        {"level": "None", "users": [ADMIN, CONTROLLER_MANAGER]},
+                        {"level": "None", "userGroups": ["system:nodes", "system:unauthenticated"]},
+                        {"level": "Metadata"},
+                    ],
+                }
+            )
+        )
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        plane = cls(workdir, f"https://127.0.0.1:{api_port}", token)
+        try:
+            plane._spawn(
+                "etcd",
+                [
+                    etcd_binary(),
+                    "--data-dir",
+                    str(workdir / "etcd"),
+                    "--name",
+                    "kappa-test",
+                    "--listen-client-urls",
+                    f"http://127.0.0.1:{etcd_port}",
+                    "--advertise-client-urls",
+                    f"http://127.0.0.1:{etcd_port}",
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{peer_port}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{peer_port}",
+                    "--initial-cluster",
+                    f"kappa-test=http://127.0.0.1:{peer_port}",
+                    "--unsafe-no-fsync",
+                ],
+            )
+            api = [
+                str(bin_dir / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                "--advertise-address=127.0.0.1",
+                f"--cert-dir={workdir / 'certs'}",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--endpoint-reconciler-type=none",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={workdir / 'sa.pub'}",
+                f"--service-account-signing-key-file={key}",
+                f"--token-auth-file={workdir / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                f"--enable-admission-plugins={ADMISSION}",
+                "--profiling=false",
+                "--max-requests-inflight=800",
+                "--max-mutating-requests-inflight=400",
+            ]
+            if audit:
+                api += [
+                    f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
+                    f"--audit-log-path={plane.audit_log}",
+                    "--audit-log-format=json",
+                    "--audit-log-mode=batch",
+                    "--audit-log-batch-max-wait=1s",
+                ]
+            plane._spawn("kube-apiserver", api)
+            plane._wait_ready()
+            kcm = workdir / "controller-manager.kubeconfig"
+            kcm.write_text(yaml.safe_dump(kubeconfig(plane.server, plane.ca, f"{token}-kcm", CONTROLLER_MANAGER)))
+            plane._spawn(
+                "kube-controller-manager",
+                [
+                    str(bin_dir / "kube-controller-manager"),
+                    f"--kubeconfig={kcm}",
+                    "--leader-elect=false",
+                    "--controllers=garbagecollector,namespace,serviceaccount",
+                    "--use-service-account-credentials=false",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={free_port()}",
+                    f"--authentication-kubeconfig={kcm}",
+                    f"--authorization-kubeconfig={kcm}",
+                ],
+            )
+            plane.version = str(plane.admin.ok(plane.admin.get("/version"), "version")["gitVersion"])
+        except BaseException:
+            plane.stop()
+            raise
+        return plane
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = (self.workdir / f"{name}.log").open("wb")
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def _wait_ready(self, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self.procs:
+                if proc.poll() is not None:
+                    raise ControlPlaneError(f"{proc.args[0]} exited ({proc.returncode}): see {self.workdir}/*.log")
+            with contextlib.suppress(requests.RequestException, OSError):  # OSError: no certificate yet
+                if self.ca.exists() and self.admin.get("/readyz").status == 200:
+                    return
+            time.sleep(0.3)
+        raise ControlPlaneError(f"kube-apiserver not ready after {timeout:.0f}s: see {self.workdir}/kube-apiserver.log")
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+
+    # --- what tests do with it ----------------------------------------------------------------
+
+    def apply_manifests(self, docs: list[dict[str, Any]], namespace: str | None = None) -> None:
+        """Create or replace each manifest as the administrator (server-side apply)."""
+        for doc in docs:
+            meta = doc.setdefault("metadata", {})
+            ns = meta.get("namespace") or namespace
+            path = path_of(doc["kind"], ns, meta["name"], doc.get("apiVersion"))
+            self.admin.ok(self.admin.apply(path, doc), f"apply {doc['kind']} {meta['name']}")
+            if doc["kind"] == "CustomResourceDefinition":
+                self.wait_established(meta["name"])
+
+    def wait_established(self, crd: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            body = self.admin.get(path_of("CustomResourceDefinition", name=crd)).body
+            conditions = (body.get("status") or {}).get("conditions") or [] if isinstance(body, dict) else []
+            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"CRD {crd} not established")
+
+    def namespace(self, name: str) -> str:
+        self.admin.ok(
+            self.admin.apply(
+                path_of("Namespace", name=name), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            ),
+            f"namespace {name}",
+        )
+        return name
+
+    def delete_namespace(self, name: str, wait: float = 0.0) -> None:
+        """Delete it (the namespace controller empties it); with ``wait``, until it is gone."""
+        self.admin.delete(path_of("Namespace", name=name))
+        if wait:
+            eventually(
+                lambda: self.admin.get(path_of("Namespace", name=name)).status == 404,
+                f"namespace {name} gone",
+                timeout=wait,
+                every=0.5,
+            )
+
+    def service_account_token(self, namespace: str, name: str, seconds: int = 24 * 3600) -> str:
+        """A token for the ServiceAccount, signed by the server (what a pod would mount)."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": seconds},
+        }
+        path = path_of("ServiceAccount", namespace, name) + "/token"
+        return str(self.admin.ok(self.admin.create(path, body), "token request")["status"]["token"])
+
+    def write_kubeconfig(self, path: Path, token: str, user: str, namespace: str = "default") -> Path:
+        path.write_text(yaml.safe_dump(kubeconfig(self.server, self.ca, token, user, namespace)))
+        return path
+
+    def audit_events(self, user: str | None = None) -> Iterator[dict[str, Any]]:
+        """The audit log's events (by ``user`` only when given), as the server flushed them."""
+        if not self.audit_log.exists():
+            return
+        for line in self.audit_log.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if user is None or event.get("user", {}).get("username") == user:
+                    yield event
+
+    def forbidden(self, user: str) -> list[str]:
+        """Every request of ``user`` the server refused with 403, as ``VERB URI``."""
+        time.sleep(1.2)  # the audit backend flushes its batch every second
+        return [
+            f"{e['verb']} {e['requestURI']}"
+            for e in self.audit_events(user)
+            if (e.get("responseStatus") or {}).get("code") == 403 and not terminating(e)
+        ]
+
+
+def eventually(check: Callable[[], Any], what: str, timeout: float = 30.0, every: float = 0.2) -> Any:
+    """``check()``'s first truthy value, polled; an AssertionError naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(every)

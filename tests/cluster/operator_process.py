@@ -1,0 +1,114 @@
+"""The operator as the chart runs it, against the real control plane: ``kappa operator`` with
+the installed Deployment's arguments, as a process of its own, authenticated with a token of
+the chart's ServiceAccount (what the pod would mount) and the token Secret the chart created.
+
+Only what a pod gives a process differs: the API server comes from a kubeconfig instead of the
+in-cluster environment, and the binds move from 0.0.0.0 to free loopback ports.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.cluster.control_plane import ControlPlane, free_port
+
+BINDS = {"--coordinator-bind", "--metrics-bind", "--health-bind"}
+
+
+@dataclass
+class OperatorProcess:
+    proc: subprocess.Popen[bytes]
+    log: Path
+    metrics_url: str
+    health_url: str
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def local_args(args: tuple[str, ...], token_file: Path) -> tuple[list[str], dict[str, str]]:
+    """The Deployment's arguments with each bind on a free loopback port and the token file
+    where this process can read it; also returns the binds chosen."""
+    out: list[str] = []
+    binds: dict[str, str] = {}
+    it = iter(args)
+    for arg in it:
+        if arg in BINDS:
+            binds[arg] = f"127.0.0.1:{free_port()}"
+            out += [arg, binds[arg]]
+            next(it)
+        elif arg == "--token-file":
+            out += [arg, str(token_file)]
+            next(it)
+        else:
+            out.append(arg)
+    return out, binds
+
+
+def token_from_chart(plane: ControlPlane, namespace: str, args: tuple[str, ...], path: Path) -> Path:
+    """The coordinator token as the pod gets it: the chart's Secret, mounted as a file."""
+    secrets = plane.admin.ok(plane.admin.get(f"/api/v1/namespaces/{namespace}/secrets"), "secrets")["items"]
+    mine = [s for s in secrets if "token" in (s.get("data") or {})]
+    assert mine, f"the chart created no token Secret in {namespace}"
+    path.write_bytes(base64.b64decode(mine[0]["data"]["token"]))
+    return path
+
+
+@contextlib.contextmanager
+def running_operator(
+    plane: ControlPlane,
+    namespace: str,
+    args: tuple[str, ...],
+    kubeconfig: Path,
+    workdir: Path,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[OperatorProcess]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    token = token_from_chart(plane, namespace, args, workdir / "token")
+    argv, binds = local_args(args, token)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env.update(KUBECONFIG=str(kubeconfig), PYTHONUNBUFFERED="1", **(extra_env or {}))
+    log = workdir / "operator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kappa_operator.cli", "operator", *argv],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    running = OperatorProcess(
+        proc, log, f"http://{binds['--metrics-bind']}/metrics", f"http://{binds['--health-bind']}/healthz"
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"kappa operator exited ({proc.returncode}):\n{running.tail()}")
+            with contextlib.suppress(OSError), urllib.request.urlopen(running.health_url, timeout=2) as r:
+                if r.status == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kappa operator not healthy after 60 s:\n{running.tail()}")
+            time.sleep(0.3)
+        yield running
+    finally:
+        running.stop()
