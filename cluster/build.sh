@@ -18,6 +18,9 @@ HELM_VERSION=v3.19.0
 cache="${KAPPA_CLUSTER_CACHE:-$HOME/.cache/kappa-cluster}"
 export GOFLAGS="${GOFLAGS:--mod=mod}" CGO_ENABLED=0
 command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
+mkdir -p "$cache"
+exec 9>"$cache/.build.lock"
+flock 9  # one build at a time: the test workers (pytest -n 2) may both ask on a fresh machine
 
 if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
   if [ "$(id -u)" = 0 ]; then

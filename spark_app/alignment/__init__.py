@@ -76,6 +76,17 @@ def outside_watermark(members: tuple[str, ...], reported: dict[str, int | None],
     return min(live) if live else None
 
 
+def held_outside(view: GroupView, member: str) -> bool:
+    """Whether the members holding the group (the missing ones while held, else those at the
+    minimum) are all outside ``member``'s query, in another query of its job or in another
+    job. Under AvailableNow a source throttled to nothing then waits instead of returning its
+    start offset, which would end its query before it read its window; with a holder in its
+    own query it returns, since that holder admits in the same batch (its next split is at the
+    global watermark, within any bound)."""
+    query = query_of(member)
+    return bool(view.holders) and all(query_of(h) != query for h in view.holders)
+
+
 def global_view(members: tuple[str, ...], reported: dict[str, int | None], query: str | None = None) -> GroupView:
     """The alignment rule in one place: min over unfinished members, held by missing ones.
     ``query``: the reporter's, for ``outside``."""

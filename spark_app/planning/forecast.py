@@ -5,11 +5,13 @@ The simulation replays the sources' own decision rules on the planned splits: ea
 Spark asks every source of a query for its latest offset in turn (the query plan's leaf order);
 an aligned source reports its watermark (the lower bound of its next split), reads the group's
 view (``global_view``: a member that has not reported holds everyone) and admits with
-``admit`` under ``drift_bound`` and its read limits, then reports where it stopped. A batch in
-which no source of a query admits anything ends that query (Trigger.AvailableNow), except the
-first: Spark runs batch 0 on the sources' first offsets whatever they admit. A source held
-by a member of another *job* blocks instead (``BackfillReader._decide``); a plan covers one job,
-so its group has no such member.
+``admit`` under ``drift_bound`` and its read limits, then reports where it stopped. A source
+throttled to nothing while every holder of the group is in another query (``held_outside``)
+waits (``BackfillReader._decide``): its query's batch goes on at its next turn, from that
+source, with the view of then. A batch in which no source of a query admits anything ends that
+query (Trigger.AvailableNow), except the first: Spark runs batch 0 on the sources' first
+offsets whatever they admit. So a plan (one job) never leaves a source short: an unfinished
+query's batch completes only with a holder of the group in it, and a holder always admits.
 Spark's watermark follows one batch behind the data (computed after a batch, used by the next),
 from the newest event time each input has seen, the minimum over inputs; state keeps what lies
 within the state horizon behind it.
@@ -23,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from spark_app.alignment import global_view
+from spark_app.alignment import global_view, held_outside
 from spark_app.config import format_duration
 from spark_app.planning.admission import Limits, admit, source_watermark
 from spark_app.planning.rounds import (
@@ -99,16 +101,19 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta, budget_rows
     reported: dict[str, int | None] = {}
     records = {q: RoundsState() for q in queries}
     started: set[str] = set()
+    # a query whose batch waits: the index of the source that waits, what the batch admitted
+    # before it, and that source's turn (a turn is taken once per batch)
+    waiting: dict[str, tuple[int, dict[str, tuple[int, int]], Turn]] = {}
     active = list(queries)
     batches: list[Batch] = []
     for _ in range(MAX_ROUNDS):
         if not active:
             break
         for q in list(active):
-            admitted: dict[str, tuple[int, int]] = {}
+            first, admitted, kept = waiting.pop(q, (0, {}, None))
             mates = tuple(m.id for m in queries[q])
             others = tuple(m.id for m in members if m.query != q)
-            for m in queries[q]:
+            for i, m in enumerate(queries[q][first:], first):
                 pos = positions[m.id]
                 if mode == "unordered":
                     end = admit(m.splits, pos, None, m.limits).end
@@ -117,7 +122,9 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta, budget_rows
                     reported[m.id] = wm
                     view = global_view(group, reported)
                     turn = Turn(None, planner=False)
-                    if budget_rows > 0:
+                    if i == first and kept is not None:
+                        turn = kept
+                    elif budget_rows > 0:
                         own = lookahead(m.splits, pos, m.limits, budget_rows)
                         outside = global_view(others, reported).global_watermark
                         records[q], turn = take_turn(records[q], m.id, mates, own, outside, drift_us, budget_rows)
@@ -125,12 +132,17 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta, budget_rows
                     if turn.plan is not None and turn.plan.rounds > 1:
                         decision = honor_floor(m.splits, decision, turn.plan.floor)
                     end = decision.end
+                    if end == pos and wm is not None and held_outside(view, m.id):
+                        waiting[q] = (i, admitted, turn)  # the batch goes on at the query's next turn
+                        break
                     reported[m.id] = source_watermark(m.splits, end)
                     if budget_rows > 0:
                         records[q] = leave_lookahead(records[q], m.id, lookahead(m.splits, end, m.limits, budget_rows))
                 if end > pos:
                     admitted[m.id] = (pos, end)
                     positions[m.id] = end
+            if q in waiting:
+                continue
             if admitted:
                 batches.append(Batch(q, admitted))
             elif q in started:

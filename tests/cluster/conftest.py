@@ -8,6 +8,20 @@ every test in this directory is marked ``apiserver`` and runs against kube-apise
   ServiceAccount the chart created, so it has exactly the chart's RBAC, and a 403 fails the test.
 - ``namespace``: one namespace per test module, deleted after it (the namespace controller
   empties it, as on a real cluster).
+
+The operator under test runs in one of three ways, **one at a time** (two operators would fight
+over the same objects; tests/cluster/operator_runs.py), each for one test module and stopped
+after its objects are released:
+
+- ``operator`` (with ``watched``): ``kappa operator`` as the chart runs it (the installed
+  Deployment's arguments: every namespace), as a process of its own.
+- ``in_process_operator`` (with ``fresh_namespace``, a namespace per test): the same in a thread of
+  the test process, for tests that need hooks inside it (the data plane refused, a storage call
+  made to hang, the coordinator's groups and the metrics read directly).
+- ``own_operators``: processes of their own watching one namespace, with extra flags or a fault
+  armed, killed and started again as a pod would be.
+
+A module that runs the operator uses ``never_forbidden``: any 403 the operator meets fails the test.
 """
 
 from __future__ import annotations
@@ -24,6 +38,16 @@ import yaml
 
 from tests.cluster.control_plane import ROOT, ControlPlane, Parts, binaries
 from tests.cluster.operator_process import OperatorProcess, running_operator
+from tests.cluster.operator_runs import (
+    InProcess,
+    Processes,
+    audit_size,
+    claim,
+    delete_kappa_objects,
+    forbidden_since,
+    in_process,
+    release,
+)
 
 CHART = ROOT / "charts" / "kappa-operator"
 SPARK_CRD = ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml"
@@ -170,22 +194,78 @@ def grant_coordinator_secrets(plane: ControlPlane, installed: Installed, namespa
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def operator(
     control_plane: ControlPlane, installed: Installed, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    """`kappa operator` with the installed Deployment's arguments and ServiceAccount, for the
-    whole session; each test module's namespace gets the coordinator-secrets grant."""
-    with running_operator(
-        control_plane, installed.namespace, installed.args, installed.kubeconfig, tmp_path_factory.mktemp("operator")
-    ) as running:
+    """`kappa operator` with the installed Deployment's arguments and ServiceAccount (watching
+    every namespace), for one test module; its namespace gets the coordinator-secrets grant."""
+    with (
+        claim("the chart's operator process"),
+        running_operator(
+            control_plane,
+            installed.namespace,
+            installed.args,
+            installed.kubeconfig,
+            tmp_path_factory.mktemp("operator"),
+        ) as running,
+    ):
         yield running
         forbidden = control_plane.forbidden(installed.user)
         assert forbidden == [], f"the chart's RBAC refused the operator: {forbidden}"
 
 
 @pytest.fixture(scope="module")
-def watched(control_plane: ControlPlane, installed: Installed, operator: OperatorProcess, namespace: str) -> str:
-    """A namespace the running operator works in, with the grant Backfills need."""
+def watched(
+    control_plane: ControlPlane, installed: Installed, operator: OperatorProcess, namespace: str
+) -> Iterator[str]:
+    """A namespace the running operator works in, with the grant Backfills need; its objects
+    are released before the operator stops."""
     grant_coordinator_secrets(control_plane, installed, namespace)
-    return namespace
+    yield namespace
+    release(control_plane, [namespace])
+
+
+@pytest.fixture
+def never_forbidden(control_plane: ControlPlane, installed: Installed) -> Iterator[None]:
+    """Any 403 the operator met during a test fails it: the chart's RBAC must cover everything."""
+    offset = audit_size(control_plane)
+    yield
+    refused = forbidden_since(control_plane, installed.user, offset)
+    assert refused == [], f"the chart's RBAC refused the operator: {refused}"
+
+
+@pytest.fixture(scope="module")
+def in_process_operator(control_plane: ControlPlane, installed: Installed) -> Iterator[InProcess]:
+    """`kappa operator` (every namespace) in a thread of the test process, for one module."""
+    with in_process(control_plane, installed) as running:
+        yield running
+
+
+@pytest.fixture
+def fresh_namespace(
+    control_plane: ControlPlane, installed: Installed, in_process_operator: InProcess, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A namespace of one test, with the coordinator-secrets grant, watched by the module's
+    in-process operator; deleted after the test (the operator releases its objects meanwhile)."""
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    base = re.sub(r"[^a-z0-9]+", "-", module.lower()).strip("-")[:40]
+    name = control_plane.namespace(f"{base}-{len(in_process_operator.namespaces) + 1}")
+    grant_coordinator_secrets(control_plane, installed, name)
+    in_process_operator.namespaces.append(name)
+    yield name
+    delete_kappa_objects(control_plane, name)
+    control_plane.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def own_operators(
+    control_plane: ControlPlane, installed: Installed, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Processes]:
+    """`kappa operator` processes of one module, each watching the namespace it is given."""
+    with claim("the module's own operator processes"):
+        processes = Processes(control_plane, installed, tmp_path_factory.mktemp("own-operators"))
+        try:
+            yield processes
+        finally:
+            processes.close()

@@ -314,3 +314,52 @@ def test_the_servers_are_the_current_one_and_the_charts_oldest(
     assert oldest_control_plane.version.startswith(f"v{found[1]}.{found[2]}."), oldest_control_plane.version
     major, minor = (int(x) for x in control_plane.version.lstrip("v").split(".")[:2])
     assert (major, minor) >= (1, 33), control_plane.version
+
+
+@pytest.mark.parametrize("size", ["example", "largest"])
+def test_rendered_spark_applications_are_accepted_by_the_spark_operator_crd(
+    server: ControlPlane, namespace: str, size: str
+) -> None:
+    """What the operator renders from a StreamingJob and its Backfill, at the example's sizes and
+    at the largest the CRD allows (int32 cores and instances), is a SparkApplication the
+    server stores as sent: the SparkApplication CRD's 32-bit fields hold every size our CRD
+    accepts (issue 27, Fix 5)."""
+    from kappa_operator.models.backfill import Backfill
+    from kappa_operator.models.streaming_job import StreamingJob
+    from kappa_operator.render.jobconfig import backfill_config, streaming_job_config
+    from kappa_operator.render.spark_application import (
+        BACKFILL_RESTART,
+        LIVE_RESTART,
+        Launch,
+        Owner,
+        spark_application,
+    )
+
+    edits = {}
+    if size == "largest":
+        edits = {f"spec.{role}.{key}": INT32_MAX for role in ("driver", "executor") for key in ("cores",)}
+        edits["spec.executor.instances"] = INT32_MAX
+    job = StreamingJob.model_validate({**edited(SJ, edits), "metadata": {"name": "rmi", "uid": "u-1"}})
+    bf_doc = example(BF)
+    backfill = Backfill.model_validate({**bf_doc, "metadata": {**bf_doc["metadata"], "uid": "abcdef0123"}})
+    spec = job.spec
+    apps = [
+        spark_application(
+            Owner("StreamingJob", "rmi", namespace, "u-1"),
+            streaming_job_config(job),
+            Launch(spec.image, spec.driver, spec.executor, "spark", LIVE_RESTART),
+            "h",
+        ),
+        spark_application(
+            Owner("Backfill", "rmi-outage", namespace, "abcdef0123"),
+            backfill_config(backfill, job, "http://c:8471"),
+            Launch(spec.image, spec.driver, spec.executor, "spark", BACKFILL_RESTART, "kappa-coordinator"),
+            "h",
+        ),
+    ]
+    for app in apps:
+        app["metadata"]["namespace"] = namespace
+        answer = dry_run(server, namespace, app)
+        assert answer.status == 201, causes(answer)
+        assert answer.body["spec"]["executor"]["instances"] == spec.executor.instances
+        assert answer.body["spec"]["driver"]["cores"] == spec.driver.cores

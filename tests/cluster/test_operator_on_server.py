@@ -12,25 +12,15 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.cluster.conftest import Installed
 from tests.cluster.control_plane import ROOT, ControlPlane, eventually, path_of
 from tests.cluster.operator_process import OperatorProcess
 
-
-@pytest.fixture(autouse=True)
-def never_forbidden(control_plane: ControlPlane, installed: Installed) -> Iterator[None]:
-    """Any 403 the operator met during a test fails it: the chart's RBAC must cover everything."""
-    before = len(control_plane.forbidden(installed.user))
-    yield
-    after = control_plane.forbidden(installed.user)
-    assert after[before:] == [], f"the chart's RBAC refused the operator: {after[before:]}"
-    assert any(True for _ in control_plane.audit_events(installed.user)), "the audit log sees the operator's calls"
+pytestmark = pytest.mark.usefixtures("never_forbidden")
 
 
 def load(name: str, namespace: str, **spec: Any) -> dict[str, Any]:

@@ -4,7 +4,10 @@ The property that matters: merging rounds never makes a row late. Spark's waterm
 batch is the newest event time seen minus the delay, so every row of a later batch must be at
 or after (newest upper bound admitted so far) - (maxDrift + largest split span), per query;
 and every split is read exactly once. Checked on random split layouts, read limits, several
-sources per query and several queries per group, including stale lookaheads."""
+sources per query and several queries per group, including stale lookaheads. And no source is
+left short: a query whose sources are all held by another query of the job waits for it
+(``held_outside``), so where one query runs relative to another (which merging shifts) cannot
+end it before it read its window."""
 
 from __future__ import annotations
 
@@ -12,10 +15,10 @@ import random
 from datetime import timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from spark_app.alignment import GroupView, global_view
+from spark_app.alignment import GroupView, global_view, held_outside
 from spark_app.planning.admission import HELD, Admission, Limits
 from spark_app.planning.forecast import Member, Simulation, simulate
 from spark_app.planning.rounds import (
@@ -163,6 +166,9 @@ def check_no_late_row(sim: Simulation, members: list[Member], drift_us: int) -> 
 
 
 @settings(max_examples=150, deadline=None)
+# query 1's source ran ahead of query 0 (whose rounds the budget cut) by more than maxDrift: it
+# used to end its query, since a source held by another query of its own job did not wait
+@example(seed=1004, queries=2, sources=3, budget=100, drift_s=10, max_files=None)
 @given(
     seed=st.integers(0, 10**6),
     queries=st.integers(1, 2),
@@ -190,12 +196,45 @@ def test_merged_rounds_never_make_a_row_late_and_read_every_split_once(
     merged = simulate(members, mode, timedelta(seconds=drift_s), budget)
     single = simulate(members, mode, timedelta(seconds=drift_s), 0)
     assert set(merged.stalled) <= set(single.stalled), "merging rounds never leaves a source short"
+    assert not merged.stalled and not single.stalled, "a query held by another query of its job waits for it"
     check_no_late_row(merged, members, drift_s * S)
     limits = {m.id: m.limits.max_files for m in members}
     for b in merged.batches:  # the plan stays within every source's read limit (one file a split)
         assert all(limits[m] is None or hi - lo <= limits[m] for m, (lo, hi) in b.admitted.items())
     if queries == 1:  # several queries take turns: merging can shift which query goes when
         assert len(merged.batches) <= len(single.batches) + 1
+
+
+def test_a_query_ahead_of_another_query_of_its_job_waits_for_it() -> None:
+    """Two queries of one job (two sinks). Merged rounds take b to 40 in its first batch (rounds
+    at G 5 and 10, the outside a's 10) while a's next batch is one round (10 and 11 are 60 rows,
+    over the budget): a stops at 26, and b's 40 is past 26 + 10 with the group held by a. b
+    waits for a's next batch instead of returning its start offset, which would end its query
+    with 40 unread. One round per batch reaches no such state here, but only by where the
+    queries happen to be when each asks: a run that gives q1 two batches in a row would."""
+    a = Member("j/q0/a", "q0", "a", (split(10, 1, rows=50), split(11, 1), split(26, 1)))
+    b = Member("j/q1/b", "q1", "b", (split(5, 1, rows=20), split(20, 1), split(40, 1)))
+    merged = simulate([a, b], "aligned", timedelta(seconds=10), 50)
+    assert [(x.query, x.admitted) for x in merged.batches] == [
+        ("q1", {"j/q1/b": (0, 2)}),
+        ("q0", {"j/q0/a": (0, 2)}),
+        ("q0", {"j/q0/a": (2, 3)}),  # b waits in this turn: held by a
+        ("q1", {"j/q1/b": (2, 3)}),
+    ]
+    assert not merged.stalled
+    single = simulate([a, b], "aligned", timedelta(seconds=10), 0)
+    assert not single.stalled and len(single.batches) == 5
+    check_no_late_row(merged, [a, b], 10 * S)
+
+
+def test_a_source_waits_only_when_no_holder_is_in_its_query() -> None:
+    view = GroupView(26 * S, (), ("j/q0/a",))
+    assert held_outside(view, "j/q1/b"), "held by another query of its job"
+    assert held_outside(view, "k/q0/b"), "held by another job"
+    assert not held_outside(view, "j/q0/c"), "a holder in its own query admits in the same batch"
+    assert not held_outside(GroupView(26 * S, (), ("j/q0/a", "j/q1/c")), "j/q1/b")
+    assert held_outside(GroupView(HELD, ("j/q0/a",), ("j/q0/a",)), "j/q1/b"), "a missing member holds too"
+    assert not held_outside(GroupView(None), "j/q1/b"), "every member finished"
 
 
 def test_sparse_history_takes_a_few_batches_instead_of_one_per_drift() -> None:

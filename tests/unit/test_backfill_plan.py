@@ -90,8 +90,8 @@ def test_an_empty_first_batch_does_not_end_a_query_a_later_one_does() -> None:
     a = Member("j/one/a", "one", "a", every([0, 100], 5))
     b = Member("j/two/b", "two", "b", every([0, 100], 5))
     sim = simulate([a, b], "aligned", timedelta(seconds=10))
-    # query one meets b missing in its batch 0 and admits nothing; query two's b admits 0; then
-    # query one goes on (a at 0 is the minimum), and both read to the end
+    # query one meets b missing in its batch 0: held by another query, a waits; query two's b
+    # admits 0; then query one's batch 0 goes on (a at 0 is the minimum), and both read to the end
     assert not sim.stalled and sim.batches[0] == forecast.Batch("two", {"j/two/b": (0, 1)})
     late = Member("j/one/c", "one", "c", every([500], 5))
     held = simulate([a, late], "strict", timedelta(0))

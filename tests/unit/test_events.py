@@ -1,10 +1,10 @@
 """Events as Kubernetes users read them (issue 27, item 7): Normal or Warning only, reported by
 kappa-operator, a repeat counted on the Event posted before, a duplicate within a second
-dropped, kopf's own failures routed the same way."""
+dropped, kopf's own failures routed the same way. (The recorder writing through the Kubernetes
+client to the real kube-apiserver: tests/cluster/test_events_on_server.py.)"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -13,7 +13,6 @@ import kopf
 import pytest
 
 from kappa_operator import runner
-from kappa_operator.cluster import Cluster
 from kappa_operator.events import (
     COMBINED,
     COMPONENT,
@@ -32,8 +31,6 @@ from kappa_operator.events import (
     rfc3339,
     route_kopf_logs,
 )
-from tests.operator.apiserver import ApiServer
-from tests.operator.kube import reasons
 
 T0 = 1_790_000_000.0
 REF = {"apiVersion": "kappa.dev/v1alpha1", "kind": "Backfill", "name": "rmi", "namespace": "jobs", "uid": "u-1"}
@@ -315,24 +312,3 @@ def test_settings_leave_kopf_posting_nothing_and_route_its_logs_once() -> None:
             logger.removeHandler(h)
         for h in before:
             logger.addHandler(h)
-
-
-# --- through the Kubernetes client (Cluster's event methods) ------------------------------
-
-
-@pytest.mark.asyncio
-@pytest.mark.kmock(cls=ApiServer)
-async def test_a_retried_failure_is_one_warning_event_counted_on_the_server(kmock: ApiServer) -> None:
-    cluster = Cluster.connect(str(kmock.url).rstrip("/"))
-    clock = Clock()
-    recorder = EventRecorder(lambda: cluster, instance="pod-1", clock=clock)
-    job = {**body(), "metadata": {**body()["metadata"], "namespace": "default"}}
-    for step in (0, 0.3, 30, 60):
-        clock.now = T0 + step
-        recorder.event(job, "Error", "RetryingAfterError", "boom")
-    assert await asyncio.to_thread(recorder.flush)
-    [event] = kmock.stored("v1/events")
-    assert (event["type"], event["reason"], event["count"]) == ("Warning", "RetryingAfterError", 3)
-    assert event["reportingComponent"] == COMPONENT and event["reportingInstance"] == "pod-1"
-    assert (event["firstTimestamp"], event["lastTimestamp"]) == (rfc3339(T0), rfc3339(T0 + 60))
-    assert reasons(kmock) == ["RetryingAfterError"] * 3  # the operator tests' count of occurrences

@@ -17,10 +17,10 @@ from spark_app.sources.iceberg.spec import SourceSpec
 
 
 class NeverReported:
-    """A group whose other member never reports: held at -inf by it."""
+    """A group whose member in another job never reports: held at -inf by it."""
 
     def report(self, member: str, watermark: int | None, throttled: bool = False, reset: bool = False) -> GroupView:
-        return GroupView(HELD, ("job/out/ghost",), ("job/out/ghost",))
+        return GroupView(HELD, ("other/out/ghost",), ("other/out/ghost",))
 
 
 def test_a_member_that_never_reports_fails_the_backfill(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,5 +41,5 @@ def test_a_member_that_never_reports_fails_the_backfill(monkeypatch: pytest.Monk
     monkeypatch.setattr(stream, "MISSING_MEMBER_LIMIT_S", 0.2)
     monkeypatch.setattr(stream.time, "sleep", lambda s: None)
     split = Split(1_000_000_000, 1_000_060_000, (FilePiece("f", None, 1, 1),), 1, 1)
-    with pytest.raises(IncompleteBackfillError, match=r"never reported: job/out/ghost"):
+    with pytest.raises(IncompleteBackfillError, match=r"never reported: other/out/ghost"):
         reader._decide([split], 0, ReadAllAvailable())

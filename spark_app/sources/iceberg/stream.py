@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_app.alignment import GroupView, ReadCount, WatermarkProvider, query_of
+from spark_app.alignment import GroupView, ReadCount, WatermarkProvider, held_outside, query_of
 from spark_app.alignment.http import HttpWatermarkProvider
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
@@ -361,8 +361,12 @@ class BackfillReader(_IcebergReader):
             decision = admit(splits, position, bound, limits)
             if turn.plan is not None and turn.plan.rounds > 1:
                 decision = self._honor_floor(splits, decision, turn)
-            outside = bool(view.holders) and not set(view.holders) & set(self.spec.members)
-            if decision.end > position or wm is None or not getattr(self, "_available_now", False) or not outside:
+            if (
+                decision.end > position
+                or wm is None
+                or not getattr(self, "_available_now", False)
+                or not held_outside(view, self.spec.member)
+            ):
                 return decision, view, bound
             # Held by a member of another query: returning our start offset would end this query.
             if view.missing and waited >= self._hold_limit():
