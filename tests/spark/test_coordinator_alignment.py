@@ -176,9 +176,9 @@ def test_coordinator_restart_mid_backfill(
     while len(c.service.core.history("rmi")) < 6:
         assert time.monotonic() < deadline and worker.is_alive(), "the backfill should still be running"
         time.sleep(0.05)
-    before = [tuple(h) for h in c.service.core.history("rmi")]
     c.stop()
     stopped = time.time()
+    before = [tuple(h) for h in c.service.core.history("rmi")]  # after the stop: a report may land until then
     time.sleep(3)  # the sources keep calling meanwhile
     restarted_at = time.time()
     c2 = EmbeddedCoordinator(Service(TOKEN, store), port=port).start()
