@@ -23,7 +23,8 @@ ServiceAccount (exactly the chart's RBAC: tests/cluster/operator_process.py). No
 Spark operator run: a SparkApplication's existence is the end of a create. The jobs' snapshot
 location is a local directory (the example's ``s3://lake`` does not resolve here).
 
-The bench creates as the administrator, 16 POSTs in flight, and follows StreamingJobs,
+The bench creates as the administrator, 16 POSTs in flight (a 429 is retried after
+Retry-After, as kubectl does, and counts in the latency), and follows StreamingJobs,
 Backfills and SparkApplications with list+watch (each event timed on arrival, in this
 process). It reports: create to SparkApplication p50/p99/max (also by kind), the operator's
 CPU per object (idle subtracted) and the CPU of kube-apiserver, etcd, the controller manager
@@ -339,28 +340,47 @@ class Tracker:
         if phase:
             self.phases[name] = phase
 
-    async def run(self, http: aiohttp.ClientSession) -> None:
+    async def list(self, http: aiohttp.ClientSession) -> str:
+        """Lists the collection (what a relist finds gone was deleted meanwhile); its version."""
         headers = {"Accept": METADATA_ONLY.format("List")} if self.metadata_only else {}
-        async with http.get(self.url, headers=headers) as r:
-            assert r.status == 200, await r.text()
-            listed = json.loads(await r.read())
+        while True:
+            async with http.get(self.url, headers=headers) as r:
+                if r.status == 429:  # "storage is (re)initializing": a CRD's watch cache starting
+                    await asyncio.sleep(1.0)
+                    continue
+                assert r.status == 200, await r.text()
+                listed = json.loads(await r.read())
+            break
         now = time.monotonic()
-        for item in listed.get("items") or []:  # a metadata-only list of nothing: null
+        items = listed.get("items") or []  # a metadata-only list of nothing: null
+        for name in self.present - {item["metadata"]["name"] for item in items}:
+            self.see("DELETED", {"metadata": {"name": name}}, now)
+        for item in items:
             self.see("ADDED", item, now)
-        version = listed["metadata"]["resourceVersion"]
-        self.ready.set()
+        return str(listed["metadata"]["resourceVersion"])
+
+    async def run(self, http: aiohttp.ClientSession) -> None:
         headers = {"Accept": METADATA_ONLY.format("")} if self.metadata_only else {}
+        version = await self.list(http)
+        self.ready.set()
         while True:
             params = {"watch": "1", "resourceVersion": version, "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
             async with http.get(
                 self.url, params=params, headers=headers, timeout=aiohttp.ClientTimeout(total=None, sock_read=None)
             ) as r:
+                if r.status in (410, 429):  # too old: relist; the watch cache (re)initializing: again
+                    await asyncio.sleep(1.0 if r.status == 429 else 0)
+                    version = await self.list(http) if r.status == 410 else version
+                    continue
                 assert r.status == 200, await r.text()
                 async for line in r.content:
                     if not line.strip():
                         continue
                     event = json.loads(line)
                     if event["type"] == "ERROR":
+                        if event["object"].get("code") in (410, 429):
+                            version = await self.list(http)
+                            break
                         raise RuntimeError(f"watch {self.url}: {event['object']}")
                     version = event["object"]["metadata"]["resourceVersion"]
                     if event["type"] != "BOOKMARK":
