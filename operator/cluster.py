@@ -4,7 +4,7 @@ handler re-run after an operator restart creates nothing twice."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import kubernetes
@@ -50,31 +50,60 @@ def _preconditions(uid: str | None) -> dict[str, Any] | None:
     return {"preconditions": {"uid": uid}} if uid else None
 
 
+POOL_SIZE = 64
+"""HTTP connections kept to the API server: the handler threads (32, see runner), the Events
+writer, and the threads asyncio lends to the async handlers."""
+
+
 class Cluster:
     def __init__(self, client: kubernetes.client.ApiClient) -> None:
         self.core = kubernetes.client.CoreV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
+        self.applications: Mapping[tuple[str, str], Iterable[dict[str, Any]]] | None = None
+        """Our SparkApplications as the operator's watch last saw them (kopf's index, filled
+        from its listing before any handler runs), by (namespace, name); None: read each."""
 
     @classmethod
     def connect(cls, host: str | None = None) -> Cluster:
         """``host`` for tests and local emulators; else in-cluster config, else the kubeconfig."""
         if host is not None:
-            return cls(kubernetes.client.ApiClient(kubernetes.client.Configuration(host=host)))
-        try:
-            kubernetes.config.load_incluster_config()
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()
-        return cls(kubernetes.client.ApiClient())
+            config = kubernetes.client.Configuration(host=host)
+        else:
+            config = kubernetes.client.Configuration()
+            try:
+                kubernetes.config.load_incluster_config(client_configuration=config)
+            except kubernetes.config.ConfigException:
+                kubernetes.config.load_kube_config(client_configuration=config)
+        # one connection per handler thread: the default pool (10) made the rest open and
+        # drop a connection per request ("Connection pool is full") under a burst of objects
+        config.connection_pool_maxsize = POOL_SIZE
+        return cls(kubernetes.client.ApiClient(config))
 
     # --- children (SparkApplications, ConfigMaps, Secrets): owned, uid-checked ------------
 
     def get_app(self, namespace: str, name: str, owner: Owner | None = None) -> dict[str, Any] | None:
         """The application named ``name``; with ``owner``, only if it is that object's (a
-        namesake's application raises: it must never be read as ours)."""
-        app = self._read(self._app_reader(namespace, name))
+        namesake's application raises: it must never be read as ours).
+
+        From the watch's copy when there is one, as controller-runtime's clients read from
+        their informer's cache: a read per reconcile was a fifth of the requests 200 objects
+        created at once cost the API server. A copy a moment behind is safe: a create of an
+        application the copy missed gets 409 and reads the server (``_create_owned``), and the
+        application's next event reconciles its owner again. Not ours (no kappa label): not
+        in the copy, found by that 409."""
+        if self.applications is not None:
+            app = self._cached_app(namespace, name)
+        else:
+            app = self._read(self._app_reader(namespace, name))
         if app is not None and owner is not None and not owner.owns(app):
             raise ForeignObjectError("SparkApplication", namespace, name, app, owner)
         return app
+
+    def _cached_app(self, namespace: str, name: str) -> dict[str, Any] | None:
+        assert self.applications is not None
+        for app in self.applications.get((namespace, name), ()):
+            return app
+        return None
 
     def create_app(self, body: dict[str, Any], owner: Owner) -> None:
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]

@@ -19,6 +19,19 @@ OWNERS = {
 }
 
 
+@kopf.index(SPARK_GROUP, SPARK_VERSION, "sparkapplications", labels=MANAGED_BY)
+async def applications(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    """Our applications as the watch last saw them, read by ``Cluster.get_app`` instead of a
+    GET per reconcile. kopf keeps it from the watch this module already runs and fills it from
+    its listing before any handler runs (so a restarted operator sees what it created)."""
+    return {(namespace, name): dict(body)}
+
+
+@kopf.on.startup()
+def read_applications_from_the_watch(applications: kopf.Index[tuple[str, str], dict[str, Any]], **_: Any) -> None:
+    ctx().cluster().applications = applications
+
+
 @kopf.on.event(SPARK_GROUP, SPARK_VERSION, "sparkapplications", labels=MANAGED_BY)
 def application_changed(type: str, body: kopf.Body, **_: Any) -> None:
     for owner in body.get("metadata", {}).get("ownerReferences") or []:

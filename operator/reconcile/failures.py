@@ -98,3 +98,21 @@ def with_recovery(
     )
     conds = set_conditions(previous, wanted, verdict, now, generation)
     return {**written, "retries": None, "lastError": None, "conditions": [c.model_dump(by_alias=True) for c in conds]}
+
+
+def changes_nothing(current: dict[str, Any] | None, written: dict[str, Any]) -> bool:
+    """Whether the merge patch ``written`` would leave the status ``current`` as it is: then it
+    is not sent. Every status write is a write to etcd and an event to every watcher (kopf's
+    own watch included, which re-runs the handlers that look at status); an application's
+    event that moves nothing must not cost one. None removes a field, so None and absent agree."""
+    current = current or {}
+    return all(_pruned(current.get(key)) == _pruned(value) for key, value in written.items())
+
+
+def _pruned(value: Any) -> Any:
+    """``value`` as the server keeps it after a merge patch: no null fields in objects."""
+    if isinstance(value, dict):
+        return {k: _pruned(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_pruned(v) for v in value]
+    return value

@@ -120,6 +120,10 @@ def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) 
         )
 
     state = app_state(app) or ""
+    if not state and job.status is not None and job.status.phase == "Submitted" and not job.status.application_state:
+        # created by us and not yet taken by the Spark operator: its first event says nothing
+        # the status does not already say (no second "Submitted" Event, no status write)
+        return JobPlan()
     phase, ready, reason = STATES.get(state, ("Unknown", False, "Unknown"))
     message = app_message(app) or f"SparkApplication is {state or 'submitted'}"
     changed = job.status is None or job.status.application_state != state

@@ -29,6 +29,7 @@ from kappa_operator.reconcile.backfill import (
     saved_job,
     submitted,
 )
+from kappa_operator.reconcile.failures import changes_nothing
 from kappa_operator.render.spark_application import Owner
 from spark_app.config import JobConfig
 from spark_app.publish_report import PublishReport, TableReport
@@ -89,6 +90,19 @@ def test_application_states_become_backfill_phases() -> None:
         assert plan.status["phase"] == phase
     done = plan_backfill(bf({"phase": "Succeeded"}), JOB, None, None, NOW)
     assert done.create_app is None, "a finished backfill whose application is gone is not rerun"
+
+
+def test_the_first_event_of_a_just_submitted_application_changes_nothing() -> None:
+    """Created by us, not yet taken by the Spark operator: no second Submitted Event and a
+    status that changes nothing (not written); its first state is said once."""
+    created = plan_backfill(bf(), JOB, None, None, NOW)
+    assert created.create_app is not None
+    status = {**created.status, "restartNonce": created.status.get("restartNonce", 0)}
+    seen = plan_backfill(bf(status), JOB, {**created.create_app, "status": {}}, None, NOW)
+    assert seen.events == () and seen.create_app is None and not seen.delete_app
+    assert changes_nothing(status, seen.status)
+    taken = plan_backfill(bf(status), JOB, with_state(created.create_app, "SUBMITTED"), None, NOW)
+    assert taken.status["applicationState"] == "SUBMITTED" and [e.reason for e in taken.events] == ["Submitted"]
 
 
 def test_launch_joins_the_namespaced_group_with_one_member_per_sink_and_source() -> None:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.failures import changes_nothing
 from kappa_operator.reconcile.phases import STATES
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
 
@@ -50,6 +51,30 @@ def test_the_running_application_is_mirrored_and_nothing_is_created() -> None:
     again = plan_streaming_job(with_status(j, plan.status), running_app(j), LATER)
     assert again.status["conditions"][0]["lastTransitionTime"] == NOW, "no transition, no new time"
     assert again.events == (), "no event without a change"
+
+
+def test_the_first_event_of_a_just_created_application_changes_nothing() -> None:
+    """The Spark operator has not taken it yet (no state): no second Submitted Event, and a
+    status patch that would rewrite the same phase is not sent (issue 27: 200 objects at once)."""
+    j = job()
+    created = plan_streaming_job(j, None, NOW)
+    assert created.create_app is not None
+    seen = plan_streaming_job(with_status(j, created.status), {**created.create_app, "status": {}}, LATER)
+    assert seen.events == () and seen.status == {} and seen.create_app is None and not seen.delete_app
+    assert changes_nothing(created.status, seen.status)
+    taken = plan_streaming_job(with_status(j, created.status), running_app(j, "SUBMITTED"), LATER)
+    assert taken.status["applicationState"] == "SUBMITTED" and [e.reason for e in taken.events] == ["Submitted"]
+
+
+def test_a_status_patch_that_changes_nothing_is_told_apart() -> None:
+    current = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}], "eta": "5m"}
+    assert changes_nothing(current, {"phase": "Running"})
+    assert changes_nothing(current, {"message": None}), "removing an absent field changes nothing"
+    assert changes_nothing(current, {"conditions": [{"type": "Ready", "status": "True", "reason": None}]})
+    assert not changes_nothing(current, {"eta": None})
+    assert not changes_nothing(current, {"phase": "Failed"})
+    assert not changes_nothing(current, {"conditions": [{"type": "Ready", "status": "False"}]})
+    assert not changes_nothing(None, {"phase": "Running"})
 
 
 def test_a_spec_change_restarts_from_the_checkpoint() -> None:
