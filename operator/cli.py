@@ -124,6 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     plan.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark conf (repeat)")
+    kafka = sub.add_parser("kafka", help="a local Apache Kafka broker (KRaft) for Kafka-reading jobs")
+    kafka_sub = kafka.add_subparsers(dest="action", required=True)
+    kafka_start = kafka_sub.add_parser(
+        "start", help="start a broker on 127.0.0.1 in the foreground (Ctrl-C stops it; its data is kept)"
+    )
+    kafka_start.add_argument("--dir", type=Path, default=Path("kafka-data"), help="its data (default: kafka-data)")
+    kafka_start.add_argument("--port", type=int, default=9092, help="its port (default 9092)")
+    kafka_start.add_argument(
+        "--topic", action="append", default=[], metavar="NAME[:PARTITIONS]", help="create a topic (repeat)"
+    )
     crds = sub.add_parser("crds", help="write crds/*.yaml generated from the models")
     crds.add_argument("--out", type=Path, default=Path("crds"), help="directory (default: crds)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
@@ -154,6 +164,37 @@ def main(argv: list[str] | None = None) -> int:
         return run_report(args, console)
     if args.command == "demo":
         return run_demo_command(args, console)
+    if args.command == "kafka":
+        return run_kafka(args, console)
+    return 0
+
+
+def run_kafka(args: argparse.Namespace, console: Console) -> int:
+    import signal
+    import time
+
+    from kappa_operator.local.kafka import KafkaBroker, create_topics
+
+    try:
+        broker = KafkaBroker.start(args.dir.resolve(), args.port)
+    except KappaError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 1
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    try:
+        if args.topic:
+            console.print(f"created topics: {', '.join(create_topics(broker.bootstrap, args.topic))}")
+        console.print(
+            f"Kafka broker on [bold]{broker.bootstrap}[/] (data {args.dir}, log {broker.log}); "
+            "sources use bootstrapServers: " + broker.bootstrap + ". Ctrl-C stops it."
+        )
+        while not stop["now"] and broker.process.poll() is None:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        broker.stop()
     return 0
 
 

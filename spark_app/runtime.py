@@ -52,6 +52,7 @@ from spark_app.sinks.warmup import restrict_to_window
 from spark_app.sources.iceberg.datasource import FORMAT, KappaIcebergDataSource
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
+from spark_app.sources.kafka import connector_jars
 from spark_app.window_edges import Edges, open_results, resolve
 
 log = logging.getLogger("kappa.runtime")
@@ -76,7 +77,11 @@ def build_session(cfg: JobConfig) -> SparkSession:
     builder = SparkSession.builder.appName(f"kappa-{cfg.name}")
     if cfg.master:
         builder = builder.master(cfg.master)
-    for k, v in {**_SESSION_DEFAULTS, **cfg.spark_conf}.items():
+    conf = {**_SESSION_DEFAULTS, **cfg.spark_conf}
+    added = [str(jar) for jar in connector_jars(cfg)]
+    if added:  # before the JVM starts: the only time spark.jars is read
+        conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars", ""), *added]))
+    for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     # Set by the job, by spark-submit --conf or spark-defaults.conf: theirs. Unset: one per core.

@@ -4,9 +4,11 @@ started once per session only when a test asks for it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from kappa_operator.local.kafka import KafkaBroker
 from tests.s3 import MotoS3
 
 SLOW_FIRST = (
@@ -46,3 +48,12 @@ def s3_server() -> Iterator[MotoS3]:
 def s3_bucket(s3_server: MotoS3) -> str:
     """A fresh, empty bucket for one test."""
     return s3_server.create_bucket()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A real Apache Kafka broker (KRaft, the pinned 4.x of spark_app/jars/kafka-broker), one
+    per test process, started when a test first asks for it. Tests name their own topics."""
+    broker = KafkaBroker.start(Path(tmp_path_factory.mktemp("kafka")), heap="256m")
+    yield broker
+    broker.stop()

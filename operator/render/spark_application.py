@@ -13,7 +13,8 @@ from kappa_operator.render.jobconfig import CONFIG_PATH
 from spark_app.config import JobConfig
 
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
-SPARK_VERSION = "4.3.0"
+SPARK_VERSION = "4.2.0"
+"""The Spark of the image: the pyspark pyproject pins (and the Kafka connector spark_app.jars pins)."""
 MAIN = "local:///opt/kappa/spark_app/__main__.py"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kappa-operator"}
 TOKEN_ENV = "KAPPA_COORDINATOR_TOKEN"

@@ -19,6 +19,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
+from spark_app import jars
 from spark_app.config import JobConfig, parse_config
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 from spark_app.runtime import register
@@ -58,6 +59,8 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        # Spark's Kafka connector, as a local run of a Kafka-reading job gets it (spark_app.jars)
+        .config("spark.jars", ",".join(str(jar) for jar in jars.resolve("kafka-connector")))
         .getOrCreate()
     )
     register(session)

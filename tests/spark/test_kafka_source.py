@@ -1,8 +1,8 @@
 """The Kafka candidate: values parsed into the history table's schema, on a real local Spark.
 
-Spark's Kafka connector is not on this machine's classpath, so the parsing is tested on a static
-DataFrame shaped exactly like the Kafka source's output, and `kafka_frame` is tested for the
-error a user sees when the connector is missing.
+The parsing rules on static DataFrames shaped exactly like the Kafka source's output (every edge
+case in one place); the same path on a real broker and Spark's real Kafka connector in
+tests/spark/test_kafka_broker.py.
 """
 
 from __future__ import annotations
@@ -17,12 +17,11 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import ListType, LongType, NestedField, StringType, TimestampType
 from pyiceberg.types import StructType as IcebergStruct
-from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from spark_app.config import JobConfig, KafkaSource, parse_config
-from spark_app.errors import ConfigError, ConnectorMissingError
+from spark_app.errors import ConfigError
 from spark_app.sources.iceberg import schema as iceberg_schema
 from spark_app.sources.kafka import (
     deserialize,
@@ -351,23 +350,6 @@ def test_deserialize_parses_metadata_without_ingestion_ts_from_the_value(spark: 
 
 
 # --- kafka_frame -------------------------------------------------------------------------
-
-
-def test_kafka_frame_reports_the_missing_connector(spark: SparkSession) -> None:
-    cfg = job({}, {"schemaDdl": "impression_id STRING", "options": {"startingOffsets": "earliest"}}, name="imps")
-
-    with pytest.raises(ConnectorMissingError) as err:
-        kafka_frame(spark, cfg, "imps", kafka_source(cfg, "imps"))
-
-    message = str(err.value)
-    assert message.startswith("sources.imps reads Kafka, but Spark's Kafka connector is missing from the classpath")
-    assert f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}" in message
-    assert "`spark.jars.packages`" in message
-    assert "image" in message
-    assert "KAFKA_DATA_SOURCE_NOT_ENABLED" in message  # Spark's own words are kept
-    cause = err.value.__cause__
-    assert isinstance(cause, AnalysisException)
-    assert cause.getCondition() == "KAFKA_DATA_SOURCE_NOT_ENABLED"
 
 
 def test_kafka_frame_reports_config_errors_first(spark: SparkSession) -> None:
