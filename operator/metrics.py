@@ -63,7 +63,15 @@ def backfill_times(status: dict[str, object]) -> dict[str, float | None]:
 class ResourceCollector(Collector):
     def __init__(self) -> None:
         self._objects: dict[tuple[str, str, str], Observed] = {}
+        self._lags: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
+        """(namespace, job) -> (sink, topic, partition) -> records behind (Kafka jobs)."""
         self._lock = threading.Lock()
+
+    def kafka_lag(self, namespace: str, name: str, lags: dict[tuple[str, str, str], int]) -> None:
+        """A Kafka job's lag per sink query and partition, replacing what it was (a partition
+        no longer reported disappears)."""
+        with self._lock:
+            self._lags[(namespace, name)] = dict(lags)
 
     def observe(
         self,
@@ -90,10 +98,21 @@ class ResourceCollector(Collector):
     def forget(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
             self._objects.pop((kind, namespace, name), None)
+            if kind == "StreamingJob":
+                self._lags.pop((namespace, name), None)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             objects = dict(self._objects)
+            lags = {job: dict(series) for job, series in self._lags.items()}
+        kafka_lag = GaugeMetricFamily(
+            "kappa_streamingjob_kafka_lag_records",
+            "Records of a Kafka partition a StreamingJob's sink query has not read yet (its driver's last batch)",
+            labels=["namespace", "streamingjob", "sink", "topic", "partition"],
+        )
+        for (ns, name), series in sorted(lags.items()):
+            for (sink, topic, partition), behind in sorted(series.items()):
+                kafka_lag.add_metric([ns, name, sink, topic, partition], behind)
         backfills = GaugeMetricFamily("kappa_operator_backfills", "Backfills by phase", labels=["phase"])
         jobs = GaugeMetricFamily("kappa_operator_streamingjobs", "StreamingJobs by phase", labels=["phase"])
         job_phase = GaugeMetricFamily(
@@ -139,7 +158,7 @@ class ResourceCollector(Collector):
             backfills.add_metric([phase], n)
         for phase, n in sorted(by_phase["StreamingJob"].items()):
             jobs.add_metric([phase], n)
-        yield from (backfills, jobs, job_phase, bf_phase, progress, wait, elapsed, planned)
+        yield from (backfills, jobs, job_phase, bf_phase, progress, wait, elapsed, planned, kafka_lag)
 
 
 class OperatorMetrics:

@@ -245,7 +245,9 @@ class KafkaSource(KappaModel):
 
     kind: Literal["kafka"]
     bootstrap_servers: str = Field(min_length=1)
-    topic: str = Field(min_length=1)
+    topic: str | None = Field(default=None, min_length=1)
+    topic_pattern: str | None = Field(default=None, min_length=1)
+    """Every topic matching this Java regex (Spark's `subscribePattern`), instead of `topic`."""
     value_format: Literal["json"] = "json"
     schema_from: str | None = None
     """`catalog:namespace.table` whose schema the values follow (the source's history table)."""
@@ -258,7 +260,14 @@ class KafkaSource(KappaModel):
     def _one_schema(self) -> KafkaSource:
         if (self.schema_from is None) == (self.schema_ddl is None):
             raise ValueError("give exactly one of schemaFrom (a history table) or schemaDdl")
+        if (self.topic is None) == (self.topic_pattern is None):
+            raise ValueError("give exactly one of topic or topicPattern")
         return self
+
+    @property
+    def subscription(self) -> tuple[str, str]:
+        """Spark's Kafka source option that names what it reads, and its value."""
+        return ("subscribe", self.topic) if self.topic is not None else ("subscribePattern", str(self.topic_pattern))
 
 
 SourceConfig = Annotated[IcebergLiveSource | IcebergBackfillSource | KafkaSource, Field(discriminator="kind")]

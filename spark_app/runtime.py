@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.types import StructType
 
 from spark_app.alignment import query_of
@@ -43,6 +43,7 @@ from spark_app.config import (
     format_duration,
 )
 from spark_app.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
+from spark_app.lag_report import LagReporter, reads_kafka
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
 from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.splits import max_span
@@ -416,6 +417,9 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     started = time.monotonic()
     queries = []
     externalizer = attach(spark, cfg)
+    lag = KafkaLagListener(LagReporter(cfg)) if cfg.mode == "live" and reads_kafka(cfg) else None
+    if lag is not None:
+        spark.streams.addListener(lag)
     try:
         queries = [start_query(cfg, name, df) for name, df in outputs.items()]
         deadline = None if timeout is None else started + timeout
@@ -432,6 +436,12 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
             if q.isActive:
                 q.stop()
         externalized = detach(spark, externalizer)
+        if lag is not None:
+            spark.streams.removeListener(lag)
+            for q in queries:  # listeners get progress asynchronously: the last may not have come
+                for last in query_progress(q)[-1:]:
+                    lag.reporter.observe(last)
+            lag.reporter.flush()  # the last batch's lag, whenever the one before was written
     progress = [p for q in queries for p in query_progress(q)]
     if cfg.mode == "backfill":
         require_complete(cfg, progress)
@@ -446,6 +456,25 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     if ledger is not None:
         report.reads, report.read_cap = ledger.members(), ledger.cap()
     return report
+
+
+class KafkaLagListener(StreamingQueryListener):
+    """Hands each progress event of a live Kafka job to its ``LagReporter``."""
+
+    def __init__(self, reporter: LagReporter) -> None:
+        self.reporter = reporter
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        self.reporter.observe(json.loads(event.progress.json))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
 
 
 def start_reads(cfg: JobConfig) -> ReadLedger | None:

@@ -17,6 +17,7 @@ SLOW_FIRST = (
     "tests/spark/test_admission_rounds.py",
     "tests/spark/test_demo.py",
     "tests/spark/test_publish_in_spark.py",
+    "tests/spark/test_kafka_archive.py",
     "tests/spark/",
     "tests/cluster/",
 )

@@ -78,10 +78,13 @@ def _observe(rw: Rewind) -> Observed:
         owner = job_owner(job)
         app = cluster.get_app(owner.namespace, owner.app_name, owner)
     chosen: Any = ()
+    expired = None
     if phase == "Pending" and job is not None:
         chosen = io.choose_points(rw, job)
+        if not isinstance(chosen, str):
+            expired = io.kafka_refusal(job, chosen)  # before anything is stopped
     if phase != "Restoring":
-        return Observed(job=job, app=app, chosen=chosen)
+        return Observed(job=job, app=app, chosen=chosen, expired=expired)
     mine = owner_of(rw)
     restore_app = cluster.get_app(mine.namespace, mine.app_name, mine)
     report = _report(rw, job, restore_app)

@@ -49,6 +49,7 @@ KINDS = (
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "State", "type": "string", "jsonPath": ".status.applicationState"},
             {"name": "Watermark", "type": "string", "jsonPath": ".status.watermark"},
+            {"name": "Kafka Lag", "type": "integer", "jsonPath": ".status.kafkaLag.total"},
             {"name": "Last Checkpoint", "type": "string", "jsonPath": ".status.lastCheckpoint"},
             {"name": "Suspended", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
             {"name": "Application", "type": "string", "jsonPath": ".status.applicationName", "priority": 1},

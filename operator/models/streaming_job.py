@@ -37,6 +37,7 @@ from kappa_operator.models.common import (
     Setting,
     SettingKey,
     StatusBase,
+    TimestampStr,
     exactly_one,
 )
 
@@ -53,8 +54,13 @@ class LiveSource(CRModel):
             "x-kubernetes-validations": [
                 {"rule": "self.kind != 'icebergLive' || has(self.table)", "message": "icebergLive needs table"},
                 {
-                    "rule": "self.kind != 'kafka' || (has(self.bootstrapServers) && has(self.topic))",
-                    "message": "kafka needs bootstrapServers and topic",
+                    "rule": "self.kind != 'kafka' || has(self.bootstrapServers)",
+                    "message": "kafka needs bootstrapServers and one of topic or topicPattern",
+                },
+                {
+                    "rule": "self.kind != 'kafka' || "
+                    "(has(self.topic) ? !has(self.topicPattern) : has(self.topicPattern))",
+                    "message": "kafka needs bootstrapServers and one of topic or topicPattern",
                 },
             ]
         }
@@ -66,20 +72,37 @@ class LiveSource(CRModel):
     table: str | None = Field(default=None, pattern=TABLE, max_length=TABLE_MAX)
     """`namespace.table` (icebergLive)."""
     starting_position: Literal["earliest", "latest"] = "latest"
-    """Where a new query starts (icebergLive)."""
+    """Where a new query starts: the oldest retained record or snapshot, or only what comes
+    next (icebergLive, kafka; a query started from a checkpoint resumes there instead)."""
+    starting_time: TimestampStr | None = None
+    """Kafka: a new query starts at the first record of each partition at or after this time
+    (Kafka's own timestamp index); overrides startingPosition."""
     on_non_append: Literal["skip", "fail"] = "fail"
     """What a delete/overwrite snapshot does to the live query (icebergLive)."""
     bootstrap_servers: str | None = Field(default=None, max_length=HOSTS_MAX)
     """Kafka bootstrap servers (kafka)."""
     topic: str | None = Field(default=None, max_length=249)
     """Kafka topic (kafka; Kafka allows at most 249 characters)."""
+    topic_pattern: str | None = Field(default=None, max_length=249)
+    """Kafka: every topic matching this Java regex, those created later included (instead of
+    topic)."""
+    value_schema: str | None = Field(default=None, max_length=FILTER_MAX)
+    """Kafka: the JSON values' schema as Spark DDL (`id STRING, event_ts TIMESTAMP`). Default:
+    the history table's, so the pipeline gets the same columns live and in a backfill. An
+    archive job, which creates that table, declares it here."""
+    max_offsets_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
+    """Kafka: at most this many records per micro-batch (Spark's `maxOffsetsPerTrigger`)."""
+    fail_on_data_loss: bool = True
+    """Kafka: fail the query when offsets it must read were deleted by retention (Spark's
+    `failOnDataLoss`); false skips them (a gap in the output, said only in the driver's log)."""
 
     @model_validator(mode="after")
     def _complete(self) -> LiveSource:
         if self.kind == "icebergLive" and self.table is None:
             raise ValueError("icebergLive needs table")
-        if self.kind == "kafka" and (self.bootstrap_servers is None or self.topic is None):
-            raise ValueError("kafka needs bootstrapServers and topic")
+        one_topic = (self.topic is None) != (self.topic_pattern is None)
+        if self.kind == "kafka" and (self.bootstrap_servers is None or not one_topic):
+            raise ValueError("kafka needs bootstrapServers and one of topic or topicPattern")
         return self
 
 
@@ -268,6 +291,26 @@ class RestorePoint(CRModel):
     """The query's event-time watermark at that batch."""
 
 
+class PartitionLag(CRModel):
+    """One partition's consumer lag."""
+
+    topic: str
+    partition: int
+    lag: int
+    """Records after the next offset the query reads, up to the newest the broker had."""
+
+
+class KafkaLag(CRModel):
+    """A Kafka job's consumer lag (from its driver's query progress)."""
+
+    total: int
+    """Over every partition of every sink query."""
+    at: str
+    """When the driver measured it (its last micro-batch)."""
+    partitions: list[PartitionLag] = []
+    """The partitions furthest behind first (at most 20; Prometheus has them all)."""
+
+
 class StreamingJobStatus(StatusBase):
     """What the operator observed."""
 
@@ -290,6 +333,8 @@ class StreamingJobStatus(StatusBase):
     restore points stop advancing until it is fixed."""
     watermark: str | None = None
     """Latest event-time watermark reported by the job."""
+    kafka_lag: KafkaLag | None = None
+    """Records in the job's Kafka topics not read yet, as its driver last reported (kafka)."""
 
 
 class StreamingJob(CRModel):

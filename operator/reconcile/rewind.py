@@ -88,6 +88,8 @@ class Observed:
     """The job's SparkApplication."""
     chosen: tuple[SinkRestore, ...] | str = ()
     """Pending only: the restore point per sink, or why there is none."""
+    expired: str | None = None
+    """Pending only: why those points cannot resume from Kafka (retention), or None."""
     downstream: tuple[StreamingJob, ...] = ()
     """Restoring only: jobs whose sources read this job's Iceberg sink tables."""
     restore_app: dict[str, Any] | None = None
@@ -162,6 +164,11 @@ def _pending(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
         msg = f"no restorable point: {seen.chosen}"
         return RewindPlan(
             status=status("Failed", msg, "NoRestorablePoint"), events=(Event("Warning", "NoRestorablePoint", msg),)
+        )
+    if seen.expired is not None:
+        return RewindPlan(
+            status=status("Failed", seen.expired, "KafkaOffsetsExpired"),
+            events=(Event("Warning", "KafkaOffsetsExpired", seen.expired),),
         )
     points = ", ".join(f"{r.sink} batch {r.batch_id} ({r.committed_at})" for r in seen.chosen)
     msg = f"restoring {points}; stopping {job.metadata.name}"

@@ -10,7 +10,7 @@ import hashlib
 from typing import Any
 
 from kappa_operator.models.backfill import Backfill
-from kappa_operator.models.common import duration_ms
+from kappa_operator.models.common import duration_ms, instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import CheckpointSpec, JobSink, JobSource, StreamingJob, StreamingJobSpec
 from spark_app.config import JobConfig, parse_config
@@ -18,15 +18,32 @@ from spark_app.config import JobConfig, parse_config
 CONFIG_PATH = "/etc/kappa/job.json"
 
 
+def _kafka_source(src: JobSource) -> dict[str, Any]:
+    """A kafka live source as Spark's Kafka source options (where a new query starts: a
+    checkpoint's offsets win over them, as in Spark)."""
+    live = src.live
+    options: dict[str, str] = {"startingOffsets": live.starting_position}
+    if live.starting_time is not None:
+        options = {"startingTimestamp": str(int(instant(live.starting_time).timestamp() * 1000))}
+    if live.max_offsets_per_trigger is not None:
+        options["maxOffsetsPerTrigger"] = str(live.max_offsets_per_trigger)
+    options["failOnDataLoss"] = str(live.fail_on_data_loss).lower()
+    out: dict[str, Any] = {"kind": "kafka", "bootstrapServers": live.bootstrap_servers, "options": options}
+    if live.topic is not None:
+        out["topic"] = live.topic
+    else:
+        out["topicPattern"] = live.topic_pattern
+    if live.value_schema is not None:
+        out["schemaDdl"] = live.value_schema
+    else:
+        out["schemaFrom"] = f"{src.history.catalog}:{src.history.table}"
+    return out
+
+
 def _live_source(src: JobSource) -> dict[str, Any]:
     live = src.live
     if live.kind == "kafka":
-        return {
-            "kind": "kafka",
-            "bootstrapServers": live.bootstrap_servers,
-            "topic": live.topic,
-            "schemaFrom": f"{src.history.catalog}:{src.history.table}",
-        }
+        return _kafka_source(src)
     out: dict[str, Any] = {
         "kind": "icebergLive",
         "catalog": live.catalog,

@@ -169,7 +169,8 @@ class GeneratorConfig:
     titles: int = 300
     commit_interval: timedelta = timedelta(minutes=5)
     late_fraction: float = 0.02
-    max_lateness: timedelta = timedelta(minutes=10)  # late events arrive 1 min .. max_lateness late
+    max_lateness: timedelta = timedelta(minutes=10)  # late events arrive min_lateness .. max_lateness late
+    min_lateness: timedelta = LATE_THRESHOLD
     attribution_window: timedelta = timedelta(minutes=30)
     namespace: str = "demo"
     seed: int = 7
@@ -191,6 +192,8 @@ class GeneratorConfig:
             raise ValueError(f"late_fraction must be in [0, 1], got {self.late_fraction}")
         if self.max_lateness < LATE_THRESHOLD:
             raise ValueError(f"max_lateness must be >= {LATE_THRESHOLD} (the late/on-time threshold)")
+        if not LATE_THRESHOLD <= self.min_lateness <= self.max_lateness:
+            raise ValueError(f"min_lateness must be in [{LATE_THRESHOLD}, max_lateness], got {self.min_lateness}")
         if self.attribution_window < _US:
             raise ValueError("attribution_window must be at least 1 microsecond")
         if not self.namespace:
@@ -270,7 +273,7 @@ def _ingestion_delays(rng: np.random.Generator, n: int, cfg: GeneratorConfig) ->
     on_time = np.minimum(np.floor(rng.exponential(_td_us(NORMAL_DELAY_MEAN), n)), _td_us(LATE_THRESHOLD) - 1).astype(
         np.int64
     )
-    late_delay = rng.integers(_td_us(LATE_THRESHOLD), _td_us(cfg.max_lateness) + 1, n, dtype=np.int64)
+    late_delay = rng.integers(_td_us(cfg.min_lateness), _td_us(cfg.max_lateness) + 1, n, dtype=np.int64)
     return np.where(late, late_delay, on_time)
 
 

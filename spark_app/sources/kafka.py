@@ -66,7 +66,7 @@ def _source_name(cfg: JobConfig, src: KafkaSource, name: str | None) -> str:
     for key, candidate in cfg.sources.items():
         if candidate == src:
             return key
-    return f"<kafka topic {src.topic}>"
+    return f"<kafka {src.subscription[1]}>"
 
 
 def value_schema(cfg: JobConfig, src: KafkaSource, *, name: str | None = None) -> StructType:
@@ -218,7 +218,7 @@ def kafka_frame(spark: SparkSession, cfg: JobConfig, name: str, src: KafkaSource
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", src.bootstrap_servers)
-        .option("subscribe", src.topic)
+        .option(*src.subscription)
         .options(**src.options)
     )
     try:

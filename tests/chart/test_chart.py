@@ -67,6 +67,7 @@ GAUGES = {
     "kappa_backfill_queue_wait_seconds",
     "kappa_backfill_elapsed_seconds",
     "kappa_backfill_planned_seconds",
+    "kappa_streamingjob_kafka_lag_records",
 }
 COUNTERS = {
     "kappa_alignment_throttled_seconds_total",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,18 @@ from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
 from spark_app.config import JobConfig, KafkaSource, parse_config
+from spark_app.lag_report import partition_lags, read_reports
+from spark_app.runtime import run
 from spark_app.sources.kafka import connector_jars, kafka_frame
+from spark_app.storage import open_location
 
 pytestmark = pytest.mark.spark
 
 BASE = datetime(2026, 11, 1, 14, tzinfo=UTC)
 VALUE_DDL = "impression_id STRING, event_ts TIMESTAMP, user_id BIGINT"
+KEPT = {"retention.ms": "-1"}
+"""The records' timestamps are weeks old: Kafka's default retention (7 days, by record time)
+would delete them within seconds."""
 METADATA_DDL = "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
 
 
@@ -79,7 +86,7 @@ def test_a_topic_is_read_from_a_real_broker_with_its_kafka_metadata(
     spark: SparkSession, kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
     topic = f"impressions-{uuid.uuid4().hex[:8]}"
-    kafka_broker.create_topic(topic, partitions=2)
+    kafka_broker.create_topic(topic, partitions=2, config=KEPT)
     events = [
         {"impression_id": f"i{i}", "event_ts": (BASE + timedelta(seconds=i)).isoformat(), "user_id": i}
         for i in range(40)
@@ -141,3 +148,44 @@ def test_a_local_session_of_a_kafka_job_gets_the_pinned_connector(tmp_path: Path
     assert connector_jars(broker_less, bare) == [], "a Spark image that ships it: nothing added"
     asked = broker_less.model_copy(update={"spark_conf": {"spark.jars.packages": "org.apache.spark:spark-sql-kafka"}})
     assert connector_jars(asked, tmp_path / "none") == [], "the job's own spark.jars.packages wins"
+
+
+def test_a_live_kafka_job_reports_its_lag_per_partition_for_the_operator(
+    spark: SparkSession, kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    """The driver's report next to the checkpoint (what the operator shows in status and as a
+    gauge), from the real Kafka source's progress: lag = newest offset - next offset read."""
+    topic = f"lagging-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(topic, partitions=2, config=KEPT)
+    events = [{"impression_id": f"i{i}", "event_ts": BASE.isoformat(), "user_id": i} for i in range(60)]
+    produce(kafka_broker, topic, events, [BASE] * 60)
+    cfg = parse_config(
+        {
+            "name": "lagging",
+            "pipeline": "spark_app.examples.copy:pipeline",
+            "mode": "live",
+            "sources": {
+                "impressions": {
+                    "kind": "kafka",
+                    "bootstrapServers": kafka_broker.bootstrap,
+                    "topic": topic,
+                    "schemaDdl": VALUE_DDL,
+                    "options": {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "20"},
+                }
+            },
+            "sinks": {"copy": {"kind": "parquet", "path": str(tmp_path / "out")}},
+            "checkpoint": {"location": str(tmp_path / "ck")},
+            "trigger": {"kind": "availableNow"},
+        }
+    )
+    result = run(cfg, spark)
+
+    batches = [p for p in result.progress if p["numInputRows"]]
+    behind = [sum(lag.lag for lag in partition_lags(p["sources"])) for p in batches]
+    read = list(accumulate(p["numInputRows"] for p in batches))
+    assert len(batches) >= 3 and behind == [60 - n for n in read], "what is left after each batch of ~20"
+    assert behind[-1] == 0
+    (report,) = read_reports(open_location(str(tmp_path / "ck" / "_kappa")), ["copy"])
+    assert report.sink == "copy" and report.total == 0, "the last batch's lag: caught up"
+    assert {(p.topic, p.partition) for p in report.partitions} == {(topic, 0), (topic, 1)}
+    assert sum(p.offset for p in report.partitions) == 60

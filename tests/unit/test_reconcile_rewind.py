@@ -25,8 +25,10 @@ from kappa_operator.reconcile.rewind import (
 )
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+from spark_app.checkpoints.layout import parse_offsets
 from spark_app.config import parse_config
 from spark_app.restore_report import RestoreReport, SinkRestored
+from spark_app.sources.kafka_retention import Loss, kafka_offsets, losses, refusal
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-21T10:00:00Z"
@@ -97,6 +99,34 @@ def test_pending_refuses_clearly_without_a_restorable_point() -> None:
     assert plan.status["phase"] == "Failed" and why in plan.status["message"] and not plan.commands
     assert plan.events[0].reason == "NoRestorablePoint"
     assert plan_rewind(rewind(), Observed(job=None, app=None), NOW).status["phase"] == "Pending"
+
+
+def test_pending_refuses_offsets_retention_deleted_before_stopping_anything() -> None:
+    lost = [Loss("impressions", 1, resume_at=120, earliest=300), Loss("impressions", 0, resume_at=5, earliest=6)]
+    why = refusal(lost, 41, {"impressions": "ingest.impressions"})
+    assert "impressions[1] offsets 120..299" in why and "impressions[0] offsets 5..5" in why
+    assert "(181 records)" in why and "Nothing was stopped" in why
+    assert "Backfill" in why and "impressions -> ingest.impressions" in why, "the fix, with the archive named"
+    plan = plan_rewind(rewind(), Observed(job=job(), app=APP, chosen=(POINT,), expired=why), NOW)
+    assert plan.status["phase"] == "Failed" and plan.status["message"] == why
+    assert not plan.commands, "the job is not paused"
+    assert plan.events[0].reason == "KafkaOffsetsExpired"
+
+
+def test_kafka_offsets_are_read_from_an_offset_log_entry_and_compared_with_retention() -> None:
+    entry = parse_offsets(
+        "v1\n"
+        '{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n'
+        '{"impressions":{"1":120,"0":5}}\n'
+        '{"snapshotId":7,"position":3}\n'
+        '{"other":{"0":9}}\n'
+        '{"plays-eu":{"0":-2}}\n'
+    )
+    stored = kafka_offsets(entry, topics=["impressions"], patterns=["plays-.*"])
+    assert stored == {"impressions": {0: 5, 1: 120}, "plays-eu": {0: -2}}, "topics of the job only, by name or pattern"
+    earliest = {("impressions", 0): 5, ("impressions", 1): 300, ("plays-eu", 0): 50}
+    assert losses(stored, earliest) == [Loss("impressions", 1, 120, 300)], "-2 (earliest) loses nothing"
+    assert losses(stored, {("impressions", 1): 0}) == [Loss("impressions", 0, 5, 6)], "a partition gone is lost"
 
 
 def test_stopping_waits_for_the_application_then_restores() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from kappa_operator.render.spark_application import (
     config_map,
     spark_application,
 )
-from spark_app.config import IcebergSink, parse_config
+from spark_app.config import IcebergSink, KafkaSource, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,6 +68,35 @@ def test_a_backfill_reads_history_into_its_branch_from_a_fresh_checkpoint(
     assert cfg.alignment.group == "default.rmi-outage" and cfg.alignment.max_drift.total_seconds() == 600
     assert cfg.alignment.batch_row_budget == 30_000 and cfg.round_budget == 30_000, "merged rounds by default"
     assert cfg.coordinator is not None and cfg.coordinator.token is None, "the token is not put in a ConfigMap"
+
+
+def kafka_job(job: StreamingJob, **live: Any) -> StreamingJob:
+    data = job.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["sources"]["impressions"]["live"] = {"kind": "kafka", "bootstrapServers": "kafka:9092", **live}
+    return StreamingJob.model_validate(data)
+
+
+def test_a_kafka_source_reads_live_from_kafka_and_its_archive_in_a_backfill(
+    job: StreamingJob, backfill: Backfill
+) -> None:
+    """The mapping from a topic to its archive table is declared once (the source's history):
+    live the values follow that table's schema; a Backfill reads the table itself."""
+    kafka = kafka_job(job, topic="impressions", startingPosition="earliest", maxOffsetsPerTrigger=5000)
+    src = streaming_job_config(kafka).sources["impressions"]
+    assert isinstance(src, KafkaSource) and src.subscription == ("subscribe", "impressions")
+    assert src.schema_from == "default:ingest.impressions" and src.schema_ddl is None
+    assert src.options == {"startingOffsets": "earliest", "maxOffsetsPerTrigger": "5000", "failOnDataLoss": "true"}
+    history = backfill_config(backfill, kafka, None).sources["impressions"]
+    assert (history.kind, history.table) == ("icebergBackfill", "ingest.impressions")  # type: ignore[union-attr]
+
+    archive = kafka_job(
+        job, topicPattern="impressions-.*", startingTime="2026-11-01T14:00:00Z", valueSchema="id STRING, ts TIMESTAMP"
+    )
+    src = streaming_job_config(archive).sources["impressions"]
+    assert isinstance(src, KafkaSource) and src.subscription == ("subscribePattern", "impressions-.*")
+    assert src.schema_ddl == "id STRING, ts TIMESTAMP" and src.schema_from is None
+    assert src.options["startingTimestamp"] == str(int(datetime(2026, 11, 1, 14, tzinfo=UTC).timestamp() * 1000))
+    assert "startingOffsets" not in src.options, "a time overrides the position"
 
 
 def test_backfill_overrides_and_unknown_sources(job: StreamingJob, backfill: Backfill) -> None:
@@ -207,3 +237,16 @@ def test_a_backfills_read_limit_becomes_its_queries_read_rate(job: StreamingJob,
     assert cfg.read_rate is not None
     assert (cfg.read_rate.max_bytes_per_second, cfg.read_rate.max_files_per_second) == (50_000_000, 20)
     assert json.loads(cfg.to_json())["readRate"] == {"maxBytesPerSecond": 50_000_000, "maxFilesPerSecond": 20.0}
+
+
+def test_the_kafka_examples_render_an_archive_and_a_job_reading_it() -> None:
+    archive = StreamingJob.model_validate(manifest("kafka-archive-streamingjob.yaml"))
+    reader = StreamingJob.model_validate(manifest("kafka-rmi-streamingjob.yaml"))
+    archived = streaming_job_config(archive)
+    src = archived.sources["impressions"]
+    sink = archived.sinks["copy"]
+    assert isinstance(src, KafkaSource) and src.schema_ddl is not None and "__metadata__ STRUCT<" in src.schema_ddl
+    assert isinstance(sink, IcebergSink) and sink.table == "archive.impressions"
+    for name, source in streaming_job_config(reader).sources.items():
+        assert isinstance(source, KafkaSource) and source.schema_from == f"default:archive.{name}"
+    assert sink.table == reader.spec.sources["impressions"].history.table, "the archive is the reader's history"
