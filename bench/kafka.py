@@ -1,0 +1,298 @@
+"""The Kafka benchmark, on a real broker (Apache Kafka 4.1.1, KRaft, ``spark_app/jars``).
+
+Two measurements, each against a baseline run in the same process:
+
+* ``throughput``: ``--records`` JSON events in a topic of 2 partitions, read to the end
+  (availableNow) and written to Parquet, once through our runtime (a ``kafka`` source of a live
+  JobConfig: the value parsed into its schema with ``__metadata__`` from the record, the copy
+  pipeline, our lag reporter listening) and once as the same query written directly against
+  Spark's Kafka source (``from_json`` of the value, the same columns, the same sink). The
+  ratio is the direct query's time over ours (>= 0.9: our runtime costs at most 10 %).
+  Runs alternate, ``--repeat`` times each; medians are compared.
+* ``archive``: a producer thread writes ``--rate`` events/s for ``--seconds`` while the archive
+  (the topic into an exactly-once Iceberg table, ``spark_app.examples.copy``, processingTime
+  ``--interval``) runs; per record, the delay from its Kafka timestamp to the commit of the
+  Iceberg snapshot holding it (the snapshot's timestamp), p50/p99/max, and whether every
+  record arrived exactly once. The baseline is the trigger interval itself: a record waits on
+  average half an interval before its batch starts.
+
+    .venv/bin/python -m bench.kafka --json
+
+``--json`` prints exactly one JSON object on stdout; everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.source_throughput import MASTER, SPARK_CONF, machine, measured_parser, run_measured
+
+log = logging.getLogger("bench.kafka")
+VALUE_DDL = "impression_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP"
+METADATA = "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
+
+
+def event(i: int, at: datetime) -> bytes:
+    return json.dumps(
+        {
+            "impression_id": f"i{i}",
+            "profile_id": i % 5000,
+            "title_id": i % 300,
+            "event_ts": at.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        }
+    ).encode()
+
+
+def fill(bootstrap: str, topic: str, n: int) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1 << 20})
+    started, now = time.monotonic(), datetime.now(UTC)
+    for i in range(n):
+        producer.produce(topic, key=str(i).encode(), value=event(i, now))
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return time.monotonic() - started
+
+
+def job_config(bootstrap: str, topic: str, out: Path, sink: dict[str, Any], trigger: dict[str, Any]) -> Any:
+    from spark_app.config import parse_config
+
+    return parse_config(
+        {
+            "name": "bench-kafka",
+            "pipeline": "spark_app.examples.copy:pipeline",
+            "mode": "live",
+            "catalogs": {
+                "default": {"type": "sql", "uri": f"sqlite:///{out}/lake.db", "warehouse": f"file://{out}/wh"}
+            },
+            "sources": {
+                "impressions": {
+                    "kind": "kafka",
+                    "bootstrapServers": bootstrap,
+                    "topic": topic,
+                    "schemaDdl": f"{VALUE_DDL}, {METADATA}",
+                    "options": {"startingOffsets": "earliest"},
+                }
+            },
+            "sinks": {"copy": sink},
+            "checkpoint": {"location": str(out / "ckpt")},
+            "trigger": trigger,
+        }
+    )
+
+
+def ours(spark: Any, bootstrap: str, topic: str, out: Path) -> tuple[float, int]:
+    from spark_app.runtime import run
+
+    cfg = job_config(bootstrap, topic, out, {"kind": "parquet", "path": str(out / "data")}, {"kind": "availableNow"})
+    started = time.monotonic()
+    report = run(cfg, spark)
+    return time.monotonic() - started, report.input_rows
+
+
+def direct(spark: Any, bootstrap: str, topic: str, out: Path) -> tuple[float, int]:
+    """The query a user would write without us: Spark's Kafka source, from_json, Parquet."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DataType
+
+    schema = DataType.fromDDL(VALUE_DDL)
+    started = time.monotonic()
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    value = F.from_json(F.col("value").cast("string"), schema)
+    parsed = raw.select(
+        value.alias("v"), F.struct(F.col("timestamp"), F.col("topic"), F.col("partition"), F.col("offset")).alias("m")
+    ).select(
+        "v.impression_id",
+        "v.profile_id",
+        "v.title_id",
+        "v.event_ts",
+        F.struct(
+            F.col("m.timestamp").alias("ingestion_ts"),
+            F.col("m.topic").alias("topic"),
+            F.col("m.partition").alias("partition"),
+            F.col("m.offset").alias("offset"),
+        ).alias("__metadata__"),
+    )
+    q = (
+        parsed.writeStream.format("parquet")
+        .option("path", str(out / "data"))
+        .option("checkpointLocation", str(out / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    assert q.exception() is None, q.exception()
+    rows = sum(p["numInputRows"] for p in (json.loads(x.json) for x in q.recentProgress))
+    return time.monotonic() - started, rows
+
+
+def throughput(spark: Any, broker: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions=2)
+    produce_s = fill(broker.bootstrap, topic, args.records)
+    times: dict[str, list[float]] = {"ours": [], "direct": []}
+    for i in range(args.repeat):
+        for name, fn in (("direct", direct), ("ours", ours)) if i % 2 else (("ours", ours), ("direct", direct)):
+            seconds, rows = fn(spark, broker.bootstrap, topic, work / f"{name}-{i}")
+            assert rows == args.records, f"{name} read {rows} of {args.records}"
+            times[name].append(seconds)
+            log.info("%s run %d: %.1f s (%.0f records/s)", name, i, seconds, rows / seconds)
+    ours_s, direct_s = statistics.median(times["ours"]), statistics.median(times["direct"])
+    return {
+        "records": args.records,
+        "produce_s": round(produce_s, 1),
+        "ours_s": [round(t, 2) for t in times["ours"]],
+        "direct_s": [round(t, 2) for t in times["direct"]],
+        "ours_records_per_s": round(args.records / ours_s),
+        "direct_records_per_s": round(args.records / direct_s),
+        "ratio": round(direct_s / ours_s, 3),
+        "target_ratio": 0.9,
+    }
+
+
+def archive(spark: Any, broker: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from confluent_kafka import Producer
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from spark_app.runtime import run
+
+    topic = f"archive-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions=2)
+    out = work / "archive"
+    out.mkdir(parents=True)
+    sink = {"kind": "iceberg", "table": "archive.impressions", "partitionBy": ["hour(event_ts)"]}
+    cfg = job_config(broker.bootstrap, topic, out, sink, {"kind": "processingTime", "interval": f"{args.interval}s"})
+    produced = {"n": 0, "late_s": 0.0}
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+        started, i = time.monotonic(), 0
+        while (elapsed := time.monotonic() - started) < args.seconds:
+            due = int(elapsed * args.rate)
+            while i < due:
+                producer.produce(topic, key=str(i).encode(), value=event(i, datetime.now(UTC)))
+                i += 1
+            producer.poll(0)
+            time.sleep(0.005)
+        producer.flush(60)
+        produced["n"] = i
+        produced["late_s"] = max(0.0, time.monotonic() - started - args.seconds)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    report = run(cfg, spark, timeout=args.seconds + 4 * args.interval)
+    producer.join()
+    table = SqlCatalog("default", uri=f"sqlite:///{out}/lake.db", warehouse=f"file://{out}/wh").load_table(
+        "archive.impressions"
+    )
+    commit_ms = {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}
+    delays: list[float] = []
+    seen: set[tuple[int, int]] = set()
+    duplicates = 0
+    rows = table.scan().to_arrow()
+    meta = rows.column("__metadata__").combine_chunks()
+    positions = list(zip(meta.field("partition").to_pylist(), meta.field("offset").to_pylist(), strict=True))
+    for p in positions:
+        if p in seen:
+            duplicates += 1
+        seen.add(p)
+    # the snapshot that added each record: the first snapshot whose table holds its offset
+    stamps = [t.timestamp() * 1000 for t in meta.field("ingestion_ts").to_pylist()]
+    by_snapshot = sorted(commit_ms.items(), key=lambda kv: kv[1])
+    first_seen: dict[tuple[int, int], float] = {}
+    for snapshot_id, ms in by_snapshot:
+        held = table.scan(snapshot_id=snapshot_id).to_arrow().column("__metadata__").combine_chunks()
+        for p in zip(held.field("partition").to_pylist(), held.field("offset").to_pylist(), strict=True):
+            first_seen.setdefault(p, ms)
+    for p, ingested in zip(positions, stamps, strict=True):
+        delays.append((first_seen[p] - ingested) / 1000)
+    q = statistics.quantiles(delays, n=100) if len(delays) > 1 else [delays[0]] * 99
+    return {
+        "rate_per_s": args.rate,
+        "seconds": args.seconds,
+        "interval_s": args.interval,
+        "produced": produced["n"],
+        "producer_behind_s": round(produced["late_s"], 2),
+        "archived": len(positions),
+        "distinct": len(seen),
+        "duplicates": duplicates,
+        "missing": produced["n"] - len(seen),
+        "commits": len(commit_ms),
+        "batches": report.batches,
+        "delay_p50_s": round(q[49], 2),
+        "delay_p99_s": round(q[98], 2),
+        "delay_max_s": round(max(delays), 2),
+        "baseline_half_interval_s": args.interval / 2,
+    }
+
+
+def bench(args: argparse.Namespace) -> dict[str, Any]:
+    from pyspark.sql import SparkSession
+
+    from kappa_operator.local.kafka import KafkaBroker
+    from spark_app import jars
+    from spark_app.runtime import register
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers: this venv's
+    work = Path(args.out)
+    broker = KafkaBroker.start(work / "kafka", heap="1g")
+    spark = None
+    try:
+        builder = SparkSession.builder.master(MASTER).appName("kappa-bench-kafka")
+        for k, v in {**SPARK_CONF, "spark.jars": ",".join(str(j) for j in jars.resolve("kafka-connector"))}.items():
+            builder = builder.config(k, v)
+        spark = builder.getOrCreate()
+        register(spark)
+        started = time.monotonic()
+        result: dict[str, Any] = {}
+        if not args.skip_throughput:
+            result["throughput"] = throughput(spark, broker, args, work)
+        if not args.skip_archive:
+            result["archive"] = archive(spark, broker, args, work)
+        result["total_seconds"] = round(time.monotonic() - started, 1)
+        result["kafka"] = "Apache Kafka 4.1.1 (KRaft, one node, 127.0.0.1)"
+        result["machine"] = machine()
+        return result
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = measured_parser(__doc__)
+    p.add_argument("--records", type=int, default=1_000_000, help="events in the topic for the throughput runs")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each query (alternating)")
+    p.add_argument("--rate", type=int, default=10_000, help="events/s produced while the archive runs")
+    p.add_argument("--seconds", type=int, default=60, help="how long the producer runs")
+    p.add_argument("--interval", type=int, default=10, help="the archive's trigger interval (one commit each)")
+    p.add_argument("--skip-throughput", action="store_true")
+    p.add_argument("--skip-archive", action="store_true")
+    args = p.parse_args(argv)
+    return run_measured(args, bench, "kappa-bench-kafka-")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
