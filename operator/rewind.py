@@ -47,53 +47,52 @@ def choose_points(rw: Rewind, job: StreamingJob) -> tuple[SinkRestore, ...] | st
 
 def kafka_refusal(job: StreamingJob, points: tuple[SinkRestore, ...]) -> str | None:
     """Why the restore points cannot resume from Kafka (retention deleted what they would
-    read first), or None. Reads each point's offset log entry from its snapshot and asks the
-    brokers for each partition's earliest retained offset: metadata only, never a record."""
-    kafka = {name: src.live for name, src in job.spec.sources.items() if src.live.kind == "kafka"}
+    read first, or the topic is gone), or None. Reads each point's offset log entry from its
+    snapshot and asks each source's brokers for its partitions' earliest retained offsets:
+    metadata only, never a record."""
+    kafka = [src for src in job.spec.sources.values() if src.live.kind == "kafka"]
     if not kafka or job.spec.checkpoints.external_location is None:
         return None
-    topics = [live.topic for live in kafka.values() if live.topic]
-    patterns = [live.topic_pattern for live in kafka.values() if live.topic_pattern]
-    archives = {
-        str(src.live.topic or src.live.topic_pattern): src.history.table
-        for src in job.spec.sources.values()
-        if src.live.kind == "kafka"
-    }
+    archives = {str(src.live.topic or src.live.topic_pattern): src.history.table for src in kafka}
     for point in points:
         external = open_location(_join(job.spec.checkpoints.external_location, point.sink))
         manifest = next((m for m in list_snapshots(external) if m.batch_id == point.batch_id), None)
         log = None if manifest is None else manifest.objects.get(f"offsets/{point.batch_id}")
         if log is None:
             continue
-        stored = kafka_offsets(parse_offsets(external.read_bytes(log).decode()), topics, patterns)
-        if not stored:
-            continue
-        servers = {str(live.bootstrap_servers) for live in kafka.values()}
-        lost = losses(stored, earliest_offsets(servers, stored))
+        entry = parse_offsets(external.read_bytes(log).decode())
+        lost = []
+        for src in kafka:  # each source's topics on its own brokers
+            live = src.live
+            topics = [live.topic] if live.topic else []
+            patterns = [live.topic_pattern] if live.topic_pattern else []
+            stored = kafka_offsets(entry, topics, patterns)
+            if stored:
+                lost += losses(stored, earliest_offsets(str(live.bootstrap_servers), stored))
         if lost:
             return refusal(lost, point.batch_id, archives)
     return None
 
 
-def earliest_offsets(servers: set[str], stored: Offsets) -> dict[tuple[str, int], int]:
-    """The earliest offset each partition still has, from the first of ``servers`` that
-    answers (a partition unknown to the cluster is left out: all of it is lost)."""
+def earliest_offsets(bootstrap: str, stored: Offsets) -> dict[tuple[str, int], int]:
+    """The earliest offset each stored partition still has; a partition the cluster no longer
+    has (its topic deleted) is left out: everything after the stored offset is lost."""
     from confluent_kafka import KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    wanted = {TopicPartition(t, p): OffsetSpec.earliest() for t, parts in stored.items() for p in parts}
-    errors = []
-    for bootstrap in sorted(servers):
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        out: dict[tuple[str, int], int] = {}
-        try:
-            for tp, future in admin.list_offsets(wanted, request_timeout=15).items():
-                try:
-                    out[(tp.topic, tp.partition)] = future.result(timeout=30).offset
-                except KafkaException as exc:
-                    if "UNKNOWN_TOPIC_OR_PART" not in str(exc):
-                        raise
-            return out
-        except KafkaException as exc:
-            errors.append(f"{bootstrap}: {exc}")
-    raise KappaError(f"could not ask Kafka for the retained offsets ({'; '.join(errors)})")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        topics = admin.list_topics(timeout=15).topics
+        present = {(t, p) for t, meta in topics.items() if meta.error is None for p in meta.partitions}
+        wanted = {
+            TopicPartition(t, p): OffsetSpec.earliest()
+            for t, parts in stored.items()
+            for p in parts
+            if (t, p) in present
+        }
+        if not wanted:
+            return {}
+        answers = admin.list_offsets(wanted, request_timeout=15)
+        return {(tp.topic, tp.partition): future.result(timeout=30).offset for tp, future in answers.items()}
+    except KafkaException as exc:
+        raise KappaError(f"could not ask Kafka ({bootstrap}) for the retained offsets: {exc}") from exc

@@ -30,13 +30,16 @@ class Loss:
     topic: str
     partition: int
     resume_at: int
-    earliest: int
+    earliest: int | None
+    """None: the cluster no longer has the partition (its topic was deleted)."""
 
     @property
-    def records(self) -> int:
-        return self.earliest - self.resume_at
+    def records(self) -> int | None:
+        return None if self.earliest is None else self.earliest - self.resume_at
 
     def describe(self) -> str:
+        if self.earliest is None:
+            return f"{self.topic}[{self.partition}] from offset {self.resume_at} (the partition no longer exists)"
         return f"{self.topic}[{self.partition}] offsets {self.resume_at}..{self.earliest - 1}"
 
 
@@ -86,17 +89,20 @@ def losses(stored: Offsets, earliest: Mapping[tuple[str, int], int]) -> list[Los
                 continue
             first = earliest.get((topic, partition))
             if first is None or offset < first:
-                out.append(Loss(topic, partition, offset, offset + 1 if first is None else first))
+                out.append(Loss(topic, partition, offset, first))
     return out
 
 
 def refusal(lost: list[Loss], batch_id: int, archives: Mapping[str, str]) -> str:
     """What a Rewind says when it refuses: the partitions and offsets gone, and the fix."""
     gone = "; ".join(loss.describe() for loss in lost[:10]) + (f"; and {len(lost) - 10} more" if len(lost) > 10 else "")
-    total = sum(loss.records for loss in lost)
+    counted = [loss.records for loss in lost if loss.records is not None]
+    total = f"{sum(counted)} records" + (
+        ", and every record of the partitions gone" if len(counted) < len(lost) else ""
+    )
     where = ", ".join(f"{topic} -> {table}" for topic, table in sorted(archives.items())) or "its history tables"
     return (
-        f"restoring batch {batch_id} would resume Kafka at offsets retention has deleted ({total} records): {gone}. "
+        f"restoring batch {batch_id} would resume Kafka at offsets retention has deleted ({total}): {gone}. "
         f"Nothing was stopped. Backfill the window from the archive instead ({where}): a Backfill of this job "
         "reads each source's history table"
     )

@@ -75,10 +75,10 @@ def test_offsets_deleted_by_retention_are_found_with_partition_and_range(
     time.sleep(1.5)
     produce(kafka_broker, topic, 20, 1, datetime.now(UTC))  # rolls the old segment
     deadline = time.monotonic() + 60
-    earliest = earliest_offsets({kafka_broker.bootstrap}, stored)
+    earliest = earliest_offsets(kafka_broker.bootstrap, stored)
     while earliest[(topic, 0)] == 0 and time.monotonic() < deadline:
         time.sleep(0.5)
-        earliest = earliest_offsets({kafka_broker.bootstrap}, stored)
+        earliest = earliest_offsets(kafka_broker.bootstrap, stored)
     assert earliest[(topic, 0)] == 20, "retention deleted the segment holding offsets 0..19"
 
     lost = losses(stored, earliest)

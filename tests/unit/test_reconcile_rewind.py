@@ -126,7 +126,9 @@ def test_kafka_offsets_are_read_from_an_offset_log_entry_and_compared_with_reten
     assert stored == {"impressions": {0: 5, 1: 120}, "plays-eu": {0: -2}}, "topics of the job only, by name or pattern"
     earliest = {("impressions", 0): 5, ("impressions", 1): 300, ("plays-eu", 0): 50}
     assert losses(stored, earliest) == [Loss("impressions", 1, 120, 300)], "-2 (earliest) loses nothing"
-    assert losses(stored, {("impressions", 1): 0}) == [Loss("impressions", 0, 5, 6)], "a partition gone is lost"
+    gone = losses(stored, {("impressions", 1): 0})
+    assert gone == [Loss("impressions", 0, 5, None)], "a partition the cluster no longer has is lost"
+    assert "impressions[0] from offset 5 (the partition no longer exists)" in refusal(gone, 3, {})
 
 
 def test_stopping_waits_for_the_application_then_restores() -> None:

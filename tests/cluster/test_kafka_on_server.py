@@ -1,0 +1,137 @@
+"""A Kafka job's consumer lag through the operator on the real server (issue 28): the driver's
+report next to the checkpoint becomes ``status.kafkaLag``, the "Kafka Lag" column of
+``kubectl get sj`` (the server's own Table rendering of the CRD's printer columns) and the
+``kappa_streamingjob_kafka_lag_records`` gauge. The report's making is tested on a real broker
+in tests/spark/test_kafka_broker.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from kappa_operator.handlers.kafka_lag import TICK
+from kappa_operator.local.kafka import KafkaBroker
+from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
+from spark_app.checkpoints.snapshots import externalize
+from spark_app.lag_report import LagReport, PartitionLag, report_name
+from spark_app.storage import open_location
+from tests.cluster.control_plane import ControlPlane, eventually, path_of
+from tests.cluster.operator_runs import InProcess
+from tests.cluster.spark_operator import create, example, get, in_phase, status
+
+pytestmark = pytest.mark.usefixtures("never_forbidden")
+
+SJ = "StreamingJob"
+
+
+def table(plane: ControlPlane, ns: str, name: str) -> dict[str, Any]:
+    """What `kubectl get sj` asks the server for: the object as a Table of printer columns."""
+    rest = plane.admin
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io"
+    r = rest.http.get(
+        rest.server + path_of(SJ, ns, name),
+        headers={"Authorization": f"Bearer {rest.token}", "Accept": accept},
+        verify=str(rest.ca),
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def test_the_drivers_lag_report_shows_in_status_kubectl_get_and_the_gauge(
+    control_plane: ControlPlane, in_process_operator: InProcess, fresh_namespace: str, tmp_path: Path
+) -> None:
+    plane, ns = control_plane, fresh_namespace
+    job = example("kafka-rmi-streamingjob.yaml", ns, checkpoints={"location": str(tmp_path / "ck")})
+    sink = next(iter(job["spec"]["sinks"]))
+    report = LagReport(
+        sink=sink,
+        batch_id=41,
+        at=datetime(2026, 11, 25, 12, 0, 5, tzinfo=UTC),
+        partitions=[
+            PartitionLag(topic="impressions", partition=0, offset=100, latest=105),
+            PartitionLag(topic="playbacks", partition=1, offset=20, latest=27),
+            PartitionLag(topic="playbacks", partition=0, offset=30, latest=30),
+        ],
+    )
+    reports = tmp_path / "ck" / "live" / "_kappa"
+    reports.mkdir(parents=True)
+    (reports / report_name(sink)).write_text(report.model_dump_json())
+    create(plane, job)
+
+    lag = eventually(
+        lambda: status(plane, SJ, ns, "rmi-kafka").get("kafkaLag"), "status.kafkaLag", timeout=2 * TICK + 15
+    )
+    assert lag == {
+        "total": 12,
+        "at": "2026-11-25T12:00:05Z",
+        "partitions": [
+            {"topic": "playbacks", "partition": 1, "lag": 7},
+            {"topic": "impressions", "partition": 0, "lag": 5},
+            {"topic": "playbacks", "partition": 0, "lag": 0},
+        ],
+    }
+    shown = table(plane, ns, "rmi-kafka")
+    columns = [c["name"] for c in shown["columnDefinitions"]]
+    assert shown["rows"][0]["cells"][columns.index("Kafka Lag")] == 12, "kubectl get sj shows the lag"
+
+    metrics = in_process_operator.context.metrics
+    assert metrics is not None
+    text = generate_latest(metrics.registry).decode()
+    assert (
+        f'kappa_streamingjob_kafka_lag_records{{namespace="{ns}",partition="1",sink="{sink}",'
+        'streamingjob="rmi-kafka",topic="playbacks"} 7.0'
+    ) in text
+
+
+def handmade_checkpoint(root: Path, offsets: dict[str, dict[str, int]]) -> None:
+    """A stateless query's checkpoint with batch 0 committed, as Spark writes one."""
+    root.mkdir(parents=True)
+    (root / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}))
+    (root / "offsets").mkdir()
+    meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1764000000000, "conf": {}}
+    (root / "offsets" / "0").write_text(f"v1\n{json.dumps(meta)}\n{json.dumps(offsets)}")
+    (root / "commits").mkdir()
+    (root / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+
+def test_a_rewind_whose_kafka_offsets_are_gone_fails_before_stopping_the_job(
+    control_plane: ControlPlane,
+    in_process_operator: InProcess,
+    fresh_namespace: str,
+    kafka_broker: KafkaBroker,
+    tmp_path: Path,
+) -> None:
+    """The restore point reads a topic the broker no longer has (deleted, or every segment gone
+    to retention): the Rewind fails with KafkaOffsetsExpired naming the partition and offsets,
+    and the job is never paused. Retention deleting a segment for real is in
+    tests/spark/test_kafka_retention.py."""
+    plane, ns = control_plane, fresh_namespace
+    topic = f"gone-{uuid.uuid4().hex[:8]}"  # never created: auto-creation is off on the broker
+    live = {"kind": "kafka", "bootstrapServers": kafka_broker.bootstrap, "topic": topic}
+    job = example(
+        "kafka-rmi-streamingjob.yaml",
+        ns,
+        checkpoints={"location": str(tmp_path / "ck"), "externalLocation": str(tmp_path / "ext")},
+    )
+    job["spec"]["sources"]["impressions"]["live"] = live
+    sink = next(iter(job["spec"]["sinks"]))
+    handmade_checkpoint(tmp_path / "ck" / "live" / sink, {topic: {"0": 5, "1": 3}})
+    assert externalize(open_location(str(tmp_path / "ck" / "live" / sink)), open_location(str(tmp_path / "ext" / sink)))
+    create(plane, job)
+    rewind = example("rmi-rewind.yaml", ns, "rmi-kafka-back", jobRef={"name": "rmi-kafka"}, target={"batchId": 0})
+    create(plane, rewind)
+
+    s = eventually(lambda: in_phase(plane, "Rewind", ns, "rmi-kafka-back", "Failed"), "the Rewind refused", 60)
+    assert [c["reason"] for c in s["conditions"] if c["type"] == "Failed"] == ["KafkaOffsetsExpired"]
+    assert f"{topic}[0] from offset 5 (the partition no longer exists)" in s["message"]
+    assert f"{topic}[1] from offset 3" in s["message"]
+    assert "Nothing was stopped" in s["message"] and "Backfill" in s["message"]
+    annotations = (get(plane, SJ, ns, "rmi-kafka") or {})["metadata"].get("annotations") or {}
+    assert PAUSED_ANNOTATION not in annotations, "the job was never paused"
