@@ -360,7 +360,8 @@ def _decide(
                 restartNonce=nonce,
                 startedAt=now,
                 queuePosition=None,
-                **extra,
+                # a new application has no state yet: the failed one's is not carried over
+                **{**extra, "applicationState": None},
             ),
             events=(Event("Normal", "Submitted", f"{verb} SparkApplication {owner.app_name} for {window}{copy}"),),
         )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
@@ -35,7 +36,9 @@ def test_offsets_deleted_by_retention_are_found_with_partition_and_range(
 ) -> None:
     topic = f"retained-{uuid.uuid4().hex[:8]}"
     # a segment rolls after 1 s; a closed segment whose newest record is older than an hour goes
-    kafka_broker.create_topic(topic, config={"segment.ms": "1000", "retention.ms": "3600000"})
+    # kept until the query has read offsets 0..9 (their timestamps are two days old: with the
+    # hour's retention set at once, the broker could delete them before the query reads them)
+    kafka_broker.create_topic(topic, config={"segment.ms": "1000", "retention.ms": "-1"})
     old = datetime.now(UTC) - timedelta(days=2)
     produce(kafka_broker, topic, 0, 10, old)
     cfg = parse_config(
@@ -74,6 +77,12 @@ def test_offsets_deleted_by_retention_are_found_with_partition_and_range(
     produce(kafka_broker, topic, 10, 10, old)  # 10..19, not read by the checkpoint yet
     time.sleep(1.5)
     produce(kafka_broker, topic, 20, 1, datetime.now(UTC))  # rolls the old segment
+    retention = ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    admin = kafka_broker.admin()
+    for future in admin.incremental_alter_configs(
+        [ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[retention])]
+    ).values():
+        future.result(timeout=30)  # now a closed segment whose newest record is older than an hour goes
     deadline = time.monotonic() + 60
     earliest = earliest_offsets(kafka_broker.bootstrap, stored)
     while earliest[(topic, 0)] == 0 and time.monotonic() < deadline:
