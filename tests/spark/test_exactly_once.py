@@ -35,10 +35,10 @@ def _config(dataset: Dataset, tmp: Path):  # type: ignore[no-untyped-def]
         master="local[2]",
         sink_time_column="playback_ts",
         sparkConf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
-        sources=sources("icebergBackfill", split={"maxBundleSpan": "1m"}),
+        sources=sources("icebergBackfill", split={"maxBundleSpan": "2m"}),
         window={
             "start": (T0 + timedelta(minutes=40)).isoformat(),
-            "end": (T0 + timedelta(minutes=100)).isoformat(),
+            "end": (T0 + timedelta(minutes=80)).isoformat(),
             "warmup": "30m",
         },
         alignment={"maxDrift": "3m"},
