@@ -73,7 +73,8 @@ def checkpoints_table(uri: str) -> Table:
 def rewind_preview(rw: Rewind, job: StreamingJob, others: list[StreamingJob]) -> RenderableType:
     """What applying ``rw`` would do, read from the same snapshots and tables the operator uses."""
     chosen = io.choose_points(rw, job)
-    target = rw.spec.target.time or f"batch {rw.spec.target.batch_id}"
+    t = rw.spec.target
+    target = t.time or (f"batch {t.batch_id}" if t.batch_id is not None else "reading the records it skips")
     head = Text(f"Rewind {rw.metadata.name}: {job.metadata.name} to before {target}\n", style="bold")
     if isinstance(chosen, str):
         return Group(head, Text(f"refused: no restorable point: {chosen}", style="red"))
@@ -91,8 +92,10 @@ def rewind_preview(rw: Rewind, job: StreamingJob, others: list[StreamingJob]) ->
             files = sum(len(b.paths) for b in undone)
             ids = f"{undone[0].batch_id}..{undone[-1].batch_id}" if undone else "none"
             reset = f"{sink.table}: undo batches {ids} ({files} files) in one snapshot"
+        elif rw.spec.reset_sinks and sink.kind == "kafka":
+            reset = f"topic {sink.topic}: its records after the batch are skipped by the downstream jobs"
         elif rw.spec.reset_sinks:
-            reset = f"{sink.kind} sink: cannot be reset (only Iceberg sinks)"
+            reset = f"{sink.kind} sink: cannot be reset (only Iceberg and Kafka sinks)"
         steps.add_row(r.sink, str(r.batch_id), r.committed_at, str(r.batch_id + 1), reset)
     lines = [
         head,
@@ -104,12 +107,9 @@ def rewind_preview(rw: Rewind, job: StreamingJob, others: list[StreamingJob]) ->
         resolved = Rewind.model_validate({**rw.model_dump(by_alias=True), "status": {"restores": list(chosen)}})
         for d in down:
             child = downstream_rewind(resolved, d)
-            lines.append(
-                Text(
-                    f"downstream: Rewind {child['metadata']['name']} of {d.metadata.name} to before "
-                    f"{child['spec']['target']['time']}"
-                )
-            )
+            when = child["spec"]["target"].get("time")
+            to = f"to before {when}" if when else "to before the records this one undoes in the topics it reads"
+            lines.append(Text(f"downstream: Rewind {child['metadata']['name']} of {d.metadata.name} {to}"))
         if not down:
             lines.append(Text("downstream: no given StreamingJob reads this job's tables (pass them with --jobs)"))
     return Group(*lines)

@@ -9,11 +9,12 @@ from datetime import UTC
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.checkpoints.layout import parse_offsets
+from spark_app import kafka_offsets as kafka
+from spark_app.checkpoints.layout import OffsetLogEntry, parse_offsets
 from spark_app.checkpoints.restore import choose
 from spark_app.checkpoints.snapshots import Manifest, list_snapshots
 from spark_app.errors import KappaError
-from spark_app.sources.kafka_retention import Offsets, kafka_offsets, losses, refusal
+from spark_app.sources.kafka_retention import Offsets, kafka_offsets, losses, read_none_of, refusal
 from spark_app.storage import open_location
 
 
@@ -37,12 +38,41 @@ def choose_points(rw: Rewind, job: StreamingJob) -> tuple[SinkRestore, ...] | st
     out = []
     for sink in job.spec.sinks:
         try:
-            m = choose(snapshots_of(job, sink), time=when, batch_id=target.batch_id)
+            if target.before_skipped_offsets:
+                m = before_skipped(job, sink, rw)
+            else:
+                m = choose(snapshots_of(job, sink), time=when, batch_id=target.batch_id)
         except KappaError as exc:
             return f"sink {sink}: {exc}"
         committed = m.committed_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         out.append(SinkRestore(sink=sink, batch_id=m.batch_id, committed_at=committed, query_id=m.query_id))
     return tuple(out)
+
+
+def _offset_entry(job: StreamingJob, sink: str, manifest: Manifest | None) -> OffsetLogEntry | None:
+    """A snapshot's offset log entry (where its batch ended, per source), or None."""
+    assert job.spec.checkpoints.external_location is not None
+    log = None if manifest is None else manifest.objects.get(f"offsets/{manifest.batch_id}")
+    if log is None:
+        return None
+    external = open_location(_join(job.spec.checkpoints.external_location, sink))
+    return parse_offsets(external.read_bytes(log).decode())
+
+
+def before_skipped(job: StreamingJob, sink: str, rw: Rewind) -> Manifest:
+    """The newest snapshot of ``sink``'s query that had read none of ``rw``'s skipped records."""
+    starts = {(t.topic, r.partition): r.start for t in rw.spec.skip_offsets for r in t.partitions}
+    snapshots = sorted(snapshots_of(job, sink), key=lambda m: m.batch_id, reverse=True)
+    for m in snapshots:
+        entry = _offset_entry(job, sink, m)
+        if entry is not None and read_none_of(kafka_offsets(entry, patterns=[".*"]), starts):
+            return m
+    oldest = f" (the oldest of {len(snapshots)} retained, batch {snapshots[-1].batch_id}, had read past them)"
+    raise KappaError(
+        "no snapshot had read none of the records to skip"
+        + (oldest if snapshots else ": there is no restorable snapshot")
+        + "; the job cannot be rewound to before its upstream job's undone output"
+    )
 
 
 def kafka_refusal(job: StreamingJob, points: tuple[SinkRestore, ...]) -> str | None:
@@ -55,12 +85,10 @@ def kafka_refusal(job: StreamingJob, points: tuple[SinkRestore, ...]) -> str | N
         return None
     archives = {str(src.live.topic or src.live.topic_pattern): src.history.table for src in kafka}
     for point in points:
-        external = open_location(_join(job.spec.checkpoints.external_location, point.sink))
-        manifest = next((m for m in list_snapshots(external) if m.batch_id == point.batch_id), None)
-        log = None if manifest is None else manifest.objects.get(f"offsets/{point.batch_id}")
-        if log is None:
+        manifest = next((m for m in snapshots_of(job, point.sink) if m.batch_id == point.batch_id), None)
+        entry = _offset_entry(job, point.sink, manifest)
+        if entry is None:
             continue
-        entry = parse_offsets(external.read_bytes(log).decode())
         lost = []
         for src in kafka:  # each source's topics on its own brokers
             live = src.live
@@ -77,22 +105,4 @@ def kafka_refusal(job: StreamingJob, points: tuple[SinkRestore, ...]) -> str | N
 def earliest_offsets(bootstrap: str, stored: Offsets) -> dict[tuple[str, int], int]:
     """The earliest offset each stored partition still has; a partition the cluster no longer
     has (its topic deleted) is left out: everything after the stored offset is lost."""
-    from confluent_kafka import KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        topics = admin.list_topics(timeout=15).topics
-        present = {(t, p) for t, meta in topics.items() if meta.error is None for p in meta.partitions}
-        wanted = {
-            TopicPartition(t, p): OffsetSpec.earliest()
-            for t, parts in stored.items()
-            for p in parts
-            if (t, p) in present
-        }
-        if not wanted:
-            return {}
-        answers = admin.list_offsets(wanted, request_timeout=15)
-        return {(tp.topic, tp.partition): future.result(timeout=30).offset for tp, future in answers.items()}
-    except KafkaException as exc:
-        raise KappaError(f"could not ask Kafka ({bootstrap}) for the retained offsets: {exc}") from exc
+    return kafka.offsets(bootstrap, [(t, p) for t, parts in stored.items() for p in parts], "earliest")

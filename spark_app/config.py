@@ -240,6 +240,21 @@ class IcebergBackfillSource(IcebergSourceBase):
     """Read this snapshot; default: the table's current snapshot when the query starts."""
 
 
+class OffsetRange(KappaModel):
+    """Offsets ``[start, end)`` of one partition of a topic."""
+
+    topic: str = Field(min_length=1)
+    partition: int = Field(ge=0)
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> OffsetRange:
+        if self.end < self.start:
+            raise ValueError(f"{self.topic}[{self.partition}]: end {self.end} is before start {self.start}")
+        return self
+
+
 class KafkaSource(KappaModel):
     """Passthrough to Spark's Kafka source; values deserialized into the history table's schema."""
 
@@ -255,6 +270,9 @@ class KafkaSource(KappaModel):
     """Alternatively, the value schema as a Spark DDL string."""
     options: dict[str, str] = {}
     """Extra options for Spark's Kafka source (startingOffsets, kafka.security.protocol, ...)."""
+    skip: list[OffsetRange] = []
+    """Records not to process: an upstream job's output a cascade Rewind undid (the upstream
+    job re-emits them after these ranges)."""
 
     @model_validator(mode="after")
     def _one_schema(self) -> KafkaSource:
@@ -369,7 +387,34 @@ class IcebergSink(SinkBase):
         return value
 
 
-SinkConfig = Annotated[ParquetSink | ConsoleSink | IcebergSink, Field(discriminator="kind")]
+class KafkaSink(SinkBase):
+    """A topic, written by Spark's Kafka writer: at least once, with idempotent keys.
+
+    Spark's Kafka sink has no transactions, so a batch replayed after a crash could be
+    written twice. Two things narrow that to almost never and make what remains harmless:
+    each batch's produced offsets are recorded in the checkpoint (a replayed batch already
+    recorded is not written again), and every record's key is the row's ``key`` columns, the
+    same on a replay (a consumer keeping the last record per key sees each row once). Only a
+    driver killed between the write and its record leaves the batch twice in the topic, under
+    the same keys. Each record carries the headers ``kappa.query`` and ``kappa.batch``."""
+
+    kind: Literal["kafka"]
+    bootstrap_servers: str = Field(min_length=1)
+    topic: str = Field(min_length=1)
+    key: list[str] = Field(min_length=1)
+    """Columns whose values (a JSON array) are the record key: what identifies a row downstream."""
+    options: dict[str, str] = {}
+    """Extra options for Spark's Kafka writer (kafka.security.protocol, kafka.compression.type, ...)."""
+
+    @field_validator("output_mode")
+    @classmethod
+    def _append_only(cls, value: str) -> str:
+        if value != "append":
+            raise ValueError("a kafka sink appends records: outputMode must be append (aggregate with a watermark)")
+        return value
+
+
+SinkConfig = Annotated[ParquetSink | ConsoleSink | IcebergSink | KafkaSink, Field(discriminator="kind")]
 
 
 # --- run-level settings ------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.config import JobConfig
+from spark_app.config import JobConfig, OffsetRange
 from spark_app.publish_report import located
 from spark_app.storage import Location
 
@@ -34,6 +34,11 @@ class SinkRestored(BaseModel):
     """The snapshot that removed them (None: nothing to remove, or an earlier run did)."""
     discarded: list[int] = []
     """Snapshots of later batches dropped (an abandoned timeline)."""
+    undone_records: list[OffsetRange] = []
+    """A Kafka sink: the records of its topic written after batch_id (the output a downstream
+    job must skip; the job re-emits from each range's end)."""
+    bootstrap_servers: str | None = None
+    """A Kafka sink: the cluster of that topic."""
 
 
 class RestoreReport(BaseModel):

@@ -23,9 +23,11 @@ from typing import Any
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.restore import restore
 from spark_app.checkpoints.snapshots import discard_after, list_snapshots
-from spark_app.config import IcebergSink, JobConfig, RestorePoint
+from spark_app.config import IcebergSink, JobConfig, KafkaSink, OffsetRange, RestorePoint
 from spark_app.errors import KappaError
+from spark_app.kafka_offsets import end_offsets
 from spark_app.restore_report import RestoreReport, SinkRestored, report_location
+from spark_app.sinks.kafka import read_produced
 from spark_app.storage import Location, open_location
 
 log = logging.getLogger("kappa.rewinding")
@@ -60,9 +62,35 @@ def restore_point(cfg: JobConfig, point: RestorePoint) -> list[int]:
     return discard_after(external, point.batch_id)
 
 
+def kafka_cut(cfg: JobConfig, point: RestorePoint) -> dict[str, Any]:
+    """A Kafka sink's records written after the restored batch (report fields): from the end
+    of the batch's output (its produced record, restored with the checkpoint) to the topic's
+    end now (the job is stopped). A topic cannot be undone: a downstream job skips them."""
+    sink = cfg.sinks[point.sink]
+    if not isinstance(sink, KafkaSink):
+        return {}
+    restored = open_location(cfg.checkpoint.location).child(point.sink)
+    produced = read_produced(restored, point.batch_id)
+    if produced is None or produced.end is None:
+        raise KappaError(
+            f"batch {point.batch_id} has no complete record of what it wrote to topic {sink.topic} "
+            f"({restored.uri}/kafka-produced/{point.batch_id}), so the records written after it cannot be told "
+            "apart; rewind to a later batch, or rewind the downstream jobs by hand"
+        )
+    now = end_offsets(sink.bootstrap_servers, sink.topic)
+    ranges = [
+        OffsetRange(topic=sink.topic, partition=p, start=produced.end.get(p, 0), end=end)
+        for p, end in sorted(now.items())
+        if end > produced.end.get(p, 0)
+    ]
+    return {"undone_records": ranges, "bootstrap_servers": sink.bootstrap_servers}
+
+
 def reset_sink(cfg: JobConfig, point: RestorePoint) -> dict[str, Any]:
     """Undo what ``point``'s query wrote to its Iceberg table after the batch (report fields)."""
     sink = cfg.sinks[point.sink]
+    if isinstance(sink, KafkaSink):
+        return kafka_cut(cfg, point)
     if not isinstance(sink, IcebergSink):
         return {}
     from spark_app.sinks.iceberg.undo import earlier_undo, undo

@@ -38,6 +38,7 @@ from spark_app.config import (
     IcebergSink,
     IcebergSourceBase,
     JobConfig,
+    KafkaSink,
     KafkaSource,
     ParquetSink,
     format_duration,
@@ -49,6 +50,7 @@ from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.splits import max_span
 from spark_app.run_report import write_report as write_run_report
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
+from spark_app.sinks.kafka import KafkaBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
 from spark_app.sources.iceberg.datasource import FORMAT, KappaIcebergDataSource
 from spark_app.sources.iceberg.spec import SourceSpec
@@ -292,6 +294,8 @@ def start_query(cfg: JobConfig, name: str, df: DataFrame) -> StreamingQuery:
             cfg.name, name, sink, cfg.catalogs[sink.catalog], cfg.sink_branch(name), checkpoint, cfg.trace_path
         )
         writer = writer.foreachBatch(batch_writer)
+    elif isinstance(sink, KafkaSink):
+        writer = writer.foreachBatch(KafkaBatchWriter(name, sink, checkpoint, cfg.trace_path))
     return writer.start()
 
 

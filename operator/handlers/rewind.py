@@ -43,7 +43,7 @@ from kappa_operator.reconcile.rewind import (
     step_failed,
 )
 from kappa_operator.reconcile.streaming_job import owner_of as job_owner
-from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, restore_config
+from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, SKIP_ANNOTATION, restore_config
 from kappa_operator.render.spark_application import Owner
 from spark_app.errors import KappaError
 from spark_app.restore_report import RestoreReport, read_report
@@ -138,10 +138,11 @@ def _carry_out(rw: Rewind, plan: RewindPlan, job: StreamingJob | None) -> dict[s
                 for m in manifests:
                     c.create_resource(PLURAL, ns, m, me)
                 extra["downstream"] = [m["metadata"]["name"] for m in manifests]
-            case Resume(location=location):
-                c.annotate(
-                    "streamingjobs", ns, job.metadata.name, {CHECKPOINT_ANNOTATION: location, PAUSED_ANNOTATION: None}
-                )
+            case Resume(location=location, skip=skip):
+                moved: dict[str, str | None] = {CHECKPOINT_ANNOTATION: location, PAUSED_ANNOTATION: None}
+                if skip is not None:
+                    moved[SKIP_ANNOTATION] = skip
+                c.annotate("streamingjobs", ns, job.metadata.name, moved)
     return extra
 
 

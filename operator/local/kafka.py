@@ -182,21 +182,23 @@ class KafkaBroker:
 
     def create_topic(self, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
         """Create ``name`` (an existing one is an error: a test must not read another's data)."""
-        topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})
-        admin = self.admin()  # kept until the futures resolve: a dropped client cancels them
-        for future in admin.create_topics([topic], operation_timeout=30).values():
-            future.result(timeout=60)
+        _create(self.bootstrap, [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})])
 
 
 def create_topics(bootstrap: str, specs: list[str]) -> list[str]:
     """``name`` or ``name:partitions`` each; the names created."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = []
     for spec in specs:
         name, _, parts = spec.partition(":")
         if not name or (parts and not parts.isdigit()):
             raise ConfigError(f"--topic {spec!r}: expected NAME or NAME:PARTITIONS, e.g. impressions:3")
         topics.append(NewTopic(name, num_partitions=int(parts or 1), replication_factor=1))
+    _create(bootstrap, topics)
+    return [t.topic for t in topics]
+
+
+def _create(bootstrap: str, topics: list[NewTopic]) -> None:
+    # the client is kept until the futures resolve: a dropped client cancels them
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics(topics, operation_timeout=30).values():
         future.result(timeout=60)
-    return [t.topic for t in topics]

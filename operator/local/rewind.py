@@ -36,10 +36,11 @@ from kappa_operator.reconcile.rewind import (
 from kappa_operator.render.jobconfig import (
     CHECKPOINT_ANNOTATION,
     PAUSED_ANNOTATION,
+    SKIP_ANNOTATION,
 )
 from spark_app.config import parse_config
 from spark_app.errors import KappaError
-from spark_app.restore_report import RestoreReport, read_report
+from spark_app.restore_report import RestoreReport, SinkRestored, read_report
 from spark_app.runtime import user_message
 
 
@@ -134,8 +135,7 @@ def _carry_out(
                 restored = _restore(local, cm["data"]["job.json"])
                 report = restored[1]
                 for s in report.sinks if report is not None else []:
-                    what = f"{s.table}: removed {s.files_removed} data file(s)" if s.table else "nothing to undo"
-                    show.note(f"restored {s.sink} at batch {s.batch_id}; reset: {what} written after it")
+                    show.note(f"restored {s.sink} at batch {s.batch_id}; reset: {_undone(s)}")
             case RewindDownstream(manifests=manifests):
                 extra["downstream"] = [m["metadata"]["name"] for m in manifests]
                 for m in manifests:
@@ -144,12 +144,25 @@ def _carry_out(
                     path.write_text(yaml.safe_dump(m, sort_keys=False))
                     job_name = m["spec"]["jobRef"]["name"]
                     show.note(f"created Rewind {m['metadata']['name']} of {job_name}: kappa run {path} (not run here)")
-            case Resume(location=location):
-                job = objects.annotate(job, {CHECKPOINT_ANNOTATION: location, PAUSED_ANNOTATION: None})
+            case Resume(location=location, skip=skip):
+                moved: dict[str, str | None] = {CHECKPOINT_ANNOTATION: location, PAUSED_ANNOTATION: None}
+                if skip is not None:
+                    moved[SKIP_ANNOTATION] = skip
+                    show.note(f"{job.metadata.name}: {SKIP_ANNOTATION}={skip}")
+                job = objects.annotate(job, moved)
                 show.note(f"{job.metadata.name}: {CHECKPOINT_ANNOTATION}={location}; running it once from there")
                 ran = run_job(local, job)
                 job = ran.job
     return extra, job, ran, restored
+
+
+def _undone(s: SinkRestored) -> str:
+    if s.table:
+        return f"{s.table}: removed {s.files_removed} data file(s) written after it"
+    if s.undone_records:
+        spans = ", ".join(f"{r.topic}[{r.partition}] {r.start}..{r.end - 1}" for r in s.undone_records)
+        return f"records written after it, for downstream jobs to skip: {spans}"
+    return "nothing written after it to undo"
 
 
 def _rewind_result(local: Local, rw: Rewind, job: StreamingJob, resumed: JobRun | None) -> int:

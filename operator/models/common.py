@@ -85,8 +85,8 @@ SINKS_MAX = 4
 """Sinks of a pipeline (one streaming query each)."""
 COLUMNS_MAX = 16
 """Columns of a source's projection."""
-KEY_COLUMNS_MAX = 8
-"""Columns of a sink's key."""
+KEY_COLUMNS_MAX = 6
+"""Columns of a sink's key (an Iceberg sink's diff key, a Kafka sink's record key)."""
 PARTITION_FIELDS_MAX = 4
 """Fields of the partition spec of a table a sink creates."""
 

@@ -162,23 +162,36 @@ class JobSink(CRModel):
             "x-kubernetes-validations": [
                 {"rule": "self.kind != 'iceberg' || has(self.table)", "message": "an iceberg sink needs table"},
                 {"rule": "self.kind != 'parquet' || has(self.path)", "message": "a parquet sink needs path"},
+                {
+                    "rule": "self.kind != 'kafka' || (has(self.bootstrapServers) && has(self.topic) && "
+                    "size(self.key) > 0)",
+                    "message": "a kafka sink needs bootstrapServers, topic and key",
+                },
             ]
         }
     )
-    kind: Literal["iceberg", "parquet"] = "iceberg"
-    """`iceberg`: the exactly-once sink (branches, publish, undo); `parquet`: Spark's file sink."""
+    kind: Literal["iceberg", "parquet", "kafka"] = "iceberg"
+    """`iceberg`: the exactly-once sink (branches, publish, undo); `parquet`: Spark's file sink;
+    `kafka`: a topic, at least once with idempotent keys (a replayed batch already written is
+    not written again; records keyed by `key`), what a downstream job reads live."""
     catalog: str = Field(default="default", max_length=NAME_MAX)
     """Name of an entry in spec.catalogs (iceberg)."""
     table: str | None = Field(default=None, pattern=TABLE, max_length=TABLE_MAX)
     """`namespace.table` (iceberg); created from the output schema if missing."""
     path: str | None = Field(default=None, max_length=URI_MAX)
     """Output directory (parquet)."""
+    bootstrap_servers: str | None = Field(default=None, max_length=HOSTS_MAX)
+    """Kafka bootstrap servers (kafka)."""
+    topic: str | None = Field(default=None, max_length=249)
+    """The topic written (kafka). A Backfill writes `<topic>-backfill-<backfill name>` instead,
+    never the live topic."""
     time_column: str | None = Field(default=None, max_length=COLUMN_MAX)
     """Output event-time column: what a backfill's window and publish apply to."""
     partition_by: list[Column] = Field(default=[], max_length=PARTITION_FIELDS_MAX)
     """Partition spec of a table the sink creates, e.g. hour(playback_ts)."""
     key: list[Column] = Field(default=[], max_length=KEY_COLUMNS_MAX)
-    """Columns identifying a row, for a backfill's validation diff."""
+    """Columns identifying a row: a backfill's validation diff (iceberg); the record key
+    (kafka, required)."""
     history: SinkHistory = SinkHistory()
     """Snapshot expiry (iceberg)."""
     compaction: SinkCompaction = SinkCompaction()
@@ -190,6 +203,8 @@ class JobSink(CRModel):
             raise ValueError("an iceberg sink needs table")
         if self.kind == "parquet" and self.path is None:
             raise ValueError("a parquet sink needs path")
+        if self.kind == "kafka" and (self.bootstrap_servers is None or self.topic is None or not self.key):
+            raise ValueError("a kafka sink needs bootstrapServers, topic and key")
         return self
 
 

@@ -16,19 +16,28 @@ its report.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kappa_operator.models.common import Condition
-from kappa_operator.models.rewind import Rewind, SinkRestore
-from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.rewind import SKIP_PARTITIONS_MAX, PartitionRange, Rewind, SinkRestore, TopicRanges
+from kappa_operator.models.streaming_job import LiveSource, StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.phases import ENDED, app_message, app_state
 from kappa_operator.reconcile.streaming_job import Event
-from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, config_hash, restore_config
+from kappa_operator.render.jobconfig import (
+    CHECKPOINT_ANNOTATION,
+    PAUSED_ANNOTATION,
+    SKIP_ANNOTATION,
+    config_hash,
+    restore_config,
+    skipped_offsets,
+)
 from kappa_operator.render.spark_application import BACKFILL_RESTART, Owner, config_map, job_launch, spark_application
-from spark_app.restore_report import RestoreReport
+from spark_app.restore_report import RestoreReport, SinkRestored
 
 TERMINAL = ("Succeeded", "Failed")
 
@@ -61,9 +70,11 @@ class RewindDownstream:
 
 @dataclass(frozen=True)
 class Resume:
-    """Point the job at the restored checkpoint and let it run again."""
+    """Point the job at the restored checkpoint and let it run again (skipping ``skip``, the
+    JSON of the offset ranges its Kafka sources must not process; None: none)."""
 
     location: str
+    skip: str | None = None
 
 
 Command = Pause | RunRestore | RewindDownstream | Resume
@@ -233,7 +244,8 @@ def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
     fields = after_restore(rw, report)
     commands: tuple[Command, ...] = ()
     if rw.spec.downstream and seen.downstream:
-        manifests = tuple(downstream_rewind(rw, j) for j in seen.downstream)
+        restored = tuple(SinkRestore.model_validate(r) for r in fields["restores"])
+        manifests = tuple(downstream_rewind(rw, j, restored) for j in seen.downstream)
         commands = (RewindDownstream(manifests),)
         fields["downstream"] = [m["metadata"]["name"] for m in manifests]
     removed = sum(r.files_removed for r in report.sinks)
@@ -253,12 +265,27 @@ def _resuming(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
     location = _location(rw)
     moved = job.metadata.annotations.get(CHECKPOINT_ANNOTATION) == location
     paused = job.metadata.annotations.get(PAUSED_ANNOTATION) == paused_by(rw)
-    if moved and not paused and seen.app is not None:
-        msg = f"{job.metadata.name} resumed from {location}"
+    skip = skip_annotation(job, rw)
+    skipped = skip is None or job.metadata.annotations.get(SKIP_ANNOTATION) == skip
+    ranges = sum(len(t.partitions) for t in rw.spec.skip_offsets)
+    skipping = f", skipping {ranges} offset range(s) its upstream job wrote after its restore point" if ranges else ""
+    if moved and skipped and not paused and seen.app is not None:
+        msg = f"{job.metadata.name} resumed from {location}{skipping}"
         return RewindPlan(status=status("Succeeded", msg, "Resumed"), events=(Event("Normal", "Resumed", msg),))
     return RewindPlan(
-        status=status("Resuming", f"starting {job.metadata.name} from {location}"), commands=(Resume(location),)
+        status=status("Resuming", f"starting {job.metadata.name} from {location}{skipping}"),
+        commands=(Resume(location, skip),),
     )
+
+
+def skip_annotation(job: StreamingJob, rw: Rewind) -> str | None:
+    """The job's skip annotation once this Rewind's ranges are in it (earlier Rewinds' ranges
+    stay: records undone once stay undone), or None when the Rewind skips nothing."""
+    new = [r for t in rw.spec.skip_offsets for r in t.flat()]
+    if not new:
+        return None
+    kept = skipped_offsets(job)
+    return json.dumps(kept + [r for r in new if r not in kept], separators=(",", ":"))
 
 
 def _failed(status: _Status, reason: str, msg: str, **extra: Any) -> RewindPlan:
@@ -282,22 +309,53 @@ STEPS: dict[str, Callable[[Rewind, Observed, _Status], RewindPlan]] = {
 
 def after_restore(rw: Rewind, report: RestoreReport) -> dict[str, Any]:
     """Status fields from the restore application's report: per sink, the table reset and the
-    data files its undo removed."""
+    data files its undo removed, or the Kafka records written after the restored batch."""
     done = {s.sink: s for s in report.sinks}
-    restores = [
-        r.model_copy(update={"table": done[r.sink].table, "files_removed": done[r.sink].files_removed})
-        if r.sink in done
-        else r
-        for r in _restores(rw)
-    ]
-    return {"restores": [r.model_dump(by_alias=True) for r in restores]}
+    restores = [_restored(r, done[r.sink]) if r.sink in done else r for r in _restores(rw)]
+    return {"restores": [r.model_dump(by_alias=True, exclude_none=True) for r in restores]}
+
+
+def _restored(point: SinkRestore, done: SinkRestored) -> SinkRestore:
+    undone = None
+    if done.undone_records:
+        parts = [PartitionRange(partition=r.partition, start=r.start, end=r.end) for r in done.undone_records]
+        undone = TopicRanges(topic=done.undone_records[0].topic, partitions=parts[:SKIP_PARTITIONS_MAX])
+    return point.model_copy(update={"table": done.table, "files_removed": done.files_removed, "undone_records": undone})
 
 
 # --- downstream jobs ------------------------------------------------------------------------
 
 
+def _servers(bootstrap: str | None) -> frozenset[str]:
+    return frozenset(h.strip().lower() for h in (bootstrap or "").split(",") if h.strip())
+
+
+def _subscribes(src: LiveSource, topic: str) -> bool:
+    if src.kind != "kafka":
+        return False
+    return src.topic == topic or (src.topic_pattern is not None and re.fullmatch(src.topic_pattern, topic) is not None)
+
+
+def _reads_topic(src: LiveSource, bootstrap: str | None, topic: str) -> bool:
+    return bool(_servers(src.bootstrap_servers) & _servers(bootstrap)) and _subscribes(src, topic)
+
+
+def kafka_topics_read(job: StreamingJob, other: StreamingJob) -> set[str]:
+    """The topics of ``job``'s Kafka sinks that ``other`` reads live (same brokers)."""
+    return {
+        str(s.topic)
+        for s in job.spec.sinks.values()
+        if s.kind == "kafka"
+        for src in other.spec.sources.values()
+        if _reads_topic(src.live, s.bootstrap_servers, str(s.topic))
+    }
+
+
 def reads_from(job: StreamingJob, other: StreamingJob) -> bool:
-    """Does ``other`` read one of ``job``'s Iceberg sink tables live (same catalog, same table)?"""
+    """Does ``other`` read ``job``'s output live: one of its Iceberg sink tables (same catalog,
+    same table), or one of its Kafka sink topics (same brokers)?"""
+    if kafka_topics_read(job, other):
+        return True
     written = {
         (tuple(sorted(job.spec.catalogs[s.catalog].items())), s.table)
         for s in job.spec.sinks.values()
@@ -314,9 +372,21 @@ def downstream_of(job: StreamingJob, jobs: list[StreamingJob]) -> tuple[Streamin
     return tuple(j for j in jobs if j.metadata.name != job.metadata.name and reads_from(job, j))
 
 
-def downstream_rewind(rw: Rewind, job: StreamingJob) -> dict[str, Any]:
-    """A child Rewind of a downstream job, to before the earliest output this rewind removes."""
-    cut = min(r.committed_at for r in _restores(rw))
+def downstream_rewind(
+    rw: Rewind, job: StreamingJob, restored: tuple[SinkRestore, ...] | None = None
+) -> dict[str, Any]:
+    """A child Rewind of a downstream job, to before the earliest output this rewind removes.
+    A job reading this job's topics goes back to the newest point that had read none of the
+    records this rewind undid, and skips them when it resumes (a topic cannot be undone): it
+    re-reads what was written before them and goes on at the first record re-emitted."""
+    restored = _restores(rw) if restored is None else restored
+    cut = min(r.committed_at for r in restored)
+    skip = [
+        r.undone_records.model_dump(by_alias=True)
+        for r in restored
+        if r.undone_records is not None
+        and any(_subscribes(src.live, r.undone_records.topic) for src in job.spec.sources.values())
+    ]
     name = f"{rw.metadata.name}-{job.metadata.name}"[:63].rstrip("-")
     return {
         "apiVersion": "kappa.dev/v1alpha1",
@@ -338,8 +408,9 @@ def downstream_rewind(rw: Rewind, job: StreamingJob) -> dict[str, Any]:
         },
         "spec": {
             "jobRef": {"name": job.metadata.name},
-            "target": {"time": cut},
+            "target": {"beforeSkippedOffsets": True} if skip else {"time": cut},
             "resetSinks": rw.spec.reset_sinks,
             "downstream": rw.spec.downstream,
+            **({"skipOffsets": skip} if skip else {}),
         },
     }

@@ -7,6 +7,8 @@ and Iceberg sinks writing to the backfill branch."""
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from typing import Any
 
 from kappa_operator.models.backfill import Backfill
@@ -18,9 +20,10 @@ from spark_app.config import JobConfig, parse_config
 CONFIG_PATH = "/etc/kappa/job.json"
 
 
-def _kafka_source(src: JobSource) -> dict[str, Any]:
+def _kafka_source(src: JobSource, skip: list[dict[str, Any]]) -> dict[str, Any]:
     """A kafka live source as Spark's Kafka source options (where a new query starts: a
-    checkpoint's offsets win over them, as in Spark)."""
+    checkpoint's offsets win over them, as in Spark), with the ranges of its topics a cascade
+    Rewind said not to process."""
     live = src.live
     options: dict[str, str] = {"startingOffsets": live.starting_position}
     if live.starting_time is not None:
@@ -37,13 +40,23 @@ def _kafka_source(src: JobSource) -> dict[str, Any]:
         out["schemaDdl"] = live.value_schema
     else:
         out["schemaFrom"] = f"{src.history.catalog}:{src.history.table}"
+    pattern = re.compile(live.topic_pattern) if live.topic_pattern else None
+    mine = [r for r in skip if r["topic"] == live.topic or (pattern is not None and pattern.fullmatch(r["topic"]))]
+    if mine:
+        out["skip"] = mine
     return out
 
 
-def _live_source(src: JobSource) -> dict[str, Any]:
+def skipped_offsets(job: StreamingJob) -> list[dict[str, Any]]:
+    """The offset ranges a cascade Rewind told the job not to process (its annotation)."""
+    raw = job.metadata.annotations.get(SKIP_ANNOTATION)
+    return list(json.loads(raw)) if raw else []
+
+
+def _live_source(src: JobSource, skip: list[dict[str, Any]]) -> dict[str, Any]:
     live = src.live
     if live.kind == "kafka":
-        return _kafka_source(src)
+        return _kafka_source(src, skip)
     out: dict[str, Any] = {
         "kind": "icebergLive",
         "catalog": live.catalog,
@@ -72,7 +85,13 @@ def rewind_horizon_batches(spec: StreamingJobSpec) -> int:
     return -(-(horizon + interval) // max(duration_ms(spec.trigger_interval), 1))
 
 
-def _sink(sink: JobSink, branch: str | None = None, path_suffix: str = "", protect_batches: int = 0) -> dict[str, Any]:
+def _sink(
+    sink: JobSink,
+    branch: str | None = None,
+    path_suffix: str = "",
+    protect_batches: int = 0,
+    backfill: str | None = None,
+) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": sink.kind}
     if sink.time_column:
         out["timeColumn"] = sink.time_column
@@ -82,9 +101,17 @@ def _sink(sink: JobSink, branch: str | None = None, path_suffix: str = "", prote
         out["compaction"] = {**sink.compaction.model_dump(by_alias=True), "protectBatches": protect_batches}
         if branch:
             out["branch"] = branch
+    elif sink.kind == "kafka":
+        topic = str(sink.topic) if backfill is None else backfill_topic(str(sink.topic), backfill)
+        out.update(bootstrapServers=sink.bootstrap_servers, topic=topic, key=sink.key)
     else:
         out["path"] = f"{sink.path}{path_suffix}"
     return out
+
+
+def backfill_topic(topic: str, backfill: str) -> str:
+    """Where a Backfill's Kafka sink writes: never the live topic its job's readers consume."""
+    return f"{topic}-backfill-{backfill}"[:249]
 
 
 def _catalogs(job: StreamingJob) -> dict[str, Any]:
@@ -111,7 +138,7 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             "pipelineArgs": spec.pipeline_args,
             "mode": "live",
             "catalogs": _catalogs(job),
-            "sources": {n: _live_source(s) for n, s in spec.sources.items()},
+            "sources": {n: _live_source(s, skipped_offsets(job)) for n, s in spec.sources.items()},
             "sinks": {n: _sink(s, protect_batches=rewind_horizon_batches(spec)) for n, s in spec.sinks.items()},
             "checkpoint": {"location": live_checkpoint(job), **_external(spec.checkpoints)},
             "trigger": {"kind": "processingTime", "interval": spec.trigger_interval},
@@ -124,6 +151,9 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
 
 #: Set by a Rewind on its StreamingJob: the restored checkpoint the job resumes from.
 CHECKPOINT_ANNOTATION = "kappa.dev/checkpoint-location"
+#: Set by a cascade Rewind on a downstream StreamingJob: JSON offset ranges of the topics it
+#: reads not to process (what the upstream job wrote after its restored batch).
+SKIP_ANNOTATION = "kappa.dev/skip-offsets"
 #: Set by a Rewind while it runs: the job's application is stopped and not recreated.
 PAUSED_ANNOTATION = "kappa.dev/paused-by"
 
@@ -195,7 +225,10 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         "mode": "backfill",
         "catalogs": _catalogs(job),
         "sources": sources,
-        "sinks": {n: _sink(s, backfill_branch(bf), f"/backfills/{bf.metadata.name}") for n, s in jspec.sinks.items()},
+        "sinks": {
+            n: _sink(s, backfill_branch(bf), f"/backfills/{bf.metadata.name}", backfill=bf.metadata.name)
+            for n, s in jspec.sinks.items()
+        },
         "checkpoint": {"location": backfill_checkpoint(bf, job)},
         "trigger": {"kind": "availableNow"},
         "window": spec.window.model_dump(by_alias=True, exclude_none=True),

@@ -42,6 +42,9 @@ OFFSETS = "offsets"
 COMMITS = "commits"
 SOURCES = "sources"
 STATE = "state"
+PRODUCED = "kafka-produced"
+"""A Kafka sink's log of the offsets each batch produced (``spark_app.sinks.kafka``): kept
+with the batches it describes, so a restored checkpoint knows where its batch's output ends."""
 VOID_OFFSET = "-"
 
 _VERSIONED = re.compile(r"^(\d+)(?:_[0-9A-Za-z-]+)?\.(delta|snapshot|zip|changelog)$")
@@ -200,7 +203,7 @@ def belongs_to_batch(rel: str, batch_id: int) -> bool:
     if any(p.startswith(".") for p in parts):
         return False
     top, name = parts[0], parts[-1]
-    if top in (OFFSETS, COMMITS):
+    if top in (OFFSETS, COMMITS, PRODUCED):
         return len(parts) == 2 and name.isdigit() and int(name) <= batch_id
     if top == SOURCES:
         m = _SOURCE_LOG.match(name)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from pyspark.sql.types import DataType, StructType
 
 from spark_app import jars
 from spark_app.catalogs import load_table
-from spark_app.config import JobConfig, KafkaSource
+from spark_app.config import JobConfig, KafkaSink, KafkaSource, OffsetRange
 from spark_app.errors import ConfigError, ConnectorMissingError
 from spark_app.sources.iceberg import schema
 
@@ -198,10 +199,12 @@ def connector_missing_message(name: str, spark_version: str, cause: BaseExceptio
 
 def connector_jars(cfg: JobConfig, spark_jars_dir: Path | None = None) -> list[Path]:
     """The Kafka connector's jars a session of ``cfg`` must add (``spark.jars``): none when no
-    source reads Kafka, when Spark ships the connector (a Spark image has it in
+    source reads Kafka and no sink writes it, when Spark ships the connector (a Spark image has it in
     ``$SPARK_HOME/jars``), or when the job asks for it itself (``spark.jars.packages``); else
     the pinned bundle of ``spark_app.jars``, fetched from Maven Central once per machine."""
-    if not any(isinstance(src, KafkaSource) for src in cfg.sources.values()):
+    if not any(isinstance(src, KafkaSource) for src in cfg.sources.values()) and not any(
+        isinstance(sink, KafkaSink) for sink in cfg.sinks.values()
+    ):
         return []
     if "spark-sql-kafka" in cfg.spark_conf.get("spark.jars.packages", ""):
         return []
@@ -227,4 +230,18 @@ def kafka_frame(spark: SparkSession, cfg: JobConfig, name: str, src: KafkaSource
         if is_missing_kafka_connector(exc):
             raise ConnectorMissingError(connector_missing_message(name, spark.version, exc)) from exc
         raise
-    return deserialize(raw, value)
+    return deserialize(without(raw, src.skip), value)
+
+
+def without(raw: DataFrame, skip: list[OffsetRange]) -> DataFrame:
+    """The records outside ``skip`` (a cascade Rewind's ranges: read past, never processed)."""
+    if not skip:
+        return raw
+    inside = [
+        (F.col("topic") == r.topic) & (F.col("partition") == r.partition) & F.col("offset").between(r.start, r.end - 1)
+        for r in skip
+        if r.end > r.start
+    ]
+    if not inside:
+        return raw
+    return raw.where(~reduce(lambda a, b: a | b, inside))

@@ -106,3 +106,14 @@ def refusal(lost: list[Loss], batch_id: int, archives: Mapping[str, str]) -> str
         f"Nothing was stopped. Backfill the window from the archive instead ({where}): a Backfill of this job "
         "reads each source's history table"
     )
+
+
+def read_none_of(stored: Offsets, starts: Mapping[tuple[str, int], int]) -> bool:
+    """Whether a checkpoint that stores ``stored`` had read none of the records at or after
+    ``starts`` (per partition): its next offset is at most the start. A partition it had not
+    read yet (absent, or a negative marker) read none."""
+    for (topic, partition), start in starts.items():
+        offset = stored.get(topic, {}).get(partition)
+        if offset is not None and offset > start:
+            return False
+    return True

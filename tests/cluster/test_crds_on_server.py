@@ -175,6 +175,8 @@ def test_every_numeric_bound_holds_on_the_server(
     base = maximal_manifest(kind)
     if path == ("target", "batchId"):
         base["spec"]["target"] = {"batchId": 0}
+    if path[-1] == "end":  # an offset range's end is at least its start (a rule of its own)
+        base = at(base, (*path[:-1], "start"), 0)
     manifest = at(base, path, value)
     answer = dry_run(server, namespace, manifest)
     model = model_errors(kind, manifest)

@@ -248,11 +248,13 @@ def test_batch_n_excludes_what_later_batches_wrote(local: Callable[[str], Locati
     q.loc.write_bytes("sources/0/9.compact", b"v1\nlater")
     q.loc.write_bytes("state/0/_metadata/v2/3", b"op metadata of batch 3")
     q.loc.write_bytes("state/0/_metadata/v2/6", b"op metadata of batch 6")
+    for k in range(6):  # a Kafka sink's record of what each batch produced
+        q.loc.write_bytes(f"{layout.PRODUCED}/{k}", b"{}")
     sel = layout.select_files(q.loc.list_files(), 3)
     assert sorted(sel.files) == sorted(
         ["metadata", "sources/0/0", "state/0/_metadata/metadata", "state/0/0/_metadata/schema"]
         + ["state/0/_metadata/v2/3"]
-        + [f"{log}/{k}" for log in ("offsets", "commits") for k in range(4)]
+        + [f"{log}/{k}" for log in ("offsets", "commits", layout.PRODUCED) for k in range(4)]
         + [f"state/0/{p}/{v}.delta" for p in range(2) for v in range(1, 5)]
     ), "no .crc, no temp file, nothing of batches 4 and 5"
     assert {"metadata", "offsets/3", "offsets/2", "commits/3"} <= sel.required

@@ -243,6 +243,14 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("rw-negative-batch", RW, {"spec.target": {"batchId": -1}}, "spec.target.batchId in body should be greater"),
     ("rw-bad-time", RW, {"spec.target.time": "yesterday"}, "spec.target.time in body should match"),
     ("rw-no-job", RW, {"spec.jobRef": DELETE}, "spec.jobRef: Required value"),
+    ("rw-offsets-and-batch", RW, {"spec.target": {"batchId": 3, "beforeSkippedOffsets": True}}, "set exactly one"),
+    ("rw-offsets-no-skip", RW, {"spec.target": {"beforeSkippedOffsets": True}}, "needs spec.skipOffsets"),
+    (
+        "rw-skip-backwards",
+        RW,
+        {"spec.skipOffsets": [{"topic": "t", "partitions": [{"partition": 0, "start": 9, "end": 3}]}]},
+        "end < start",
+    ),
     ("rw-reset-string", RW, {"spec.resetSinks": "yes"}, "spec.resetSinks in body must be of type boolean"),
     ("sj-retention-zero", SJ, {"spec.checkpoints.retention": {"count": 0}}, "retention.count in body should be"),
     ("sj-interval-words", SJ, {"spec.checkpoints.interval": "hourly"}, "spec.checkpoints.interval in body should"),
@@ -355,6 +363,12 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     # the sink's kind defaults to iceberg before the rule runs
     ("sj-sink-no-table-no-kind", SJ, {f"{SINK}.table": DELETE, f"{SINK}.kind": DELETE}, "an iceberg sink needs table"),
     ("sj-parquet-no-path", SJ, {f"{SINK}.kind": "parquet"}, "a parquet sink needs path"),
+    (
+        "sj-kafka-sink-no-key",
+        SJ,
+        {SINK: {"kind": "kafka", "bootstrapServers": "k:9092", "topic": "t"}},
+        "a kafka sink needs",
+    ),
     ("sj-sink-delta", SJ, {f"{SINK}.kind": "delta"}, 'Unsupported value: "delta"'),
     ("sj-executors-0", SJ, {"spec.executor.instances": 0}, "spec.executor.instances in body should be greater than"),
     ("sj-executors-str", SJ, {"spec.executor.instances": "two"}, "spec.executor.instances in body must be of type"),
@@ -390,6 +404,15 @@ ACCEPTED: list[tuple[str, str, dict[str, Any]]] = [
     ("bf-override", BF, {"spec.sources": {"impressions": {"table": "a.b", "snapshotId": 7}}}),
     ("sj-kafka", SJ, {LIVE_IMPRESSIONS: {"kind": "kafka", "bootstrapServers": "k:9092", "topic": "t"}}),
     ("sj-parquet", SJ, {SINK: {"kind": "parquet", "path": "s3a://lake/out"}}),
+    ("sj-kafka-sink", SJ, {SINK: {"kind": "kafka", "bootstrapServers": "k:9092", "topic": "t", "key": ["id"]}}),
+    (
+        "rw-cascade-child",
+        RW,
+        {
+            "spec.target": {"beforeSkippedOffsets": True},
+            "spec.skipOffsets": [{"topic": "t", "partitions": [{"partition": 0, "start": 3, "end": 9}]}],
+        },
+    ),
     ("sj-pipeline-args", SJ, {"spec.pipelineArgs": {"lateness": "45 minutes", "key": "impression_id"}}),
     ("sj-status", SJ, {"status": {"phase": "Running", "somethingNew": {"a": 1}}}),
 ]

@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+from pydantic import ValidationError
 
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
@@ -24,11 +26,16 @@ from kappa_operator.reconcile.rewind import (
     step_failed,
 )
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
-from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+from kappa_operator.render.jobconfig import (
+    CHECKPOINT_ANNOTATION,
+    PAUSED_ANNOTATION,
+    SKIP_ANNOTATION,
+    streaming_job_config,
+)
 from spark_app.checkpoints.layout import parse_offsets
-from spark_app.config import parse_config
+from spark_app.config import OffsetRange, parse_config
 from spark_app.restore_report import RestoreReport, SinkRestored
-from spark_app.sources.kafka_retention import Loss, kafka_offsets, losses, refusal
+from spark_app.sources.kafka_retention import Loss, kafka_offsets, losses, read_none_of, refusal
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-21T10:00:00Z"
@@ -246,3 +253,121 @@ def test_a_step_refused_for_good_fails_and_says_how_to_get_the_job_back() -> Non
     plan = step_failed(rewind("Restoring"), "Restoring", "the snapshot of batch 41 is gone", NOW)
     assert plan.status["phase"] == "Failed" and plan.events[0].reason == "RestoringFailed"
     assert "batch 41 is gone" in plan.status["message"] and "delete this Rewind" in plan.status["message"]
+
+
+# --- the Kafka cascade (seed 003, caveat 3) ---------------------------------------------------
+
+
+def kafka_upstream() -> StreamingJob:
+    """rmi writing its plays to a topic as well (a Kafka sink)."""
+    servers = "kafka-0:9092,kafka-1:9092"
+    plays = {"kind": "kafka", "bootstrapServers": servers, "topic": "plays", "key": ["playback_id", "impression_id"]}
+    return job(sinks={"attributed_plays": plays})
+
+
+def kafka_reader(name: str, **live: Any) -> StreamingJob:
+    sources = copy.deepcopy(load("rmi-streamingjob.yaml")["spec"]["sources"])
+    sources = {"plays": {**sources["impressions"], "live": {"kind": "kafka", **live}}}
+    return job(name, sources=sources)
+
+
+def kafka_report() -> RestoreReport:
+    undone = [
+        OffsetRange(topic="plays", partition=0, start=120, end=200),
+        OffsetRange(topic="plays", partition=2, start=7, end=9),
+    ]
+    done = [
+        SinkRestored(
+            sink="attributed_plays",
+            batch_id=41,
+            query_id="q-1",
+            undone_records=undone,
+            bootstrap_servers="kafka-0:9092",
+        )
+    ]
+    return report().model_copy(update={"sinks": done})
+
+
+def test_a_job_reading_the_topic_of_a_kafka_sink_on_the_same_brokers_is_downstream() -> None:
+    up = kafka_upstream()
+    by_topic = kafka_reader("by-topic", bootstrapServers="kafka-1:9092", topic="plays")
+    by_pattern = kafka_reader("by-pattern", bootstrapServers="KAFKA-0:9092", topicPattern="pl.*")
+    other_cluster = kafka_reader("other-cluster", bootstrapServers="elsewhere:9092", topic="plays")
+    other_topic = kafka_reader("other-topic", bootstrapServers="kafka-0:9092", topic="plays-eu")
+    jobs = [up, by_topic, by_pattern, other_cluster, other_topic]
+    assert downstream_of(up, jobs) == (by_topic, by_pattern)
+    assert not reads_from(by_topic, up)
+
+
+def test_a_cascade_records_the_undone_records_and_has_the_downstream_rewind_skip_exactly_them() -> None:
+    up, down = kafka_upstream(), kafka_reader("plays-per-title", bootstrapServers="kafka-0:9092", topic="plays")
+    seen = Observed(job=up, app=None, downstream=(down,), restore_app=restore_app("COMPLETED"), report=kafka_report())
+    plan = plan_rewind(rewind("Restoring", downstream=True), seen, NOW)
+    (restored,) = plan.status["restores"]
+    assert restored["undoneRecords"] == {
+        "topic": "plays",
+        "partitions": [{"partition": 0, "start": 120, "end": 200}, {"partition": 2, "start": 7, "end": 9}],
+    }
+    (child,) = plan.commands
+    assert isinstance(child, RewindDownstream)
+    manifest = child.manifests[0]
+    assert manifest["spec"]["target"] == {"beforeSkippedOffsets": True}, "by offsets: the jobs' batches are not in step"
+    assert manifest["spec"]["skipOffsets"] == [restored["undoneRecords"]]
+    child_rw = Rewind.model_validate(json.loads(json.dumps(manifest)))
+
+    # the child resumes its job skipping those records, keeping ranges an earlier cascade set
+    earlier = [{"topic": "plays", "partition": 1, "start": 5, "end": 6}]
+    status = {
+        "phase": "Resuming",
+        "restores": [POINT.model_dump(by_alias=True)],
+        "checkpointLocation": "s3a://lake/checkpoints/plays-per-title/rewinds/x",
+    }
+    child_rw = Rewind.model_validate({**child_rw.model_dump(by_alias=True), "status": status})
+    paused = kafka_reader("plays-per-title", bootstrapServers="kafka-0:9092", topic="plays").model_copy(
+        update={"metadata": down.metadata.model_copy(update={"annotations": {SKIP_ANNOTATION: json.dumps(earlier)}})}
+    )
+    (resume,) = plan_rewind(child_rw, Observed(job=paused, app=None), NOW).commands
+    assert isinstance(resume, Resume) and resume.location == "s3a://lake/checkpoints/plays-per-title/rewinds/x"
+    assert resume.skip is not None
+    assert json.loads(resume.skip) == [
+        *earlier,
+        {"topic": "plays", "partition": 0, "start": 120, "end": 200},
+        {"topic": "plays", "partition": 2, "start": 7, "end": 9},
+    ]
+    resumed = paused.model_copy(
+        update={
+            "metadata": paused.metadata.model_copy(
+                update={"annotations": {SKIP_ANNOTATION: resume.skip, CHECKPOINT_ANNOTATION: resume.location}}
+            )
+        }
+    )
+    done = plan_rewind(child_rw, Observed(job=resumed, app=APP), NOW)
+    assert done.status["phase"] == "Succeeded" and "skipping 2 offset range(s)" in done.status["message"]
+
+    # and the job's config carries them to its Kafka source
+    cfg = streaming_job_config(resumed)
+    assert [r.model_dump() for r in cfg.sources["plays"].skip] == json.loads(resume.skip)  # type: ignore[union-attr]
+
+
+def test_an_iceberg_downstream_of_a_kafka_cascade_gets_no_skip() -> None:
+    up, down = kafka_upstream(), downstream_job()
+    seen = Observed(job=up, app=None, downstream=(down,), restore_app=restore_app("COMPLETED"), report=kafka_report())
+    (child,) = plan_rewind(rewind("Restoring", downstream=True), seen, NOW).commands
+    assert isinstance(child, RewindDownstream) and "skipOffsets" not in child.manifests[0]["spec"]
+
+
+def test_skip_ranges_are_refused_backwards_and_an_offsets_target_needs_them() -> None:
+    bad = {"topic": "plays", "partitions": [{"partition": 0, "start": 9, "end": 3}]}
+    with pytest.raises(ValidationError, match="end 3 is before start 9"):
+        rewind(skipOffsets=[bad])
+    with pytest.raises(ValidationError, match=r"target\.beforeSkippedOffsets needs spec\.skipOffsets"):
+        rewind(target={"beforeSkippedOffsets": True})
+    with pytest.raises(ValidationError, match=r"set exactly one of target\.time, target\.batchId"):
+        rewind(target={"batchId": 3, "beforeSkippedOffsets": True})
+
+
+def test_a_checkpoint_read_none_of_the_skipped_records_when_its_offsets_are_at_most_their_start() -> None:
+    starts = {("plays", 0): 120, ("plays", 2): 7}
+    assert read_none_of({"plays": {0: 120, 1: 999, 2: 3}}, starts)
+    assert read_none_of({"plays": {0: -2}, "other": {0: 10**6}}, starts), "not read yet; other topics"
+    assert not read_none_of({"plays": {0: 121, 2: 3}}, starts)

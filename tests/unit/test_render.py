@@ -21,7 +21,7 @@ from kappa_operator.render.spark_application import (
     config_map,
     spark_application,
 )
-from spark_app.config import IcebergSink, KafkaSource, parse_config
+from spark_app.config import IcebergSink, KafkaSink, KafkaSource, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,6 +97,25 @@ def test_a_kafka_source_reads_live_from_kafka_and_its_archive_in_a_backfill(
     assert src.schema_ddl == "id STRING, ts TIMESTAMP" and src.schema_from is None
     assert src.options["startingTimestamp"] == str(int(datetime(2026, 11, 1, 14, tzinfo=UTC).timestamp() * 1000))
     assert "startingOffsets" not in src.options, "a time overrides the position"
+
+
+def test_a_kafka_sink_writes_its_topic_live_and_a_backfill_topic_in_a_backfill(
+    job: StreamingJob, backfill: Backfill
+) -> None:
+    data = job.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["sinks"]["attributed_plays"] = {
+        "kind": "kafka", "bootstrapServers": "kafka:9092", "topic": "plays", "key": ["playback_id"],
+    }  # fmt: skip
+    kafka = StreamingJob.model_validate(data)
+    live = streaming_job_config(kafka).sinks["attributed_plays"]
+    assert isinstance(live, KafkaSink) and (live.topic, live.key, live.bootstrap_servers) == (
+        "plays", ["playback_id"], "kafka:9092",
+    )  # fmt: skip
+    rewritten = backfill_config(backfill, kafka, None).sinks["attributed_plays"]
+    assert isinstance(rewritten, KafkaSink) and rewritten.topic == "plays-backfill-rmi-outage", "never the live topic"
+    del data["spec"]["sinks"]["attributed_plays"]["key"]
+    with pytest.raises(ValueError, match="a kafka sink needs bootstrapServers, topic and key"):
+        StreamingJob.model_validate(data)
 
 
 def test_backfill_overrides_and_unknown_sources(job: StreamingJob, backfill: Backfill) -> None:

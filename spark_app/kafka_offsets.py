@@ -1,0 +1,59 @@
+"""What a Kafka cluster holds, asked of its brokers (metadata only, never a record): the
+earliest or the next offset of each partition of some topics.
+
+One edge for everything that must know where a topic starts or ends: a Rewind's retention
+check (earliest), a Kafka sink recording what each batch produced (latest), and a cascade
+finding which offsets of a topic an upstream job wrote after its restored batch (latest, the
+upstream job stopped)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from spark_app.errors import KappaError
+
+PartitionOffsets = dict[tuple[str, int], int]
+"""(topic, partition) -> offset."""
+
+TIMEOUT_S = 15
+
+
+def partitions_of(bootstrap: str, topics: Iterable[str]) -> set[tuple[str, int]]:
+    """The partitions the cluster has of ``topics`` (a topic it does not have: none)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    wanted = set(topics)
+    try:
+        listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=TIMEOUT_S).topics
+    except KafkaException as exc:
+        raise KappaError(f"could not ask Kafka ({bootstrap}) for its topics: {exc}") from exc
+    return {(t, p) for t, meta in listed.items() if t in wanted and meta.error is None for p in meta.partitions}
+
+
+def offsets(
+    bootstrap: str, partitions: Iterable[tuple[str, int]], which: Literal["earliest", "latest"]
+) -> PartitionOffsets:
+    """The earliest retained, or the next to be written ("latest"), offset of each partition
+    the cluster has; partitions it does not have are left out."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    wanted = set(partitions)
+    present = partitions_of(bootstrap, {t for t, _ in wanted}) & wanted
+    if not present:
+        return {}
+    spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        answers = admin.list_offsets({TopicPartition(t, p): spec for t, p in present}, request_timeout=TIMEOUT_S)
+        return {(tp.topic, tp.partition): f.result(timeout=2 * TIMEOUT_S).offset for tp, f in answers.items()}
+    except KafkaException as exc:
+        raise KappaError(f"could not ask Kafka ({bootstrap}) for the {which} offsets: {exc}") from exc
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """partition -> the offset the next record written to it gets (every partition of ``topic``)."""
+    found = offsets(bootstrap, partitions_of(bootstrap, [topic]), "latest")
+    return {p: o for (_, p), o in found.items()}
