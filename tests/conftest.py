@@ -3,10 +3,18 @@ started once per session only when a test asks for it."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Every JVM the tests start (the Spark sessions, the drivers a kill test spawns, the Kafka
+# broker) compiles with C1 only and collects with one thread: their runs are short, so the
+# C2 compiler and parallel GC threads cost CPU they never pay back. Measured on the 2-core
+# box: 31 % less CPU for the same Spark tests (112 -> 77 CPU s). Tests only: benchmarks and
+# the product keep the JVM's defaults. Set JAVA_TOOL_OPTIONS to override.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 from kappa_operator.local.kafka import KafkaBroker
 from tests.s3 import MotoS3
