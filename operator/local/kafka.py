@@ -128,8 +128,7 @@ class KafkaBroker:
         logging_config.write_text(LOG4J2)
         cmd = [
             java,
-            f"-Xmx{heap}",
-            "-XX:+UseG1GC",
+            f"-Xmx{heap}",  # the JVM's own collector (G1 on 2+ cores): JAVA_TOOL_OPTIONS may choose another
             f"-Dlog4j2.configurationFile={logging_config}",
             "-cp",
             classpath,
