@@ -18,7 +18,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -343,10 +343,24 @@ class Compaction(KappaModel):
     (the operator sets it from the checkpoint retention and the trigger interval)."""
 
 
-class IcebergSink(SinkBase):
+class AppendingSink(SinkBase):
+    """A sink that only ever adds rows (a table's appends, a topic's records)."""
+
+    appends: ClassVar[str] = "a sink"
+
+    @field_validator("output_mode")
+    @classmethod
+    def _append_only(cls, value: str) -> str:
+        if value != "append":
+            raise ValueError(f"{cls.appends} appends: outputMode must be append (aggregate with a watermark)")
+        return value
+
+
+class IcebergSink(AppendingSink):
     """Exactly-once Iceberg table: executors write Parquet, the driver commits one snapshot per
     micro-batch carrying the query and batch ids (a replayed batch is skipped)."""
 
+    appends: ClassVar[str] = "an iceberg sink"
     kind: Literal["iceberg"]
     catalog: str = "default"
     """Name of an entry in `catalogs`."""
@@ -379,15 +393,8 @@ class IcebergSink(SinkBase):
                 )
         return value
 
-    @field_validator("output_mode")
-    @classmethod
-    def _append_only(cls, value: str) -> str:
-        if value != "append":
-            raise ValueError("an iceberg sink appends: outputMode must be append (aggregate with a watermark)")
-        return value
 
-
-class KafkaSink(SinkBase):
+class KafkaSink(AppendingSink):
     """A topic, written by Spark's Kafka writer: at least once, with idempotent keys.
 
     Spark's Kafka sink has no transactions, so a batch replayed after a crash could be
@@ -398,20 +405,14 @@ class KafkaSink(SinkBase):
     driver killed between the write and its record leaves the batch twice in the topic, under
     the same keys. Each record carries the headers ``kappa.query`` and ``kappa.batch``."""
 
+    appends: ClassVar[str] = "a kafka sink"
     kind: Literal["kafka"]
     bootstrap_servers: str = Field(min_length=1)
     topic: str = Field(min_length=1)
     key: list[str] = Field(min_length=1)
-    """Columns whose values (a JSON array) are the record key: what identifies a row downstream."""
+    """Columns whose values (a JSON object of them) are the record key: what identifies a row downstream."""
     options: dict[str, str] = {}
     """Extra options for Spark's Kafka writer (kafka.security.protocol, kafka.compression.type, ...)."""
-
-    @field_validator("output_mode")
-    @classmethod
-    def _append_only(cls, value: str) -> str:
-        if value != "append":
-            raise ValueError("a kafka sink appends records: outputMode must be append (aggregate with a watermark)")
-        return value
 
 
 SinkConfig = Annotated[ParquetSink | ConsoleSink | IcebergSink | KafkaSink, Field(discriminator="kind")]
