@@ -372,9 +372,7 @@ def downstream_of(job: StreamingJob, jobs: list[StreamingJob]) -> tuple[Streamin
     return tuple(j for j in jobs if j.metadata.name != job.metadata.name and reads_from(job, j))
 
 
-def downstream_rewind(
-    rw: Rewind, job: StreamingJob, restored: tuple[SinkRestore, ...] | None = None
-) -> dict[str, Any]:
+def downstream_rewind(rw: Rewind, job: StreamingJob, restored: tuple[SinkRestore, ...] | None = None) -> dict[str, Any]:
     """A child Rewind of a downstream job, to before the earliest output this rewind removes.
     A job reading this job's topics goes back to the newest point that had read none of the
     records this rewind undid, and skips them when it resumes (a topic cannot be undone): it
