@@ -552,6 +552,9 @@ class RestoreConfig(KappaModel):
 
     points: list[RestorePoint] = Field(min_length=1)
     reset_sinks: bool = True
+    downstream: bool = False
+    """The Rewind also rewinds the jobs reading this job's output: a Kafka sink's records after
+    the restored batch must then be known (what those jobs skip), else the restore fails."""
     tag: str | None = None
     """The Rewind (``namespace/name``), named in the report."""
     report: str | None = None

@@ -62,16 +62,23 @@ def restore_point(cfg: JobConfig, point: RestorePoint) -> list[int]:
     return discard_after(external, point.batch_id)
 
 
-def kafka_cut(cfg: JobConfig, point: RestorePoint) -> dict[str, Any]:
+def kafka_cut(cfg: JobConfig, point: RestorePoint, needed: bool) -> dict[str, Any]:
     """A Kafka sink's records written after the restored batch (report fields): from the end
     of the batch's output (its produced record, restored with the checkpoint) to the topic's
-    end now (the job is stopped). A topic cannot be undone: a downstream job skips them."""
+    end now (the job is stopped). A topic cannot be undone: a downstream job skips them. When
+    the batch has no complete record (a checkpoint older than the record), a cascade
+    (``needed``) is refused; a plain rewind goes on without the ranges."""
     sink = cfg.sinks[point.sink]
     if not isinstance(sink, KafkaSink):
         return {}
     restored = open_location(cfg.checkpoint.location).child(point.sink)
     produced = read_produced(restored, point.batch_id)
     if produced is None or produced.end is None:
+        if not needed:
+            log.warning(
+                "batch %d of %s has no produced record: its later records are not reported", point.batch_id, point.sink
+            )
+            return {}
         raise KappaError(
             f"batch {point.batch_id} has no complete record of what it wrote to topic {sink.topic} "
             f"({restored.uri}/kafka-produced/{point.batch_id}), so the records written after it cannot be told "
@@ -89,8 +96,6 @@ def kafka_cut(cfg: JobConfig, point: RestorePoint) -> dict[str, Any]:
 def reset_sink(cfg: JobConfig, point: RestorePoint) -> dict[str, Any]:
     """Undo what ``point``'s query wrote to its Iceberg table after the batch (report fields)."""
     sink = cfg.sinks[point.sink]
-    if isinstance(sink, KafkaSink):
-        return kafka_cut(cfg, point)
     if not isinstance(sink, IcebergSink):
         return {}
     from spark_app.sinks.iceberg.undo import earlier_undo, undo
@@ -142,6 +147,7 @@ def run_restore(cfg: JobConfig) -> RestoreReport:
         try:
             discarded = restore_point(cfg, point)
             fields = reset_sink(cfg, point) if settings.reset_sinks else {}
+            fields.update(kafka_cut(cfg, point, needed=settings.downstream))
         except KappaError as exc:
             return report(f"sink {point.sink}: {exc}")
         except Exception as exc:

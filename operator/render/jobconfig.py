@@ -254,6 +254,7 @@ def restore_config(rw: Rewind, job: StreamingJob, points: tuple[SinkRestore, ...
     live["restore"] = {
         "points": [{"sink": r.sink, "batchId": r.batch_id, "queryId": r.query_id} for r in points],
         "resetSinks": rw.spec.reset_sinks,
+        "downstream": rw.spec.downstream,
         "tag": f"{rw.metadata.namespace}/{rw.metadata.name}",
     }
     return parse_config(live, origin=f"(Rewind {rw.metadata.namespace}/{rw.metadata.name})")

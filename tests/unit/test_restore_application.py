@@ -123,3 +123,30 @@ def test_a_config_without_points_or_snapshots_is_refused_naming_the_field(tmp_pa
     path.write_text(json.dumps(data))
     assert main(["restore", "--config", str(path)]) == 2
     assert "restore needs checkpoint.external" in capsys.readouterr().err
+
+
+def test_a_cascade_over_a_kafka_sink_without_a_produced_record_is_refused_a_plain_rewind_is_not(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint older than the Kafka sink's produced records cannot say which records of the
+    topic came after the restored batch: a cascade (downstream jobs would skip them) refuses,
+    naming the record and the fix; a rewind of the job alone goes on without the ranges."""
+    job, _, _ = setup(tmp_path)
+    data = job.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["sinks"]["attributed_plays"] = {
+        "kind": "kafka", "bootstrapServers": "127.0.0.1:1", "topic": "plays", "key": ["playback_id"],
+    }  # fmt: skip
+    kafka_job = StreamingJob.model_validate(data)
+    rw = yaml.safe_load((ROOT / "examples" / "rmi-rewind.yaml").read_text())
+    point = SinkRestore(sink="attributed_plays", batch_id=5, committed_at="2026-11-01T12:20:00Z", query_id="q-up")
+    for downstream, state in ((True, "Failed"), (False, "Restored")):
+        rw["spec"]["downstream"] = downstream
+        cfg = restore_config(Rewind.model_validate(rw), kafka_job, (point,), str(tmp_path / f"restored-{downstream}"))
+        assert cfg.restore is not None and cfg.restore.downstream is downstream
+        run(tmp_path, cfg)
+        report = read_report(cfg)
+        assert report is not None and report.state == state
+        if downstream:
+            assert "kafka-produced/5" in str(report.error) and "rewind the downstream jobs by hand" in str(report.error)
+        else:
+            assert report.sinks[0].undone_records == []
