@@ -37,6 +37,7 @@ from kappa_operator.render.jobconfig import (
     skipped_offsets,
 )
 from kappa_operator.render.spark_application import BACKFILL_RESTART, Owner, config_map, job_launch, spark_application
+from spark_app.errors import KappaError
 from spark_app.restore_report import RestoreReport, SinkRestored
 
 TERMINAL = ("Succeeded", "Failed")
@@ -241,7 +242,11 @@ def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
             "delete this Rewind to resume it from its live checkpoint",
             **extra,
         )
-    fields = after_restore(rw, report)
+    try:
+        fields = after_restore(rw, report)
+    except KappaError as exc:
+        hint = f"; {rw.spec.job_ref.name} stays stopped: delete this Rewind to resume it from its live checkpoint"
+        return _failed(status, "CascadeRefused", f"{exc}{hint}", **extra)
     commands: tuple[Command, ...] = ()
     if rw.spec.downstream and seen.downstream:
         restored = tuple(SinkRestore.model_validate(r) for r in fields["restores"])
@@ -319,7 +324,13 @@ def _restored(point: SinkRestore, done: SinkRestored) -> SinkRestore:
     undone = None
     if done.undone_records:
         parts = [PartitionRange(partition=r.partition, start=r.start, end=r.end) for r in done.undone_records]
-        undone = TopicRanges(topic=done.undone_records[0].topic, partitions=parts[:SKIP_PARTITIONS_MAX])
+        if len(parts) > SKIP_PARTITIONS_MAX:  # never a partial skip: downstream would process the rest
+            raise KappaError(
+                f"sink {point.sink}: topic {done.undone_records[0].topic} got records after batch {point.batch_id} "
+                f"in {len(parts)} partitions, more than a Rewind's skipOffsets holds ({SKIP_PARTITIONS_MAX}); "
+                "rewind the jobs reading it by hand"
+            )
+        undone = TopicRanges(topic=done.undone_records[0].topic, partitions=parts)
     return point.model_copy(update={"table": done.table, "files_removed": done.files_removed, "undone_records": undone})
 
 

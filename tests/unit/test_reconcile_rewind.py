@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from kappa_operator.models.rewind import Rewind, SinkRestore
+from kappa_operator.models.rewind import SKIP_PARTITIONS_MAX, Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.rewind import (
     Observed,
@@ -371,3 +371,15 @@ def test_a_checkpoint_read_none_of_the_skipped_records_when_its_offsets_are_at_m
     assert read_none_of({"plays": {0: 120, 1: 999, 2: 3}}, starts)
     assert read_none_of({"plays": {0: -2}, "other": {0: 10**6}}, starts), "not read yet; other topics"
     assert not read_none_of({"plays": {0: 121, 2: 3}}, starts)
+
+
+def test_undone_records_in_more_partitions_than_skip_offsets_holds_fail_the_rewind_never_skip_part() -> None:
+    many = [OffsetRange(topic="plays", partition=p, start=0, end=1) for p in range(SKIP_PARTITIONS_MAX + 1)]
+    done = [SinkRestored(sink="attributed_plays", batch_id=41, query_id="q-1", undone_records=many)]
+    wide = kafka_report().model_copy(update={"sinks": done})
+    up, down = kafka_upstream(), kafka_reader("plays-per-title", bootstrapServers="kafka-0:9092", topic="plays")
+    seen = Observed(job=up, app=None, downstream=(down,), restore_app=restore_app("COMPLETED"), report=wide)
+    plan = plan_rewind(rewind("Restoring", downstream=True), seen, NOW)
+    assert plan.status["phase"] == "Failed" and not plan.commands
+    assert f"in {SKIP_PARTITIONS_MAX + 1} partitions" in plan.status["message"]
+    assert "rewind the jobs reading it by hand" in plan.status["message"]
