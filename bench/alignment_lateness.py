@@ -14,8 +14,8 @@ Per mode: files, splits, largest split span, required lateness (maxDrift 5m + la
 what the guard demands), planning seconds (median of ``--repeat``), the files opened to plan
 (the ordering-column reads), and what reading the plan costs: opens and bytes of the row groups
 read when every split is its own task (the worst case: slices of one file in one task share an
-open), and the seconds to read all splits through the source's executor code (``read_splits``,
-one process). Run from the repository root::
+open), and the seconds to read all splits in one micro-batch through the source's JVM reader
+(``tests.spark.jvm_reads``, local[2]). Run from the repository root::
 
     .venv/bin/python -m bench.alignment_lateness --json
 
@@ -155,14 +155,15 @@ def footer_bytes(path: str, cache: dict[str, list[int]]) -> list[int]:
     return cache[path]
 
 
-def measure_mode(props: dict[str, str], root: Path, hours: float, split: dict[str, str], repeat: int) -> dict[str, Any]:
+def measure_mode(
+    spark: Any, props: dict[str, str], root: Path, hours: float, split: dict[str, str], repeat: int
+) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
     from spark_app.planning.splits import max_span
     from spark_app.runtime import source_spec
-    from spark_app.sources.iceberg.reader import SplitsPartition, read_splits
-    from spark_app.sources.iceberg.schema import spark_schema
-    from spark_app.sources.iceberg.stream import BackfillReader, backfill_plan
+    from spark_app.sources.iceberg.stream import backfill_plan_and_layouts
+    from tests.spark.jvm_reads import read_splits
 
     cfg = job_config(props, root, hours, split)
     spec = source_spec(cfg, "copy", "events", 1)
@@ -171,7 +172,7 @@ def measure_mode(props: dict[str, str], root: Path, hours: float, split: dict[st
         table = SqlCatalog("default", **props).load_table("bench.events")
         sid = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
         started = time.perf_counter()
-        splits = backfill_plan(table, spec, sid)
+        splits, layouts = backfill_plan_and_layouts(table, spec, sid)
         seconds.append(time.perf_counter() - started)
     pieces = [p for s in splits for p in s.pieces]
     files = {p.path for p in pieces}
@@ -189,9 +190,8 @@ def measure_mode(props: dict[str, str], root: Path, hours: float, split: dict[st
             sizes = footer_bytes(path, cache)
             opens += 1
             read_bytes += sum(sizes) if groups is None else sum(sizes[g] for g in groups)
-    read_spec = BackfillReader(spec, spark_schema(table.schema())).read_spec()
     started = time.perf_counter()
-    rows_read = sum(b.num_rows for s in splits for b in read_splits(SplitsPartition([s], read_spec)))
+    rows_read = len(read_splits(spark, spec, splits, layouts, str(root / "read-checkpoint")))
     read_seconds = time.perf_counter() - started
     span = timedelta(microseconds=max_span(splits))
     spans = sorted(s.span for s in splits)
@@ -213,14 +213,25 @@ def measure_mode(props: dict[str, str], root: Path, hours: float, split: dict[st
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
+    from pyspark.sql import SparkSession
+
+    from spark_app.runtime import session_jars
+
     out = Path(args.out)
     profiles = {}
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.jars", ",".join(str(j) for j in session_jars()))
+        .getOrCreate()
+    )
     for name in args.profiles:
         root = out / name
         data = generate(root / "table", args.hours, args.rows_per_hour, PROFILES[name])
         log.info("profile %s: %s", name, data)
         modes = {
-            mode: measure_mode(data["props"], root / mode, args.hours, split, args.repeat)
+            mode: measure_mode(spark, data["props"], root / mode, args.hours, split, args.repeat)
             for mode, split in MODES.items()
         }
         base = modes["file"]

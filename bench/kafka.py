@@ -253,7 +253,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     from kappa_operator.local.kafka import KafkaBroker
     from spark_app import jars
-    from spark_app.runtime import register
+    from spark_app.runtime import session_jars
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers: this venv's
     work = Path(args.out)
@@ -261,10 +261,12 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     spark = None
     try:
         builder = SparkSession.builder.master(MASTER).appName("kappa-bench-kafka")
-        for k, v in {**SPARK_CONF, "spark.jars": ",".join(str(j) for j in jars.resolve("kafka-connector"))}.items():
+        for k, v in {
+            **SPARK_CONF,
+            "spark.jars": ",".join(str(j) for j in [*session_jars(), *jars.resolve("kafka-connector")]),
+        }.items():
             builder = builder.config(k, v)
         spark = builder.getOrCreate()
-        register(spark)
         started = time.monotonic()
         result: dict[str, Any] = {}
         if not args.skip_throughput:

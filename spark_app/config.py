@@ -445,6 +445,10 @@ class Window(KappaModel):
     are emitted; that output is suppressed. Default: the pipeline's watermark delay + its
     look-ahead (window length, session gap) when it has an operator that emits on the
     watermark, else 0."""
+    max_drain: Duration | None = None
+    """Keep reading past `end + drain` while results that start in the window are still open in
+    state (a session that goes on past the drain) and the history goes on, at most this far
+    past `end`. None: no limit, so a backfill is final whenever the history allows."""
     allow_short_warmup: bool = False
     """Start even when `warmup` is shorter than the pipeline's look-back (results at the start
     of the window may differ from live)."""
@@ -455,6 +459,10 @@ class Window(KappaModel):
             raise ValueError(f"end ({self.end.isoformat()}) must be after start ({self.start.isoformat()})")
         if self.warmup < timedelta(0):
             raise ValueError("warmup must not be negative")
+        if self.max_drain is not None and self.drain is not None and self.max_drain < self.drain:
+            raise ValueError(
+                f"maxDrain ({format_duration(self.max_drain)}) must be at least drain ({format_duration(self.drain)})"
+            )
         return self
 
     @property

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from spark_app.config import format_duration
 from spark_app.lateness import spark_interval
@@ -123,6 +123,57 @@ def drain(delay: timedelta | None, horizon: StateHorizon, emits: bool) -> timede
     if delay is None or not emits:
         return timedelta(0)
     return delay + horizon.lookahead
+
+
+@dataclass(frozen=True)
+class DrainStep:
+    """What to do when reading stopped with results that start in the window still open:
+    read on to ``read_until`` (None: stop), and if stopping, the notice that says why."""
+
+    read_until: datetime | None
+    notice: str | None = None
+
+
+def next_drain_step(
+    open_results: int,
+    end: datetime,
+    read_until: datetime,
+    history_end: datetime | None,
+    base_drain: timedelta,
+    max_drain: timedelta | None,
+) -> DrainStep:
+    """Read on past ``read_until`` while results are open and the history goes on.
+
+    Each step doubles how far past ``end`` the backfill reads (a session that outlasted the
+    drain may outlast it twice; doubling bounds the restarts by log2 of the longest one),
+    never past the history (nothing there advances the watermark) nor past ``end + maxDrain``.
+    When the history ends first, more drain cannot help: the notice names where the history
+    ends and how far it must reach to close what it holds (``base_drain`` past it)."""
+    if open_results <= 0:
+        return DrainStep(None)
+    limit = None if max_drain is None else end + max_drain
+    if history_end is None or history_end < read_until:
+        reached = "holds nothing past the window's end" if history_end is None else f"ends at {history_end.isoformat()}"
+        until = (history_end or end) + base_drain
+        return DrainStep(
+            None,
+            f"not yet final: the sources' history {reached}; {open_results} windows or sessions that start in the "
+            f"window stay open until it reaches {until.isoformat()} (their last events so far + watermark delay + "
+            "look-ahead): run the backfill again once it has",
+        )
+    if limit is not None and read_until >= limit:
+        return DrainStep(
+            None,
+            f"not yet final: {open_results} windows or sessions that start in the window were still open when "
+            f"reading stopped at {read_until.isoformat()}, window.maxDrain ({format_duration(max_drain)}) past the "
+            "end, while the history goes on: raise window.maxDrain (or leave it unset) to read until they close",
+        )
+    step = max(read_until - end, base_drain, timedelta(minutes=1))
+    target = read_until + step
+    target = min(target, history_end + timedelta(microseconds=1))
+    if limit is not None:
+        target = min(target, limit)
+    return DrainStep(target)
 
 
 @dataclass(frozen=True)

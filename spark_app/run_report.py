@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from spark_app.config import JobConfig
 from spark_app.publish_report import located
 from spark_app.storage import Location
+from spark_app.telemetry import delivered_rows
 
 REPORT_NAME = "run-report.json"
 log = logging.getLogger("kappa.run_report")
@@ -67,7 +68,8 @@ def batch_costs(progress: Sequence[dict[str, Any]]) -> BatchCosts:
     shared cluster have spikes (a GC, a slow commit, the query's start in the first trigger)
     that pull a least-squares line around and would be taken for per-batch or per-row cost.
     One batch, or batches of equal size, cannot be separated: all of it is then per row."""
-    data = [(p["numInputRows"], p["durationMs"]["triggerExecution"] / 1000) for p in progress if p.get("numInputRows")]
+    counted = [(delivered_rows(p), p) for p in progress]
+    data = [(n, p["durationMs"]["triggerExecution"] / 1000) for n, p in counted if n]
     busy = sum(p.get("durationMs", {}).get("triggerExecution", 0) / 1000 for p in progress)
     rows = sum(x for x, _ in data)
     if not data:

@@ -17,13 +17,12 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
-from pyspark.sql.types import StructType
 
 from spark_app.alignment import query_of
 from spark_app.alignment.local import LocalWatermarkProvider
@@ -44,6 +43,7 @@ from spark_app.config import (
     format_duration,
 )
 from spark_app.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
+from spark_app.horizon import next_drain_step
 from spark_app.lag_report import LagReporter, reads_kafka
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
 from spark_app.planning.offsets import BackfillOffset
@@ -52,10 +52,11 @@ from spark_app.run_report import write_report as write_run_report
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.kafka import KafkaBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
-from spark_app.sources.iceberg.datasource import FORMAT, KappaIcebergDataSource
+from spark_app.sources.iceberg.frame import iceberg_frame
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
 from spark_app.sources.kafka import connector_jars
+from spark_app.telemetry import delivered_rows
 from spark_app.window_edges import Edges, open_results, resolve
 
 log = logging.getLogger("kappa.runtime")
@@ -81,7 +82,7 @@ def build_session(cfg: JobConfig) -> SparkSession:
     if cfg.master:
         builder = builder.master(cfg.master)
     conf = {**_SESSION_DEFAULTS, **cfg.spark_conf}
-    added = [str(jar) for jar in connector_jars(cfg)]
+    added = [str(jar) for jar in [*session_jars(), *connector_jars(cfg)]]
     if added:  # before the JVM starts: the only time spark.jars is read
         conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars", ""), *added]))
     for k, v in conf.items():
@@ -90,8 +91,15 @@ def build_session(cfg: JobConfig) -> SparkSession:
     # Set by the job, by spark-submit --conf or spark-defaults.conf: theirs. Unset: one per core.
     if SHUFFLE_PARTITIONS not in cfg.spark_conf and not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
         spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(spark.sparkContext.defaultParallelism)))
-    register(spark)
     return spark
+
+
+def session_jars() -> list[Path]:
+    """The kappa-iceberg source's jar, unless Spark ships it (see ``spark_app.jvm``)."""
+    from spark_app.jvm import source_jar
+
+    jar = source_jar()
+    return [] if jar is None else [jar]
 
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
@@ -107,10 +115,6 @@ def shuffle_partitions(cores: int) -> int:
     own (bench/RESULTS.md, issue 15: 2 partitions instead of 4 on 2 cores cut the aligned
     backfill's per-batch fixed cost from 1.21 s to 0.93 s)."""
     return max(1, cores)
-
-
-def register(spark: SparkSession) -> None:
-    spark.dataSource.register(KappaIcebergDataSource)
 
 
 # --- sources -----------------------------------------------------------------------------
@@ -129,10 +133,16 @@ def reset_rounds(cfg: JobConfig, sinks: Iterable[str]) -> None:
 
 
 def source_spec(
-    cfg: JobConfig, sink: str, name: str, parallelism: int, members: tuple[str, ...] | None = None
+    cfg: JobConfig,
+    sink: str,
+    name: str,
+    parallelism: int,
+    members: tuple[str, ...] | None = None,
+    extended_to: tuple[int, ...] = (),
 ) -> SourceSpec:
     """``members``: the group's members this driver reports as (default: every configured
-    (sink, source) pair; the runtime narrows it to the sources the pipeline reads)."""
+    (sink, source) pair; the runtime narrows it to the sources the pipeline reads).
+    ``extended_to``: the backfill's drain extensions so far (``DrainExtensions``)."""
     src = cfg.sources[name]
     assert isinstance(src, IcebergSourceBase)
     return SourceSpec(
@@ -151,6 +161,7 @@ def source_spec(
         coordinator=cfg.coordinator,
         trace_path=cfg.trace_path,
         parallelism=parallelism,
+        extended_to=extended_to,
     )
 
 
@@ -159,10 +170,8 @@ def source_frames(
     cfg: JobConfig,
     sink: str,
     members: tuple[str, ...] | None = None,
-    schemas: dict[str, StructType] | None = None,
+    extended_to: tuple[int, ...] = (),
 ) -> dict[str, DataFrame]:
-    """``schemas``: each source's schema from an earlier build, so a rebuild skips the round
-    trip to a Python worker that resolving it costs."""
     parallelism = spark.sparkContext.defaultParallelism
     frames = {}
     for name, src in cfg.sources.items():
@@ -171,11 +180,7 @@ def source_frames(
 
             frames[name] = kafka_frame(spark, cfg, name, src)
             continue
-        spec = source_spec(cfg, sink, name, parallelism, members)
-        reader = spark.readStream.format(FORMAT).option("spec", spec.model_dump_json())
-        if schemas and name in schemas:
-            reader = reader.schema(schemas[name])
-        frames[name] = reader.load()
+        frames[name] = iceberg_frame(spark, source_spec(cfg, sink, name, parallelism, members, extended_to))
     return frames
 
 
@@ -200,14 +205,13 @@ def outputs_for(
     pipeline: Pipeline,
     members: tuple[str, ...] | None = None,
     frames: dict[str, dict[str, DataFrame]] | None = None,
+    extended_to: tuple[int, ...] = (),
 ) -> dict[str, DataFrame]:
     """Call the pipeline once per output, each with its own source readers (``frames``, when
     given, receives them per sink)."""
     outputs = {}
-    schemas: dict[str, StructType] = {}
     for sink in cfg.sinks:
-        inputs = source_frames(spark, cfg, sink, members, schemas)
-        schemas.update({n: f.schema for n, f in inputs.items() if not isinstance(cfg.sources[n], KafkaSource)})
+        inputs = source_frames(spark, cfg, sink, members, extended_to)
         if frames is not None:
             frames[sink] = inputs
         result = pipeline(inputs, **cfg.pipeline_args)
@@ -334,7 +338,7 @@ class RunReport:
 
     @property
     def input_rows(self) -> int:
-        return sum(p.get("numInputRows", 0) for p in self.progress)
+        return sum(delivered_rows(p) for p in self.progress)
 
     @property
     def batches(self) -> int:
@@ -392,7 +396,6 @@ class RunReport:
 def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None = None) -> RunReport:
     """Run the job to the end (availableNow) or until ``timeout`` (processingTime)."""
     spark = spark or build_session(cfg)
-    register(spark)
     if cfg.window is not None:
         columns = sorted({cfg.ordering_column(n) for n in cfg.sources})
         log.info(
@@ -411,7 +414,10 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     fresh = not any(Path(cfg.checkpoint.location, s).exists() for s in cfg.sinks)
     if members and fresh and cfg.coordinator is None:
         LocalWatermarkProvider(state_file(cfg), members).reset()
-    outputs = outputs_for(spark, cfg, pipeline, members if cfg.mode == "backfill" else None)
+    drains = DrainExtensions(cfg) if edges is not None and edges.drain else None
+    extended = () if drains is None or fresh else drains.load()
+    reader_members = members if cfg.mode == "backfill" else None
+    outputs = outputs_for(spark, cfg, pipeline, reader_members, extended_to=extended)
     read = None if edges is None else {n for names in edges.used.values() for n in names}
     verdict = lateness_verdict(cfg, outputs, read)
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
@@ -419,22 +425,26 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     if cfg.mode == "backfill":
         reset_rounds(cfg, outputs)
     started = time.monotonic()
-    queries = []
+    queries: list[StreamingQuery] = []
     externalizer = attach(spark, cfg)
     lag = KafkaLagListener(LagReporter(cfg)) if cfg.mode == "live" and reads_kafka(cfg) else None
     if lag is not None:
         spark.streams.addListener(lag)
     try:
-        queries = [start_query(cfg, name, df) for name, df in outputs.items()]
-        deadline = None if timeout is None else started + timeout
-        for q in queries:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
-            finished = q.awaitTermination(remaining) if remaining is not None else q.awaitTermination()
-            if finished is False:
-                q.stop()
-        for q in queries:
-            if q.exception() is not None:
-                raise q.exception()  # type: ignore[misc]
+        while True:
+            current = [start_query(cfg, name, df) for name, df in outputs.items()]
+            queries += current
+            await_queries(current, None if timeout is None else started + timeout)
+            if drains is None or edges is None or timeout is not None:
+                break
+            require_complete(cfg, [p for q in current for p in query_progress(q)])
+            edges, until = drain_step(spark, cfg, edges, extended)
+            if until is None:
+                break
+            extended = (*extended, until)
+            drains.save(extended)  # intent first: a restart reads on from the same plan
+            outputs = outputs_for(spark, cfg, pipeline, reader_members, extended_to=extended)
+            reset_rounds(cfg, outputs)
     finally:
         for q in queries:
             if q.isActive:
@@ -449,8 +459,6 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     progress = [p for q in queries for p in query_progress(q)]
     if cfg.mode == "backfill":
         require_complete(cfg, progress)
-    if edges is not None and edges.drain:
-        edges = still_open(spark, cfg, edges, progress)
     if edges is not None:
         record_finality(cfg, edges)
     report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
@@ -460,6 +468,18 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     if ledger is not None:
         report.reads, report.read_cap = ledger.members(), ledger.cap()
     return report
+
+
+def await_queries(queries: list[StreamingQuery], deadline: float | None) -> None:
+    """Wait for every query to end (availableNow) or the deadline, then raise the first failure."""
+    for q in queries:
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+        finished = q.awaitTermination(remaining) if remaining is not None else q.awaitTermination()
+        if finished is False:
+            q.stop()
+    for q in queries:
+        if q.exception() is not None:
+            raise q.exception()  # type: ignore[misc]
 
 
 class KafkaLagListener(StreamingQueryListener):
@@ -503,26 +523,59 @@ def start_reads(cfg: JobConfig) -> ReadLedger | None:
     return ledger
 
 
-def still_open(spark: SparkSession, cfg: JobConfig, edges: Edges, progress: list[dict[str, Any]]) -> Edges:
-    """Count the results that start in the window but were still open in state when reading
-    stopped (a session that goes on longer than the drain): they are not written, so the
-    report says the output is not final, and by how much."""
+def drain_step(
+    spark: SparkSession, cfg: JobConfig, edges: Edges, extended: tuple[int, ...]
+) -> tuple[Edges, int | None]:
+    """After the queries read to the end of their plan: count the results that start in the
+    window but are still open in state (a session that goes on past the drain), and decide
+    whether to read on (``horizon.next_drain_step``). Returns the edges with the count (and
+    the notice when reading stops with results open) and where to read on to (µs), if at all."""
     assert cfg.window is not None
-    notices, still = list(edges.notices), 0
+    window = cfg.window
+    read_until = datetime.fromtimestamp((extended[-1] if extended else micros(window.read_end)) / 1e6, tz=UTC)
+    still, first = 0, None
     for sink in cfg.sinks:
-        if not any(p.get("stateOperators") for p in progress if p.get("name") == f"{cfg.name}-{sink}"):
-            continue
-        checkpoint = f"{cfg.checkpoint.location.rstrip('/')}/{sink}"
-        n, first = open_results(spark, checkpoint, cfg.window.start, cfg.window.end)
+        n, earliest = open_results(spark, f"{cfg.checkpoint.location.rstrip('/')}/{sink}", window.start, window.end)
         still += n
-        if n:
-            notices.append(
-                f"not yet final: {n} windows or sessions of {sink} that start in the window (the first at "
-                f"{first}) were still open when reading stopped at {cfg.window.read_end.isoformat()}, so they are "
-                "not written; raise window.drain to cover the longest of them"
-            )
-            log.warning("backfill %s: %s", cfg.name, notices[-1])
-    return replace(edges, notices=tuple(notices), open_results=still)
+        if earliest is not None and (first is None or earliest < first):
+            first = earliest
+    step = next_drain_step(still, window.end, read_until, edges.history_end, edges.drain, window.max_drain)
+    notices = edges.notices
+    if step.notice is not None:
+        notices = (*notices, step.notice)
+        log.warning("backfill %s: %s (the first starts at %s)", cfg.name, step.notice, first)
+    elif step.read_until is not None:
+        log.info(
+            "backfill %s: %d windows or sessions that start in the window are still open at %s and the history goes "
+            "on: reading on to %s",
+            cfg.name,
+            still,
+            read_until.isoformat(),
+            step.read_until.isoformat(),
+        )
+    until = None if step.read_until is None else micros(step.read_until)
+    return replace(edges, notices=notices, open_results=still), until
+
+
+class DrainExtensions:
+    """Where a backfill read on past ``end + drain`` (``drain-extensions.json`` in its checkpoint
+    location), written before the queries restart: a backfill killed while reading on resumes
+    with the same plan (its offsets index the window's plan followed by each extension's)."""
+
+    NAME = "drain-extensions.json"
+
+    def __init__(self, cfg: JobConfig) -> None:
+        from spark_app.storage import open_location
+
+        self.location = open_location(cfg.checkpoint.location)
+
+    def load(self) -> tuple[int, ...]:
+        if self.location.stat(self.NAME) is None:
+            return ()
+        return tuple(int(v) for v in json.loads(self.location.read_bytes(self.NAME))["extended_to"])
+
+    def save(self, extended: tuple[int, ...]) -> None:
+        self.location.write_bytes(self.NAME, json.dumps({"extended_to": list(extended)}).encode())
 
 
 def resolve_edges(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> tuple[JobConfig, Edges, tuple[str, ...]]:

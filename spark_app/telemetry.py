@@ -1,8 +1,10 @@
-"""An append-only JSON-lines trace of what sources decided and which files they opened.
+"""An append-only JSON-lines trace of what sources decided and which files their tasks open,
+and the row counts a run reports.
 
-Sources run in several processes (one per source on the driver, Python workers on the
-executors), so the trace is a file opened in append mode: each event is one ``write`` of
-one line, which the OS keeps whole. Off unless the config sets ``tracePath``.
+Several planners (one per query and source, on the callback threads of the driver) and
+several drivers of one alignment group may write one trace, so it is a file opened in append
+mode: each event is one ``write`` of one line, which the OS keeps whole. Off unless the config
+sets ``tracePath``.
 """
 
 from __future__ import annotations
@@ -32,3 +34,26 @@ def read_trace(path: str | Path, event: str | None = None) -> list[dict[str, Any
         return []
     events = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
     return [e for e in events if event is None or e["event"] == event]
+
+
+OBSERVED_ROWS = "kappa_rows:"
+"""Prefix of the observed metric that counts the rows a kappa-iceberg source delivers."""
+SOURCE_DESCRIPTION = "kappa-iceberg["
+
+
+def delivered_rows(progress: dict[str, Any]) -> int:
+    """Rows a batch's sources handed the pipeline. Spark's ``numInputRows`` of the
+    kappa-iceberg source counts what its reader scanned (whole row groups: a time slice's
+    neighbours too); the rows its slice and window filters kept are observed per source
+    (``frame.iceberg_frame``) and counted instead. Other sources count as Spark counts them."""
+    observed = progress.get("observedMetrics") or {}
+    total = 0
+    for source in progress.get("sources") or []:
+        description = str(source.get("description", ""))
+        if description.startswith(SOURCE_DESCRIPTION):
+            metric = observed.get(OBSERVED_ROWS + description[len(SOURCE_DESCRIPTION) : -1])
+            if metric is not None:
+                total += int(metric["rows"] or 0)  # a dict, or a Row of the Python progress
+                continue
+        total += int(source.get("numInputRows", 0) or 0)
+    return total

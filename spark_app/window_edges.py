@@ -126,6 +126,8 @@ def resolve(cfg: JobConfig, frames: dict[str, dict[str, DataFrame]], outputs: di
     emits = any(emits_on_watermark(p) for p in plans.values())
     window = cfg.window
     drained = window.drain if window.drain is not None else drain(delay, horizon, emits)
+    if window.drain is None and window.max_drain is not None:
+        drained = min(drained, window.max_drain)
     backfill_sources = [n for n in sorted(read_any) if isinstance(cfg.sources[n], IcebergBackfillSource)]
     # Warm-up: is there history the look-back would need but the read does not reach?
     history_before = horizon.lookback > window.warmup and any(

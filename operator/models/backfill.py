@@ -57,6 +57,10 @@ class BackfillWindow(CRModel):
     drain: DurationStr | None = None
     """Read this far past end so windows and sessions starting inside close and are written;
     that output is not written. Default: the pipeline's watermark delay + its look-ahead."""
+    max_drain: DurationStr | None = None
+    """Read on past end + drain, while results that start in the window are still open and
+    history remains, at most this far past end. Default: no limit (the backfill is final
+    whenever the history allows)."""
     allow_short_warmup: bool = False
     """Run even when warmup is shorter than the pipeline's look-back."""
 

@@ -96,10 +96,9 @@ def source_order(frames: dict[str, DataFrame], output: DataFrame) -> tuple[str, 
 def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     """Build the pipeline over the sources (no data read, no job run) and resolve its edges as
     the runtime does. A too-short warm-up is a verdict here, not an exception."""
-    from spark_app.runtime import load_pipeline, outputs_for, register, user_message
+    from spark_app.runtime import load_pipeline, outputs_for, user_message
     from spark_app.window_edges import analyzed_plan, resolve
 
-    register(spark)
     pipeline = load_pipeline(cfg.pipeline)
     frames: dict[str, dict[str, DataFrame]] = {}
     try:
@@ -197,7 +196,6 @@ def _micros(dt: datetime) -> int:
 def plan_source(cfg: JobConfig, name: str) -> SourceData:
     """One source's files and splits, planned by the source's own planner (``backfill_plan``),
     and the read limits its reader applies per micro-batch."""
-    from pyspark.sql.types import StructType
 
     from spark_app.catalogs import load_table
     from spark_app.runtime import source_spec
@@ -220,7 +218,7 @@ def plan_source(cfg: JobConfig, name: str) -> SourceData:
     bounds = (_micros(cfg.window.read_start), _micros(cfg.window.read_end))
     files = scan.files_in_window(table, sid, spec.ordering_column, bounds, src.filter)
     splits = backfill_plan(table, spec, sid)
-    reader = BackfillReader(spec, StructType())
+    reader = BackfillReader(spec)
     sliced = 0 if cfg.alignment.mode == "unordered" else sum(is_wide(f, src.split, bounds) for f in files)
     return SourceData(
         name=name,

@@ -3,10 +3,8 @@ the end is not written, whatever the sink."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
-
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from spark_app.errors import ConfigError
 
@@ -14,25 +12,18 @@ from spark_app.errors import ConfigError
 def restrict_to_window(df: DataFrame, time_column: str | None, start_us: int, end_us: int) -> DataFrame:
     """Keep output rows whose ``time_column`` is in ``[start, end)``.
 
-    The filter runs in an Arrow map, not as a ``where``: Spark pushes a predicate on a
-    grouping key below the aggregate, and for session windows that filters raw events by
-    their *initial* session start, which splits sessions that begin in the warm-up.
+    Spark pushes a deterministic predicate on a grouping key below the aggregate, and for
+    session windows that filters raw events by their *initial* session start, which splits
+    sessions that begin in the warm-up or run on past the end. Spark splits a filter into its
+    conjuncts and pushes the deterministic ones (``PushPredicateThroughNonJoin``; it also turns
+    ``CASE WHEN c THEN p ELSE false`` into ``c AND p`` first), so each comparison is made
+    non-deterministic itself: the time plus ``rand(0) * 0`` (always 0, one random draw per
+    comparison and output row). The filter stays above the aggregate and runs in the JVM, where
+    an Arrow map would need a Python worker in every batch.
     """
     if time_column is None:
         return df
     if time_column not in df.columns:
         raise ConfigError(f"sink timeColumn {time_column!r} is not an output column ({', '.join(df.columns)})")
-    return df.mapInArrow(window_filter(time_column, start_us, end_us), df.schema)
-
-
-def window_filter(column: str, start_us: int, end_us: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    def keep_window(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        lo, hi = pa.scalar(start_us, pa.timestamp("us", "UTC")), pa.scalar(end_us, pa.timestamp("us", "UTC"))
-        for b in batches:
-            ts = b.column(column).cast(pa.timestamp("us", "UTC"))
-            yield b.filter(pc.and_(pc.greater_equal(ts, lo), pc.less(ts, hi)))
-
-    return keep_window
+    us = F.unix_micros(F.col(time_column).cast("timestamp")) + (F.rand(0) * 0).cast("long")
+    return df.where((us >= F.lit(start_us)) & (us < F.lit(end_us)))

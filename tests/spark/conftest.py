@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from spark_app import jars
 from spark_app.config import JobConfig, parse_config
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
-from spark_app.runtime import register
+from spark_app.runtime import session_jars
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 
@@ -59,11 +59,10 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        # Spark's Kafka connector, as a local run of a Kafka-reading job gets it (spark_app.jars)
-        .config("spark.jars", ",".join(str(jar) for jar in jars.resolve("kafka-connector")))
+        # the kappa-iceberg source, and Spark's Kafka connector, as a local run gets them
+        .config("spark.jars", ",".join(str(jar) for jar in [*session_jars(), *jars.resolve("kafka-connector")]))
         .getOrCreate()
     )
-    register(session)
     yield session
     session.stop()
 

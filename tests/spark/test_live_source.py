@@ -14,7 +14,6 @@ the summary's commit index, appended ones recorded as they are written).
 from __future__ import annotations
 
 import json
-import pickle
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -24,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
+from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, ReadMaxRows
 
 from spark_app import runtime
@@ -42,11 +43,11 @@ from spark_app.examples.generator import (
     write_commit,
 )
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
-from spark_app.planning.splits import Split
+from spark_app.planning.splits import FilePiece, Split
 from spark_app.sinks.iceberg.compaction import compact
 from spark_app.sinks.iceberg.history import expire
-from spark_app.sources.iceberg.datasource import KappaIcebergDataSource
-from spark_app.sources.iceberg.stream import BackfillReader, LiveReader
+from spark_app.sources.iceberg.frame import reader_for
+from spark_app.sources.iceberg.stream import BackfillReader, LiveReader, micros
 from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0, Dataset, sources
 
@@ -99,10 +100,8 @@ def backfill_config(ds: Dataset, tmp: Path, window: dict[str, str], **source: An
 
 
 def build_reader(cfg: JobConfig, name: str = "impressions") -> Any:
-    """A reader built the way Spark builds it: options (case-insensitive) -> schema -> reader."""
-    spec = runtime.source_spec(cfg, next(iter(cfg.sinks)), name, 2)
-    source = KappaIcebergDataSource(options=CaseInsensitiveDict({"spec": spec.model_dump_json()}))
-    return source.streamReader(source.schema())
+    """The planner the runtime builds for the source (the JVM stream's counterpart)."""
+    return reader_for(runtime.source_spec(cfg, next(iter(cfg.sinks)), name, 2))
 
 
 def walk(reader: Any, start: Offset, limit: ReadLimit = ALL, max_steps: int = 300) -> list[Offset]:
@@ -116,21 +115,45 @@ def walk(reader: Any, start: Offset, limit: ReadLimit = ALL, max_steps: int = 30
     raise AssertionError(f"latestOffset did not settle in {max_steps} steps: last {offsets[-3:]}")
 
 
-def batch_splits(reader: Any, start: Offset, end: Offset) -> list[tuple[Split, ...]]:
-    """The splits of each partition of one batch (partitions pickled as Spark ships them)."""
-    parts = [pickle.loads(pickle.dumps(p)) for p in reader.partitions(start, end)]
-    return [p.splits for p in parts]
+def batch_splits(reader: Any, start: Offset, end: Offset) -> list[list[Split]]:
+    """The splits of each task of one batch."""
+    return reader.task_splits(start, end)
+
+
+def _micros(table: pa.Table, column: str) -> pa.ChunkedArray:
+    root, *rest = column.split(".")
+    col = table.column(root)
+    for name in rest:
+        col = pc.struct_field(col, name)
+    return pc.cast(col, pa.int64())
+
+
+def _between(table: pa.Table, column: str, lo: int, hi: int) -> pa.Table:
+    us = _micros(table, column)
+    return table.filter(pc.and_(pc.greater_equal(us, lo), pc.less(us, hi)))
+
+
+def _piece_rows(piece: FilePiece) -> pa.Table:
+    """Test oracle: the rows a planned piece stands for, read with pyarrow (the product reads
+    them in the JVM; tests/spark/test_jvm_source.py checks the two agree)."""
+    with PyArrowFileIO().new_input(piece.path).open() as f:
+        pf = pq.ParquetFile(f)
+        table = pf.read() if piece.row_groups is None else pf.read_row_groups(list(piece.row_groups))
+    if piece.time_range is not None:
+        table = _between(table, piece.time_range.column, piece.time_range.lo, piece.time_range.hi)
+    return table
 
 
 def batch_rows(reader: Any, start: Offset, end: Offset) -> pa.Table:
-    tables = []
-    for p in reader.partitions(start, end):
-        batches = list(reader.read(pickle.loads(pickle.dumps(p))))
-        if batches:
-            tables.append(pa.Table.from_batches(batches))
+    tables = [_piece_rows(p) for task in batch_splits(reader, start, end) for split in task for p in split.pieces]
+    spec = reader.spec
+    if spec.window is not None and spec.source.kind == "icebergBackfill":
+        lo, hi = micros(spec.window.read_start), micros(spec.window.read_end)
+        tables = [_between(t, spec.ordering_column, lo, hi) for t in tables]
+    tables = [t for t in tables if t.num_rows]
     if not tables:
         return pa.table({"impression_id": pa.array([], pa.string())})
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def batch_ids(reader: Any, start: Offset, end: Offset) -> list[str]:
@@ -212,7 +235,6 @@ def test_snapshots_appended_under_a_running_query_are_read_exactly_once(
 ) -> None:
     ds = fresh_dataset(0.5)
     cfg = live_config(ds, tmp_path, startingPosition="earliest", readLimit={"maxSnapshots": 3})
-    runtime.register(spark)
     outputs = runtime.outputs_for(spark, cfg, runtime.load_pipeline(cfg.pipeline))
     q = runtime.start_query(cfg, "copy", outputs["copy"])
     appended: list[str] = []
@@ -315,7 +337,7 @@ def test_backfill_offsets_replan_identically_and_detect_changed_split_settings(
 
     changed = build_reader(backfill_config(dataset, tmp_path, window, split={"targetBytes": 1}))
     assert changed.initialOffset()["plan"] != initial["plan"], "precondition: the split settings change the plan"
-    for call in (lambda: changed.partitions(offsets[0], offsets[1]), lambda: changed.latestOffset(offsets[1], ALL)):
+    for call in (lambda: changed.task_splits(offsets[0], offsets[1]), lambda: changed.latestOffset(offsets[1], ALL)):
         with pytest.raises(PlanChangedError) as err:
             call()
         msg = str(err.value)
@@ -494,7 +516,7 @@ def test_expired_snapshot_of_the_offset_raises(fresh_dataset: Callable[[float], 
     with pytest.raises(SnapshotExpiredError, match=str(sid)):
         build_reader(cfg).latestOffset(end, ALL)
     with pytest.raises(SnapshotExpiredError, match=str(sid)):
-        build_reader(cfg).partitions(start, end)  # a restart replaying the planned batch
+        build_reader(cfg).task_splits(start, end)  # a restart replaying the planned batch
 
 
 def test_expired_unread_snapshot_between_offset_and_head_raises(

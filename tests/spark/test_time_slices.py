@@ -25,10 +25,9 @@ from spark_app.errors import LatenessError
 from spark_app.examples.generator import GeneratorConfig, generate
 from spark_app.planning.splits import Split, max_span
 from spark_app.runtime import run, source_spec
-from spark_app.sources.iceberg.reader import SplitsPartition, read_splits
-from spark_app.sources.iceberg.schema import spark_schema
-from spark_app.sources.iceberg.stream import BackfillReader, backfill_plan
+from spark_app.sources.iceberg.stream import backfill_plan_and_layouts
 from tests.spark.conftest import T0
+from tests.spark.jvm_reads import read_splits
 
 pytestmark = pytest.mark.spark
 
@@ -81,14 +80,16 @@ def config(
     )
 
 
-def plan_and_read(props: dict[str, str], cfg: JobConfig) -> tuple[list[Split], list[str]]:
-    """The backfill's plan for the current snapshot, and every id read through it (one task)."""
+def plan_and_read(
+    spark: SparkSession, props: dict[str, str], cfg: JobConfig, tmp: Path
+) -> tuple[list[Split], list[str]]:
+    """The backfill's plan for the current snapshot, and every id the JVM reads through it (one
+    task)."""
     spec = source_spec(cfg, "deduplicated", "impressions", 1)
     table = SqlCatalog("default", **props).load_table("demo.impressions")
-    splits = backfill_plan(table, spec, table.current_snapshot().snapshot_id)  # type: ignore[union-attr]
-    read_spec = BackfillReader(spec, spark_schema(table.schema())).read_spec()
-    ids = [i for b in read_splits(SplitsPartition(splits, read_spec)) for i in b.column("impression_id").to_pylist()]
-    return splits, ids
+    splits, layouts = backfill_plan_and_layouts(table, spec, table.current_snapshot().snapshot_id)  # type: ignore[union-attr]
+    rows = read_splits(spark, spec, splits, layouts, str(tmp / f"read-{spec.source.split.slice_span}"))
+    return splits, [r["impression_id"] for r in rows]
 
 
 def window_ids(props: dict[str, str], column: str, lo_min: int, hi_min: int) -> list[str]:
@@ -104,11 +105,13 @@ def window_ids(props: dict[str, str], column: str, lo_min: int, hi_min: int) -> 
 @pytest.mark.parametrize("column", ["event_ts", "__metadata__.ingestion_ts"])
 @pytest.mark.parametrize("window", [(0, 60), (20, 50)], ids=["whole", "inner"])
 def test_slices_narrow_the_largest_span_and_read_every_row_once(
-    late_table: dict[str, str], tmp_path: Path, column: str, window: tuple[int, int]
+    spark: SparkSession, late_table: dict[str, str], tmp_path: Path, column: str, window: tuple[int, int]
 ) -> None:
     ordering = {"alignment": {"maxDrift": "5m", "orderingColumn": column}}
-    files, file_ids = plan_and_read(late_table, config(late_table, tmp_path, "0s", window, **ordering))
-    sliced, sliced_ids = plan_and_read(late_table, config(late_table, tmp_path, "5m", window, **ordering))
+    files, file_ids = plan_and_read(spark, late_table, config(late_table, tmp_path, "0s", window, **ordering), tmp_path)
+    sliced, sliced_ids = plan_and_read(
+        spark, late_table, config(late_table, tmp_path, "5m", window, **ordering), tmp_path
+    )
     expected = window_ids(late_table, column, *window)
 
     assert max_span(files) > 20 * MIN, "file-level: a few late rows make files wide"

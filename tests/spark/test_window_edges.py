@@ -78,30 +78,38 @@ def test_windows_closing_after_the_end_are_emitted(spark: SparkSession, dataset:
 
 def test_sessions_are_emitted_or_counted_as_open(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
     """Sessions closing within the drain (lateness 30m + gap 10m) are written exactly; a
-    session that chains on longer is still open when reading stops: not written, and the
-    report says how many, so nothing is lost silently."""
+    session that chains on longer is read on (complete by default) until the history ends, and
+    one still open there is not written: the report counts it and names the history's end, so
+    nothing is lost silently. With ``maxDrain`` the reading on stops there instead."""
     report = backfill(spark, dataset, tmp_path, sessions)
     plays = history(spark, dataset, "demo.playbacks")
     expected = in_window(sessions.pipeline({"playbacks": plays})[sessions.OUTPUT], sessions.TIME_COLUMN)
     got = written(spark, tmp_path)
     assert len(got) > 100 and set(got) <= set(expected)
     assert report.edges is not None and report.edges.drain == timedelta(minutes=40)
+    history_end = report.edges.history_end
+    assert history_end is not None and history_end > END + report.edges.drain, "precondition: history to read on"
     cols = sorted(["profile_id", "session_start", "session_end", "plays", "watch_s", "first_play_ts", "last_play_ts"])
-    read_end = END + report.edges.drain
-    # open: their last play is within the gap of where reading stopped (the watermark's lag aside)
-    long_ones = [r for r in set(expected) - set(got) if r[cols.index("session_end")] > read_end - timedelta(minutes=30)]
+    # open: their last play is within the gap of the history's end (the watermark's lag aside)
+    long_ones = [
+        r for r in set(expected) - set(got) if r[cols.index("session_end")] > history_end - timedelta(minutes=30)
+    ]
     assert len(long_ones) == len(expected) - len(got), "every session not written is one still open"
+    assert report.edges.open_results == len(long_ones)
     if long_ones:
         assert not report.final
-        notice = next(n for n in report.edges.notices if "still open" in n)
-        assert notice.startswith(f"not yet final: {len(long_ones)} windows or sessions")
-    assert report.edges.open_results == len(long_ones)
-    # with a drain that covers them (to the end of the history), all are written
-    longer = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m", "drain": "50m"}
-    again = backfill(spark, dataset, tmp_path / "longer", sessions, window=longer)
-    got_longer = set(written(spark, tmp_path / "longer"))
-    assert set(got) <= got_longer <= set(expected)
-    assert again.edges is not None and len(expected) - len(got_longer) == again.edges.open_results
+        notice = next(n for n in report.edges.notices if "history ends" in n)
+        assert (
+            f"history ends at {history_end.isoformat()}" in notice and f"{len(long_ones)} windows or sessions" in notice
+        )
+    # bounded: reading stops at end + drain, and the sessions open there are counted, naming maxDrain
+    bounded = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m", "maxDrain": "40m"}
+    stopped = backfill(spark, dataset, tmp_path / "bounded", sessions, window=bounded)
+    got_bounded = set(written(spark, tmp_path / "bounded"))
+    assert got_bounded <= set(got)
+    assert stopped.edges is not None and len(expected) - len(got_bounded) == stopped.edges.open_results
+    if stopped.edges.open_results:
+        assert any("window.maxDrain (40m)" in n for n in stopped.edges.notices)
 
 
 def test_without_the_drain_the_last_results_are_lost(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:

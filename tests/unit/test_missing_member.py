@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
-from pyspark.sql.types import StructType
 
 from spark_app.alignment import GroupView
 from spark_app.config import AlignmentConfig, IcebergBackfillSource, Window
@@ -35,7 +34,7 @@ def test_a_member_that_never_reports_fails_the_backfill(monkeypatch: pytest.Monk
         group="g",
         members=("job/out/plays",),
     )
-    reader = stream.BackfillReader(spec, StructType([]))
+    reader = stream.BackfillReader(spec)
     reader._provider = NeverReported()
     reader.prepareForTriggerAvailableNow()
     monkeypatch.setattr(stream, "MISSING_MEMBER_LIMIT_S", 0.2)

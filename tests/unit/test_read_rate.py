@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pyspark.sql.types import StructType
 
 from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
 from spark_app.config import AlignmentConfig, IcebergBackfillSource, Window, parse_config
@@ -293,7 +292,7 @@ def _reader(tmp_path: Path, mode: str = "unordered") -> stream.BackfillReader:
         members=("bf/out/plays",),
         state_file=str(tmp_path / "g.json"),
     )
-    return stream.BackfillReader(spec, StructType([]))
+    return stream.BackfillReader(spec)
 
 
 class FakeClock:

@@ -15,10 +15,8 @@ from hypothesis import strategies as st
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from spark_app.config import SplitConfig
-from spark_app.planning.splits import DataFileInfo, Split, TimeSlice, plan_splits
-from spark_app.sources.iceberg.reader import ReadSpec, SplitsPartition, read_splits
+from spark_app.planning.splits import DataFileInfo, TimeSlice
 from spark_app.sources.iceberg.slices import cut, ordering_values, slice_file, slice_wide_files
-from spark_app.telemetry import read_trace
 
 M = 60_000_000  # microseconds per minute
 SPAN = 5 * M
@@ -129,35 +127,3 @@ def test_only_wide_files_are_read(tmp_path: Path) -> None:
     assert got[1].slices == (TimeSlice(10 * M, 10 * M, 1), TimeSlice(50 * M, 50 * M, 1))
     off = slice_wide_files(PyArrowFileIO(), [wide], "x", SplitConfig(slice_span=None), (None, None))
     assert off == [wide]
-
-
-# --- the read side ---------------------------------------------------------------------------
-
-
-def test_slices_of_a_file_read_exactly_their_rows_sharing_one_open_per_task(tmp_path: Path) -> None:
-    path = tmp_path / "f.parquet"
-    write_file(path, [50 * M, 1 * M, 10 * M, 11 * M, 51 * M, None])
-    info = DataFileInfo(f"file://{path}", 6, path.stat().st_size, 1 * M, 51 * M)
-    sliced = slice_file(PyArrowFileIO(), info, "__metadata__.ingestion_ts", SPAN, (None, None))
-    plan = plan_splits([sliced], SplitConfig(max_bundle_span=timedelta(0)))
-    assert [s.rows for s in plan] == [1, 2, 2]
-    trace = tmp_path / "trace.jsonl"
-    spec = ReadSpec(
-        io_properties={},
-        location=str(tmp_path),
-        read_columns=["id", "__metadata__"],
-        output_columns=["id"],
-        predicate=None,
-        target_schema=pa.schema([pa.field("id", pa.string())]),
-        batch_rows=1000,
-        trace_path=str(trace),
-        source="s",
-    )
-
-    def ids(splits: list[Split]) -> list[str]:
-        return [i for b in read_splits(SplitsPartition(splits, spec)) for i in b.column("id").to_pylist()]
-
-    assert [sorted(ids([s])) for s in plan] == [["1"], ["2", "3"], ["0", "4"]]  # each slice alone
-    opened = len(read_trace(trace, "open"))
-    assert sorted(ids(plan)) == ["0", "1", "2", "3", "4"]  # all in one task: one open, each row once
-    assert len(read_trace(trace, "open")) == opened + 1

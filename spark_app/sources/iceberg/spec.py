@@ -7,6 +7,9 @@ one frozen model instead of process state.
 
 from __future__ import annotations
 
+from datetime import datetime
+from itertools import pairwise
+
 from pydantic import Field
 
 from spark_app.config import (
@@ -17,6 +20,10 @@ from spark_app.config import (
     KappaModel,
     Window,
 )
+
+
+def micros(dt: datetime) -> int:
+    return int(dt.timestamp() * 1_000_000)
 
 
 class SourceSpec(KappaModel):
@@ -37,9 +44,23 @@ class SourceSpec(KappaModel):
     """``alignment.batchRowBudget``, or 0 (one round per batch) when reads are rate-capped."""
     coordinator: CoordinatorConfig | None = None
     """The HTTP coordinator of the group; None: the local state file (one driver)."""
+    extended_to: tuple[int, ...] = ()
+    """Drain extensions (µs): reading went on past ``window.read_end`` to each of these in turn,
+    because results starting in the window were still open (``runtime.extend_drain``)."""
     trace_path: str | None = None
     parallelism: int = 2
     batch_rows: int = 1 << 17
+
+    def read_segments(self) -> list[tuple[int, int]]:
+        """[lo, hi) in µs: the window read (warm-up to end + drain), then each extension."""
+        assert self.window is not None, "a backfill source needs the window"
+        ends = [micros(self.window.read_end), *self.extended_to]
+        return [(micros(self.window.read_start), ends[0]), *pairwise(ends)]
+
+    @property
+    def read_until(self) -> int | None:
+        """Where the last segment ends (µs), None without a window."""
+        return None if self.window is None else self.read_segments()[-1][1]
 
     @property
     def catalog_name(self) -> str:

@@ -1,8 +1,10 @@
-"""The streaming readers Spark drives: backfill (aligned history) and live (incremental).
+"""The planners of the kappa-iceberg source: backfill (aligned history) and live (incremental).
 
-Each reader runs in its own process on the driver and is rebuilt by the planner, so it keeps
-only caches that can be recomputed from its spec and the offsets: a restart from the
-checkpoint plans the same splits and produces the same batches. Every admission decision
+Spark's stream (``dev.kappa.source.KappaMicroBatchStream``, in the JVM) asks them, through
+``bridge.PlannerBridge``, for every offset and every batch's tasks; they run in the driver's
+own Python process and read only metadata, never rows. Each keeps only caches that can be
+recomputed from its spec and the offsets: a restart from the checkpoint plans the same splits
+and produces the same batches. Every admission decision
 goes to the trace (when configured) so it can be audited. A backfill's read-rate cap
 (``readRate``) then takes the prefix of the admitted splits its token bucket pays for.
 """
@@ -13,25 +15,20 @@ import hashlib
 import logging
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxBytes,
     ReadMaxFiles,
     ReadMaxRows,
-    SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
 
 from spark_app.alignment import GroupView, ReadCount, WatermarkProvider, held_outside, query_of
 from spark_app.alignment.http import HttpWatermarkProvider
@@ -52,8 +49,7 @@ from spark_app.planning.rounds import Turn, combined_bound, honor_floor, lookahe
 from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits
 from spark_app.sinks.iceberg.history import expired_before
 from spark_app.sources.iceberg import scan
-from spark_app.sources.iceberg.reader import ReadSpec, SplitsPartition, read_splits
-from spark_app.sources.iceberg.schema import arrow_schema, ordering_field
+from spark_app.sources.iceberg.byte_ranges import file_reads, task_pieces
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.telemetry import trace
 
@@ -84,7 +80,7 @@ def backfill_plan(table: Table, spec: SourceSpec, snapshot_id: int) -> list[Spli
 
 
 def backfill_plan_and_layouts(
-    table: Table, spec: SourceSpec, snapshot_id: int
+    table: Table, spec: SourceSpec, snapshot_id: int, bounds: tuple[int, int] | None = None
 ) -> tuple[list[Split], dict[str, FileLayout]]:
     """``backfill_plan``, and each planned file's size and row-group offsets (what reading a
     time slice of it costs, for the read-rate cap)."""
@@ -93,7 +89,7 @@ def backfill_plan_and_layouts(
     scan.require_snapshot(table, snapshot_id, "the snapshot this backfill reads")
     window = spec.window
     assert window is not None, "a backfill source needs the window"
-    bounds = (micros(window.read_start), micros(window.read_end))
+    bounds = bounds or (micros(window.read_start), micros(window.read_end))
     files = scan.files_in_window(table, snapshot_id, spec.ordering_column, bounds, spec.source.filter)
     if spec.alignment.mode != "unordered":
         files = slice_wide_files(table.io, files, spec.ordering_column, spec.source.split, bounds)
@@ -114,17 +110,13 @@ def backfill_plan_and_layouts(
     return splits, {f.path: (f.size_bytes, f.row_group_offsets) for f in files}
 
 
-class _IcebergReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, spec: SourceSpec, schema: StructType) -> None:
-        self.spec = spec
-        self.schema = schema
-        self._table: Table | None = None
-        self._read_spec: ReadSpec | None = None
+class _IcebergReader:
+    """What both readers share: the table, the read limits and the tasks of a batch."""
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_table"] = None
-        return state
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+        self._table: Table | None = None
+        self._layouts: dict[str, FileLayout] = {}
 
     @property
     def table(self) -> Table:
@@ -159,68 +151,42 @@ class _IcebergReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
 
     # -- reading ------------------------------------------------------------------------
-    def read_spec(self) -> ReadSpec:
-        if self._read_spec is None:
-            table = self.table
-            spec = self.spec
-            ordering = ordering_field(table.schema(), spec.ordering_column, spec.source.table)
-            output = list(self.schema.fieldNames())
-            root = spec.ordering_column.split(".")[0]
-            read_columns = output + ([root] if root not in output else [])
-            predicate = self._predicate(ordering)
-            self._read_spec = ReadSpec(
-                io_properties={**spec.catalog, **table.io.properties},
-                location=table.metadata.location,
-                read_columns=read_columns,
-                output_columns=output,
-                predicate=predicate,
-                target_schema=arrow_schema(self.schema),
-                batch_rows=spec.batch_rows,
-                trace_path=spec.trace_path,
-                source=spec.name,
-            )
-        return self._read_spec
+    def task_splits(self, start: dict, end: dict) -> list[list[Split]]:
+        """The splits of the batch [start, end), packed into tasks by ``pack_tasks``."""
+        raise NotImplementedError
 
-    def _predicate(self, ordering: Any) -> pc.Expression | None:
-        from pyiceberg.expressions.visitors import bind
-        from pyiceberg.io.pyarrow import expression_to_pyarrow
+    def tasks(self, start: dict, end: dict) -> list[list[dict[str, Any]]]:
+        """The batch's tasks as the JVM reader takes them: each piece a byte range of whole row
+        groups with its time slice."""
+        tasks = self.task_splits(start, end)
+        if self.spec.trace_path:
+            for task in tasks:
+                for path, groups, ranges in file_reads(task):
+                    trace(
+                        self.spec.trace_path, "open", source=self.spec.name, path=path, row_groups=groups, slices=ranges
+                    )
+        return [task_pieces(t, self._layouts, self.clip) for t in tasks]
 
-        parts: list[pc.Expression] = []
-        if self.spec.source.filter:
-            bound = bind(self.table.schema(), scan.row_filter(self.spec.source.filter), case_sensitive=True)
-            parts.append(expression_to_pyarrow(bound, self.table.schema()))
-        window = self.spec.window
-        if window is not None and self.spec.source.kind == "icebergBackfill":
-            column = pc.field(*self.spec.ordering_column.split("."))
-            ts_type = pa.timestamp("us", tz="UTC" if "tz" in str(ordering.field_type) else None)
-            parts.append(column >= pa.scalar(micros(window.read_start), ts_type))
-            parts.append(column < pa.scalar(micros(window.read_end), ts_type))
-        if not parts:
-            return None
-        expr = parts[0]
-        for p in parts[1:]:
-            expr = expr & p
-        return expr
+    def clip(self, split: Split) -> tuple[int, int] | None:
+        return None
 
-    def partitions_for(self, splits: Sequence[Split]) -> list[InputPartition]:
-        spec = self.read_spec()
-        tasks = pack_tasks(splits, self.spec.parallelism, self.spec.source.split.task_target_bytes)
-        return [SplitsPartition(t, spec) for t in tasks]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, SplitsPartition)
-        return read_splits(partition)
+    def packed(self, splits: Sequence[Split]) -> list[list[Split]]:
+        return pack_tasks(splits, self.spec.parallelism, self.spec.source.split.task_target_bytes)
 
     def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
         pass
 
 
 class BackfillReader(_IcebergReader):
     """History of one fixed snapshot, splits admitted in order under the drift bound."""
 
-    def __init__(self, spec: SourceSpec, schema: StructType) -> None:
-        super().__init__(spec, schema)
+    def __init__(self, spec: SourceSpec) -> None:
+        super().__init__(spec)
         self._plans: dict[int, tuple[list[Split], str]] = {}
+        self._clips: dict[int, tuple[int, int]] = {}
         self._costs: dict[int, list[Cost]] = {}
         self._prefix: dict[int, tuple[list[int], list[int]]] = {}
         self._provider: WatermarkProvider | None = None
@@ -228,18 +194,31 @@ class BackfillReader(_IcebergReader):
         self._available_now = False
         self._last_turn: Turn | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        state["_provider"] = None
-        state["_reported"] = False
-        return state
-
     def plan(self, snapshot_id: int) -> tuple[list[Split], str]:
+        """The window's splits, then those of each drain extension (``SourceSpec.extended_to``):
+        a segment's splits all lie past the previous segment's, so the concatenation stays in
+        order and an offset into the window's plan keeps its meaning. The fingerprint is the
+        window's plan's: extending the drain is not a change of plan."""
         if snapshot_id not in self._plans:
-            splits, layouts = backfill_plan_and_layouts(self.table, self.spec, snapshot_id)
-            self._plans[snapshot_id] = (splits, plan_fingerprint(splits))
+            segments = self.spec.read_segments()
+            splits, layouts = backfill_plan_and_layouts(self.table, self.spec, snapshot_id, segments[0])
+            fingerprint = plan_fingerprint(splits)
+            if len(segments) > 1:
+                self._clips.update({id(s): segments[0] for s in splits})
+            for bounds in segments[1:]:
+                more, more_layouts = backfill_plan_and_layouts(self.table, self.spec, snapshot_id, bounds)
+                self._clips.update({id(s): bounds for s in more})
+                splits = splits + more
+                layouts.update(more_layouts)
+            self._layouts.update(layouts)
+            self._plans[snapshot_id] = (splits, fingerprint)
             self._costs[snapshot_id] = [read_cost(split, layouts) for split in splits]
         return self._plans[snapshot_id]
+
+    def clip(self, split: Split) -> tuple[int, int] | None:
+        """The plan segment a split belongs to, when the plan has several: its rows are kept
+        to it (a file on a segment's edge is in both, each reading its side)."""
+        return self._clips.get(id(split))
 
     def costs(self, snapshot_id: int) -> list[Cost]:
         """What reading each split of the plan costs (bytes opened, files opened)."""
@@ -481,17 +460,17 @@ class BackfillReader(_IcebergReader):
     def reportLatestOffset(self) -> dict | None:
         return None
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def task_splits(self, start: dict, end: dict) -> list[list[Split]]:
         s, splits = self._offset(start)
         e, _ = self._offset(end)
-        return self.partitions_for(splits[s.position : e.position])
+        return self.packed(splits[s.position : e.position])
 
 
 class LiveReader(_IcebergReader):
     """Incremental appends of the table's history, snapshot by snapshot."""
 
-    def __init__(self, spec: SourceSpec, schema: StructType) -> None:
-        super().__init__(spec, schema)
+    def __init__(self, spec: SourceSpec) -> None:
+        super().__init__(spec)
         self._cache: dict[int, list[Split]] = {}
         self._bounded = False
         self._target: int | None = None
@@ -500,6 +479,7 @@ class LiveReader(_IcebergReader):
         if snapshot_id not in self._cache:
             snap = scan.require_snapshot(self.table, snapshot_id, "a snapshot this query reads")
             files = scan.files_added_by(self.table, snap, self.spec.ordering_column, self.spec.source.filter)
+            self._layouts.update({f.path: (f.size_bytes, f.row_group_offsets) for f in files})
             self._cache[snapshot_id] = plan_splits(files, self.spec.source.split)
         return self._cache[snapshot_id]
 
@@ -639,7 +619,7 @@ class LiveReader(_IcebergReader):
             )
         return current.to_dict()
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def task_splits(self, start: dict, end: dict) -> list[list[Split]]:
         s, e = LiveOffset.from_dict(start), LiveOffset.from_dict(end)
         if e.snapshot_id is None or s == e:
             return []
@@ -654,7 +634,7 @@ class LiveReader(_IcebergReader):
             lo = s.position if sid == s.snapshot_id else 0
             hi = e.position if sid == e.snapshot_id else len(splits)
             picked += splits[lo:hi]
-        return self.partitions_for(picked)
+        return self.packed(picked)
 
     def _chain_upto(self, s: LiveOffset, e: LiveOffset) -> list[int]:
         full = [snap.snapshot_id for snap in scan.history(self.table)]

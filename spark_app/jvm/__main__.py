@@ -1,0 +1,5 @@
+import sys
+
+from spark_app.jvm import main
+
+sys.exit(main())

@@ -1,0 +1,123 @@
+"""One Iceberg source as a streaming DataFrame read by the JVM (``dev.kappa.source``).
+
+The query is built here, in the driver, once: the JVM stream reads the admitted pieces with
+Spark's own Parquet reader, each row carrying its piece's time slice as the constant columns
+``_kappa_lo``/``_kappa_hi``; this module adds the static filters that cut the slices, the
+backfill window and the source's ``filter``, then projects to the source's columns. Spark
+pushes none of it into a streaming scan, but all of it runs in whole-stage generated code over
+columnar batches: no Python touches a row.
+
+Columns are matched by Iceberg field id (a renamed column keeps its id), falling back to names
+for files written without ids. Parquet types are read as Spark reads them; the one Iceberg
+type Spark's reader cannot map to its Spark type (``uuid``, 16 fixed bytes, shown as a
+string) is read as bytes and formatted in the projection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyiceberg import types as it
+from pyiceberg.schema import Schema
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as st
+
+from spark_app.catalogs import load_table
+from spark_app.errors import ConfigError
+from spark_app.jvm import SOURCE_CLASS
+from spark_app.sources.iceberg.bridge import register
+from spark_app.sources.iceberg.filters import filter_columns, spark_filter
+from spark_app.sources.iceberg.schema import ordering_field, project, spark_type
+from spark_app.sources.iceberg.spec import SourceSpec
+from spark_app.sources.iceberg.stream import BackfillReader, LiveReader, micros
+from spark_app.telemetry import OBSERVED_ROWS
+
+LO, HI = "_kappa_lo", "_kappa_hi"
+FIELD_ID = "parquet.field.id"
+
+
+def _parquet_type(t: Any, where: str) -> st.DataType:
+    """The Spark type the reader reads a column as (``spark_type`` but uuid as bytes), with field ids."""
+    if isinstance(t, it.UUIDType):
+        return st.BinaryType()
+    if isinstance(t, it.StructType):
+        return st.StructType([_field(f, f"{where}.{f.name}") for f in t.fields])
+    if isinstance(t, it.ListType | it.MapType) and _has_uuid(t):
+        raise ConfigError(f"column {where}: a uuid inside a list or map cannot be read; leave it out with `columns`")
+    return spark_type(t, where)
+
+
+def _has_uuid(t: Any) -> bool:
+    if isinstance(t, it.UUIDType):
+        return True
+    if isinstance(t, it.StructType):
+        return any(_has_uuid(f.field_type) for f in t.fields)
+    if isinstance(t, it.ListType):
+        return _has_uuid(t.element_type)
+    if isinstance(t, it.MapType):
+        return _has_uuid(t.key_type) or _has_uuid(t.value_type)
+    return False
+
+
+def _field(f: it.NestedField, where: str) -> st.StructField:
+    return st.StructField(f.name, _parquet_type(f.field_type, where), True, {FIELD_ID: f.field_id})
+
+
+def read_schema(table_schema: Schema, columns: list[str]) -> st.StructType:
+    """What the JVM reads: ``columns`` of the table as Parquet holds them, then the slice bounds."""
+    fields = [_field(table_schema.find_field(c), c) for c in columns]
+    return st.StructType(
+        [*fields, st.StructField(LO, st.TimestampType(), True), st.StructField(HI, st.TimestampType(), True)]
+    )
+
+
+def _uuid_text(c: Column) -> Column:
+    h = F.lower(F.hex(c))
+    parts = [F.substring(h, start, n) for start, n in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))]
+    return F.concat_ws("-", *parts)
+
+
+def _output(name: str, f: it.NestedField) -> Column:
+    """A read column as the source's schema has it."""
+    if isinstance(f.field_type, it.UUIDType):
+        return _uuid_text(F.col(name)).alias(name)
+    if isinstance(f.field_type, it.StructType) and _has_uuid(f.field_type):
+        inner = [_output(f"{name}.{c.name}", c).alias(c.name) for c in f.field_type.fields]
+        return F.when(F.col(name).isNull(), F.lit(None)).otherwise(F.struct(*inner)).alias(name)
+    return F.col(name)
+
+
+def reader_for(spec: SourceSpec) -> BackfillReader | LiveReader:
+    return BackfillReader(spec) if spec.source.kind == "icebergBackfill" else LiveReader(spec)
+
+
+def iceberg_frame(
+    spark: SparkSession, spec: SourceSpec, planner: BackfillReader | LiveReader | None = None
+) -> DataFrame:
+    """The source's streaming DataFrame: its columns (``spark_schema`` of the projection), the
+    rows its planner (by default the spec's) admits, in the batches it decides."""
+    table = load_table(spec.catalog_name, spec.catalog, spec.source.table)
+    schema = table.schema()
+    ordering_field(schema, spec.ordering_column, spec.source.table)
+    output = project(schema, spec.source.columns, spec.source.table)
+    names = [f.name for f in output.fields]
+    root = spec.ordering_column.split(".")[0]
+    extra = sorted(({root} | filter_columns(schema, spec.source.filter)) - set(names))
+    key = register(spark, planner or reader_for(spec))
+    df = spark.readStream.format(SOURCE_CLASS).schema(read_schema(schema, names + extra)).option("planner", key).load()
+    ordering = F.col(spec.ordering_column)
+    keep = F.col(LO).isNull() | ((ordering >= F.col(LO)) & (ordering < F.col(HI)))
+    window = spec.window
+    if window is not None and spec.source.kind == "icebergBackfill":
+        start = F.timestamp_micros(F.lit(micros(window.read_start)))
+        keep = keep & (ordering >= start) & (ordering < F.timestamp_micros(F.lit(spec.read_until)))
+    row_filter = spark_filter(schema, spec.source.filter)
+    if row_filter is not None:
+        keep = keep & row_filter
+    delivered = F.count(F.lit(1)).alias("rows")
+    return (
+        df.where(keep)
+        .select(*[_output(n, output.find_field(n)) for n in names])
+        .observe(OBSERVED_ROWS + key, delivered)
+    )
