@@ -46,6 +46,8 @@ def delivered_rows(progress: dict[str, Any]) -> int:
     kappa-iceberg source counts what its reader scanned (whole row groups: a time slice's
     neighbours too); the rows its slice and window filters kept are observed per source
     (``frame.iceberg_frame``) and counted instead. Other sources count as Spark counts them."""
+    if "sources" not in progress:  # a summary without per-source detail
+        return int(progress.get("numInputRows", 0) or 0)
     observed = progress.get("observedMetrics") or {}
     total = 0
     for source in progress.get("sources") or []:
