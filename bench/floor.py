@@ -24,8 +24,10 @@ FLOOR_ROWS_PER_BATCH = 1000
 def batch_overhead_s(progress: list[dict[str, Any]]) -> float | None:
     """Seconds a micro-batch costs at zero rows: the intercept of trigger time on input rows
     over the batches that read something (None: fewer than three such batches)."""
+    from spark_app.telemetry import delivered_rows
+
     points = [
-        (float(p["numInputRows"]), p["durationMs"].get("triggerExecution", 0) / 1000.0)
+        (float(delivered_rows(p)), p["durationMs"].get("triggerExecution", 0) / 1000.0)
         for p in progress
         if p.get("numInputRows", 0) > 0
     ]

@@ -156,19 +156,22 @@ def choose_lateness(cfg: Any) -> tuple[timedelta, timedelta]:
 
 def batch_stats(progress: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-micro-batch times from Spark's progress events."""
+    from spark_app.telemetry import delivered_rows
+
     data = [p for p in progress if p.get("numInputRows", 0) > 0]
     total = [p["durationMs"].get("triggerExecution", 0) for p in data]
     add = [p["durationMs"].get("addBatch", 0) for p in data]
     other = [t - a for t, a in zip(total, add, strict=True)]
     return {
-        "input_rows": sum(p.get("numInputRows", 0) for p in progress),
+        "input_rows": sum(delivered_rows(p) for p in progress),
+        "scanned_rows": sum(p.get("numInputRows", 0) for p in progress),
         "batches": len(data),
         "triggers": len(progress),
         "batch_ms_median": statistics.median(total) if total else None,
         "add_batch_ms_median": statistics.median(add) if add else None,
         "non_add_batch_ms_median": statistics.median(other) if other else None,
         "trigger_ms_sum": sum(p["durationMs"].get("triggerExecution", 0) for p in progress),
-        "rows_per_batch_median": statistics.median(p["numInputRows"] for p in data) if data else None,
+        "rows_per_batch_median": statistics.median(delivered_rows(p) for p in data) if data else None,
         "dropped_by_watermark": sum(
             op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", [])
         ),

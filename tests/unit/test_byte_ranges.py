@@ -49,8 +49,24 @@ def test_task_pieces_carry_the_slice_bounds() -> None:
     task = [Split(10, 20, (a,), 5, 5), Split(0, 30, (b,), 5, 5)]
     got = task_pieces(task, {"f": LAYOUT, "g": (77, ())})
     assert got == [
-        {"path": "f", "start": 4, "length": 246, "fileSize": 1000, "lo": 10, "hi": 20},
-        {"path": "g", "start": 0, "length": 77, "fileSize": 77, "lo": None, "hi": None},
+        {"path": "f", "start": 4, "length": 246, "fileSize": 1000, "ranges": [[10, 20]]},
+        {"path": "g", "start": 0, "length": 77, "fileSize": 77, "ranges": []},
     ]
     c = FilePiece("f", (1,), 5, 5, TimeRange("ts", 20, 30))
     assert file_reads([Split(10, 20, (a,), 5, 5), Split(20, 30, (c,), 5, 5)]) == [("f", [0, 1], [[10, 20], [20, 30]])]
+
+
+def test_slices_of_a_file_in_one_task_share_one_read_of_their_row_groups() -> None:
+    slices = [FilePiece("f", (g % 2,), 1, 1, TimeRange("ts", 10 * i, 10 * i + 5)) for i, g in enumerate(range(6))]
+    got = task_pieces([Split(10 * i, 10 * i + 4, (p,), 1, 1) for i, p in enumerate(slices)], {"f": LAYOUT})
+    assert [(r["start"], r["length"]) for r in got] == [(4, 496), (4, 496)]  # groups 0-1, 4 ranges, then 2
+    assert [len(r["ranges"]) for r in got] == [4, 2]
+    assert sorted(tuple(x) for r in got for x in r["ranges"]) == [(10 * i, 10 * i + 5) for i in range(6)]
+
+
+def test_a_plan_segment_bounds_every_piece() -> None:
+    whole = FilePiece("g", None, 5, 5)
+    sliced = FilePiece("f", (0,), 5, 5, TimeRange("ts", 10, 50))
+    task = [Split(0, 60, (whole,), 5, 5), Split(10, 50, (sliced,), 5, 5)]
+    got = task_pieces(task, {"f": LAYOUT, "g": (77, ())}, clip=lambda _: (40, 100))
+    assert [r["ranges"] for r in got] == [[[40, 100]], [[40, 50]]]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spark_app.planning.read_rate import FileLayout
-from spark_app.planning.splits import FilePiece, Split
+from spark_app.planning.splits import FilePiece, Split, TimeRange
 
 
 def runs(groups: Sequence[int]) -> list[tuple[int, int]]:
@@ -47,6 +47,11 @@ def piece_ranges(piece: FilePiece, layout: FileLayout) -> list[tuple[int, int]]:
     return ranges
 
 
+SLICE_RANGES = 4
+"""Time ranges one read of a file can keep (the source's ``_kappa_lo_i``/``_kappa_hi_i`` columns):
+slices of one file in one task share a read up to this many; more take another read."""
+
+
 def bounds_of(piece: FilePiece, clip: tuple[int, int] | None) -> tuple[int | None, int | None]:
     """The rows a piece keeps: its time slice, within its plan segment's bounds (None: all)."""
     lo, hi = (piece.time_range.lo, piece.time_range.hi) if piece.time_range is not None else (None, None)
@@ -60,17 +65,51 @@ def task_pieces(
     layouts: Mapping[str, FileLayout],
     clip: Callable[[Split], tuple[int, int] | None] = lambda _: None,
 ) -> list[dict[str, Any]]:
-    """One task's reads for the JVM: a file range each, with the slice's bounds (None: all
-    rows). The pieces of a task are disjoint (time slices or row-group runs of their files),
-    so reading each range and keeping the rows in its bounds returns every row once."""
-    out = []
+    """One task's reads for the JVM: per file, the byte ranges of the row groups its pieces
+    need and the time ranges whose rows it keeps (none: all rows).
+
+    The pieces of one file in one task are time slices or row-group runs of it, disjoint in
+    rows, and each slice's rows lie in its row groups: one read of the union of their row
+    groups, keeping the rows in any of their time ranges, returns each row exactly once (a
+    row of one slice's group that falls in another slice's range is a row of that slice, so
+    its group is in the union). Up to ``SLICE_RANGES`` ranges share a read."""
+    groups: dict[str, set[int] | None] = {}
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    unsliced: set[str] = set()
     for split in task:
         for p in split.pieces:
-            size = layouts[p.path][0]
+            held = groups.setdefault(p.path, set())
+            groups[p.path] = None if held is None or p.row_groups is None else held | set(p.row_groups)
             lo, hi = bounds_of(p, clip(split))
-            for start, length in piece_ranges(p, layouts[p.path]):
-                out.append({"path": p.path, "start": start, "length": length, "fileSize": size, "lo": lo, "hi": hi})
+            if lo is None or hi is None:
+                unsliced.add(p.path)
+            elif (lo, hi) not in ranges.setdefault(p.path, []):
+                ranges[p.path].append((lo, hi))
+    out = []
+    for path, held in groups.items():
+        if path in unsliced and ranges.get(path):
+            raise ValueError(f"{path}: a task has both whole and sliced pieces of it; the plan cuts a file one way")
+        size, _ = layouts[path]
+        piece = FilePiece(path, None if held is None else tuple(sorted(held)), 0, 0, None if path in unsliced else _ANY)
+        kept = [] if path in unsliced else sorted(ranges[path])
+        chunks = [kept[i : i + SLICE_RANGES] for i in range(0, len(kept), SLICE_RANGES)] or [[]]
+        for chunk in chunks:
+            for start, length in piece_ranges(piece, layouts[path]):
+                out.append(
+                    {
+                        "path": path,
+                        "start": start,
+                        "length": length,
+                        "fileSize": size,
+                        "ranges": [list(r) for r in chunk],
+                    }
+                )
     return out
+
+
+_ANY = TimeRange("", 0, 0)
+"""Marks a merged piece as sliced for ``piece_ranges`` (which reads a whole file for a slice
+when the manifest has no split offsets); its bounds travel in ``ranges``."""
 
 
 def file_reads(task: Sequence[Split]) -> list[tuple[str, list[int] | None, list[list[int]]]]:

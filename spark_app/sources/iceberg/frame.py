@@ -2,7 +2,7 @@
 
 The query is built here, in the driver, once: the JVM stream reads the admitted pieces with
 Spark's own Parquet reader, each row carrying its piece's time slice as the constant columns
-``_kappa_lo``/``_kappa_hi``; this module adds the static filters that cut the slices, the
+``_kappa_lo_i``/``_kappa_hi_i``; this module adds the static filters that cut the slices, the
 backfill window and the source's ``filter``, then projects to the source's columns. Spark
 pushes none of it into a streaming scan, but all of it runs in whole-stage generated code over
 columnar batches: no Python touches a row.
@@ -15,6 +15,7 @@ string) is read as bytes and formatted in the projection.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from pyiceberg import types as it
@@ -27,13 +28,14 @@ from spark_app.catalogs import load_table
 from spark_app.errors import ConfigError
 from spark_app.jvm import SOURCE_CLASS
 from spark_app.sources.iceberg.bridge import register
+from spark_app.sources.iceberg.byte_ranges import SLICE_RANGES
 from spark_app.sources.iceberg.filters import filter_columns, spark_filter
 from spark_app.sources.iceberg.schema import ordering_field, project, spark_type
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import BackfillReader, LiveReader, micros
 from spark_app.telemetry import OBSERVED_ROWS
 
-LO, HI = "_kappa_lo", "_kappa_hi"
+SLICE_PREFIX = "_kappa_"
 FIELD_ID = "parquet.field.id"
 
 
@@ -64,12 +66,24 @@ def _field(f: it.NestedField, where: str) -> st.StructField:
     return st.StructField(f.name, _parquet_type(f.field_type, where), True, {FIELD_ID: f.field_id})
 
 
+def slice_columns() -> list[tuple[str, str]]:
+    """The (lo, hi) constant columns of the time ranges one read keeps."""
+    return [(f"{SLICE_PREFIX}lo_{i}", f"{SLICE_PREFIX}hi_{i}") for i in range(SLICE_RANGES)]
+
+
 def read_schema(table_schema: Schema, columns: list[str]) -> st.StructType:
-    """What the JVM reads: ``columns`` of the table as Parquet holds them, then the slice bounds."""
+    """What the JVM reads: ``columns`` of the table as Parquet holds them, then the slices' bounds."""
     fields = [_field(table_schema.find_field(c), c) for c in columns]
-    return st.StructType(
-        [*fields, st.StructField(LO, st.TimestampType(), True), st.StructField(HI, st.TimestampType(), True)]
-    )
+    bounds = [st.StructField(name, st.TimestampType(), True) for pair in slice_columns() for name in pair]
+    return st.StructType([*fields, *bounds])
+
+
+def in_slices(ordering: Column) -> Column:
+    """Rows of a read without time ranges (its first bound null), or in any of its ranges; a
+    range left unused is null and keeps nothing."""
+    (lo0, _), *_ = slice_columns()
+    kept = [(ordering >= F.col(lo)) & (ordering < F.col(hi)) for lo, hi in slice_columns()]
+    return functools.reduce(lambda a, b: a | b, kept, F.col(lo0).isNull())
 
 
 def _uuid_text(c: Column) -> Column:
@@ -107,7 +121,7 @@ def iceberg_frame(
     key = register(spark, planner or reader_for(spec))
     df = spark.readStream.format(SOURCE_CLASS).schema(read_schema(schema, names + extra)).option("planner", key).load()
     ordering = F.col(spec.ordering_column)
-    keep = F.col(LO).isNull() | ((ordering >= F.col(LO)) & (ordering < F.col(HI)))
+    keep = in_slices(ordering)
     window = spec.window
     if window is not None and spec.source.kind == "icebergBackfill":
         start = F.timestamp_micros(F.lit(micros(window.read_start)))

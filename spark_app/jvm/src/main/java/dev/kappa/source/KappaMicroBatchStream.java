@@ -43,12 +43,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * batch come from the Python planner ({@link AdmissionPlanner}); this class turns the tasks
  * into Spark's own {@link FilePartition}s and reads them with Spark's own Parquet reader
  * (vectorized, columnar, the same one {@code spark.read.parquet} uses). A time slice travels
- * as the constant columns {@code _kappa_lo} and {@code _kappa_hi} of its file, which the query
- * the runtime builds filters on.
+ * as constant columns of its file, {@code _kappa_lo_i} and {@code _kappa_hi_i} (several ranges
+ * of one file read in one pass), which the query the runtime builds filters on.
  */
 final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
-  static final String LO = "_kappa_lo";
-  static final String HI = "_kappa_hi";
+  static final String PREFIX = "_kappa_";
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final scala.collection.immutable.Map<String, Object> NO_METADATA =
       scala.collection.immutable.Map$.MODULE$.empty();
@@ -66,10 +65,16 @@ final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmission
     List<StructField> data = new ArrayList<>();
     List<StructField> slice = new ArrayList<>();
     for (StructField f : schema.fields()) {
-      (f.name().equals(LO) || f.name().equals(HI) ? slice : data).add(f);
+      if (f.name().startsWith(PREFIX)) {
+        slice.add(f);
+      } else if (!slice.isEmpty()) {
+        throw new IllegalArgumentException("the kappa-iceberg schema must end with its " + PREFIX + " columns: " + schema);
+      } else {
+        data.add(f);
+      }
     }
-    if (slice.size() != 2 || !schema.fields()[schema.length() - 2].name().equals(LO)) {
-      throw new IllegalArgumentException("the kappa-iceberg schema must end with " + LO + ", " + HI + ": " + schema);
+    if (slice.isEmpty() || slice.size() % 2 != 0) {
+      throw new IllegalArgumentException("the kappa-iceberg schema needs pairs of " + PREFIX + " columns: " + schema);
     }
     this.dataSchema = new StructType(data.toArray(new StructField[0]));
     this.partitionSchema = new StructType(slice.toArray(new StructField[0]));
@@ -133,7 +138,7 @@ final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmission
       PartitionedFile[] files = new PartitionedFile[pieces.size()];
       for (int j = 0; j < pieces.size(); j++) {
         JsonNode p = pieces.get(j);
-        InternalRow slice = new GenericInternalRow(new Object[] {bound(p.get("lo")), bound(p.get("hi"))});
+        InternalRow slice = sliceRow(p.get("ranges"), partitionSchema.length());
         files[j] = new PartitionedFile(
             slice,
             SparkPath.fromUrlString(p.get("path").asText()),
@@ -149,8 +154,18 @@ final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmission
     return out;
   }
 
-  private static Long bound(JsonNode v) {
-    return v == null || v.isNull() ? null : v.asLong();
+  /** The piece's time ranges [lo, hi) in µs as the constant columns lo_0, hi_0, lo_1, ...; unused ones null. */
+  static InternalRow sliceRow(JsonNode ranges, int columns) {
+    Object[] values = new Object[columns];
+    int n = ranges == null ? 0 : ranges.size();
+    if (2 * n > columns) {
+      throw new IllegalArgumentException("a piece has " + n + " time ranges, more than the " + columns / 2 + " columns");
+    }
+    for (int i = 0; i < n; i++) {
+      values[2 * i] = ranges.get(i).get(0).asLong();
+      values[2 * i + 1] = ranges.get(i).get(1).asLong();
+    }
+    return new GenericInternalRow(values);
   }
 
   /** Built the way Spark's own ParquetScan builds it, over the schema the runtime asked for. */
