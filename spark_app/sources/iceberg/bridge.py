@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,7 @@ class PlannerBridge:
     def __init__(self, key: str, planner: BackfillReader | LiveReader) -> None:
         self.key = key
         self.planner = planner
+        self._planned: tuple[tuple[str, str], str] | None = None
 
     def initialOffset(self) -> str:
         return offset_json(self.planner.initialOffset())
@@ -70,7 +72,12 @@ class PlannerBridge:
         return offset_json(self.planner.latestOffset(json.loads(start), limit_of(limit)))
 
     def plan(self, start: str, end: str) -> str:
-        return json.dumps(self.planner.tasks(json.loads(start), json.loads(end)))
+        """Spark plans a batch's partitions more than once (the physical plan is built again for
+        the batch's execution): the answer for the same batch is the one given, neither planned
+        nor traced twice."""
+        if self._planned is None or self._planned[0] != (start, end):
+            self._planned = ((start, end), json.dumps(self.planner.tasks(json.loads(start), json.loads(end))))
+        return self._planned[1]
 
     def commit(self, end: str) -> None:
         self.planner.commit(json.loads(end))
@@ -93,6 +100,9 @@ def register(spark: SparkSession, planner: BackfillReader | LiveReader) -> str:
     into the source's options."""
     from pyspark.java_gateway import ensure_callback_server_started
 
+    py4j_log = logging.getLogger("py4j")
+    if py4j_log.level == logging.NOTSET:  # py4j logs every callback at INFO: a line per call, per batch
+        py4j_log.setLevel(logging.WARNING)
     gateway = spark.sparkContext._gateway
     assert gateway is not None, "the kappa-iceberg source needs a classic (py4j) SparkSession"
     ensure_callback_server_started(gateway)
