@@ -15,6 +15,7 @@ import hashlib
 import logging
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -110,7 +111,7 @@ def backfill_plan_and_layouts(
     return splits, {f.path: (f.size_bytes, f.row_group_offsets) for f in files}
 
 
-class _IcebergReader:
+class _IcebergReader(ABC):
     """What both readers share: the table, the read limits and the tasks of a batch."""
 
     def __init__(self, spec: SourceSpec) -> None:
@@ -151,9 +152,9 @@ class _IcebergReader:
         )
 
     # -- reading ------------------------------------------------------------------------
+    @abstractmethod
     def task_splits(self, start: dict, end: dict) -> list[list[Split]]:
         """The splits of the batch [start, end), packed into tasks by ``pack_tasks``."""
-        raise NotImplementedError
 
     def tasks(self, start: dict, end: dict) -> list[list[dict[str, Any]]]:
         """The batch's tasks as the JVM reader takes them: each piece a byte range of whole row
@@ -173,11 +174,11 @@ class _IcebergReader:
     def packed(self, splits: Sequence[Split]) -> list[list[Split]]:
         return pack_tasks(splits, self.spec.parallelism, self.spec.source.split.task_target_bytes)
 
-    def commit(self, end: dict) -> None:
-        pass
+    def commit(self, end: dict) -> None:  # noqa: B027 - nothing to release: offsets are positions in a plan
+        """Spark committed up to ``end``: the planners keep no per-batch state to drop."""
 
-    def stop(self) -> None:
-        pass
+    def stop(self) -> None:  # noqa: B027 - the planners hold no connections of their own
+        """The query stopped."""
 
 
 class BackfillReader(_IcebergReader):
