@@ -53,6 +53,7 @@ from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.kafka import KafkaBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
 from spark_app.sources.iceberg.frame import iceberg_frame
+from spark_app.sources.iceberg.object_store import on_s3
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
 from spark_app.sources.kafka import connector_jars
@@ -82,7 +83,7 @@ def build_session(cfg: JobConfig) -> SparkSession:
     if cfg.master:
         builder = builder.master(cfg.master)
     conf = {**_SESSION_DEFAULTS, **cfg.spark_conf}
-    added = [str(jar) for jar in [*session_jars(), *connector_jars(cfg)]]
+    added = [str(jar) for jar in [*session_jars(), *s3a_jars(cfg), *connector_jars(cfg)]]
     if added:  # before the JVM starts: the only time spark.jars is read
         conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars", ""), *added]))
     for k, v in conf.items():
@@ -100,6 +101,27 @@ def session_jars() -> list[Path]:
 
     jar = source_jar()
     return [] if jar is None else [jar]
+
+
+def reads_s3(cfg: JobConfig) -> bool:
+    """Whether an Iceberg source's catalog keeps its tables on S3 (its warehouse, or S3 settings)."""
+    for src in cfg.sources.values():
+        if isinstance(src, IcebergSourceBase):
+            props = cfg.catalogs[src.catalog].properties()
+            if on_s3(props.get("warehouse", "")) or any(k.startswith("s3.") for k in props):
+                return True
+    return False
+
+
+def s3a_jars(cfg: JobConfig, spark_jars_dir: Path | None = None) -> list[Path]:
+    """Hadoop's S3A and the AWS SDK bundle, for a session whose source reads S3 data files in
+    the JVM; none when Spark ships them (a Spark image) or no source reads S3."""
+    from spark_app import jars
+    from spark_app.jvm import spark_home
+
+    if not reads_s3(cfg) or any((spark_jars_dir or spark_home() / "jars").glob("hadoop-aws-*.jar")):
+        return []
+    return jars.resolve("hadoop-aws")
 
 
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"

@@ -22,7 +22,7 @@ from pathlib import Path
 from spark_app.errors import ConfigError
 
 HERE = Path(__file__).resolve().parent
-BUNDLES = ("kafka-connector", "kafka-broker")
+BUNDLES = ("kafka-connector", "kafka-broker", "hadoop-aws")
 CACHE_ENV = "KAPPA_JARS_CACHE"
 """Where the bundles are cached (default ``~/.cache/kappa-jars``)."""
 

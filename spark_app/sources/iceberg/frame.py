@@ -30,6 +30,7 @@ from spark_app.jvm import SOURCE_CLASS
 from spark_app.sources.iceberg.bridge import register
 from spark_app.sources.iceberg.byte_ranges import SLICE_RANGES
 from spark_app.sources.iceberg.filters import filter_columns, spark_filter
+from spark_app.sources.iceberg.object_store import on_s3, s3a_options
 from spark_app.sources.iceberg.schema import ordering_field, project, spark_type
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import BackfillReader, LiveReader, micros
@@ -119,7 +120,10 @@ def iceberg_frame(
     root = spec.ordering_column.split(".")[0]
     extra = sorted(({root} | filter_columns(schema, spec.source.filter)) - set(names))
     key = register(spark, planner or reader_for(spec))
-    df = spark.readStream.format(SOURCE_CLASS).schema(read_schema(schema, names + extra)).option("planner", key).load()
+    reader = spark.readStream.format(SOURCE_CLASS).schema(read_schema(schema, names + extra)).option("planner", key)
+    if on_s3(table.metadata.location):
+        reader = reader.options(**s3a_options({**spec.catalog, **table.io.properties}))
+    df = reader.load()
     ordering = F.col(spec.ordering_column)
     keep = in_slices(ordering)
     window = spec.window
