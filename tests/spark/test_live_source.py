@@ -1,10 +1,11 @@
 """The live candidate (``icebergLive``) and the source offsets, mostly at reader level.
 
-Readers are built exactly as Spark builds them (``KappaIcebergDataSource(options)`` ->
-``schema()`` -> ``streamReader(schema)``) and driven through ``initialOffset`` /
-``latestOffset`` / ``partitions`` / ``read`` in this process, which is fast and lets a
-second, freshly built reader stand in for a restart from the checkpoint. One test runs a
-real streaming query while commits land under it.
+Planners are built as the runtime builds them (``frame.reader_for(spec)``) and driven through
+``initialOffset`` / ``latestOffset`` / ``task_splits``, as the JVM stream drives them, in this
+process, which is fast and lets a second, freshly built planner stand in for a restart from the
+checkpoint. The rows a batch stands for are read with pyarrow as an oracle (the JVM read of
+planned pieces is checked in ``test_jvm_source.py``). One test runs a real streaming query
+while commits land under it.
 
 The oracle for "which rows should a range of offsets read" is the generator: each snapshot
 the tests know of maps to the impression ids its commit wrote (original snapshots through
