@@ -51,7 +51,7 @@ from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_
 from spark_app.sinks.iceberg.history import expired_before
 from spark_app.sources.iceberg import scan
 from spark_app.sources.iceberg.byte_ranges import file_reads, task_pieces
-from spark_app.sources.iceberg.spec import SourceSpec
+from spark_app.sources.iceberg.spec import SourceSpec, micros
 from spark_app.telemetry import trace
 
 log = logging.getLogger("kappa.iceberg")
@@ -60,10 +60,6 @@ MISSING_MEMBER_LIMIT_S = 1800.0
 """A backfill held this long by a declared member that never reported fails, naming it."""
 READ_WAIT_LOG_S = 30.0
 """A source waiting for read-rate tokens says so this often."""
-
-
-def micros(dt: Any) -> int:
-    return int(dt.timestamp() * 1_000_000)
 
 
 def default_state_file(group: str, checkpoint: str) -> str:
