@@ -33,7 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--hours", type=float, default=2.0, help="event hours to generate (default 2, at least 0.75)")
     demo.add_argument("--seed", type=int, default=7, help="seed of the generated data (default 7)")
-    demo.add_argument("--out", type=Path, default=Path("demo-out"), help="working directory (recreated)")
+    demo.add_argument(
+        "--out",
+        type=Path,
+        default=Path("demo-out"),
+        help="working directory (default demo-out): created, or recreated if an earlier demo made it; "
+        "any other non-empty directory is refused",
+    )
     demo.add_argument("--max-drift", default="5m", help="alignment maxDrift of the backfill (default 5m)")
     coord = sub.add_parser("coordinator", help="run the global watermark coordinator service")
     coord.add_argument("--host", default="127.0.0.1")
@@ -91,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     rw.add_argument("manifest", type=Path, help="the Rewind (YAML)")
     rw.add_argument("--job", type=Path, required=True, help="its StreamingJob (YAML)")
     rw.add_argument("--jobs", type=Path, nargs="*", default=[], help="other StreamingJobs, for downstream")
+    rw.add_argument(
+        "--local", type=Path, metavar="DIR", help="catalogs and checkpoints mapped under DIR (as kappa run --local)"
+    )
     run = sub.add_parser(
         "run", help="run a StreamingJob, Backfill or Rewind manifest here, with the operator's own decisions"
     )
@@ -134,18 +143,83 @@ def build_parser() -> argparse.ArgumentParser:
     kafka_start.add_argument(
         "--topic", action="append", default=[], metavar="NAME[:PARTITIONS]", help="create a topic (repeat)"
     )
+    data = sub.add_parser(
+        "example-data",
+        help="write the examples' input tables (ingest.impressions, ingest.playbacks) into the local catalogs "
+        "`--local DIR` maps the examples to",
+    )
+    data.add_argument("dir", type=Path, help="the directory later passed as --local DIR")
+    data.add_argument(
+        "--job",
+        type=Path,
+        default=Path("examples/rmi-streamingjob.yaml"),
+        help="the StreamingJob whose history tables to write (default: examples/rmi-streamingjob.yaml)",
+    )
+    data.add_argument("--hours", type=float, default=8.0, help="event hours from 2026-11-01 12:00Z (default 8)")
     crds = sub.add_parser("crds", help="write crds/*.yaml generated from the models")
     crds.add_argument("--out", type=Path, default=Path("crds"), help="directory (default: crds)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
     crds.add_argument(
         "--reference", type=Path, default=Path("docs/crd-reference.md"), help="the reference for people (Markdown)"
     )
+    _verbose_everywhere(parser)
     return parser
+
+
+def _verbose_everywhere(parser: argparse.ArgumentParser) -> None:
+    """``-v`` after any (sub)command, as people type it: `kappa plan x.yaml -v`."""
+    if "--verbose" not in parser._option_string_actions:  # `kappa operator --verbose`: its debug logging
+        parser.add_argument("-v", "--verbose", action="store_true", help="on failure, print the trace")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _verbose_everywhere(child)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
+    try:
+        return dispatch(args, console)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/]")
+        return 130
+    except Exception as exc:
+        from rich.markup import escape
+
+        from kappa_operator.cli_errors import explain
+
+        if getattr(args, "verbose", False):
+            Console(stderr=True).print_exception()
+        explained = explain(exc)
+        err = Console(stderr=True, soft_wrap=True)
+        err.print(f"[red]error:[/] {escape(explained.cause)}")
+        if explained.fix:
+            err.print(escape(explained.fix))
+        return 1
+
+
+def run_example_data(args: argparse.Namespace, console: Console) -> int:
+    from kappa_operator.local.example_data import write_example_data
+
+    with console.status(f"writing the example tables into {args.dir}"):
+        data = write_example_data(args.dir, args.job, hours=args.hours)
+    s = data.stats
+    console.print(
+        f"{data.namespace}.impressions ({s.impressions:,} rows) and {data.namespace}.playbacks ({s.playbacks:,} rows), "
+        f"{s.commits} commits, events {s.first_event:%Y-%m-%d %H:%M} to {s.last_event:%H:%M} UTC, "
+        f"in catalog {data.catalog} -> {data.uri}"
+    )
+    console.print(
+        f"next: kappa plan examples/rmi-backfill.yaml --local {args.dir}   "
+        f"(then kappa run examples/rmi-backfill.yaml --local {args.dir})"
+    )
+    return 0
+
+
+def dispatch(args: argparse.Namespace, console: Console) -> int:
+    if args.command == "example-data":
+        return run_example_data(args, console)
     if args.command == "run":
         from kappa_operator.local.runs import run_command
 
@@ -203,11 +277,15 @@ def run_demo_command(args: argparse.Namespace, console: Console) -> int:
     import traceback
 
     from kappa_operator.demo import DemoSettings, run_demo
+    from kappa_operator.demo.story import out_refusal
 
     try:
         settings = DemoSettings(out=args.out.resolve(), hours=args.hours, seed=args.seed, max_drift=args.max_drift)
     except ValueError as exc:
         console.print(f"[red]error:[/] {exc}")
+        return 2
+    if refusal := out_refusal(settings.out):  # before anything is written there, error.log included
+        console.print(f"[red]error:[/] {refusal}")
         return 2
     try:
         run_demo(settings, console)
@@ -292,6 +370,11 @@ def run_report(args: argparse.Namespace, console: Console) -> int:
         if rw.spec.job_ref.name != job.metadata.name:
             console.print(f"[red]error:[/] the Rewind's jobRef is {rw.spec.job_ref.name}, --job is {job.metadata.name}")
             return 2
+        if args.local is not None:
+            from kappa_operator.local.overrides import localize
+
+            job = localize(job, args.local)[0]
+            others = [localize(o, args.local)[0] for o in others]
         console.print(rewind_preview(rw, job, others))
         return 0
     except (KappaError, ValueError, OSError) as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.checkpoints import Point
-from spark_app.checkpoints.driver import read_failure
+from spark_app.checkpoints.failure_note import read_failure
 from spark_app.checkpoints.snapshots import list_snapshots
 from spark_app.storage import open_location
 

@@ -47,8 +47,10 @@ from spark_app.horizon import next_drain_step
 from spark_app.lag_report import LagReporter, reads_kafka
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
 from spark_app.planning.offsets import BackfillOffset
+from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import max_span
 from spark_app.run_report import write_report as write_run_report
+from spark_app.sinks.iceberg.spark_files import SESSION_CONF as SPARK_WRITE_CONF
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.kafka import KafkaBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
@@ -72,6 +74,9 @@ _SESSION_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.sql.streaming.numRecentProgressUpdates": "10000",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # What the Iceberg sink's files need (``sinks/iceberg/spark_files.py``), from the first
+    # batch on, so every Parquet output of the job writes timestamps one way.
+    **SPARK_WRITE_CONF,
 }
 
 
@@ -349,6 +354,20 @@ class RunReport:
     """A backfill's admitted bytes and files per member (``job/sink/source``), this run."""
     read_cap: tuple[float | None, float | None] = (None, None)
     """The run's read-rate cap (bytes/s, files/s); None: uncapped."""
+    extended_to: tuple[int, ...] = ()
+    """Where a backfill read on past ``end + drain`` (µs; ``DrainExtensions``)."""
+    edges_end: datetime | None = None
+    """The window's end (to say how far the extensions went)."""
+
+    @property
+    def read_past_end(self) -> timedelta | None:
+        """How far past the window's end the backfill read: the drain, or its last extension."""
+        if self.edges is None:
+            return None
+        if not self.extended_to:
+            return self.edges.drain
+        end = self.edges_end
+        return None if end is None else timedelta(microseconds=self.extended_to[-1] - micros(end))
 
     @property
     def final(self) -> bool:
@@ -409,6 +428,7 @@ class RunReport:
             "lateness_guard": self.lateness.message if self.lateness else None,
             "final": self.final,
             "drain": None if self.edges is None else format_duration(self.edges.drain),
+            "read_past_end": None if (past := self.read_past_end) is None else format_duration(past),
             "state_horizon": None if self.edges is None else self.edges.horizon.describe(),
             "notices": [] if self.edges is None else list(self.edges.notices),
             **(self.read_summary() if self.mode == "backfill" else {}),
@@ -485,6 +505,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         record_finality(cfg, edges)
     report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.externalized = externalized
+    report.extended_to, report.edges_end = extended, cfg.window.end if cfg.window else None
     if cfg.mode == "backfill":
         write_run_report(cfg, report.seconds, progress)  # its costs calibrate the next plans' ETAs
     if ledger is not None:
@@ -608,6 +629,7 @@ def resolve_edges(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> tu
     edges = resolve(cfg, frames, outputs_for(spark, cfg, pipeline, frames=frames))
     assert cfg.window is not None
     cfg = cfg.model_copy(update={"window": cfg.window.model_copy(update={"drain": edges.drain})})
+    cfg = fit_sources(cfg, cfg.alignment.lateness or edges.delay)
     all_members = aligned_members(cfg)
     read = {member_id(cfg, sink, src) for sink, srcs in edges.used.items() for src in srcs}
     members = tuple(m for m in all_members if m in read)

@@ -54,6 +54,11 @@ def read_sources(frames: dict[str, DataFrame], output: DataFrame) -> set[str]:
     return {name for name, frame in frames.items() if _leaf_ids(frame) <= used}
 
 
+def declares_horizon(entry: str) -> bool:
+    """Whether the pipeline module declares its state horizon (``state_horizon``)."""
+    return callable(getattr(importlib.import_module(entry.split(":")[0]), "state_horizon", None))
+
+
 def declared_horizon(entry: str, args: dict[str, Any]) -> StateHorizon:
     """What the pipeline module declares: ``state_horizon(**pipeline_args)`` returning a
     StateHorizon or a timedelta (look-back and look-ahead alike)."""

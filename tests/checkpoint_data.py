@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
 
 from spark_app.planning.offsets import LiveOffset
-from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch
+from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, data_files
 
 T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
 
@@ -54,8 +54,9 @@ def sink_batches(catalog: SqlCatalog, table: str, query_id: str, batches: int) -
         path = f"{t.location()}/data/{query_id}-{b}.parquet"
         with t.io.new_output(path).create() as f:
             pq.write_table(pa.table({"id": [f"{query_id}-{b}"]}), f)
+        files = data_files(t, [path])
         commit_batch(
-            lambda: catalog.load_table(table), "main", [path], {QUERY_ID: query_id, BATCH_ID: str(b), JOB: "j"}, 3
+            lambda: catalog.load_table(table), "main", files, {QUERY_ID: query_id, BATCH_ID: str(b), JOB: "j"}, 3
         )
 
 

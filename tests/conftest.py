@@ -46,6 +46,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=key)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """A skipped test is a promise nobody checked: each one ends the run in red with its
+    reason (which names what to install), not only counted in the last line."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    terminalreporter.section(f"NOT RUN: {len(skipped)} skipped", sep="!", red=True, bold=True)
+    for report in skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        terminalreporter.write_line(f"NOT RUN {report.nodeid}: {reason.removeprefix('Skipped: ')}", red=True)
+
+
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[MotoS3]:
     server = MotoS3.threaded()

@@ -182,7 +182,7 @@ def _backfill_and_compare(
             f"{name(module)} backfill",
             lambda: run(cfg, spark),
             batches_poll(Path(cfg.checkpoint.location) / module.OUTPUT, None),
-            lambda r: f"{plural(r.batches, 'batch')}, read {r.summary()['drain']} past the end",
+            lambda r: f"{plural(r.batches, 'batch')}, read {r.summary()['read_past_end']} past the end",
         )
 
     def against_batch() -> ShapeResult:

@@ -90,14 +90,41 @@ def _shapes_window(s: DemoSettings) -> dict[str, Any]:
     }
 
 
+MARKER = ".kappa-demo"
+"""Written first into the directory the demo works in: what lets a later demo recreate it."""
+
+
+def out_refusal(out: Path) -> str | None:
+    """Why the demo may not work in ``out`` (None: it may). It deletes only a directory it
+    made itself (it holds the marker): `--out ~` must never cost anyone their home."""
+    if not out.exists():
+        return None
+    if not out.is_dir():
+        return f"--out {out} is a file; name a directory (it is created)"
+    if (out / MARKER).is_file() or not any(out.iterdir()):
+        return None
+    return (
+        f"--out {out} is not empty and is not a previous demo's output (no {MARKER} in it); the demo recreates its "
+        "directory, so name a new or empty one"
+    )
+
+
+def prepare_out(out: Path) -> None:
+    if refusal := out_refusal(out):
+        raise DemoError(refusal)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / MARKER).write_text("made by `kappa demo`; a later demo with this --out deletes and recreates it\n")
+
+
 def run_demo(s: DemoSettings, console: Console, spark: SparkSession | None = None) -> dict[str, Any]:
     """Run the whole story into ``s.out`` (recreated); returns the summary (also summary.json).
     Raises DemoError naming the failed step, or listing the checks that did not hold.
 
     ``spark``: an existing session to use (tests share theirs); by default a local one."""
     started = time.monotonic()
-    shutil.rmtree(s.out, ignore_errors=True)
-    s.out.mkdir(parents=True)
+    prepare_out(s.out)
     write_log_config(s)
     catalog = SqlCatalog("default", **s.catalog_props)
     w_start, w_end = s.window

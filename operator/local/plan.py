@@ -137,8 +137,12 @@ def run_rows(cfg: JobConfig, report: PlanReport) -> list[tuple[str, str]]:
     pipeline = _d(report.pipeline_lateness_s, "none (no event-time watermark)")
     warmup = cfg.window.warmup if cfg.window is not None else timedelta(0)
     warm = "[green]ok[/]" if report.warmup_ok else "[red]FAIL: refused at start[/]"
-    recommended = f"{_d(report.recommended_warmup_s, '0s')} (window.warmup {format_duration(warmup)}: {warm})"
+    unknown = report.horizon.startswith("unknown")
+    if unknown:
+        warm = "not checked"
+    recommended = f"{_d(report.recommended_warmup_s, 'unknown')} (window.warmup {format_duration(warmup)}: {warm})"
     horizon = f"(watermark delay + look-back: {escape(report.horizon)})" if report.state_horizon_s else ""
+    no_horizon = "unknown (the look-back is)" if unknown else "none (stateless, or unbounded)"
     return [
         ("mode", f"{report.mode}, maxDrift {_d(report.max_drift_s)}"),
         ("lateness required", f"{_d(report.lateness_required_s)} (maxDrift + the largest split span)"),
@@ -147,7 +151,7 @@ def run_rows(cfg: JobConfig, report: PlanReport) -> list[tuple[str, str]]:
         ("largest maxDrift that fits", _d(report.max_drift_fitting_s, "any (no watermark, or unordered)")),
         ("expected micro-batches", str(report.expected_batches)),
         ("peak state (estimate)", f"{report.peak_state_rows:,} rows"),
-        ("state horizon", f"{_d(report.state_horizon_s, 'none (stateless, or unbounded)')} {horizon}"),
+        ("state horizon", f"{_d(report.state_horizon_s, no_horizon)} {horizon}"),
         ("recommended warm-up", recommended),
         ("warm-up check", escape(report.warmup_message)),
         ("drain past the end", _d(report.drain_s, "0s")),

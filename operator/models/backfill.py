@@ -21,9 +21,11 @@ from kappa_operator.models.common import (
     DurationStr,
     Name,
     ObjectMeta,
+    PodOverrides,
     PositiveDurationStr,
     StatusBase,
     TimestampStr,
+    check_pod_settings_size,
     instant,
 )
 from kappa_operator.models.streaming_job import TABLE
@@ -186,8 +188,9 @@ IMMUTABLE = (
 """What a running backfill was launched with. Its application, checkpoint and branch belong to
 these values: an edit would be silently ignored by the running application, or mix two
 windows in one branch. Only ``publish`` (read when the run completes), ``restartNonce`` (the
-documented way to run it again), ``dryRun`` (false runs a planned backfill) and ``priority``
-(its place in the queue) may change."""
+documented way to run it again), ``dryRun`` (false runs a planned backfill), ``priority``
+(its place in the queue) and the pods' ``driver`` and ``executor`` (read at the next
+submission) may change."""
 
 
 def _immutability(schema: dict[str, Any]) -> None:
@@ -216,6 +219,16 @@ class BackfillSpec(CRModel):
     """Validation and publish. Read when the run completes, so it may be changed until then."""
     image: str | None = Field(default=None, min_length=1, max_length=URI_MAX)
     """Another Spark image (default: the job's). Immutable."""
+    driver: PodOverrides | None = None
+    """The backfill's driver: the fields set here replace its StreamingJob's `driver` (more
+    memory for a wide window, another node pool). Read when an application is submitted: a
+    change reaches a running backfill with its next restart (`restartNonce`), from its
+    checkpoint (no CEL immutability rule: the pod objects' size is unbounded, so the API
+    server cannot cost one)."""
+    executor: PodOverrides | None = None
+    """The backfill's executors: the fields set here replace its StreamingJob's `executor`
+    (more instances to catch up faster, spot nodes). Read when an application is submitted,
+    as `driver`."""
     restart_nonce: int = Field(default=0, ge=0, le=INT64_BOUND)
     """Change it to run a failed backfill again from its checkpoint and branch (as Flink's
     restartNonce): the operator deletes the old application and submits a new one."""
@@ -228,6 +241,11 @@ class BackfillSpec(CRModel):
     older. Running backfills are never preempted."""
     read_limit: ReadLimit | None = None
     """Cap on the rate it reads history. Immutable."""
+
+    @model_validator(mode="after")
+    def _pod_settings_fit(self) -> BackfillSpec:
+        check_pod_settings_size(driver=self.driver, executor=self.executor)
+        return self
 
 
 class PublishedTable(CRModel):

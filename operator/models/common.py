@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic.alias_generators import to_camel
 
 from spark_app.config import parse_duration, parse_timestamp
@@ -125,6 +125,18 @@ def duration_ms(value: str) -> int:
     return int(total)
 
 
+CRD_DURATION_HELP = "a duration such as 90s, 10m, 1h30m (units ms, s, m, h)"
+
+
+def _duration_text(value: Any) -> Any:
+    """Say what a duration looks like instead of printing :data:`DURATION_PATTERN` (the API
+    server's schema still checks the pattern; this is the same rule, in words)."""
+    if isinstance(value, str) and not re.fullmatch(DURATION_PATTERN, value):
+        hint = " (a bare number has no unit: add s, m or h)" if re.fullmatch(r"[0-9.]+", value) else ""
+        raise ValueError(f"expected {CRD_DURATION_HELP}, got {value!r}{hint}")
+    return value
+
+
 def _duration(value: str) -> str:
     if duration_ms(value) > duration_ms(DURATION_MAX):
         raise ValueError(f"must be at most {DURATION_MAX} (10 years), got {value!r}")
@@ -141,12 +153,14 @@ _DURATION_FIELD = {"pattern": DURATION_PATTERN, "max_length": DURATION_LENGTH_MA
 DurationStr = Annotated[
     str,
     Field(**_DURATION_FIELD, json_schema_extra={"x-kubernetes-validations": [_MAX_RULE]}),
+    BeforeValidator(_duration_text),
     AfterValidator(_duration),
 ]
 """A duration such as ``10m``, ``1h30m`` or ``1.5s``: whole milliseconds, at most 87600h."""
 PositiveDurationStr = Annotated[
     str,
     Field(**_DURATION_FIELD, json_schema_extra={"x-kubernetes-validations": [_MAX_RULE, _POSITIVE_RULE]}),
+    BeforeValidator(_duration_text),
     AfterValidator(_duration),
     AfterValidator(_positive),
 ]
@@ -270,18 +284,127 @@ class StatusBase(CRModel):
     """The last thing a person should read."""
 
 
-class Resources(CRModel):
-    """Cores and memory of a Spark driver or executor."""
+K8sObject = Annotated[dict[str, Any], Field(json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})]
+"""A Kubernetes object of a core type (an Affinity, a Toleration, a Volume, ...), passed to the
+SparkApplication as it is. Its schema is Kubernetes' own: the API server checks it when the
+operator creates the SparkApplication (the spark-operator's CRD carries the full schemas),
+and the operator reports a refusal in status, naming the field. Our CRDs do not copy those
+schemas (an Affinity alone is ~1,000 lines; `kubectl apply` of a CRD holding them all fails
+on the size of its last-applied annotation)."""
+LabelMap = Annotated[
+    dict[Annotated[str, Field(max_length=317)], Annotated[str, Field(max_length=1024)]], Field(max_length=32)
+]
+MEMORY = r"^[0-9]+[kmgt]?$"
+
+
+class PodSettings(CRModel):
+    """Where and how the driver's or the executors' pods run, beyond cores and memory: what
+    the spark-operator's SparkPodSpec (v1beta2) takes, rendered into it as it is."""
+
+    memory_overhead: str | None = Field(default=None, pattern=MEMORY, max_length=16)
+    """Non-heap memory of the pod on top of `memory` (Spark's notation, e.g. 512m); default:
+    Spark's (10%, at least 384m)."""
+    node_selector: LabelMap = {}
+    """Node labels the pods must run on."""
+    tolerations: list[K8sObject] = Field(default=[], max_length=32)
+    """Kubernetes Tolerations of the pods."""
+    affinity: K8sObject | None = None
+    """A Kubernetes Affinity (node, pod, anti-affinity) of the pods."""
+    volume_mounts: list[K8sObject] = Field(default=[], max_length=32)
+    """Kubernetes VolumeMounts of the Spark container (of `spec.volumes`)."""
+    env: list[K8sObject] = Field(default=[], max_length=64)
+    """Kubernetes EnvVars of the Spark container (`value` or `valueFrom`)."""
+    labels: LabelMap = {}
+    """Labels of the pods (the operator's own, `kappa.dev/*` and `app.kubernetes.io/managed-by`,
+    win over these)."""
+    annotations: LabelMap = {}
+    """Annotations of the pods."""
+    security_context: K8sObject | None = None
+    """A Kubernetes SecurityContext of the Spark container."""
+    pod_security_context: K8sObject | None = None
+    """A Kubernetes PodSecurityContext of the pods."""
+    service_account: str | None = Field(default=None, max_length=253)
+    """The pods' service account (default: the job's `serviceAccount`)."""
+    priority_class_name: str | None = Field(default=None, max_length=253)
+    """The pods' PriorityClass."""
+
+
+class Resources(PodSettings):
+    """Cores, memory and pod settings of a Spark driver or executors."""
 
     cores: int = Field(default=1, ge=1, le=INT32_MAX)
     """CPU cores."""
-    memory: str = Field(default="2g", pattern=r"^[0-9]+[kmgt]?$", max_length=16)
+    memory: str = Field(default="2g", pattern=MEMORY, max_length=16)
     """JVM memory in Spark's notation, e.g. 2g or 512m."""
 
 
 class ExecutorResources(Resources):
     instances: int = Field(default=2, ge=1, le=INT32_MAX)
     """Number of executors."""
+
+
+def _unset_by_default(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s fields, each optional and unset by default (its constraints kept on the value)."""
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        inner = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        extra = info.json_schema_extra
+        fields[name] = (inner | None, Field(default=None, description=info.description, json_schema_extra=extra))
+    return fields
+
+
+PodOverrides = create_model(
+    "PodOverrides",
+    __base__=CRModel,
+    __doc__="""A Backfill's own settings for its driver or executors: each field set here replaces its
+    StreamingJob's (a list or map as a whole); every other field is the job's. No field has a
+    default: the API server would write it into the stored object, and it would then replace
+    the job's.""",
+    **_unset_by_default(ExecutorResources),
+)
+
+
+POD_SETTINGS_JSON_MAX = 16_384
+"""The most characters (compact JSON) a spec's pod settings may take together: `driver`,
+`executor`, `volumes` and `imagePullSecrets`. The Kubernetes objects among them pass through
+unbounded in the CRD (the API server cannot bound their size), and the spec appears twice in
+the object's annotations (kubectl's last-applied, kopf's last-handled), which must all fit in
+256 KiB: the rest of a spec is bounded to 100,000 characters by its schema, this budget by
+the models, which refuse more with the size and the fields."""
+
+
+def pod_settings_size(**parts: Any) -> int:
+    """Compact JSON characters of the given pod settings (models dumped as they are written)."""
+    import json
+
+    dumped = {
+        name: part.model_dump(by_alias=True, exclude_defaults=True) if isinstance(part, BaseModel) else part
+        for name, part in parts.items()
+        if part
+    }
+    return len(json.dumps(dumped, separators=(",", ":"), ensure_ascii=False))
+
+
+def check_pod_settings_size(**parts: Any) -> None:
+    size = pod_settings_size(**parts)
+    if size > POD_SETTINGS_JSON_MAX:
+        raise ValueError(
+            f"{', '.join(parts)}: the pod settings take {size} characters as JSON, more than {POD_SETTINGS_JSON_MAX}: "
+            "move long lists (env, volumes) into a ConfigMap or Secret (envFrom) or shorten them"
+        )
+
+
+def overridden(base: Resources, override: BaseModel | None) -> Resources:
+    """``base`` with the fields ``override`` (a PodOverrides) sets (pure): a Backfill's pods
+    from its job's."""
+    if override is None:
+        return base
+    wanted = {
+        k: v
+        for k in type(base).model_fields
+        if k in type(override).model_fields and (v := getattr(override, k)) is not None
+    }
+    return base.model_copy(update=wanted)
 
 
 def manifest_fields(data: dict[str, Any]) -> dict[str, Any]:

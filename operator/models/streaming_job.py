@@ -30,6 +30,7 @@ from kappa_operator.models.common import (
     CRModel,
     DurationStr,
     ExecutorResources,
+    K8sObject,
     Name,
     ObjectMeta,
     PropertyKey,
@@ -38,6 +39,7 @@ from kappa_operator.models.common import (
     SettingKey,
     StatusBase,
     TimestampStr,
+    check_pod_settings_size,
     exactly_one,
 )
 
@@ -280,9 +282,15 @@ class StreamingJobSpec(CRModel):
     spark_conf: dict[SettingKey, Setting] = Field(default={}, max_length=SPARK_CONF_MAX)
     """Extra Spark configuration."""
     driver: Resources = Resources()
-    """Driver resources."""
+    """The driver: cores, memory and pod settings (placement, volumes, env, security)."""
     executor: ExecutorResources = ExecutorResources()
-    """Executor resources."""
+    """The executors: instances, cores, memory and pod settings. A Backfill may override
+    either (`spec.driver`, `spec.executor`); Rewinds' restore applications use the job's."""
+    volumes: list[K8sObject] = Field(default=[], max_length=32)
+    """Kubernetes Volumes of the Spark pods (mounted by `driver.volumeMounts` and
+    `executor.volumeMounts`)."""
+    image_pull_secrets: list[Annotated[str, Field(max_length=253)]] = Field(default=[], max_length=16)
+    """Secrets (names) to pull the Spark image with."""
     service_account: str = Field(default="spark", max_length=253)
     """Service account of the Spark driver (workload identity for the object store goes here)."""
     env_from: list[EnvFrom] = Field(default=[], max_length=16)
@@ -291,6 +299,16 @@ class StreamingJobSpec(CRModel):
     restore applications. The operator itself needs none of them."""
     suspend: bool = False
     """Stop the application and keep its checkpoint; false resumes from it."""
+
+    @model_validator(mode="after")
+    def _pod_settings_fit(self) -> StreamingJobSpec:
+        check_pod_settings_size(
+            driver=self.driver,
+            executor=self.executor,
+            volumes=self.volumes,
+            imagePullSecrets=self.image_pull_secrets,
+        )
+        return self
 
 
 class RestorePoint(CRModel):

@@ -342,7 +342,7 @@ def _decide(
         if group is not None and admin_token:
             credential = token_secret(owner, scoped_token(admin_token, [group.name]))
         token = owner.token_secret_name if credential is not None else None
-        launch = job_launch(job, BACKFILL_RESTART, bf.spec.image, token)
+        launch = job_launch(job, BACKFILL_RESTART, bf.spec.image, token, bf.spec.driver, bf.spec.executor)
         created = spark_application(owner, cfg, launch, config_hash(cfg))
         created["metadata"]["annotations"][NONCE] = str(nonce)
         window = f"{bf.spec.window.start} .. {bf.spec.window.end}"
@@ -447,7 +447,7 @@ def _publishing(
         msg = f"restartNonce {_nonce_of(publish_app)} -> {nonce}: publishing again"
         return BackfillPlan(delete_publish_app=True, status=status("Publishing", "Publishing", msg, **extra))
     if publish_app is None:
-        launch = job_launch(job, BACKFILL_RESTART, bf.spec.image)
+        launch = job_launch(job, BACKFILL_RESTART, bf.spec.image, None, bf.spec.driver, bf.spec.executor)
         created = spark_application(owner, cfg, launch, config_hash(cfg), command="publish")
         created["metadata"]["annotations"][NONCE] = nonce
         msg = (
@@ -622,7 +622,7 @@ def _planning(
     if bf.status is not None and bf.status.phase == "Planned" and bf.status.plan is not None:
         return BackfillPlan(status=status.kept())
     if planning.app is None:
-        launch = job_launch(job, BACKFILL_RESTART, bf.spec.image)
+        launch = job_launch(job, BACKFILL_RESTART, bf.spec.image, None, bf.spec.driver, bf.spec.executor)
         created = spark_application(owner, cfg, launch, config_hash(cfg), command="plan")
         msg = f"planning from Iceberg metadata (SparkApplication {owner.plan_app_name})"
         return BackfillPlan(

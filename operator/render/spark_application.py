@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from kappa_operator.models.common import API_VERSION, ExecutorResources, Resources
+from kappa_operator.models.common import API_VERSION, ExecutorResources, PodOverrides, Resources, overridden
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import CONFIG_PATH
 from spark_app.config import JobConfig
@@ -110,18 +110,61 @@ class Launch:
     """Secret (key ``token``) the driver reads the coordinator token from."""
     env_from: tuple[dict[str, Any], ...] = ()
     """The job's ``envFrom`` (its data-plane credentials), on the driver and the executors."""
+    volumes: tuple[dict[str, Any], ...] = ()
+    image_pull_secrets: tuple[str, ...] = ()
 
 
 def job_launch(
-    job: StreamingJob, restart: dict[str, Any], image: str | None = None, token_secret: str | None = None
+    job: StreamingJob,
+    restart: dict[str, Any],
+    image: str | None = None,
+    token_secret: str | None = None,
+    driver: PodOverrides | None = None,
+    executor: PodOverrides | None = None,
 ) -> Launch:
-    """How every application of ``job`` is launched: its image (or a Backfill's), resources,
-    service account and credentials."""
+    """How every application of ``job`` is launched: its image (or a Backfill's), its pods
+    (with a Backfill's overrides), service account and credentials."""
     spec = job.spec
     env_from = tuple(e.model_dump(by_alias=True, exclude_none=True) for e in spec.env_from)
+    pods_executor = overridden(spec.executor, executor)
+    assert isinstance(pods_executor, ExecutorResources)
     return Launch(
-        image or spec.image, spec.driver, spec.executor, spec.service_account, restart, token_secret, env_from
+        image or spec.image,
+        overridden(spec.driver, driver),
+        pods_executor,
+        spec.service_account,
+        restart,
+        token_secret,
+        env_from,
+        tuple(spec.volumes),
+        tuple(spec.image_pull_secrets),
     )
+
+
+def pod_spec(
+    pod: Resources, service_account: str | None, labels: dict[str, str], mounts: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A SparkPodSpec (spark-operator v1beta2) of the driver or the executors: ours (labels,
+    the JobConfig's mount) and the user's pod settings, which never replace ours.
+    ``service_account``: the default when the pods name none (None: Spark's, the executors')."""
+    out: dict[str, Any] = {"cores": pod.cores, "memory": pod.memory}
+    if pod.service_account or service_account:
+        out["serviceAccount"] = pod.service_account or service_account
+    out["labels"] = {**pod.labels, **labels}
+    out["volumeMounts"] = [*mounts, *pod.volume_mounts]
+    optional = {
+        "memoryOverhead": pod.memory_overhead,
+        "nodeSelector": pod.node_selector,
+        "tolerations": pod.tolerations,
+        "affinity": pod.affinity,
+        "env": pod.env,
+        "annotations": pod.annotations,
+        "securityContext": pod.security_context,
+        "podSecurityContext": pod.pod_security_context,
+        "priorityClassName": pod.priority_class_name,
+    }
+    out.update({k: v for k, v in optional.items() if v})
+    return out
 
 
 def config_map(owner: Owner, cfg: JobConfig, extra: dict[str, str] | None = None) -> dict[str, Any]:
@@ -166,23 +209,13 @@ def spark_application(
     name = {"publish": owner.publish_app_name, "plan": owner.plan_app_name}.get(command, owner.app_name)
     mount = [{"name": "jobconfig", "mountPath": CONFIG_PATH.rsplit("/", 1)[0]}]
     labels = {**owner.labels, "kappa.dev/config-hash": config_hash}
-    driver: dict[str, Any] = {
-        "cores": launch.driver.cores,
-        "memory": launch.driver.memory,
-        "serviceAccount": launch.service_account,
-        "labels": labels,
-        "volumeMounts": mount,
-    }
+    driver = pod_spec(launch.driver, launch.service_account, labels, mount)
     if launch.token_secret:
-        driver["env"] = [
-            {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": launch.token_secret, "key": "token"}}}
-        ]
-    executor: dict[str, Any] = {
+        token = {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": launch.token_secret, "key": "token"}}}
+        driver["env"] = [*[e for e in driver.get("env", []) if e.get("name") != TOKEN_ENV], token]
+    executor = {
         "instances": launch.executor.instances,
-        "cores": launch.executor.cores,
-        "memory": launch.executor.memory,
-        "labels": labels,
-        "volumeMounts": mount,
+        **pod_spec(launch.executor, launch.service_account, labels, mount),
     }
     if launch.env_from:
         driver["envFrom"] = executor["envFrom"] = [dict(e) for e in launch.env_from]
@@ -206,7 +239,8 @@ def spark_application(
             "sparkVersion": SPARK_VERSION,
             "sparkConf": dict(cfg.spark_conf),
             "restartPolicy": launch.restart,
-            "volumes": [{"name": "jobconfig", "configMap": {"name": owner.config_map_name}}],
+            "volumes": [{"name": "jobconfig", "configMap": {"name": owner.config_map_name}}, *launch.volumes],
+            **({"imagePullSecrets": list(launch.image_pull_secrets)} if launch.image_pull_secrets else {}),
             "driver": driver,
             "executor": executor,
         },

@@ -23,23 +23,12 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from spark_app.checkpoints import layout
 from spark_app.checkpoints.errors import IncompleteCheckpointError
+from spark_app.checkpoints.failure_note import FAILURE
 from spark_app.checkpoints.snapshots import Manifest, apply_retention, externalize, list_snapshots
 from spark_app.config import ExternalCheckpoints, JobConfig
 from spark_app.storage import Location, open_location
 
 log = logging.getLogger("kappa.checkpoints")
-
-FAILURE = "_kappa/externalize-failure.json"
-"""Beside a sink's snapshots while its last copy failed (the operator shows it in the job's
-status: a log line in a driver pod is not where people look); removed by the next copy that
-succeeds."""
-
-
-def read_failure(external: Location) -> dict[str, str] | None:
-    """The note of a failed copy at ``external`` (None: the last copy succeeded)."""
-    if external.stat(FAILURE) is None:
-        return None
-    return dict(json.loads(external.read_bytes(FAILURE)))
 
 
 def _not_yet_copied(live: Location, external: Location) -> list[int | None]:

@@ -28,6 +28,7 @@ from spark_app.lateness import check_lateness, spark_interval
 from spark_app.plan_report import PlanReport, SourcePlan
 from spark_app.planning import forecast
 from spark_app.planning.admission import Limits
+from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import DataFileInfo, Split, is_wide, max_span
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ class Shape:
     """None: not checked yet (driver-only: checked against the tables later)."""
     notices: tuple[str, ...] = ()
     from_query_plan: bool = True
+    horizon_known: bool = True
+    """False: driver-only, and the pipeline declares no ``state_horizon()``; its look-back is
+    in the query plan only (a range join's bound, a window's length), so the plan says
+    "unknown" rather than 0."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,12 @@ def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     )
 
 
+UNKNOWN_LOOKBACK = (
+    "the pipeline declares no state_horizon(), and its joins' and windows' bounds are in its query plan: "
+    "plan with Spark (without --no-spark) to read them"
+)
+
+
 def declared_delay(cfg: JobConfig) -> tuple[timedelta | None, str]:
     """Driver-only: the watermark delay from ``alignment.lateness``, else ``pipelineArgs.lateness``."""
     if cfg.alignment.lateness is not None:
@@ -158,19 +169,25 @@ def declared_delay(cfg: JobConfig) -> tuple[timedelta | None, str]:
 def shape_from_declarations(cfg: JobConfig) -> Shape:
     """Driver-only: what the config and the pipeline module declare, no query plan."""
     from spark_app.runtime import load_pipeline
-    from spark_app.window_edges import declared_horizon
+    from spark_app.window_edges import declared_horizon, declares_horizon
 
     assert cfg.window is not None
     load_pipeline(cfg.pipeline)  # a pipeline that does not import is refused as the run would refuse it
     delay, where = declared_delay(cfg)
     horizon = declared_horizon(cfg.pipeline, cfg.pipeline_args)
+    known = declares_horizon(cfg.pipeline)
     window = cfg.window
     drained = window.drain if window.drain is not None else drain(delay, horizon, horizon.lookahead > timedelta(0))
     declared = delay is not None or horizon != StateHorizon()
     note = (
         f"planned driver-only (no SparkSession, no query plan): watermark delay from {where}"
-        f"{'' if delay is None else ' ' + format_duration(delay)}, state horizon from {cfg.pipeline}'s "
-        f"state_horizon() ({horizon.describe()}), drain {format_duration(drained)}, state "
+        f"{'' if delay is None else ' ' + format_duration(delay)}, "
+        + (
+            f"state horizon from {cfg.pipeline}'s state_horizon() ({horizon.describe()})"
+            if known
+            else f"look-back unknown ({UNKNOWN_LOOKBACK})"
+        )
+        + f", drain {format_duration(drained)}, state "
         f"{'assumed' if declared else 'not assumed (nothing declared)'}; the run reads these from the query plan, "
         "so plan with Spark for the guard's exact verdict"
     )
@@ -183,6 +200,7 @@ def shape_from_declarations(cfg: JobConfig) -> Shape:
         warmup=None,
         notices=(note,),
         from_query_plan=False,
+        horizon_known=known,
     )
 
 
@@ -332,6 +350,7 @@ def _plan(cfg: JobConfig, spark: SparkSession | None, tag: str | None) -> PlanRe
     assert cfg.window is not None
     shape = shape_from_query_plan(spark, cfg) if spark is not None else shape_from_declarations(cfg)
     cfg = cfg.model_copy(update={"window": cfg.window.model_copy(update={"drain": shape.drain})})
+    cfg = fit_sources(cfg, cfg.alignment.lateness or shape.delay)
     names = [n for n in cfg.sources if any(n in srcs for srcs in shape.order.values())]
     sources: dict[str, SourceData] = {}
     for name in names:
@@ -340,6 +359,8 @@ def _plan(cfg: JobConfig, spark: SparkSession | None, tag: str | None) -> PlanRe
         except KappaError as exc:
             raise type(exc)(f"source {name}: {exc}") from None
     warmup = shape.warmup
+    if warmup is None and not shape.horizon_known:
+        warmup = WarmupVerdict(True, f"not checked: the look-back is unknown ({UNKNOWN_LOOKBACK})")
     if warmup is None:
         assert cfg.window is not None
         w = cfg.window
@@ -403,7 +424,7 @@ def report(
             "readRate caps how fast splits are admitted: micro-batches are smaller and more than planned, and the "
             "run slower (the plan ignores the cap)"
         )
-    horizon = shape.delay + lookback if shape.delay is not None and shape.stateful else None
+    horizon = shape.delay + lookback if shape.delay is not None and shape.stateful and shape.horizon_known else None
     return PlanReport(
         backfill=tag,
         state="Planned",
@@ -418,7 +439,7 @@ def report(
         expected_batches=forecast.data_batches(sim, members),
         peak_state_rows=peak,
         state_horizon_s=None if horizon is None else horizon.total_seconds(),
-        recommended_warmup_s=shape.horizon.lookback.total_seconds(),
+        recommended_warmup_s=shape.horizon.lookback.total_seconds() if shape.horizon_known else None,
         rows_total=sum(p.rows for p in plans),
         bytes_total=sum(p.bytes for p in plans),
         warnings=warnings,
@@ -426,6 +447,6 @@ def report(
         drain_s=shape.drain.total_seconds(),
         warmup_ok=warmup.ok,
         warmup_message=warmup.message,
-        horizon=shape.horizon.describe(),
+        horizon=shape.horizon.describe() if shape.horizon_known else f"unknown: {UNKNOWN_LOOKBACK}",
         from_query_plan=shape.from_query_plan,
     )

@@ -305,3 +305,44 @@ def test_an_object_the_operator_cannot_patch_is_reported_and_its_deletion_retrie
         "the backfill gone once its finalizer could be removed",
         timeout=90,
     )
+
+
+def test_pod_settings_reach_the_spark_applications_the_server_stores(control_plane: ControlPlane, watched: str) -> None:
+    """Issue 30 item 2 on the real API server, whose spark-operator CRD prunes what its schema
+    does not know and refuses what it does not accept: a StreamingJob's pod settings arrive in
+    its SparkApplication field by field, and a Backfill's overrides in the backfill's."""
+    from tests.unit.test_render import POD_SETTINGS
+
+    ns, admin = watched, control_plane.admin
+    job = load(
+        "rmi-streamingjob.yaml",
+        ns,
+        driver={"cores": 1, "memory": "2g", **POD_SETTINGS},
+        executor={"instances": 2, "cores": 1, "memory": "4g", **POD_SETTINGS},
+        volumes=[{"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}}],
+        imagePullSecrets=["registry-creds"],
+    )
+    job["metadata"]["name"] = "pods"
+    admin.ok(admin.create(path_of("StreamingJob", ns), job), "create")
+    app = eventually(lambda: get(control_plane, "SparkApplication", ns, "pods"), "the SparkApplication")
+    spec = app["spec"]
+    assert spec["imagePullSecrets"] == ["registry-creds"]
+    assert spec["volumes"][1] == {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}}
+    for role in ("driver", "executor"):
+        pod = spec[role]
+        for key in ("memoryOverhead", "nodeSelector", "tolerations", "affinity", "env", "annotations"):
+            assert pod[key] == POD_SETTINGS[key], (role, key)
+        for key in ("securityContext", "podSecurityContext", "priorityClassName", "serviceAccount"):
+            assert pod[key] == POD_SETTINGS[key], (role, key)
+        assert pod["volumeMounts"][1:] == POD_SETTINGS["volumeMounts"]
+        assert pod["labels"]["team"] == "growth"
+
+    body = load(
+        "rmi-backfill.yaml", ns, jobRef={"name": "pods"}, executor={"instances": 8, "nodeSelector": {"p": "spot"}}
+    )
+    body["metadata"]["name"] = "pods-bf"
+    admin.ok(admin.create(path_of("Backfill", ns), body), "backfill")
+    bf_app = eventually(lambda: get(control_plane, "SparkApplication", ns, "pods-bf-backfill"), "the backfill's app")
+    executor = bf_app["spec"]["executor"]
+    assert (executor["instances"], executor["nodeSelector"], executor["memory"]) == (8, {"p": "spot"}, "4g")
+    assert executor["tolerations"] == POD_SETTINGS["tolerations"], "the rest is the job's"

@@ -150,3 +150,40 @@ def test_the_output_window_is_never_pushed_below_the_session_aggregate(spark: Sp
     )
     assert reference.rows(out) == expected(spark, props)
     assert "rand(0)" in out._jdf.queryExecution().optimizedPlan().toString().split("Aggregate")[0]
+
+
+def test_a_kill_while_reading_on_resumes_the_same_plan(spark: SparkSession, tmp_path: Path) -> None:
+    """Killed (SIGKILL, the driver's whole process group) once the first extension past
+    end + drain is recorded, a restarted run reads on from the same plan: the same sessions as
+    the batch computation, final."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    props = write_table(tmp_path / "table", plays(history_end=at(6), long_until=at(4, 30)))
+    cfg = backfill(props, tmp_path)
+    (tmp_path / "job.json").write_text(cfg.to_json())
+    log = tmp_path / "driver.log"
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "spark_app", "--config", str(tmp_path / "job.json")],
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+            start_new_session=True,
+        )
+
+    proc = spawn()
+    recorded = tmp_path / "ckpt" / "drain-extensions.json"
+    deadline = time.monotonic() + 300
+    while not recorded.exists():
+        assert proc.poll() is None, f"ended before reading on: {log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, "no extension within 300 s"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert spawn().wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert reference.rows(spark.read.parquet(str(tmp_path / "out"))) == expected(spark, props)

@@ -404,7 +404,7 @@ def test_two_writers_on_one_table_both_land(dataset: Dataset, tmp_path: Path) ->
     """Two processes' worth of commits racing on one table: every batch of both is there."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from spark_app.sinks.iceberg.commit import JOB, commit_batch
+    from spark_app.sinks.iceberg.commit import JOB, commit_batch, data_files
 
     catalog = dataset.catalog()
     schema = pa.schema([pa.field("writer", pa.string()), pa.field("n", pa.int64())])
@@ -424,7 +424,8 @@ def test_two_writers_on_one_table_both_land(dataset: Dataset, tmp_path: Path) ->
             with t.io.new_output(path).create() as f:
                 pq.write_table(pa.table({"writer": [name] * 3, "n": [b] * 3}, schema=schema), f)
             props = {QUERY_ID: name, BATCH_ID: str(b), JOB: name}
-            attempts.append(commit_batch(lambda: own.load_table("out.racing"), "main", [path], props, 20).attempts)
+            files = data_files(t, [path])
+            attempts.append(commit_batch(lambda: own.load_table("out.racing"), "main", files, props, 20).attempts)
         return attempts
 
     with ThreadPoolExecutor(2) as pool:

@@ -91,3 +91,33 @@ def test_rewind_dry_run_refuses_clearly_without_a_point(
     assert main(["rewind", str(world["rewind"]), "--job", str(world["job"])]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "refused: no restorable point" in out and "earliest restorable point is batch 2" in out
+
+
+def test_rewind_dry_run_of_the_examples_with_local_catalogs_and_checkpoints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kappa rewind --local DIR`, as `kappa run --local DIR` maps the example's REST catalog and
+    s3:// checkpoints: the restore points and the sink's batches are read from under DIR."""
+    from kappa_operator.local.overrides import localize
+    from kappa_operator.models.streaming_job import StreamingJob
+
+    local = tmp_path / "local"
+    example = ROOT / "examples" / "rmi-streamingjob.yaml"
+    job, _ = localize(StreamingJob.model_validate(yaml.safe_load(example.read_text())), local)
+    props = {k: v for k, v in job.spec.catalogs["default"].items() if k != "type"}
+    (local / "catalogs").mkdir(parents=True)
+    catalog = SqlCatalog("default", **props)
+    catalog.create_namespace("marts")
+    sink_batches(catalog, "marts.attributed_plays", "q-up", 6)
+    live = Path(job.spec.checkpoints.location) / "live" / "attributed_plays"
+    write_checkpoint(live, "q-up", 6, minute=0)
+    assert job.spec.checkpoints.external_location is not None
+    external = Path(job.spec.checkpoints.external_location) / "attributed_plays"
+    externalize(open_location(str(live)), open_location(str(external)), batch_id=2)
+    rw = yaml.safe_load((ROOT / "examples" / "rmi-rewind.yaml").read_text())
+    rw["spec"]["target"] = {"time": "2026-11-01T12:30:00Z"}
+    (tmp_path / "rewind.yaml").write_text(yaml.safe_dump(rw))
+    args = ["rewind", str(tmp_path / "rewind.yaml"), "--job", str(example), "--local", str(local)]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "marts.attributed_plays: undo batches 3..5 (3 files)" in out, out

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform, HourTransform, IdentityTransform
@@ -17,7 +18,7 @@ from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
 from spark_app.config import parse_config
 from spark_app.errors import ConfigError
-from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
+from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, data_files, find_batch
 from spark_app.sinks.iceberg.table import parse_transform, partition_spec
 from spark_app.sinks.iceberg.undo import undo
 from spark_app.sinks.iceberg.validation import matched_rows
@@ -104,11 +105,11 @@ def table(tmp_path: Path) -> tuple[SqlCatalog, Table]:
     return catalog, t.commit_transaction()
 
 
-def _file(t: Table, name: str, n: int) -> str:
+def _file(t: Table, name: str, n: int) -> DataFile:
     path = f"{t.location()}/data/{name}.parquet"
     with t.io.new_output(path).create() as f:
         pq.write_table(pa.table({"id": [name] * n, "n": list(range(n))}), f)
-    return path
+    return data_files(t, [path])[0]
 
 
 def test_a_replayed_batch_is_skipped_and_adds_nothing(table: tuple[SqlCatalog, Table]) -> None:

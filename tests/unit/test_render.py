@@ -269,3 +269,94 @@ def test_the_kafka_examples_render_an_archive_and_a_job_reading_it() -> None:
     for name, source in streaming_job_config(reader).sources.items():
         assert isinstance(source, KafkaSource) and source.schema_from == f"default:archive.{name}"
     assert sink.table == reader.spec.sources["impressions"].history.table, "the archive is the reader's history"
+
+
+POD_SETTINGS: dict[str, Any] = {
+    "memoryOverhead": "1g",
+    "nodeSelector": {"pool": "spark", "topology.kubernetes.io/zone": "eu-west-1a"},
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "spark", "effect": "NoSchedule"}],
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "arch", "operator": "In", "values": ["amd64"]}]}]
+            }
+        }
+    },
+    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+    "env": [
+        {"name": "TZ", "value": "UTC"},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ],
+    "labels": {"team": "growth", "kappa.dev/config-hash": "mine"},
+    "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+    "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
+    "podSecurityContext": {"fsGroup": 185},
+    "serviceAccount": "spark-growth",
+    "priorityClassName": "batch-high",
+}
+
+
+def test_pod_settings_reach_the_spark_application_field_by_field_and_validate(job: StreamingJob) -> None:
+    """Issue 30 item 2: every pod setting a spark-operator user expects, on the StreamingJob's
+    driver and executors, rendered into the SparkApplication (v1beta2) as it is and valid
+    against the spark-operator's own CRD; the operator's labels and mounts are never replaced."""
+    from kappa_operator.render.spark_application import job_launch
+    from tests.crd_validation import load_crd, validate
+
+    data = job.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["driver"] = {"cores": 2, "memory": "4g", **POD_SETTINGS}
+    data["spec"]["executor"] = {"instances": 3, "cores": 2, "memory": "8g", **POD_SETTINGS, "serviceAccount": "exec"}
+    data["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}}]
+    data["spec"]["imagePullSecrets"] = ["registry-creds"]
+    job = StreamingJob.model_validate(data)
+    app = spark_application(
+        Owner("StreamingJob", "rmi", "default", "u-1"), streaming_job_config(job), job_launch(job, LIVE_RESTART), "h"
+    )
+    spec = app["spec"]
+    assert spec["imagePullSecrets"] == ["registry-creds"]
+    assert spec["volumes"][1:] == data["spec"]["volumes"] and spec["volumes"][0]["name"] == "jobconfig"
+    for role, account in (("driver", "spark-growth"), ("executor", "exec")):
+        pod = spec[role]
+        for key in (
+            "memoryOverhead",
+            "nodeSelector",
+            "tolerations",
+            "affinity",
+            "env",
+            "annotations",
+            "securityContext",
+            "podSecurityContext",
+            "priorityClassName",
+        ):
+            assert pod[key] == POD_SETTINGS[key], (role, key)
+        assert pod["serviceAccount"] == account
+        assert pod["volumeMounts"] == [{"name": "jobconfig", "mountPath": "/etc/kappa"}, *POD_SETTINGS["volumeMounts"]]
+        assert pod["labels"]["team"] == "growth" and pod["labels"]["kappa.dev/config-hash"] == "h", "ours win"
+    assert (spec["driver"]["cores"], spec["driver"]["memory"]) == (2, "4g")
+    assert (spec["executor"]["instances"], spec["executor"]["memory"]) == (3, "8g")
+    crd = load_crd(ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml")
+    assert validate(crd, app) == []
+    broken = {**app, "spec": {**spec, "driver": {**spec["driver"], "tolerations": [{"effect": 7}]}}}
+    assert validate(crd, broken), "the spark-operator's CRD checks the Kubernetes objects we pass through"
+
+
+def test_a_backfill_overrides_its_jobs_pods_field_by_field(job: StreamingJob, backfill: Backfill) -> None:
+    from kappa_operator.render.spark_application import job_launch
+    from tests.crd_validation import load_crd, validate
+
+    data = job.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["executor"] = {"instances": 2, "memory": "4g", "nodeSelector": {"pool": "live"}, "labels": {"a": "1"}}
+    job = StreamingJob.model_validate(data)
+    bf = backfill.model_dump(by_alias=True, exclude_none=True)
+    bf["spec"]["executor"] = {"instances": 10, "nodeSelector": {"pool": "spot"}}
+    bf["spec"]["driver"] = {"memory": "8g"}
+    backfill = Backfill.model_validate(bf)
+    launch = job_launch(job, BACKFILL_RESTART, None, "t", backfill.spec.driver, backfill.spec.executor)
+    app = spark_application(
+        Owner("Backfill", "rmi-outage", "default", "b-1"), backfill_config(backfill, job, None), launch, "h"
+    )
+    executor, driver = app["spec"]["executor"], app["spec"]["driver"]
+    assert (executor["instances"], executor["memory"], executor["nodeSelector"]) == (10, "4g", {"pool": "spot"})
+    assert executor["labels"]["a"] == "1", "what the Backfill does not set is the job's"
+    assert (driver["memory"], driver["cores"]) == ("8g", job.spec.driver.cores)
+    assert validate(load_crd(ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml"), app) == []

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.types import LongType, NestedField, StringType
@@ -48,7 +49,12 @@ def test_batch_tags_round_trip_and_leave_other_files_alone() -> None:
     name = f"s3://b/t/data/ts_hour=2026-11-23-10/{batch_tags.tag(Q, 12)}_00000-0-{Q}.parquet"
     assert batch_tags.parse(name) == batch_tags.BatchTag(Q, 12, 12)
     assert batch_tags.parse("s3://b/t/data/ts_hour=1/00000-0-abc.parquet") is None
-    assert batch_tags.parse(f"s3://b/{batch_tags.tag(Q, 3)}_dir/00000-0-abc.parquet") is None, "the name, not a dir"
+    # Spark's writer names its files itself: the tag names the batch's directory instead
+    spark = f"s3://b/t/data/{batch_tags.tag(Q, 3)}_9f2c/ts_hour=1/part-00000-{Q}.c000.zstd.parquet"
+    assert batch_tags.parse(spark) == batch_tags.BatchTag(Q, 3, 3)
+    inner = f"s3://b/{batch_tags.tag(Q, 3)}_dir/{batch_tags.tag(Q, 4, 6)}_00000-0-abc.parquet"
+    assert batch_tags.parse(inner) == batch_tags.BatchTag(Q, 4, 6), "the nearest tag to the file"
+    assert batch_tags.parse(f"s3://b/t/data/x=q{Q}_b3_/part-0.parquet") is None, "a partition value is no tag"
 
 
 @pytest.fixture
@@ -61,20 +67,20 @@ def table(tmp_path: Path) -> tuple[SqlCatalog, Table]:
     return catalog, t.commit_transaction()
 
 
-def _write(t: Table, query: str, batch: int, rows: int) -> list[str]:
+def _write(t: Table, query: str, batch: int, rows: int) -> list[DataFile]:
     """Files written the way the sink's executors write them: the table's metadata with the
     batch tag's location provider."""
     meta = t.metadata.model_copy(
         update={"properties": batch_tags.write_properties(t.metadata.properties, query, batch)}
     )
     data = pa.table({"id": [f"{query[:4]}-{batch}"] * rows, "n": list(range(rows))})
-    return [f.file_path for f in _dataframe_to_data_files(meta, data, t.io)]
+    return list(_dataframe_to_data_files(meta, data, t.io))
 
 
 def _commit(catalog: SqlCatalog, query: str, batch: int, rows: int = 2) -> bool:
     load = lambda: catalog.load_table("ns.t")  # noqa: E731
-    paths = _write(load(), query, batch, rows)
-    return not commit_batch(load, "main", paths, {QUERY_ID: query, BATCH_ID: str(batch), JOB: "j"}, 3).skipped
+    files = _write(load(), query, batch, rows)
+    return not commit_batch(load, "main", files, {QUERY_ID: query, BATCH_ID: str(batch), JOB: "j"}, 3).skipped
 
 
 def _expire_all_but_head(catalog: SqlCatalog) -> None:
@@ -89,12 +95,12 @@ def _ids(catalog: SqlCatalog) -> list[str]:
 
 def test_files_carry_their_batch_in_the_tables_usual_location(table: tuple[SqlCatalog, Table]) -> None:
     catalog, t = table
-    paths = _write(t, Q, 7, 3)
+    paths = [f.file_path for f in _write(t, Q, 7, 3)]
     assert [batch_tags.parse(p) for p in paths] == [batch_tags.BatchTag(Q, 7, 7)]
     assert paths[0].startswith(f"{t.location()}/data/")
     # a table with the object-store layout keeps it: the tag only renames the file
     t = t.transaction().set_properties({TableProperties.OBJECT_STORE_ENABLED: "true"}).commit_transaction()
-    (hashed,) = _write(t, Q, 8, 1)
+    (hashed,) = [f.file_path for f in _write(t, Q, 8, 1)]
     assert batch_tags.parse(hashed) == batch_tags.BatchTag(Q, 8, 8) and hashed.count("/") > paths[0].count("/")
     assert batch_tags.WRITE_TAG not in catalog.load_table("ns.t").properties, "never set on the table"
 
@@ -245,8 +251,8 @@ def test_undo_refuses_to_split_a_compacted_file_and_removes_whole_ones(table: tu
             update={"properties": batch_tags.write_properties(t.metadata.properties, Q, first, last)}
         )
         data = pa.table({"id": [f"{first}-{last}"] * rows, "n": list(range(rows))})
-        paths = [f.file_path for f in _dataframe_to_data_files(meta, data, t.io)]
-        commit_batch(load, "main", paths, {QUERY_ID: Q, BATCH_ID: str(last), JOB: "j"}, 3)
+        files = list(_dataframe_to_data_files(meta, data, t.io))
+        commit_batch(load, "main", files, {QUERY_ID: Q, BATCH_ID: str(last), JOB: "j"}, 3)
 
     commit_range(0, 9, 10)  # what a compaction of batches 0..9 leaves
     for b in range(10, 13):

@@ -8,7 +8,9 @@ current state even after every snapshot that added them was expired, and expiry 
 keep the history a retained restore point may need to undo.
 
 The tag goes in front of pyiceberg's own file name, in the table's usual data location
-(partition directories unchanged): ``q<query id>_b<batch>_00000-0-<uuid>.parquet``. A file
+(partition directories unchanged): ``q<query id>_b<batch>_00000-0-<uuid>.parquet``. Files
+Spark's own writer wrote (``spark_files``) cannot be named by us: the tag names their batch's
+directory instead, ``data/q<query id>_b<batch>_<uuid>/.../part-00000-<uuid>.c000.parquet``. A file
 compaction wrote from several batches of one query names their range, ``q<id>_b<first>-<last>_``:
 an undo that would have to split it refuses instead of removing too much or too little.
 """
@@ -28,7 +30,7 @@ from pyiceberg.typedef import Properties
 WRITE_TAG = "kappa.write.batch-tag"
 """Set only in the metadata copy the executors write with, never on the table."""
 
-_TAG = re.compile(r"(?:^|/)q(?P<query>[0-9A-Za-z-]{1,64})_b(?P<first>\d{1,19})(?:-(?P<last>\d{1,19}))?_[^/]*$")
+_TAG = re.compile(r"(?:^|/)q(?P<query>[0-9A-Za-z-]{1,64})_b(?P<first>\d{1,19})(?:-(?P<last>\d{1,19}))?_[^/]*(?=/|$)")
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,10 @@ def tag(query_id: str, first: int, last: int | None = None) -> str:
 
 def parse(path: str) -> BatchTag | None:
     """The query and batch(es) that wrote a file the sink wrote; None for any other file."""
-    m = _TAG.search(path)
-    if not m:
+    found = list(_TAG.finditer(path))
+    if not found:
         return None
+    m = found[-1]  # the file's name, else the nearest directory
     first = int(m["first"])
     return BatchTag(m["query"], first, int(m["last"]) if m["last"] else first)
 

@@ -132,20 +132,24 @@ def data_files(table: Table, paths: list[str]) -> list[DataFile]:
 def commit_batch(
     load: Callable[[], Table],
     branch: str,
-    paths: list[str],
+    files: list[DataFile],
     properties: dict[str, str],
     retries: int,
+    table_properties: dict[str, str] | None = None,
 ) -> CommitOutcome:
-    """Append ``paths`` as one snapshot on ``branch`` unless the batch is already there."""
+    """Append ``files`` as one snapshot on ``branch`` unless the batch is already there.
+    ``table_properties`` the files need (a name mapping) are set in the same commit where the
+    table does not have them yet."""
     query_id, batch_id = properties[QUERY_ID], int(properties[BATCH_ID])
-    files: list[DataFile] | None = None
     for attempt in range(1, retries + 2):
         table = load()
         done = find_batch(table, branch, query_id, batch_id)
         if done is not None:
             return CommitOutcome(done.snapshot_id, attempt, skipped=True)
-        files = files if files is not None else data_files(table, paths)
         tx = table.transaction()
+        missing = {k: v for k, v in (table_properties or {}).items() if k not in table.metadata.properties}
+        if missing:
+            tx.set_properties(missing)
         # merge_append: on a table with commit.manifest-merge.enabled (the sink creates its
         # tables so), manifests merge once ~100 accumulate and the manifest list each commit
         # rewrites stays bounded; otherwise it is a fast_append, one more manifest per batch.

@@ -31,7 +31,7 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 from pyspark.sql import SparkSession
 
 from spark_app.sinks.iceberg import batch_tags
-from spark_app.sinks.iceberg.commit import data_files
+from spark_app.sinks.iceberg.arrow_files import pack, unpack
 
 log = logging.getLogger("kappa.sink.compaction")
 
@@ -121,8 +121,8 @@ class RewriteSpec:
     groups: tuple[tuple[Group, tuple[DataFile, ...]], ...]
 
 
-def rewrite_groups(spec: RewriteSpec) -> Callable[[Iterator[int]], Iterator[tuple[int, str]]]:
-    def rewrite(indexes: Iterator[int]) -> Iterator[tuple[int, str]]:
+def rewrite_groups(spec: RewriteSpec) -> Callable[[Iterator[int]], Iterator[tuple[int, bytes]]]:
+    def rewrite(indexes: Iterator[int]) -> Iterator[tuple[int, bytes]]:
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io import load_file_io
         from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
@@ -139,7 +139,7 @@ def rewrite_groups(spec: RewriteSpec) -> Callable[[Iterator[int]], Iterator[tupl
                 props = batch_tags.write_properties(metadata.properties, group.query, group.first, group.last)
                 target = metadata.model_copy(update={"properties": props})
             for f in _dataframe_to_data_files(target, rows, io, write_uuid=uuid.uuid4()):
-                yield i, f.file_path
+                yield i, pack(f)
 
     return rewrite
 
@@ -186,9 +186,8 @@ def compact(
         tuple((g, tuple(files[p] for p in g.paths)) for g in groups),
     )
     written = spark.sparkContext.parallelize(range(len(groups)), len(groups)).mapPartitions(rewrite_groups(spec))
-    new_paths = [path for _, path in written.collect()]
+    new = [unpack(packed) for _, packed in written.collect()]
     old = [files[p] for g in groups for p in g.paths]
-    new = data_files(table, new_paths)
     if sum(f.record_count for f in old) != sum(f.record_count for f in new):
         log.error("%s: compaction rewrote %d files into a different row count; not committed", table.name(), len(old))
         return None

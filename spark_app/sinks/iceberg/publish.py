@@ -33,7 +33,8 @@ from pyiceberg.table.refs import SnapshotRefType
 from pyspark.sql import SparkSession
 
 from spark_app.errors import KappaError
-from spark_app.sinks.iceberg.commit import data_files, try_commit
+from spark_app.sinks.iceberg.arrow_files import pack, unpack
+from spark_app.sinks.iceberg.commit import try_commit
 from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 from spark_app.sinks.iceberg.validation import Comparison, compare_snapshots
 from spark_app.sinks.iceberg.window import TimeWindow
@@ -174,8 +175,8 @@ class EdgeRewrite:
     """Each file, and whether to keep its rows inside the window (branch) or outside it (main)."""
 
 
-def _rewrite_edges(spec: EdgeRewrite) -> Callable[[Iterator[int]], Iterator[tuple[int, int, str | None]]]:
-    def rewrite(indexes: Iterator[int]) -> Iterator[tuple[int, int, str | None]]:
+def _rewrite_edges(spec: EdgeRewrite) -> Callable[[Iterator[int]], Iterator[tuple[int, int, bytes | None]]]:
+    def rewrite(indexes: Iterator[int]) -> Iterator[tuple[int, int, bytes | None]]:
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io import load_file_io
         from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
@@ -194,9 +195,9 @@ def _rewrite_edges(spec: EdgeRewrite) -> Callable[[Iterator[int]], Iterator[tupl
                 continue
             written = list(_dataframe_to_data_files(metadata, kept, io, write_uuid=uuid.uuid4())) if kept else []
             if not written:
-                yield i, 0, ""
+                yield i, 0, b""
             for f in written:
-                yield i, kept.num_rows, f.file_path
+                yield i, kept.num_rows, pack(f)
 
     return rewrite
 
@@ -210,7 +211,7 @@ class EdgeFile:
     kept_rows: int
     changed: bool
     """False: none of its rows was on the side to drop (its stats straddle, its rows do not)."""
-    paths: tuple[str, ...]
+    written: tuple[DataFile, ...]
 
 
 def rewrite_edges(
@@ -220,21 +221,22 @@ def rewrite_edges(
     window: TimeWindow,
     files: list[tuple[DataFile, bool]],
 ) -> list[EdgeFile]:
-    """Rewrite the straddling files on the executors (a file a task); only paths come back."""
+    """Rewrite the straddling files on the executors (a file a task); only the new files'
+    descriptions come back."""
     if not files:
         return []
     spec = EdgeRewrite(catalog_properties, table.metadata.model_dump_json(), window, tuple(files))
     rdd = spark.sparkContext.parallelize(range(len(files)), len(files)).mapPartitions(_rewrite_edges(spec))
     kept: dict[int, int] = {}
-    paths: dict[int, list[str]] = {}
+    written: dict[int, list[DataFile]] = {}
     changed: set[int] = set()
-    for i, rows, path in rdd.collect():
+    for i, rows, packed in rdd.collect():
         kept[i] = rows
-        paths.setdefault(i, [])
-        if path is not None:
+        written.setdefault(i, [])
+        if packed is not None:
             changed.add(i)
-            paths[i] += [path] if path else []
-    return [EdgeFile(files[i][0], files[i][1], kept[i], i in changed, tuple(paths[i])) for i in sorted(kept)]
+            written[i] += [unpack(packed)] if packed else []
+    return [EdgeFile(files[i][0], files[i][1], kept[i], i in changed, tuple(written[i])) for i in sorted(kept)]
 
 
 def _fault(point: str) -> None:
@@ -295,7 +297,7 @@ def publish(
             else:
                 deletes.append(edge.file)
                 removed += edge.file.record_count - edge.kept_rows
-            appends += data_files(table, list(edge.paths))
+            appends += edge.written
             rewritten += 1
         if not deletes and not appends:
             return PublishResult(comparison, 0, 0, 0, 0, 0, None, attempt)

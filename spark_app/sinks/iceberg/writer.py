@@ -1,6 +1,7 @@
 """The ``foreachBatch`` function of an Iceberg sink: skip a replayed batch, let the executors
-write the files, commit them on the driver; every few commits, keep the table's history
-(``history``) and file count (``compaction``) bounded."""
+write the files (Spark's own writer, ``spark_files``; pyiceberg's in a Python worker only for
+tables it cannot write, ``arrow_files``), commit them on the driver; every few commits, keep
+the table's history (``history``) and file count (``compaction``) bounded."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ import time
 from collections.abc import Callable
 
 from pyarrow import fs
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_app.catalogs import catalog_for
 from spark_app.config import CatalogConfig, IcebergSink
-from spark_app.sinks.iceberg import batch_tags, compaction, history
-from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
-from spark_app.sinks.iceberg.files import FILES_SCHEMA, FileWriteSpec, write_data_files
+from spark_app.sinks.iceberg import arrow_files, batch_tags, compaction, history, spark_files
+from spark_app.sinks.iceberg.arrow_files import FILES_SCHEMA, FileWriteSpec, write_data_files
+from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, data_files, find_batch
 from spark_app.sinks.iceberg.table import ensure_main_snapshot, load_or_create
 from spark_app.telemetry import trace
 
@@ -53,6 +55,7 @@ class IcebergBatchWriter:
         self.checkpoint, self.trace_path = checkpoint, trace_path
         self._query_id: str | None = None
         self._commits = 0
+        self._arrow_because: str | None = None
 
     def table(self) -> Table:
         return catalog_for(self.catalog_name, self.properties).load_table(self.sink.table)
@@ -95,6 +98,24 @@ class IcebergBatchWriter:
             self.sink.target_file_bytes,
         )
 
+    def write(self, df: DataFrame, table: Table, batch_id: int) -> tuple[str | None, list[DataFile], dict[str, str]]:
+        """The batch's data files: the directory Spark wrote them in (None: pyiceberg wrote
+        them), the files with rows, and the table properties reading them needs."""
+        why_not = spark_files.unsupported(table)
+        if why_not is None:
+            tag = batch_tags.tag(self.query_id, batch_id)
+            rows = spark_files.rows_per_file(table.current_snapshot(), self.sink.target_file_bytes)
+            directory, paths = spark_files.write_files(df, table, tag, self.properties, rows)
+            written = [f for f in data_files(table, paths) if f.record_count]
+            return directory, written, spark_files.name_mapping(table)
+        if why_not != self._arrow_because:
+            self._arrow_because = why_not
+            log.info("%s: data files written by pyiceberg in Python workers: %s", self.sink.table, why_not)
+        tagged = batch_tags.write_properties(table.metadata.properties, self.query_id, batch_id)
+        metadata = table.metadata.model_copy(update={"properties": tagged})
+        spec = FileWriteSpec(self.properties, metadata.model_dump_json(), self.sink.target_file_bytes)
+        return None, arrow_files.data_files(df.mapInArrow(write_data_files(spec), FILES_SCHEMA).collect()), {}
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         catalog = catalog_for(self.catalog_name, self.properties)
@@ -119,23 +140,16 @@ class IcebergBatchWriter:
                 snapshot_id=str(done.snapshot_id),
             )
             return
-        tagged = batch_tags.write_properties(table.metadata.properties, self.query_id, batch_id)
-        metadata = table.metadata.model_copy(update={"properties": tagged})
-        spec = FileWriteSpec(self.properties, metadata.model_dump_json(), self.sink.target_file_bytes)
         prepared = time.monotonic()
-        written = df.mapInArrow(write_data_files(spec), FILES_SCHEMA).collect()
+        directory, written, needs = self.write(df, table, batch_id)
         wrote = time.monotonic()
         if not written:
+            if directory is not None:
+                spark_files.discard(df.sparkSession, directory, self.properties, table)
             trace(self.trace_path, "commit", sink=self.sink_name, batch=batch_id, files=0, rows=0, skipped=False)
             return
         props = {QUERY_ID: self.query_id, BATCH_ID: str(batch_id), JOB: self.job}
-        outcome = commit_batch(
-            self.loader(table),
-            self.branch,
-            [r.path for r in written],
-            props,
-            self.sink.commit_retries,
-        )
+        outcome = commit_batch(self.loader(table), self.branch, written, props, self.sink.commit_retries, needs)
         committed = time.monotonic()
         expired = self.expire() if not outcome.skipped else None
         expired_at = time.monotonic()
@@ -146,8 +160,8 @@ class IcebergBatchWriter:
             sink=self.sink_name,
             batch=batch_id,
             files=len(written),
-            rows=sum(r.rows for r in written),
-            bytes=sum(r.bytes for r in written),
+            rows=sum(f.record_count for f in written),
+            bytes=sum(f.file_size_in_bytes for f in written),
             attempts=outcome.attempts,
             skipped=outcome.skipped,
             snapshot_id=str(outcome.snapshot_id),

@@ -1,18 +1,24 @@
 """Executor side of the sink: a micro-batch's rows become Parquet data files in the table's
-data location, one partition per file, and only their paths travel back to the driver.
+data location, one partition per file, and only their descriptions (pyiceberg's ``DataFile``,
+pickled: path, partition, statistics) travel back to the driver. The partition must travel:
+a ``bucket`` partition cannot be read back from a file's column bounds.
 
-Runs inside ``mapInArrow``: no row passes through the driver. A failed or speculative task
+Runs inside ``mapInArrow``, in a Python worker: the sink uses it only for tables Spark's own
+writer cannot write (``spark_files``). No row passes through the driver. A failed or speculative task
 attempt leaves files nobody commits (orphans, removed by Iceberg's orphan-file cleanup)."""
 
 from __future__ import annotations
 
+import pickle
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any, cast
 
 import pyarrow as pa
+from pyiceberg.manifest import DataFile
 
-FILES_SCHEMA = "path string, rows long, bytes long"
+FILES_SCHEMA = "data_file binary"
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,7 @@ def write_data_files(spec: FileWriteSpec) -> Callable[[Iterator[pa.RecordBatch]]
 
         metadata = TableMetadataUtil.parse_raw(spec.metadata_json)
         io = load_file_io(spec.catalog_properties, metadata.location)
-        written: list[tuple[str, int, int]] = []
+        written: list[bytes] = []
         pending: list[pa.RecordBatch] = []
         size = 0
 
@@ -43,7 +49,7 @@ def write_data_files(spec: FileWriteSpec) -> Callable[[Iterator[pa.RecordBatch]]
             table = pa.Table.from_batches(pending)
             table = table.cast(utc_schema(table.schema))
             for f in _dataframe_to_data_files(metadata, table, io, write_uuid=uuid.uuid4()):
-                written.append((f.file_path, f.record_count, f.file_size_in_bytes))
+                written.append(pack(f))
             pending.clear()
 
         for batch in batches:
@@ -57,7 +63,22 @@ def write_data_files(spec: FileWriteSpec) -> Callable[[Iterator[pa.RecordBatch]]
         if pending:
             flush()
         if written:
-            paths, rows, sizes = zip(*written, strict=True)
-            yield pa.RecordBatch.from_pydict({"path": list(paths), "rows": list(rows), "bytes": list(sizes)})
+            yield pa.RecordBatch.from_pydict({"data_file": written})
 
     return write
+
+
+def pack(f: DataFile) -> bytes:
+    """A file a task wrote, as the driver commits it. Its path alone is not enough: pyiceberg
+    reads a file's partition back from its column bounds, which a ``bucket`` (non-linear)
+    partition cannot be read from."""
+    return pickle.dumps(f)
+
+
+def unpack(packed: bytes) -> DataFile:
+    return cast(DataFile, pickle.loads(packed))  # our own tasks' output, never outside input
+
+
+def data_files(rows: list[Any]) -> list[DataFile]:
+    """The driver's side of ``write_data_files``: the files the tasks wrote."""
+    return [unpack(r.data_file) for r in rows]
