@@ -342,6 +342,21 @@ def spec_rest(kind: str) -> dict[str, Any]:
     return {**schema, "properties": {k: v for k, v in schema["properties"].items() if k not in POD_SETTINGS}}
 
 
+def pod_scalars(kind: str) -> dict[str, Any]:
+    """The pod settings' scalar fields at their maxima (cores, memory, instances, ...): what of
+    them a maximal manifest can hold within the models' budget for pod settings."""
+    props = spec_schema(kind)["properties"]
+    return {
+        role: {
+            k: maximal(sub, k)
+            for k, sub in props[role]["properties"].items()
+            if sub.get("type") in ("integer", "string", "boolean")
+        }
+        for role in ("driver", "executor")
+        if role in props
+    }
+
+
 @pytest.mark.parametrize("kind", [BF, SJ, RW])
 def test_worst_case_spec_is_well_under_100_kb(kind: str) -> None:
     from kappa_operator.models.common import POD_SETTINGS_JSON_MAX

@@ -20,6 +20,7 @@ from typing import Any
 
 from pyiceberg import types as it
 from pyiceberg.schema import Schema
+from pyiceberg.table import TableProperties
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as st
@@ -40,12 +41,12 @@ SLICE_PREFIX = "_kappa_"
 FIELD_ID = "parquet.field.id"
 
 
-def _parquet_type(t: Any, where: str) -> st.DataType:
+def _parquet_type(t: Any, where: str, by_id: bool = True) -> st.DataType:
     """The Spark type the reader reads a column as (``spark_type`` but uuid as bytes), with field ids."""
     if isinstance(t, it.UUIDType):
         return st.BinaryType()
     if isinstance(t, it.StructType):
-        return st.StructType([_field(f, f"{where}.{f.name}") for f in t.fields])
+        return st.StructType([_field(f, f"{where}.{f.name}", by_id) for f in t.fields])
     if isinstance(t, it.ListType | it.MapType) and _has_uuid(t):
         raise ConfigError(f"column {where}: a uuid inside a list or map cannot be read; leave it out with `columns`")
     return spark_type(t, where)
@@ -63,8 +64,9 @@ def _has_uuid(t: Any) -> bool:
     return False
 
 
-def _field(f: it.NestedField, where: str) -> st.StructField:
-    return st.StructField(f.name, _parquet_type(f.field_type, where), True, {FIELD_ID: f.field_id})
+def _field(f: it.NestedField, where: str, by_id: bool = True) -> st.StructField:
+    metadata = {FIELD_ID: f.field_id} if by_id else {}
+    return st.StructField(f.name, _parquet_type(f.field_type, where, by_id), True, metadata)
 
 
 def slice_columns() -> list[tuple[str, str]]:
@@ -72,9 +74,15 @@ def slice_columns() -> list[tuple[str, str]]:
     return [(f"{SLICE_PREFIX}lo_{i}", f"{SLICE_PREFIX}hi_{i}") for i in range(SLICE_RANGES)]
 
 
-def read_schema(table_schema: Schema, columns: list[str]) -> st.StructType:
-    """What the JVM reads: ``columns`` of the table as Parquet holds them, then the slices' bounds."""
-    fields = [_field(table_schema.find_field(c), c) for c in columns]
+def read_schema(table_schema: Schema, columns: list[str], by_id: bool = True) -> st.StructType:
+    """What the JVM reads: ``columns`` of the table as Parquet holds them, then the slices' bounds.
+
+    ``by_id``: match the files' columns by Iceberg field id (renames keep their id). A table
+    with a name mapping (``schema.name-mapping.default``) has files without ids (written by
+    Spark's writer, ``sinks/iceberg/spark_files.py``, or added from elsewhere): Spark's reader
+    matches by id whenever the read schema has ids, and a file without them would read as
+    nulls, so such a table is read by name, which is what its mapping says."""
+    fields = [_field(table_schema.find_field(c), c, by_id) for c in columns]
     bounds = [st.StructField(name, st.TimestampType(), True) for pair in slice_columns() for name in pair]
     return st.StructType([*fields, *bounds])
 
@@ -120,7 +128,10 @@ def iceberg_frame(
     root = spec.ordering_column.split(".")[0]
     extra = sorted(({root} | filter_columns(schema, spec.source.filter)) - set(names))
     key = register(spark, planner or reader_for(spec))
-    reader = spark.readStream.format(SOURCE_CLASS).schema(read_schema(schema, names + extra)).option("planner", key)
+    by_id = TableProperties.DEFAULT_NAME_MAPPING not in table.metadata.properties
+    reader = (
+        spark.readStream.format(SOURCE_CLASS).schema(read_schema(schema, names + extra, by_id)).option("planner", key)
+    )
     if on_s3(table.metadata.location):
         reader = reader.options(**s3a_options({**spec.catalog, **table.io.properties}))
     df = reader.load()
