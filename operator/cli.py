@@ -116,6 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     run.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark conf (repeat)")
     run.add_argument("--fresh", action="store_true", help="forget the local record first (a new object, new uid)")
+    run.add_argument(
+        "--py-files",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="directories or .py/.zip/.egg files (repeat, or comma-separated) put on the driver's path and shipped to "
+        "the executors, instead of spec.deps.pyFiles and spec.pipelineFrom's ConfigMap: a working copy, or the files "
+        "a ConfigMap is created from",
+    )
     plan = sub.add_parser(
         "plan",
         help="plan a Backfill manifest before running it: files, rows and splits per source from Iceberg metadata, "
@@ -133,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     plan.add_argument("--spark-conf", action="append", default=[], metavar="K=V", help="extra Spark conf (repeat)")
+    plan.add_argument(
+        "--py-files", action="append", default=[], metavar="PATH", help="the pipeline's code, as kappa run --py-files"
+    )
     kafka = sub.add_parser("kafka", help="a local Apache Kafka broker (KRaft) for Kafka-reading jobs")
     kafka_sub = kafka.add_subparsers(dest="action", required=True)
     kafka_start = kafka_sub.add_parser(

@@ -65,6 +65,10 @@ class ResourceCollector(Collector):
         self._objects: dict[tuple[str, str, str], Observed] = {}
         self._lags: dict[tuple[str, str], dict[tuple[str, str, str], int]] = {}
         """(namespace, job) -> (sink, topic, partition) -> records behind (Kafka jobs)."""
+        self._progress: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
+        """(namespace, job) -> sink -> gauge -> value (``reconcile.health.health_gauges``)."""
+        self._health: dict[tuple[str, str], dict[str, bool]] = {}
+        """(namespace, job) -> condition (Stalled, Lagging) -> whether it holds."""
         self._lock = threading.Lock()
 
     def kafka_lag(self, namespace: str, name: str, lags: dict[tuple[str, str, str], int]) -> None:
@@ -72,6 +76,12 @@ class ResourceCollector(Collector):
         no longer reported disappears)."""
         with self._lock:
             self._lags[(namespace, name)] = dict(lags)
+
+    def progress(self, namespace: str, name: str, series: dict[str, dict[str, float]], health: dict[str, bool]) -> None:
+        """A live job's queries' last batch (replacing what it was) and its health conditions."""
+        with self._lock:
+            self._progress[(namespace, name)] = {sink: dict(values) for sink, values in series.items()}
+            self._health[(namespace, name)] = dict(health)
 
     def observe(
         self,
@@ -100,11 +110,16 @@ class ResourceCollector(Collector):
             self._objects.pop((kind, namespace, name), None)
             if kind == "StreamingJob":
                 self._lags.pop((namespace, name), None)
+                self._progress.pop((namespace, name), None)
+                self._health.pop((namespace, name), None)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             objects = dict(self._objects)
             lags = {job: dict(series) for job, series in self._lags.items()}
+            queries = {job: {s: dict(v) for s, v in sinks.items()} for job, sinks in self._progress.items()}
+            health = {job: dict(c) for job, c in self._health.items()}
+        yield from _progress_families(queries, health)
         kafka_lag = GaugeMetricFamily(
             "kappa_streamingjob_kafka_lag_records",
             "Records of a Kafka partition a StreamingJob's sink query has not read yet (its driver's last batch)",
@@ -159,6 +174,38 @@ class ResourceCollector(Collector):
         for phase, n in sorted(by_phase["StreamingJob"].items()):
             jobs.add_metric([phase], n)
         yield from (backfills, jobs, job_phase, bf_phase, progress, wait, elapsed, planned, kafka_lag)
+
+
+PROGRESS_GAUGES = {
+    "input_rows_per_second": "Rows per second arriving at a StreamingJob's sink query (its last micro-batch)",
+    "processed_rows_per_second": "Rows per second the query processed (its last micro-batch)",
+    "batch_duration_seconds": "How long the query's last micro-batch took",
+    "state_rows": "Rows in the query's state stores",
+    "watermark_timestamp_seconds": "The query's event-time watermark (Unix seconds)",
+    "last_progress_timestamp_seconds": "The query's last batch or idle heartbeat (Unix seconds)",
+}
+
+
+def _progress_families(
+    queries: dict[tuple[str, str], dict[str, dict[str, float]]], health: dict[tuple[str, str], dict[str, bool]]
+) -> Iterator[Metric]:
+    """One gauge per measure of a live job's queries, and one per health condition."""
+    for gauge, text in PROGRESS_GAUGES.items():
+        family = GaugeMetricFamily(f"kappa_streamingjob_{gauge}", text, labels=["namespace", "streamingjob", "sink"])
+        for (ns, name), sinks in sorted(queries.items()):
+            for sink, values in sorted(sinks.items()):
+                if gauge in values:
+                    family.add_metric([ns, name, sink], values[gauge])
+        yield family
+    condition = GaugeMetricFamily(
+        "kappa_streamingjob_condition",
+        "1 while a StreamingJob's health condition (Stalled, Lagging) holds, else 0",
+        labels=["namespace", "streamingjob", "condition"],
+    )
+    for (ns, name), conds in sorted(health.items()):
+        for type_, holds in sorted(conds.items()):
+            condition.add_metric([ns, name, type_], 1.0 if holds else 0.0)
+    yield condition
 
 
 class OperatorMetrics:

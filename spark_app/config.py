@@ -33,47 +33,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from spark_app.durations import check_positive, format_duration, parse_duration
 from spark_app.errors import ConfigError
 from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-DURATION_HELP = "a duration such as '90s', '10m', '1h30m' or ISO 8601 'PT10M'"
-
-
-def parse_duration(value: Any) -> timedelta:
-    """Accept what Kubernetes users write ('10m', '1h30m'), ISO 8601 and plain seconds."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f"expected {DURATION_HELP}, got {value!r}")
-    if isinstance(value, int | float):
-        return timedelta(seconds=value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text and _DURATION_PART.sub("", text) == "" and _DURATION_PART.match(text):
-            seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
-            return timedelta(seconds=seconds)
-        iso = re.fullmatch(r"P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?", text.upper())
-        if iso and text.upper() not in ("P", "PT"):
-            d, h, m, s = (float(g) if g else 0.0 for g in iso.groups())
-            return timedelta(days=d, hours=h, minutes=m, seconds=s)
-    raise ValueError(f"expected {DURATION_HELP}, got {value!r}")
-
-
-def format_duration(value: timedelta) -> str:
-    """Inverse of parse_duration in the short form ('1h30m', '45s')."""
-    total = value.total_seconds()
-    if total == 0:
-        return "0s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        n, total = divmod(total, size)
-        if n:
-            parts.append(f"{int(n)}{unit}")
-    if total:
-        parts.append(f"{total:.6f}".rstrip("0").rstrip(".") + "s")
-    return "".join(parts)
 
 
 def parse_timestamp(value: Any) -> datetime:
@@ -91,9 +53,10 @@ def parse_timestamp(value: Any) -> datetime:
 
 
 def parse_non_negative_duration(value: Any) -> timedelta:
+    """The grammar has no sign; a timedelta built in Python might."""
     d = parse_duration(value)
     if d < timedelta(0):
-        raise ValueError(f"must not be negative, got {value!r}")
+        raise ValueError(f"must not be negative, got {format_duration(d)!r}")
     return d
 
 
@@ -102,12 +65,7 @@ Duration = Annotated[
     BeforeValidator(parse_non_negative_duration),
     PlainSerializer(format_duration, return_type=str),
 ]
-SignedDuration = Annotated[
-    timedelta,
-    BeforeValidator(parse_duration),
-    PlainSerializer(format_duration, return_type=str),
-]
-"""A duration whose sign its field checks itself, with a field-specific message."""
+"""A duration in the grammar of spark_app.durations, shared with the custom resources."""
 Timestamp = Annotated[
     datetime,
     BeforeValidator(parse_timestamp),
@@ -139,7 +97,7 @@ class SplitConfig(KappaModel):
     """Bytes a file counts for when bundling, so tiny files are not bundled without limit."""
     max_bundle_span: Duration = timedelta(minutes=5)
     """A bundle never spans more event time than this plus its widest file: bundling must
-    not widen the out-of-orderness bound (DESIGN: maxDrift + largest split span)."""
+    not widen the out-of-orderness bound (maxDrift + largest split span: docs/concepts.md)."""
     slice_span: Duration | None = timedelta(minutes=5)
     """Backfill only: a file whose event-time range (within the window) is wider than this is
     cut into time slices, read from its ordering column at planning time, so a few late rows
@@ -480,15 +438,18 @@ DEFAULT_BATCH_ROW_BUDGET = 30_000
 ~20 us per row on 2 cores, bench/RESULTS.md): batches smaller than that are mostly overhead."""
 
 
+NO_DRIFT_HINT = " (use mode: strict for no drift)"
+
+
 class AlignmentConfig(KappaModel):
-    """Event-time alignment of the sources of a backfill (DESIGN: "Alignment, precisely")."""
+    """Event-time alignment of the sources of a backfill (docs/concepts.md: "Alignment")."""
 
     mode: Literal["aligned", "strict", "unordered"] = "aligned"
     """`aligned`: admit a split only if lower <= global watermark + maxDrift; `strict`: the
     same with no drift; `unordered`: no coordination (stateless pipelines, top throughput)."""
     group: str | None = None
     """Alignment group; default: the job name. Groups can span queries and jobs."""
-    max_drift: SignedDuration = timedelta(minutes=10)
+    max_drift: Duration = timedelta(minutes=10)
     ordering_column: str = "event_ts"
     """Event time, or an ingestion-time column such as `__metadata__.ingestion_ts`."""
     lateness: Duration | None = None
@@ -505,11 +466,11 @@ class AlignmentConfig(KappaModel):
     needed are unchanged, the rows in state during a batch grow by at most this. A round larger
     than the budget still goes in whole; 0: one round per batch. Off under readRate."""
 
-    @field_validator("max_drift")
+    @field_validator("max_drift", mode="before")
     @classmethod
-    def _positive(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
-            raise ValueError("maxDrift must be > 0 (use mode: strict for no drift)")
+    def _positive(cls, value: Any) -> Any:
+        """Checked on the text as written, so the message is the Backfill's word for word."""
+        check_positive(format_duration(value) if isinstance(value, timedelta) else value, NO_DRIFT_HINT)
         return value
 
     @property
@@ -582,6 +543,9 @@ class ExternalCheckpoints(KappaModel):
     """Retention: at most `keepLast` snapshots, none older than this (never the newest)."""
     every_batch: bool = False
     """Copy every committed batch not copied yet (a local run of a minute), not one per interval."""
+    requests_file: str | None = None
+    """Where the operator's snapshot requests appear (the mounted control ConfigMap); unset: none
+    (a local run)."""
 
 
 class CheckpointConfig(KappaModel):
@@ -592,6 +556,23 @@ class CheckpointConfig(KappaModel):
 
 
 _ENTRY_POINT = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$"
+
+
+class Dependencies(KappaModel):
+    """What spark-submit adds to a run besides the image (the StreamingJob's ``spec.deps``, the
+    SparkApplication's ``spec.deps``). On a cluster spark-submit has applied them before the
+    driver starts, so the driver does not; they are here because the code a run executes is
+    part of what makes it reproducible: a new version (another pyFiles zip) changes the
+    config's hash, which restarts the application as any spec change does. `kappa run`, which
+    has no spark-submit, applies them itself (``kappa_operator.local.overrides``)."""
+
+    py_files: list[str] = []
+    jars: list[str] = []
+    packages: list[str] = []
+    repositories: list[str] = []
+    exclude_packages: list[str] = []
+    files: list[str] = []
+    archives: list[str] = []
 
 
 class JobConfig(KappaModel):
@@ -625,6 +606,12 @@ class JobConfig(KappaModel):
     read_rate: ReadRateConfig | None = None
     """Backfills: a cap on the rate the query's history sources read (one token bucket shared by all its sources,
     across micro-batches), so a backfill cannot saturate the object store live jobs read."""
+    deps: Dependencies | None = None
+    """The run's pyFiles, jars and packages as spark-submit was given them (see Dependencies)."""
+    python_path: list[str] | None = None
+    """Put on the driver's ``sys.path`` before the pipeline is imported and shipped to the
+    executors (``spark_app.pipeline_code``): directories (a ConfigMap's mount: its modules,
+    and each .zip/.egg in it) and .py/.zip/.egg files or URIs (`kappa run`'s pyFiles)."""
 
     @model_validator(mode="after")
     def _read_rate_backfill_only(self) -> JobConfig:

@@ -44,11 +44,12 @@ from spark_app.config import (
 )
 from spark_app.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
 from spark_app.horizon import next_drain_step
-from spark_app.lag_report import LagReporter, reads_kafka
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
+from spark_app.pipeline_code import make_importable
 from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import max_span
+from spark_app.progress_report import ProgressReporter
 from spark_app.run_report import write_report as write_run_report
 from spark_app.sinks.iceberg.spark_files import SESSION_CONF as SPARK_WRITE_CONF
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
@@ -219,7 +220,10 @@ def load_pipeline(entry: str) -> Pipeline:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"pipeline {entry!r}: cannot import module {module_name!r} ({exc})") from None
+        raise ConfigError(
+            f"pipeline {entry!r}: cannot import module {module_name!r} ({exc}); put it in the Spark image, or "
+            "ship it with spec.deps.pyFiles or spec.pipelineFrom (kappa run: --py-files PATH)"
+        ) from None
     func = getattr(module, func_name, None)
     if not callable(func):
         raise ConfigError(f"pipeline {entry!r}: module {module_name!r} has no function {func_name!r}")
@@ -448,6 +452,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
             cfg.window.warmup,
             ", ".join(columns),
         )
+    make_importable(cfg.python_path, spark)
     pipeline = load_pipeline(cfg.pipeline)
     edges = None
     members = aligned_members(cfg)
@@ -469,9 +474,9 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     started = time.monotonic()
     queries: list[StreamingQuery] = []
     externalizer = attach(spark, cfg)
-    lag = KafkaLagListener(LagReporter(cfg)) if cfg.mode == "live" and reads_kafka(cfg) else None
-    if lag is not None:
-        spark.streams.addListener(lag)
+    listener = ProgressListener(ProgressReporter(cfg)) if cfg.mode == "live" else None
+    if listener is not None:
+        spark.streams.addListener(listener)
     try:
         while True:
             current = [start_query(cfg, name, df) for name, df in outputs.items()]
@@ -492,12 +497,12 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
             if q.isActive:
                 q.stop()
         externalized = detach(spark, externalizer)
-        if lag is not None:
-            spark.streams.removeListener(lag)
+        if listener is not None:
+            spark.streams.removeListener(listener)
             for q in queries:  # listeners get progress asynchronously: the last may not have come
                 for last in query_progress(q)[-1:]:
-                    lag.reporter.observe(last)
-            lag.reporter.flush()  # the last batch's lag, whenever the one before was written
+                    listener.reporter.observe(last)
+            listener.reporter.flush()  # the last batch's report, whenever the one before was written
     progress = [p for q in queries for p in query_progress(q)]
     if cfg.mode == "backfill":
         require_complete(cfg, progress)
@@ -525,20 +530,24 @@ def await_queries(queries: list[StreamingQuery], deadline: float | None) -> None
             raise q.exception()  # type: ignore[misc]
 
 
-class KafkaLagListener(StreamingQueryListener):
-    """Hands each progress event of a live Kafka job to its ``LagReporter``."""
+class ProgressListener(StreamingQueryListener):
+    """Hands each progress and idle event of a live job to its ``ProgressReporter`` (an idle
+    event names its query by id only: the start event gives the name)."""
 
-    def __init__(self, reporter: LagReporter) -> None:
+    def __init__(self, reporter: ProgressReporter) -> None:
         self.reporter = reporter
+        self.names: dict[str, str] = {}
 
     def onQueryStarted(self, event: Any) -> None:
-        pass
+        self.names[str(event.id)] = str(event.name)
 
     def onQueryProgress(self, event: Any) -> None:
         self.reporter.observe(json.loads(event.progress.json))
 
     def onQueryIdle(self, event: Any) -> None:
-        pass
+        name = self.names.get(str(event.id))
+        if name is not None:
+            self.reporter.idle(name)
 
     def onQueryTerminated(self, event: Any) -> None:
         pass

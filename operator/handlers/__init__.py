@@ -5,7 +5,7 @@ status and events.
 Run with ``kappa operator`` (or ``kopf run -m kappa_operator.handlers``). Importing this
 package registers every handler with kopf."""
 
-from kappa_operator.handlers import applications, backfill, checkpoints, kafka_lag, rewind, streaming_job
+from kappa_operator.handlers import applications, backfill, checkpoints, progress, rewind, streaming_job
 from kappa_operator.handlers.context import configure
 
-__all__ = ["applications", "backfill", "checkpoints", "configure", "kafka_lag", "rewind", "streaming_job"]
+__all__ = ["applications", "backfill", "checkpoints", "configure", "progress", "rewind", "streaming_job"]

@@ -20,15 +20,29 @@ from kappa_operator.handlers.context import (
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.phases import now_rfc3339
+from kappa_operator.reconcile.snapshot_requests import Answers
 from kappa_operator.reconcile.streaming_job import JobPlan, owner_of, plan_streaming_job
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
 from kappa_operator.render.spark_application import Owner
+from spark_app.checkpoints.requests import read_answer
+from spark_app.storage import open_location
 
 KIND = "StreamingJob"
+LOOK_TICK = 5.0
+"""Seconds between looks at a waiting job (a restart or an upgrade step is at most this late)."""
 
 
 def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
     c, owner = ctx().cluster(), owner_of(job)
+    intent = "upgrade" in plan.status or "rolledBackGeneration" in plan.status
+    if intent:  # an upgrade's step is recorded before its I/O: a restarted operator finds it
+        record(KIND, body, plan.status)
+    if plan.control_map is not None:
+        c.apply_config_map(plan.control_map, owner)
+    if plan.create_rewind is not None:
+        c.create_resource("rewinds", owner.namespace, plan.create_rewind, owner)
+    if plan.move_checkpoint is not None:
+        c.annotate("streamingjobs", owner.namespace, owner.name, {CHECKPOINT_ANNOTATION: plan.move_checkpoint})
     if plan.delete_app:
         c.delete_app(owner.namespace, owner.app_name, owner)
     if plan.config_map is not None:
@@ -38,7 +52,8 @@ def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
         crash_point("exit-after-create-app")
     post_events(body, plan.events)
     observe(KIND, body, plan.status)
-    record(KIND, body, plan.status)
+    if not intent:
+        record(KIND, body, plan.status)
 
 
 @kopf.on.resume(GROUP, VERSION, "streamingjobs")
@@ -50,10 +65,57 @@ def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
 @kopf.on.update(GROUP, VERSION, "streamingjobs", field=("metadata", "annotations", CHECKPOINT_ANNOTATION))
 @reported(KIND)
 def reconcile_job(body: kopf.Body, **_: Any) -> None:
+    reconcile(body)
+
+
+def reconcile(body: kopf.Body) -> None:
     job = parse(StreamingJob, body)
     owner = owner_of(job)
     app = ctx().cluster().get_app(owner.namespace, owner.app_name, owner)
-    act(plan_streaming_job(job, app, now_rfc3339()), job, body)
+    act(plan_streaming_job(job, app, now_rfc3339(), snapshot_answers(job)), job, body)
+
+
+def snapshot_answers(job: StreamingJob) -> Answers:
+    """The driver's answers to the job's open snapshot requests (a few hundred bytes each, next
+    to its snapshots); nothing is read while none is open."""
+    status, external = job.status, job.spec.checkpoints.external_location
+    if status is None or external is None:
+        return {}
+    out: Answers = {}
+    for entry in status.snapshots:
+        if entry.taken_at is not None or entry.error is not None:
+            continue
+        for sink in job.spec.sinks:
+            answer = read_answer(open_location(f"{external.rstrip('/')}/{sink}"), entry.nonce)
+            if answer is not None:
+                out.setdefault(entry.nonce, {})[sink] = answer
+    return out
+
+
+def _waiting(status: dict[str, Any] | None) -> bool:
+    """Whether the job waits for time to pass (a backoff, a snapshot, an upgraded application
+    that must run within readyTimeout): the timer below looks again while it does."""
+    status = status or {}
+    if status.get("phase") == "BackingOff":
+        return True
+    if ((status.get("upgrade") or {}).get("step")) in ("Snapshotting", "Starting"):
+        return True
+    return any(not s.get("takenAt") and not s.get("error") for s in status.get("snapshots") or [])
+
+
+@kopf.timer(
+    GROUP,
+    VERSION,
+    "streamingjobs",
+    interval=LOOK_TICK,
+    when=lambda status, **_: _waiting(status),
+)
+@reported(KIND)
+def look_again(body: kopf.Body, **_: Any) -> None:
+    """A failed application waits out its backoff (``status.nextRestartAt``), a snapshot
+    request its answer, an upgrade its application's RUNNING: this looks again every few
+    seconds while one does, and moves on once the time came or the answer is there."""
+    reconcile(body)
 
 
 def application_changed(event: str, app: dict[str, Any], job_body: dict[str, Any]) -> None:

@@ -75,7 +75,7 @@ def run_job(local: Local, job: StreamingJob) -> JobRun:
     if state == "FAILED":
         _failure_hint(local, message)
     ended = application(state, message, hashed)
-    job = local.record(job, {**plan_streaming_job(job, ended, now_rfc3339()).status, **fields})
+    job = local.record(job, {**plan_streaming_job(job, ended, now_rfc3339(), restarts=False).status, **fields})
     if report is not None:
         show.runs(f"{job.metadata.name}: live, locally", [(job.metadata.name, report)])
         latest = [n for n, s in cfg.sources.items() if getattr(s, "starting_position", None) == "latest"]

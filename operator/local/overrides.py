@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from kappa_operator.local.deps import local_code
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
 from spark_app.config import JobConfig, parse_config
@@ -55,6 +56,8 @@ class RunOptions:
     target_time: str | None = None
     fresh: bool = False
     """Forget the local record of the object first (a new uid: a fresh backfill checkpoint)."""
+    py_files: tuple[Path, ...] = ()
+    """Directories or .py/.zip/.egg files replacing spec.deps.pyFiles and spec.pipelineFrom."""
 
     @property
     def state_dir(self) -> Path:
@@ -169,6 +172,10 @@ def runtime_config(
     conf = {**LOCAL_SPARK_CONF, **cfg.spark_conf, **opts.spark_conf}
     data["sparkConf"] = conf
     notes += [f"sparkConf {k}={v}" for k, v in conf.items() if cfg.spark_conf.get(k) != v]
+    root = opts.local.resolve() if opts.local is not None else None
+    code, code_notes = local_code(cfg, conf, opts.py_files, None if root is None else lambda u: local_path(u, root))
+    data.update(code)
+    notes += code_notes
     if cfg.mode == "live":
         trigger = cfg.effective_trigger
         if not opts.follow:

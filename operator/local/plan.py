@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kappa_operator.local.deps import py_file_paths
 from kappa_operator.local.display import Display
 from kappa_operator.local.manifests import ManifestError, load
 from kappa_operator.local.overrides import RunOptions, localize, parse_spark_conf, runtime_config
@@ -42,6 +43,8 @@ class PlanOptions:
     """Read the pipeline's delay and horizon from its query plan (a local SparkSession)."""
     master: str = "local[2]"
     spark_conf: dict[str, str] | None = None
+    py_files: tuple[Path, ...] = ()
+    """The pipeline's code instead of spec.deps.pyFiles and spec.pipelineFrom (kappa run --py-files)."""
 
 
 def backfill_job_config(manifest: Path, job_file: Path | None, opts: PlanOptions) -> tuple[JobConfig, list[str]]:
@@ -59,7 +62,9 @@ def backfill_job_config(manifest: Path, job_file: Path | None, opts: PlanOptions
         job, rows = localize(job, opts.local)
         (opts.local / "catalogs").mkdir(parents=True, exist_ok=True)  # SQLite creates files, not directories
         lines += [f"--local: spec.{r.field} {r.manifest} -> {r.local}" for r in rows]
-    run_opts = RunOptions(local=opts.local, master=opts.master, spark_conf=opts.spark_conf or {})
+    run_opts = RunOptions(
+        local=opts.local, master=opts.master, spark_conf=opts.spark_conf or {}, py_files=opts.py_files
+    )
     cfg, _ = runtime_config(backfill_config(bf, job, None), run_opts)
     return cfg, lines
 
@@ -187,6 +192,7 @@ def plan_command(args: argparse.Namespace, console: Console) -> int:
             spark=not args.no_spark,
             master=args.master,
             spark_conf=parse_spark_conf(args.spark_conf),
+            py_files=tuple(py_file_paths(args.py_files)),
         )
     except ValueError as exc:
         Display(console).error(str(exc))

@@ -11,6 +11,7 @@ import argparse
 from rich.console import Console
 
 from kappa_operator.local.backfill import run_backfill
+from kappa_operator.local.deps import py_file_paths
 from kappa_operator.local.display import Display
 from kappa_operator.local.engine import Engine, Local, SparkEngine, _status
 from kappa_operator.local.job import run_job
@@ -99,6 +100,7 @@ def run_command(args: argparse.Namespace, console: Console) -> int:
             target_batch=args.target_batch,
             target_time=args.target_time,
             fresh=args.fresh,
+            py_files=tuple(py_file_paths(args.py_files)),
         )
         found = load(args.manifest, args.job)
     except (KappaError, ValueError) as exc:

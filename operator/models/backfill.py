@@ -18,11 +18,11 @@ from kappa_operator.models.common import (
     TABLE_MAX,
     URI_MAX,
     CRModel,
+    DriftStr,
     DurationStr,
     Name,
     ObjectMeta,
     PodOverrides,
-    PositiveDurationStr,
     StatusBase,
     TimestampStr,
     check_pod_settings_size,
@@ -94,7 +94,7 @@ class BackfillAlignment(CRModel):
     group: str | None = Field(default=None, max_length=NAME_MAX, pattern=r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")
     """Alignment group shared with other backfills of this namespace (default: this backfill's
     name): lowercase letters, digits, '-' and '_'."""
-    max_drift: PositiveDurationStr = "10m"
+    max_drift: DriftStr = "10m"
     """How far a source may read ahead of the slowest one (> 0)."""
     ordering_column: str | None = Field(default=None, max_length=COLUMN_MAX)
     """Column to order by (default: the job's)."""

@@ -22,15 +22,20 @@ runs a table of manifests through both). Hence:
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic.alias_generators import to_camel
 
-from spark_app.config import parse_duration, parse_timestamp
+from spark_app.config import NO_DRIFT_HINT, parse_duration, parse_timestamp
+from spark_app.durations import (
+    DURATION_LENGTH_MAX,
+    DURATION_MAX,
+    DURATION_PATTERN,
+    check_duration,
+    check_positive,
+)
 
 GROUP = "kappa.dev"
 VERSION = "v1alpha1"
@@ -99,72 +104,39 @@ ArgName = Annotated[str, Field(max_length=NAME_MAX)]
 
 # --- durations ------------------------------------------------------------------------------
 
-#: Kubernetes' (Go) duration syntax, which CEL's ``duration()`` also reads, restricted to whole
-#: milliseconds: a fraction of a unit has at most as many digits as keep it a whole number of
-#: milliseconds (``1.5h``, ``0.25s``; not ``0.0001ms``, which Go reads as 100ns while Python's
-#: timedelta rounds it to 0), and at most 9 digits before it. Durations and timestamps stay plain
-#: strings in the schema (no ``format``), so CEL rules convert them explicitly.
-DURATION_PATTERN = r"^([0-9]{1,9}ms|[0-9]{1,9}(\.[0-9]{1,3})?s|[0-9]{1,9}(\.[0-9]{1,4})?m|[0-9]{1,9}(\.[0-9]{1,5})?h)+$"
-DURATION_LENGTH_MAX = 32
-DURATION_MAX = "87600h"
-"""The longest duration accepted anywhere (10 years): far below what CEL's ``duration()`` (Go,
-int64 nanoseconds: ~2562047h) and Python's timedelta can hold, so arithmetic never overflows."""
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+# The grammar is spark_app.durations', shared with JobConfig (a Backfill's durations are copied
+# into it): the pattern here is for the API server, check_duration for the words users read.
+# Durations stay plain strings in the schema (no ``format``), so CEL rules convert them
+# explicitly; the CEL bound repeats DURATION_MAX for the server.
 _MAX_RULE = {
     "rule": f"duration(self) <= duration('{DURATION_MAX}')",
     "message": f"must be at most {DURATION_MAX} (10 years)",
 }
 _POSITIVE_RULE = {"rule": "duration(self) > duration('0s')", "message": "must be > 0"}
-
-
-def duration_ms(value: str) -> int:
-    """A duration matching :data:`DURATION_PATTERN` in milliseconds, exactly (no float)."""
-    total = Decimal(0)
-    for number, unit in re.findall(r"([0-9.]+)(ms|s|m|h)", value):
-        total += Decimal(number) * _UNIT_MS[unit]
-    return int(total)
-
-
-CRD_DURATION_HELP = "a duration such as 90s, 10m, 1h30m (units ms, s, m, h)"
-
-
-def _duration_text(value: Any) -> Any:
-    """Say what a duration looks like instead of printing :data:`DURATION_PATTERN` (the API
-    server's schema still checks the pattern; this is the same rule, in words)."""
-    if isinstance(value, str) and not re.fullmatch(DURATION_PATTERN, value):
-        hint = " (a bare number has no unit: add s, m or h)" if re.fullmatch(r"[0-9.]+", value) else ""
-        raise ValueError(f"expected {CRD_DURATION_HELP}, got {value!r}{hint}")
-    return value
-
-
-def _duration(value: str) -> str:
-    if duration_ms(value) > duration_ms(DURATION_MAX):
-        raise ValueError(f"must be at most {DURATION_MAX} (10 years), got {value!r}")
-    return value
-
-
-def _positive(value: str) -> str:
-    if duration_ms(value) <= 0:
-        raise ValueError(f"must be > 0, got {value!r}")
-    return value
-
+_DRIFT_RULE = {**_POSITIVE_RULE, "message": f"must be > 0{NO_DRIFT_HINT}"}
 
 _DURATION_FIELD = {"pattern": DURATION_PATTERN, "max_length": DURATION_LENGTH_MAX}
 DurationStr = Annotated[
     str,
     Field(**_DURATION_FIELD, json_schema_extra={"x-kubernetes-validations": [_MAX_RULE]}),
-    BeforeValidator(_duration_text),
-    AfterValidator(_duration),
+    BeforeValidator(check_duration),
 ]
 """A duration such as ``10m``, ``1h30m`` or ``1.5s``: whole milliseconds, at most 87600h."""
 PositiveDurationStr = Annotated[
     str,
     Field(**_DURATION_FIELD, json_schema_extra={"x-kubernetes-validations": [_MAX_RULE, _POSITIVE_RULE]}),
-    BeforeValidator(_duration_text),
-    AfterValidator(_duration),
-    AfterValidator(_positive),
+    BeforeValidator(check_duration),
+    AfterValidator(check_positive),
 ]
 """A :data:`DurationStr` greater than zero (so at least 1ms)."""
+DriftStr = Annotated[
+    str,
+    Field(**_DURATION_FIELD, json_schema_extra={"x-kubernetes-validations": [_MAX_RULE, _DRIFT_RULE]}),
+    BeforeValidator(check_duration),
+    AfterValidator(lambda value: check_positive(value, NO_DRIFT_HINT)),
+]
+"""``alignment.maxDrift``: a :data:`PositiveDurationStr` whose message says what to use for no
+drift, in JobConfig's words."""
 
 # --- timestamps -----------------------------------------------------------------------------
 

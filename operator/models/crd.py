@@ -51,6 +51,8 @@ KINDS = (
             {"name": "Watermark", "type": "string", "jsonPath": ".status.watermark"},
             {"name": "Kafka Lag", "type": "integer", "jsonPath": ".status.kafkaLag.total"},
             {"name": "Last Checkpoint", "type": "string", "jsonPath": ".status.lastCheckpoint"},
+            {"name": "Last Progress", "type": "date", "jsonPath": ".status.lastProgressAt", "priority": 1},
+            {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
             {"name": "Suspended", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
             {"name": "Application", "type": "string", "jsonPath": ".status.applicationName", "priority": 1},
             AGE,

@@ -33,6 +33,7 @@ from kappa_operator.models.common import (
     K8sObject,
     Name,
     ObjectMeta,
+    PositiveDurationStr,
     PropertyKey,
     Resources,
     Setting,
@@ -42,6 +43,7 @@ from kappa_operator.models.common import (
     check_pod_settings_size,
     exactly_one,
 )
+from kappa_operator.models.packaging import Dependencies, PipelineFrom
 
 CatalogProperties = Annotated[dict[PropertyKey, Setting], Field(max_length=CATALOG_PROPERTIES_MAX)]
 ENTRY_POINT = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -232,6 +234,74 @@ class CheckpointSpec(CRModel):
     """Snapshots kept."""
 
 
+class HealthSpec(CRModel):
+    """When a running job counts as ``Stalled`` or ``Lagging`` (conditions, Events, metrics):
+    from its driver's progress reports, which the operator reads every 30 s."""
+
+    progress_timeout: PositiveDurationStr = "10m"
+    """Stalled: no micro-batch and no idle heartbeat from a query for this long while the
+    application runs (a batch that legitimately takes longer needs a longer timeout)."""
+    max_kafka_lag: int | None = Field(default=None, ge=0, le=INT64_BOUND)
+    """Lagging: more Kafka records than this not read yet, over all partitions (kafka)."""
+    max_watermark_delay: PositiveDurationStr | None = None
+    """Lagging: a query's event-time watermark further than this behind the wall clock."""
+
+
+class RestartSpec(CRModel):
+    """How the operator restarts a live application that failed: after an exponentially
+    growing delay with a cap (the Spark operator's own restart policy waits a fixed interval,
+    forever), from the same checkpoint. The delay starts over once the job ran ``resetAfter``."""
+
+    initial_backoff: PositiveDurationStr = "10s"
+    """The delay before the first restart."""
+    max_backoff: PositiveDurationStr = "10m"
+    """The delay never grows past this."""
+    multiplier: float = Field(default=2.0, ge=1.0, le=10.0)
+    """Each further restart waits this many times longer."""
+    reset_after: PositiveDurationStr = "30m"
+    """A failure after running this long counts as a first failure again."""
+    max_attempts: int | None = Field(default=None, ge=1, le=INT32_MAX)
+    """Restarts in a row before the job stays Failed (unset: no limit)."""
+
+
+class UpgradeSpec(CRModel):
+    """What a spec change of a running job does (the Flink Kubernetes Operator's
+    ``upgradeMode``), and whether a failed upgrade rolls back."""
+
+    mode: Literal["stateless", "last-state", "snapshot"] = "last-state"
+    """`last-state`: restart from the job's checkpoint (state kept). `stateless`: start on an
+    empty checkpoint (state dropped; sources start at startingPosition). `snapshot`: take a
+    snapshot first (needs checkpoints.externalLocation), then upgrade as last-state; a
+    rollback restores that snapshot."""
+    rollback: bool = False
+    """Run the last spec that reached RUNNING again when an upgraded application fails or
+    does not run within readyTimeout (the edited spec stays as written; status says so)."""
+    ready_timeout: PositiveDurationStr = "5m"
+    """How long an upgraded application has to reach RUNNING."""
+    snapshot_timeout: PositiveDurationStr = "10m"
+    """How long the snapshot before an upgrade may take (mode snapshot); past it the upgrade
+    is not made and the job keeps running the previous spec."""
+
+
+class SnapshotRef(CRModel):
+    """A snapshot to start from: one taken by this or another job (``status.snapshots``)."""
+
+    model_config = exactly_one("time", "batchId", "set exactly one of initialSnapshot.time, initialSnapshot.batchId")
+    location: str = Field(min_length=1, max_length=URI_MAX)
+    """The externalLocation the snapshot was written to (`spec.checkpoints.externalLocation`
+    of the job that took it)."""
+    time: TimestampStr | None = None
+    """The newest snapshot committed at or before this time (RFC 3339)."""
+    batch_id: int | None = Field(default=None, ge=0, le=INT64_BOUND)
+    """The snapshot of this micro-batch (`status.snapshots[].batchIds`; single-sink jobs)."""
+
+    @model_validator(mode="after")
+    def _one(self) -> SnapshotRef:
+        if (self.time is None) == (self.batch_id is None):
+            raise ValueError("set exactly one of initialSnapshot.time, initialSnapshot.batchId")
+        return self
+
+
 class LocalRef(CRModel):
     """An object in the job's namespace."""
 
@@ -260,6 +330,22 @@ class EnvFrom(CRModel):
 class StreamingJobSpec(CRModel):
     """A live PySpark Structured Streaming job."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.upgrade) || !has(self.upgrade.mode) || self.upgrade.mode != 'snapshot' || "
+                    "has(self.checkpoints.externalLocation)",
+                    "message": "upgrade.mode snapshot needs checkpoints.externalLocation (where snapshots go)",
+                },
+                {
+                    "rule": "!has(self.snapshotTriggerNonce) || has(self.checkpoints.externalLocation)",
+                    "message": "snapshotTriggerNonce needs checkpoints.externalLocation (where snapshots go)",
+                },
+            ]
+        }
+    )
+
     image: str = Field(min_length=1, max_length=URI_MAX)
     """Spark image holding spark_app and the pipeline's code."""
     pipeline: str = Field(pattern=ENTRY_POINT, max_length=256)
@@ -267,6 +353,11 @@ class StreamingJobSpec(CRModel):
     pipeline_args: dict[ArgName, Setting] = Field(default={}, max_length=ARGS_MAX)
     """Keyword arguments of the pipeline function, as strings (the pipeline parses them, as
     Spark parses "30 minutes")."""
+    deps: Dependencies | None = None
+    """Extra pyFiles, jars and packages of every Spark application of the job (the
+    spark-operator's `spec.deps`): e.g. the pipeline's package zipped on object storage."""
+    pipeline_from: PipelineFrom | None = None
+    """The pipeline's modules from a ConfigMap instead of the image."""
     catalogs: dict[Name, CatalogProperties] = Field(min_length=1, max_length=CATALOGS_MAX)
     """pyiceberg catalog properties by name (type, uri, warehouse, ...)."""
     sources: dict[Name, JobSource] = Field(min_length=1, max_length=SOURCES_MAX)
@@ -293,12 +384,33 @@ class StreamingJobSpec(CRModel):
     """Secrets (names) to pull the Spark image with."""
     service_account: str = Field(default="spark", max_length=253)
     """Service account of the Spark driver (workload identity for the object store goes here)."""
-    env_from: list[EnvFrom] = Field(default=[], max_length=16)
+    env_from: list[EnvFrom] = Field(default=[], max_length=8)
     """Secrets and ConfigMaps whose keys become environment variables of every Spark pod of
     this job: its live application, its Backfills' and publish applications, its Rewinds'
     restore applications. The operator itself needs none of them."""
     suspend: bool = False
     """Stop the application and keep its checkpoint; false resumes from it."""
+    health: HealthSpec = HealthSpec()
+    """When the running job is Stalled or Lagging."""
+    restart: RestartSpec = RestartSpec()
+    """Restarts of a failed live application: exponential backoff with a cap."""
+    upgrade: UpgradeSpec = UpgradeSpec()
+    """What a spec change does to the running job, and rollback."""
+    snapshot_trigger_nonce: int | None = Field(default=None, ge=0, le=INT64_BOUND)
+    """Change it to take a snapshot now (Flink's `savepointTriggerNonce`); needs
+    checkpoints.externalLocation. The snapshot shows in `status.snapshots`."""
+    initial_snapshot: SnapshotRef | None = None
+    """Start a new job from this snapshot (Flink's `initialSavepointPath`): restored into the
+    job's checkpoint before its first application. Ignored once the job has run."""
+
+    @model_validator(mode="after")
+    def _snapshots_have_a_place(self) -> StreamingJobSpec:
+        if self.checkpoints.external_location is None:
+            if self.upgrade.mode == "snapshot":
+                raise ValueError("upgrade.mode snapshot needs checkpoints.externalLocation (where snapshots go)")
+            if self.snapshot_trigger_nonce is not None:
+                raise ValueError("snapshotTriggerNonce needs checkpoints.externalLocation (where snapshots go)")
+        return self
 
     @model_validator(mode="after")
     def _pod_settings_fit(self) -> StreamingJobSpec:
@@ -344,6 +456,61 @@ class KafkaLag(CRModel):
     """The partitions furthest behind first (at most 20; Prometheus has them all)."""
 
 
+class QueryProgress(CRModel):
+    """One sink query's last micro-batch, as its driver reported it."""
+
+    sink: str
+    batch_id: int | None = None
+    """The last batch (unset: none yet, the query only idled)."""
+    at: str
+    """When the driver saw that batch (RFC 3339)."""
+    last_heartbeat: str | None = None
+    """The last sign of life: a batch or an idle event (RFC 3339)."""
+    input_rows_per_second: float = 0.0
+    processed_rows_per_second: float = 0.0
+    batch_duration_ms: int = 0
+    state_rows: int = 0
+    """Rows in the query's state stores."""
+    watermark: str | None = None
+    """Its event-time watermark (RFC 3339)."""
+
+
+class TakenSnapshot(CRModel):
+    """A snapshot the operator asked for (a trigger nonce, or before an upgrade)."""
+
+    reason: Literal["trigger", "upgrade"]
+    nonce: str
+    """What asked for it: `spec.snapshotTriggerNonce`, or `upgrade-<config hash>`."""
+    requested_at: str
+    taken_at: str | None = None
+    """When the last sink's snapshot was committed (unset: not yet taken)."""
+    batch_ids: dict[str, int] = {}
+    """Sink -> the micro-batch of its snapshot: an `initialSnapshot.batchId` or a Rewind's
+    `target.batchId` names it."""
+    location: str | None = None
+    """The externalLocation it was written to (an `initialSnapshot.location`)."""
+    error: str | None = None
+
+
+class UpgradeStatus(CRModel):
+    """The last spec change of a running job (recorded before any of its steps)."""
+
+    mode: str
+    """spec.upgrade.mode when it started."""
+    from_hash: str | None = None
+    """The config the application ran before."""
+    to_hash: str
+    """The config of the edited spec."""
+    step: Literal["Snapshotting", "Starting", "SnapshotFailed", "RolledBack"]
+    """`Snapshotting`: waiting for the snapshot before the upgrade (the previous spec runs);
+    `Starting`: the new application is started, not yet RUNNING (a rollback may follow);
+    `SnapshotFailed`: no snapshot within snapshotTimeout, the previous spec keeps running;
+    `RolledBack`: the new spec failed, the last stable one runs again."""
+    started_at: str
+    snapshot_nonce: str | None = None
+    """The snapshot taken before it (mode snapshot): `status.snapshots[].nonce`."""
+
+
 class StreamingJobStatus(StatusBase):
     """What the operator observed."""
 
@@ -368,6 +535,32 @@ class StreamingJobStatus(StatusBase):
     """Latest event-time watermark reported by the job."""
     kafka_lag: KafkaLag | None = None
     """Records in the job's Kafka topics not read yet, as its driver last reported (kafka)."""
+    progress: list[QueryProgress] = []
+    """Each sink query's last micro-batch: rates, duration, state, watermark."""
+    last_progress_at: str | None = None
+    """The newest sign of life of any query (a batch or an idle event)."""
+    spark_ui: str | None = None
+    """The driver's Spark UI (ingress address, or the in-cluster service)."""
+    restarts: int = 0
+    """Restarts in the current run of failures (a failure after the job ran
+    spec.restart.resetAfter counts as the first again)."""
+    next_restart_at: str | None = None
+    """When the failed application is restarted (phase BackingOff)."""
+    snapshots: list[TakenSnapshot] = []
+    """Snapshots asked for by trigger or upgrade, newest last (at most 10)."""
+    snapshot_trigger_nonce: int | None = None
+    """The last spec.snapshotTriggerNonce acted on."""
+    upgrade: UpgradeStatus | None = None
+    """The spec change in progress (unset: none)."""
+    last_stable_hash: str | None = None
+    """The config of the last spec whose application reached RUNNING."""
+    last_stable_spec: str | None = None
+    """That spec (JSON): what a rollback runs."""
+    rolled_back_generation: int | None = None
+    """The metadata.generation whose spec failed and was rolled back: while the spec stays at
+    it, the job runs lastStableSpec (an edit makes a new upgrade)."""
+    initial_snapshot_restored: bool | None = None
+    """spec.initialSnapshot was restored into the checkpoint (done once)."""
 
 
 class StreamingJob(CRModel):

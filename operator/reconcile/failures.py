@@ -92,7 +92,10 @@ def with_recovery(
     if not current.get("retries") and not current.get("lastError"):
         return written
     previous = _conditions({"conditions": written.get("conditions", current.get("conditions"))})
-    wanted = {t: False for t in ("Reconciling", "Stalled") if any(c.type == t for c in previous)}
+    # a query's NoProgress (``reconcile.health``) is not a handler's failure: not cleared here
+    wanted = {
+        t: False for t in ("Reconciling", "Stalled") if any(c.type == t and c.reason != "NoProgress" for c in previous)
+    }
     verdict = Verdict(
         str(written.get("phase") or current.get("phase") or ""), "Recovered", "the last attempt succeeded"
     )

@@ -1,5 +1,5 @@
 """What a Kafka job's status and metrics show of its consumer lag (pure): its driver's reports
-(``spark_app.lag_report``, one per sink query) folded into one figure and the partitions
+(``spark_app.progress_report``, one per sink query) folded into one figure and the partitions
 furthest behind."""
 
 from __future__ import annotations
@@ -7,15 +7,16 @@ from __future__ import annotations
 from datetime import UTC
 from typing import Any
 
-from spark_app.lag_report import LagReport
+from spark_app.progress_report import ProgressReport
 
 SHOWN = 20
 """Partitions listed in status (the furthest behind); Prometheus gets every one."""
 
 
-def lag_status(reports: list[LagReport]) -> dict[str, Any] | None:
+def lag_status(reports: list[ProgressReport]) -> dict[str, Any] | None:
     """The ``kafkaLag`` status field, or None while no query reported (not yet run a batch).
     A partition read by two sink queries counts once per query: each query reads it."""
+    reports = [r for r in reports if r.partitions]
     if not reports:
         return None
     partitions = [p for r in reports for p in r.partitions]
@@ -28,6 +29,6 @@ def lag_status(reports: list[LagReport]) -> dict[str, Any] | None:
     }
 
 
-def lag_gauges(reports: list[LagReport]) -> dict[tuple[str, str, str], int]:
+def lag_gauges(reports: list[ProgressReport]) -> dict[tuple[str, str, str], int]:
     """(sink, topic, partition) -> lag: the gauge's series for one job."""
     return {(r.sink, p.topic, str(p.partition)): p.lag for r in reports for p in r.partitions}

@@ -1,21 +1,49 @@
 """What to do for a StreamingJob, from the job and its SparkApplication as observed (pure).
 
-Like the Flink Kubernetes Operator's last-state upgrade: a changed spec (a different JobConfig
-hash) deletes the application, and the next reconcile starts it again from the same
-checkpoint location. Suspend deletes it and keeps the checkpoint; resume recreates it.
+A spec change (a different JobConfig hash) of a running job is an upgrade
+(``reconcile.upgrades``: last-state, stateless or snapshot-then-upgrade, with rollback).
+Suspend deletes the application and keeps the checkpoint; resume recreates it. A failed
+application is restarted by the operator with exponential backoff (``reconcile.restarts``).
+Snapshots asked for by trigger or upgrade are requests to the running driver
+(``reconcile.snapshot_requests``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kappa_operator.models.common import Condition
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
-from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, config_hash, live_checkpoint, streaming_job_config
-from kappa_operator.render.spark_application import LIVE_RESTART, Owner, config_map, job_launch, spark_application
+from kappa_operator.reconcile.restarts import next_restart, parse_time
+from kappa_operator.reconcile.snapshot_requests import Answers, Book, book
+from kappa_operator.reconcile.upgrades import (
+    effective,
+    rollback_due,
+    rollback_rewind,
+    stable_fields,
+    stateless_location,
+    upgrade_nonce,
+    upgrade_record,
+)
+from kappa_operator.render.jobconfig import (
+    CHECKPOINT_ANNOTATION,
+    PAUSED_ANNOTATION,
+    config_hash,
+    live_checkpoint,
+    streaming_job_config,
+)
+from kappa_operator.render.spark_application import (
+    LIVE_RESTART,
+    Owner,
+    config_map,
+    control_map,
+    job_launch,
+    spark_application,
+)
 from spark_app.errors import KappaError
 
 
@@ -36,13 +64,42 @@ class JobPlan:
     """Delete the current SparkApplication (suspend, or a restart after a spec change)."""
     status: dict[str, Any] = field(default_factory=dict)
     events: tuple[Event, ...] = ()
+    control_map: dict[str, Any] | None = None
+    """Apply the job's control ConfigMap (its open snapshot requests)."""
+    move_checkpoint: str | None = None
+    """Point the job at this checkpoint location (its annotation): a stateless upgrade."""
+    create_rewind: dict[str, Any] | None = None
+    """Create this Rewind (a rollback to the upgrade's snapshot)."""
 
 
 def owner_of(job: StreamingJob) -> Owner:
     return Owner("StreamingJob", job.metadata.name, job.metadata.namespace, job.metadata.uid)
 
 
-def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) -> JobPlan:
+def plan_streaming_job(
+    job: StreamingJob, app: dict[str, Any] | None, now: str, answers: Answers | None = None, restarts: bool = True
+) -> JobPlan:
+    """``answers``: the driver's answers to the open snapshot requests (read by the handler).
+    ``restarts``: False for ``kappa run``, whose local run ends by design (availableNow) and
+    is shown as it ended, never restarted."""
+    job = effective(job)
+    requests = book(job, answers, now)
+    plan = _decide(job, app, now, requests, restarts)
+    return _with_requests(plan, job, requests)
+
+
+def _with_requests(plan: JobPlan, job: StreamingJob, requests: Book) -> JobPlan:
+    """The snapshot history and its Events in the plan; the control ConfigMap when a request
+    was added (applied before the status that records it)."""
+    fields = requests.status()
+    if not fields:
+        return plan
+    events = plan.events + tuple(Event(*e) for e in requests.events)
+    control = control_map(owner_of(job), requests.open) if requests.added else plan.control_map
+    return replace(plan, status={**plan.status, **fields}, events=events, control_map=control)
+
+
+def _decide(job: StreamingJob, app: dict[str, Any] | None, now: str, requests: Book, restarts: bool) -> JobPlan:
     owner = owner_of(job)
     previous: list[Condition] = list(job.status.conditions) if job.status else []
     base: dict[str, Any] = {"observedGeneration": job.metadata.generation, "applicationName": owner.app_name}
@@ -99,27 +156,25 @@ def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) 
 
     if app is None:
         launch = job_launch(job, LIVE_RESTART)
+        external = job.spec.checkpoints.external_location is not None
         return JobPlan(
             config_map=config_map(owner, cfg),
-            create_app=spark_application(owner, cfg, launch, digest),
+            create_app=spark_application(owner, cfg, launch, digest, control=external),
+            control_map=control_map(owner, requests.open) if external else None,
             status=status("Submitted", False, "Submitted", "SparkApplication created", None),
             events=(Event("Normal", "Submitted", f"created SparkApplication {owner.app_name} (config {digest})"),),
         )
 
     if running_hash != digest:
-        return JobPlan(
-            delete_app=True,
-            status=status("Restarting", False, "SpecChanged", "spec changed: restarting from the checkpoint", None),
-            events=(
-                Event(
-                    "Normal",
-                    "SpecChanged",
-                    f"config {running_hash} -> {digest}: restarting the application from its checkpoint",
-                ),
-            ),
-        )
+        return _upgrade(job, app, running_hash, digest, now, requests, status)
 
     state = app_state(app) or ""
+    base["sparkUI"] = spark_ui(app, owner.namespace)
+    why = rollback_due(job, digest, state, state in ENDED_LIVE, now)
+    if why is not None:
+        return _roll_back(job, why, state, requests, status)
+    if state in ENDED_LIVE and restarts:
+        return _ended(job, app, state, now, status)
     if not state and job.status is not None and job.status.phase == "Submitted" and not job.status.application_state:
         # created by us and not yet taken by the Spark operator: its first event says nothing
         # the status does not already say (no second "Submitted" Event, no status write)
@@ -127,8 +182,138 @@ def plan_streaming_job(job: StreamingJob, app: dict[str, Any] | None, now: str) 
     phase, ready, reason = STATES.get(state, ("Unknown", False, "Unknown"))
     message = app_message(app) or f"SparkApplication is {state or 'submitted'}"
     changed = job.status is None or job.status.application_state != state
-    events = ()
+    events: tuple[Event, ...] = ()
     if changed:
         kind = "Warning" if phase == "Failed" else "Normal"
         events = (Event(kind, reason, message),)
-    return JobPlan(status=status(phase, ready, reason, message, state), events=events)
+    fields = status(phase, ready, reason, message, state)
+    if phase == "Running":
+        fields.update(nextRestartAt=None, **stable_fields(job, digest))
+        up = job.status.upgrade if job.status else None
+        if up is not None and up.step == "Starting" and up.to_hash == digest:
+            fields["upgrade"] = None
+            events += (Event("Normal", "Upgraded", f"config {up.from_hash} -> {digest} runs ({up.mode})"),)
+    return JobPlan(status=fields, events=events)
+
+
+ENDED_LIVE = ("FAILED", "SUBMISSION_FAILED", "COMPLETED")
+"""States after which a live application runs no more (rendered with restartPolicy Never: the
+operator restarts it, with backoff)."""
+StatusOf = Callable[[str, bool, str, str, "str | None"], dict[str, Any]]
+
+
+def spark_ui(app: dict[str, Any] | None, namespace: str) -> str | None:
+    """The driver's Spark UI as the Spark operator published it: its ingress address, else its
+    service inside the cluster (``kubectl port-forward svc/<name> 4040`` reaches it)."""
+    info = ((app or {}).get("status") or {}).get("driverInfo") or {}
+    if info.get("webUIIngressAddress"):
+        address = str(info["webUIIngressAddress"])
+        return address if "://" in address else f"http://{address}"
+    if info.get("webUIServiceName"):
+        return f"http://{info['webUIServiceName']}.{namespace}.svc:{info.get('webUIPort') or 4040}"
+    return str(info["webUIAddress"]) if info.get("webUIAddress") else None
+
+
+def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, status: StatusOf) -> JobPlan:
+    """A live application that ended: back off, then restart it from its checkpoint (a
+    further state of the same ended application changes nothing)."""
+    error = app_message(app) or ("the live query ended" if state == "COMPLETED" else f"application {state}")
+    current = job.status
+    if current is not None and current.phase == "BackingOff" and current.next_restart_at:
+        if parse_time(now) < parse_time(current.next_restart_at):
+            return JobPlan()  # the timer looks again
+        return JobPlan(
+            delete_app=True,
+            status=status("Restarting", False, "BackOffElapsed", f"restart {current.restarts}: {error}", state),
+            events=(Event("Normal", "Restarting", f"restart {current.restarts} from the checkpoint after: {error}"),),
+        )
+    if current is not None and current.phase == "Failed" and current.application_state == state:
+        return JobPlan()  # the restart limit was reached: it stays failed
+    decision = next_restart(job, parse_time(now))
+    if decision is None:
+        made = job.status.restarts if job.status else 0
+        msg = f"{error}; not restarted: {made} restarts in a row (restart.maxAttempts)"
+        fields = status("Failed", False, "RestartLimitReached", msg, state)
+        return JobPlan(status={**fields, "nextRestartAt": None}, events=(Event("Warning", "RestartLimitReached", msg),))
+    attempt, at = decision
+    msg = f"{error}; restart {attempt} at {at} (spec.restart)"
+    fields = status("BackingOff", False, "BackingOff", msg, state)
+    return JobPlan(
+        status={**fields, "restarts": attempt, "nextRestartAt": at},
+        events=(Event("Warning", "BackingOff", msg),),
+    )
+
+
+def _upgrade(
+    job: StreamingJob,
+    app: dict[str, Any] | None,
+    running_hash: str | None,
+    digest: str,
+    now: str,
+    requests: Book,
+    status: StatusOf,
+) -> JobPlan:
+    """The running application has another config: upgrade it as spec.upgrade.mode says."""
+    mode = job.spec.upgrade.mode
+    up = job.status.upgrade if job.status else None
+    state = app_state(app)
+    if up is not None and up.to_hash == digest and up.step == "SnapshotFailed":
+        return JobPlan()  # said once; the previous spec runs until the next edit
+    if mode == "snapshot" and state not in ENDED_LIVE:  # an ended application takes no snapshot
+        nonce = upgrade_nonce(digest)
+        snapshot = requests.get(nonce)
+        if snapshot is None or (snapshot.taken_at is None and snapshot.error is None):
+            if snapshot is None:
+                requests.request(nonce, "upgrade", now)
+            msg = f"spec changed: taking snapshot {nonce} before the upgrade; the previous spec runs meanwhile"
+            fields = status("Upgrading", state == "RUNNING", "Snapshotting", msg, state)
+            first = up is None or up.to_hash != digest
+            return JobPlan(
+                status={**fields, "upgrade": upgrade_record(job, running_hash, digest, "Snapshotting", now)},
+                events=(Event("Normal", "Snapshotting", msg),) if first else (),
+            )
+        if snapshot.error is not None:
+            msg = f"upgrade to config {digest} not made: snapshot {nonce} {snapshot.error}; the previous spec runs"
+            fields = status("Running", state == "RUNNING", "SnapshotFailed", msg, state)
+            record = {**upgrade_record(job, running_hash, digest, "SnapshotFailed", now)}
+            return JobPlan(status={**fields, "upgrade": record}, events=(Event("Warning", "UpgradeFailed", msg),))
+    move = stateless_location(job) if mode == "stateless" else None
+    if move is not None and job.metadata.annotations.get(CHECKPOINT_ANNOTATION) == move:
+        move = None  # moved already (a retry)
+    if move is not None:  # the config to come runs on the new checkpoint: that is its hash
+        annotations = {**job.metadata.annotations, CHECKPOINT_ANNOTATION: move}
+        moved = job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": annotations})})
+        digest = config_hash(streaming_job_config(moved))
+    how = {
+        "last-state": "restarting from the checkpoint",
+        "stateless": "starting on an empty checkpoint (state dropped)",
+        "snapshot": "snapshot taken; restarting from the checkpoint",
+    }[mode]
+    fields = status("Restarting", False, "SpecChanged", f"spec changed: {how}", None)
+    return JobPlan(
+        delete_app=True,
+        move_checkpoint=move,
+        status={**fields, "upgrade": upgrade_record(job, running_hash, digest, "Starting", now)},
+        events=(Event("Normal", "SpecChanged", f"config {running_hash} -> {digest}: {how} ({mode} upgrade)"),),
+    )
+
+
+def _roll_back(job: StreamingJob, why: str, state: str, requests: Book, status: StatusOf) -> JobPlan:
+    """The upgraded spec failed: run the last stable one again (and, in snapshot mode, rewind
+    to the snapshot taken before the upgrade)."""
+    assert job.status is not None and job.status.upgrade is not None
+    up = job.status.upgrade
+    snapshot = requests.get(up.snapshot_nonce) if up.snapshot_nonce else None
+    rewind = rollback_rewind(job, snapshot)
+    back = f"rolled back to config {job.status.last_stable_hash}"
+    if rewind is not None:
+        back += f" and snapshot {up.snapshot_nonce} (Rewind {rewind['metadata']['name']})"
+    msg = f"{why}: {back}; the edited spec stays as written (edit it to try again)"
+    fields = status("RollingBack", False, "RolledBack", msg, state)
+    record = up.model_dump(by_alias=True, exclude_none=True) | {"step": "RolledBack"}
+    return JobPlan(
+        delete_app=True,
+        create_rewind=rewind,
+        status={**fields, "upgrade": record, "rolledBackGeneration": job.metadata.generation},
+        events=(Event("Warning", "RolledBack", msg),),
+    )

@@ -12,12 +12,33 @@ import re
 from typing import Any
 
 from kappa_operator.models.backfill import Backfill
-from kappa_operator.models.common import duration_ms, instant
+from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import CheckpointSpec, JobSink, JobSource, StreamingJob, StreamingJobSpec
+from spark_app.checkpoints.requests import REQUESTS_FILE
 from spark_app.config import JobConfig, parse_config
+from spark_app.durations import duration_ms
 
 CONFIG_PATH = "/etc/kappa/job.json"
+PIPELINE_MOUNT = "/opt/kappa/pipelines"
+"""Where a ``spec.pipelineFrom`` ConfigMap is mounted in the driver, one directory per
+ConfigMap name: a new name (a new version) changes the JobConfig, hence its hash."""
+
+
+def pipeline_mount(name: str) -> str:
+    return f"{PIPELINE_MOUNT}/{name}"
+
+
+def pipeline_code(spec: StreamingJobSpec) -> dict[str, Any]:
+    """The JobConfig's ``deps`` and ``pythonPath`` of a job (and of its Backfills and
+    Rewinds): nothing when the pipeline is in the image, so those configs (and their
+    hashes) are what they were before these fields existed."""
+    out: dict[str, Any] = {}
+    if spec.deps is not None and spec.deps.rendered():
+        out["deps"] = spec.deps.rendered()
+    if spec.pipeline_from is not None:
+        out["pythonPath"] = [pipeline_mount(spec.pipeline_from.config_map.name)]
+    return out
 
 
 def _kafka_source(src: JobSource, skip: list[dict[str, Any]]) -> dict[str, Any]:
@@ -123,7 +144,12 @@ def _external(ckpt: CheckpointSpec) -> dict[str, Any]:
     if ckpt.external_location is None:
         return {}
     retention = ckpt.retention
-    ext: dict[str, Any] = {"location": ckpt.external_location, "interval": ckpt.interval, "keepLast": retention.count}
+    ext: dict[str, Any] = {
+        "location": ckpt.external_location,
+        "interval": ckpt.interval,
+        "keepLast": retention.count,
+        "requestsFile": REQUESTS_FILE,  # the control ConfigMap, mounted into the live driver
+    }
     if retention.max_age:
         ext["maxAge"] = retention.max_age
     return {"external": ext}
@@ -144,6 +170,7 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             "trigger": {"kind": "processingTime", "interval": spec.trigger_interval},
             "alignment": {"orderingColumn": spec.ordering_column},
             "sparkConf": spec.spark_conf,
+            **pipeline_code(spec),
         },
         origin=f"(StreamingJob {job.metadata.namespace}/{job.metadata.name})",
     )
@@ -234,6 +261,7 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         "window": spec.window.model_dump(by_alias=True, exclude_none=True),
         "alignment": alignment,
         "sparkConf": jspec.spark_conf,
+        **pipeline_code(jspec),
     }
     if spec.publish.enabled:
         tag = f"{bf.metadata.namespace}/{bf.metadata.name}"

@@ -9,7 +9,8 @@ from typing import Any
 
 from kappa_operator.models.common import API_VERSION, ExecutorResources, PodOverrides, Resources, overridden
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.render.jobconfig import CONFIG_PATH
+from kappa_operator.render.jobconfig import CONFIG_PATH, pipeline_mount
+from spark_app.checkpoints.requests import REQUESTS_FILE, REQUESTS_KEY, requests_text
 from spark_app.config import JobConfig
 
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
@@ -67,6 +68,11 @@ class Owner:
         return f"{self.app_name}-jobconfig"
 
     @property
+    def control_map_name(self) -> str:
+        """A live job's control ConfigMap: the operator's snapshot requests to its driver."""
+        return f"{self.app_name}-control"
+
+    @property
     def token_secret_name(self) -> str:
         """The Secret holding this object's coordinator credential (scoped to its group)."""
         return f"{self.app_name}-coordinator"
@@ -112,6 +118,10 @@ class Launch:
     """The job's ``envFrom`` (its data-plane credentials), on the driver and the executors."""
     volumes: tuple[dict[str, Any], ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
+    deps: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """The job's ``spec.deps`` as the SparkApplication's (field, entries), set fields only."""
+    pipeline_config_map: str | None = None
+    """The job's ``spec.pipelineFrom.configMap``: mounted into the driver (``PIPELINE_MOUNT``)."""
 
 
 def job_launch(
@@ -138,6 +148,8 @@ def job_launch(
         env_from,
         tuple(spec.volumes),
         tuple(spec.image_pull_secrets),
+        deps=tuple((k, tuple(v)) for k, v in (spec.deps.rendered() if spec.deps else {}).items()),
+        pipeline_config_map=spec.pipeline_from.config_map.name if spec.pipeline_from else None,
     )
 
 
@@ -165,6 +177,48 @@ def pod_spec(
     }
     out.update({k: v for k, v in optional.items() if v})
     return out
+
+
+PIPELINE_VOLUME = "kappa-pipeline"
+
+
+def pipeline_volume(config_map_name: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The volume and the driver's mount of a ``spec.pipelineFrom`` ConfigMap (none without
+    one). The driver alone mounts it: it ships the modules to the executors itself
+    (``spark_app.pipeline_code``), which works whatever PYTHONPATH the image sets, where a
+    mount in the executors would need their PYTHONPATH rewritten."""
+    if config_map_name is None:
+        return [], []
+    volume = {"name": PIPELINE_VOLUME, "configMap": {"name": config_map_name}}
+    return [volume], [{"name": PIPELINE_VOLUME, "mountPath": pipeline_mount(config_map_name), "readOnly": True}]
+
+
+CONTROL_VOLUME = "kappa-control"
+
+
+def control_volume(name: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The control ConfigMap's volume and the driver's mount (none for ``name`` None). Optional:
+    the driver starts before the operator's first request (Kubernetes then mounts an empty
+    directory, and updates the files when the ConfigMap changes)."""
+    if name is None:
+        return [], []
+    volume = {"name": CONTROL_VOLUME, "configMap": {"name": name, "optional": True}}
+    return [volume], [{"name": CONTROL_VOLUME, "mountPath": REQUESTS_FILE.rsplit("/", 1)[0], "readOnly": True}]
+
+
+def control_map(owner: Owner, nonces: list[str]) -> dict[str, Any]:
+    """The live job's control ConfigMap holding its open snapshot requests."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": owner.control_map_name,
+            "namespace": owner.namespace,
+            "labels": owner.labels,
+            "ownerReferences": [owner.reference()],
+        },
+        "data": {REQUESTS_KEY: requests_text(nonces)},
+    }
 
 
 def config_map(owner: Owner, cfg: JobConfig, extra: dict[str, str] | None = None) -> dict[str, Any]:
@@ -200,16 +254,19 @@ def token_secret(owner: Owner, token: str) -> dict[str, Any]:
 
 
 def spark_application(
-    owner: Owner, cfg: JobConfig, launch: Launch, config_hash: str, command: str = "run"
+    owner: Owner, cfg: JobConfig, launch: Launch, config_hash: str, command: str = "run", control: bool = False
 ) -> dict[str, Any]:
     """``command``: ``run`` (the query), ``publish`` (a finished backfill's validation and
     publish, under ``Owner.publish_app_name``; it reads the same ConfigMap), ``plan`` (a
     Backfill's plan, ``Owner.plan_app_name``, same ConfigMap) or ``restore`` (a Rewind's
-    restore, its owner's only application)."""
+    restore, its owner's only application). ``control``: mount the owner's control ConfigMap
+    into the driver (a live job: its snapshot requests, ``spark_app.checkpoints.requests``)."""
     name = {"publish": owner.publish_app_name, "plan": owner.plan_app_name}.get(command, owner.app_name)
     mount = [{"name": "jobconfig", "mountPath": CONFIG_PATH.rsplit("/", 1)[0]}]
+    code_volumes, code_mounts = pipeline_volume(launch.pipeline_config_map)
     labels = {**owner.labels, "kappa.dev/config-hash": config_hash}
-    driver = pod_spec(launch.driver, launch.service_account, labels, mount)
+    control_volumes, control_mounts = control_volume(owner.control_map_name if control else None)
+    driver = pod_spec(launch.driver, launch.service_account, labels, [*mount, *code_mounts, *control_mounts])
     if launch.token_secret:
         token = {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": launch.token_secret, "key": "token"}}}
         driver["env"] = [*[e for e in driver.get("env", []) if e.get("name") != TOKEN_ENV], token]
@@ -239,7 +296,13 @@ def spark_application(
             "sparkVersion": SPARK_VERSION,
             "sparkConf": dict(cfg.spark_conf),
             "restartPolicy": launch.restart,
-            "volumes": [{"name": "jobconfig", "configMap": {"name": owner.config_map_name}}, *launch.volumes],
+            "volumes": [
+                {"name": "jobconfig", "configMap": {"name": owner.config_map_name}},
+                *code_volumes,
+                *control_volumes,
+                *launch.volumes,
+            ],
+            **({"deps": {k: list(v) for k, v in launch.deps}} if launch.deps else {}),
             **({"imagePullSecrets": list(launch.image_pull_secrets)} if launch.image_pull_secrets else {}),
             "driver": driver,
             "executor": executor,
@@ -247,7 +310,9 @@ def spark_application(
     }
 
 
-LIVE_RESTART = {"type": "Always", "onFailureRetryInterval": 10, "onSubmissionFailureRetryInterval": 20}
+LIVE_RESTART = {"type": "Never"}
+"""The operator restarts a failed live application itself, with backoff (``reconcile.restarts``):
+the Spark operator's ``Always`` waits a fixed interval, forever."""
 BACKFILL_RESTART = {"type": "Never"}
 """A failed backfill stays failed with everything needed to retry (checkpoint, branch); the
 operator, not the Spark operator, decides on a retry."""

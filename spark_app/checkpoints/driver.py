@@ -24,11 +24,14 @@ from pyspark.sql.streaming import StreamingQueryListener
 from spark_app.checkpoints import layout
 from spark_app.checkpoints.errors import IncompleteCheckpointError
 from spark_app.checkpoints.failure_note import FAILURE
+from spark_app.checkpoints.requests import Answer, read_answer, read_requests, write_answer
 from spark_app.checkpoints.snapshots import Manifest, apply_retention, externalize, list_snapshots
 from spark_app.config import ExternalCheckpoints, JobConfig
 from spark_app.storage import Location, open_location
 
 log = logging.getLogger("kappa.checkpoints")
+REQUEST_LOOK_S = 2.0
+"""The control file is read at most this often (on progress and idle events)."""
 
 
 def _not_yet_copied(live: Location, external: Location) -> list[int | None]:
@@ -103,21 +106,76 @@ class CheckpointExternalizer(StreamingQueryListener):
         self._closed = False
         """Set by ``finish``: Spark may still deliver progress events queued before the
         listener was removed; they find nothing to schedule."""
+        self._owed: dict[str, set[str]] = {sink: set() for sink in cfg.sinks}
+        """Requests (nonces) each sink still has to answer."""
+        self._answered: set[str] = set()
+        self._looked = float("-inf")
 
     # -- listener ---------------------------------------------------------------------------
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
+        self.look_for_requests()
         sink = self.queries.get(str(event.progress.name))
-        if sink is not None and self._due(sink):
+        if sink is not None and (self._due(sink) or self._owed.get(sink)):
             self.schedule(sink)
 
     def onQueryIdle(self, event: Any) -> None:
-        pass
+        for sink in self.look_for_requests():
+            self.schedule(sink)
 
     def onQueryTerminated(self, event: Any) -> None:
         pass
+
+    # -- requests ---------------------------------------------------------------------------
+    def look_for_requests(self) -> list[str]:
+        """New requests in the control file (read at most every ``REQUEST_LOOK_S``): owed by
+        every sink from now on; the sinks that owe any."""
+        path = self.ext.requests_file
+        if path is None:
+            return []
+        now = time.monotonic()
+        if now - self._looked >= REQUEST_LOOK_S:
+            self._looked = now
+            fresh = [n for n in read_requests(path) if n not in self._answered]
+            # a restarted driver reads the same requests: what a sink answered before stays
+            owed = {sink: self._unanswered(sink, fresh) for sink in self.cfg.sinks} if fresh else {}
+            with self._lock:
+                for sink, nonces in owed.items():
+                    self._owed[sink].update(nonces)
+                self._answered.update(fresh)
+        return [sink for sink, owed in self._owed.items() if owed]
+
+    def _unanswered(self, sink: str, nonces: list[str]) -> list[str]:
+        try:
+            external = open_location(sink_locations(self.cfg, sink).external)
+            return [n for n in nonces if read_answer(external, n) is None]
+        except Exception as exc:  # the store is down: answer again rather than never
+            log.warning("cannot read the snapshot answers of %s: %s", sink, exc)
+            return nonces
+
+    def _answer(self, sink: str, external: Location) -> None:
+        """Answer what ``sink`` owes with its newest snapshot (just copied)."""
+        with self._lock:
+            owed = set(self._owed[sink])
+        if not owed:
+            return
+        newest = list_snapshots(external, verify=False)[-1]
+        for nonce in sorted(owed):
+            write_answer(
+                external,
+                Answer(
+                    nonce=nonce,
+                    sink=sink,
+                    batch_id=newest.batch_id,
+                    committed_at=newest.committed_at,
+                    taken_at=newest.taken_at,
+                ),
+            )
+        with self._lock:  # only once written: a failed write leaves them owed, retried
+            self._owed[sink] -= owed
+        log.info("snapshot of %s batch %d answers request(s) %s", sink, newest.batch_id, sorted(owed))
 
     # -- copying ----------------------------------------------------------------------------
     def _due(self, sink: str) -> bool:
@@ -151,6 +209,10 @@ class CheckpointExternalizer(StreamingQueryListener):
             external.delete(FAILURE)
             self._noted.discard(sink)
         self.taken[sink] += taken
+        try:
+            self._answer(sink, external)
+        except Exception as exc:  # the store refused the answer: still owed, retried
+            log.warning("answering the snapshot requests of %s failed: %s", sink, exc)
         if taken:
             log.info("externalized %s batch(es) %s to %s", sink, taken, where.external)
 

@@ -259,11 +259,16 @@ def apply_retention(
     external: Location, keep_last: int, max_age: timedelta | None = None, now: datetime | None = None
 ) -> list[int]:
     """Drop snapshots beyond ``keep_last`` or older than ``max_age``, never the newest
-    restorable one; returns the batch ids removed."""
+    restorable one nor one a request pinned (``checkpoints.requests``); returns the batch ids
+    removed."""
     _, bad = read_manifests(external)
     if bad:
         raise CheckpointError(f"{external.uri}: unreadable manifest {bad[0]}; retention would not know its files")
-    remove = retention_plan(list_snapshots(external), keep_last, max_age, now or datetime.now(UTC))
+    from spark_app.checkpoints.requests import pinned_batches  # a module that imports this one
+
+    pinned = pinned_batches(external)
+    kept = [m for m in list_snapshots(external) if m.batch_id not in pinned]
+    remove = retention_plan(kept, keep_last, max_age, now or datetime.now(UTC))
     _remove(external, remove)
     return remove
 

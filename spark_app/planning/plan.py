@@ -101,9 +101,11 @@ def source_order(frames: dict[str, DataFrame], output: DataFrame) -> tuple[str, 
 def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     """Build the pipeline over the sources (no data read, no job run) and resolve its edges as
     the runtime does. A too-short warm-up is a verdict here, not an exception."""
+    from spark_app.pipeline_code import make_importable
     from spark_app.runtime import load_pipeline, outputs_for, user_message
     from spark_app.window_edges import analyzed_plan, resolve
 
+    make_importable(cfg.python_path, spark)
     pipeline = load_pipeline(cfg.pipeline)
     frames: dict[str, dict[str, DataFrame]] = {}
     try:
@@ -168,10 +170,12 @@ def declared_delay(cfg: JobConfig) -> tuple[timedelta | None, str]:
 
 def shape_from_declarations(cfg: JobConfig) -> Shape:
     """Driver-only: what the config and the pipeline module declare, no query plan."""
+    from spark_app.pipeline_code import make_importable
     from spark_app.runtime import load_pipeline
     from spark_app.window_edges import declared_horizon, declares_horizon
 
     assert cfg.window is not None
+    make_importable(cfg.python_path)  # the driver's half: no executors to ship to
     load_pipeline(cfg.pipeline)  # a pipeline that does not import is refused as the run would refuse it
     delay, where = declared_delay(cfg)
     horizon = declared_horizon(cfg.pipeline, cfg.pipeline_args)

@@ -68,6 +68,13 @@ GAUGES = {
     "kappa_backfill_elapsed_seconds",
     "kappa_backfill_planned_seconds",
     "kappa_streamingjob_kafka_lag_records",
+    "kappa_streamingjob_input_rows_per_second",
+    "kappa_streamingjob_processed_rows_per_second",
+    "kappa_streamingjob_batch_duration_seconds",
+    "kappa_streamingjob_state_rows",
+    "kappa_streamingjob_watermark_timestamp_seconds",
+    "kappa_streamingjob_last_progress_timestamp_seconds",
+    "kappa_streamingjob_condition",
 }
 COUNTERS = {
     "kappa_alignment_throttled_seconds_total",
@@ -556,7 +563,7 @@ def test_promtool_checks_the_rules(chart: helm_python.Chart, tmp_path: Path) -> 
     result = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     found = re.search(r"SUCCESS: (\d+) rules found", result.stdout + result.stderr)
-    assert found and int(found.group(1)) == sum(len(g["rules"]) for g in groups) == 4, result.stdout
+    assert found and int(found.group(1)) == sum(len(g["rules"]) for g in groups) == 6, result.stdout
 
 
 def series(metric: str, values: str, **labels: str) -> dict[str, str]:
@@ -570,6 +577,7 @@ def expect(alertname: str, at: str, *fired: dict[str, str]) -> dict[str, Any]:
 
 SJ, BF = "kappa_streamingjob_phase", "kappa_backfill_phase"
 PROGRESS, ERRORS = "kappa_backfill_progress_ratio", "kappa_operator_reconcile_errors_total"
+COND = "kappa_streamingjob_condition"
 #: Series in, alerts out, with the chart's default thresholds (lag > 3600 s for 15m, progress
 #: flat over 30m for 5m, Failed for 10m, errors > 0.05/s for 15m). One sample a minute.
 ALERT_CASES: list[dict[str, Any]] = [
@@ -619,6 +627,28 @@ ALERT_CASES: list[dict[str, Any]] = [
                     {"severity": "warning", "namespace": "prod", "backfill": "stuck", "phase": "Running"},
                 )
                 for at in ("40m", "68m")
+            ),
+        ],
+    },
+    {
+        # Stalled from minute 2 (critical after 5m); Lagging from minute 0 (warning after 15m)
+        "input_series": [
+            series(COND, "0 0 1x30", namespace="prod", streamingjob="rmi", condition="Stalled"),
+            series(COND, "0x32", namespace="prod", streamingjob="ok", condition="Stalled"),
+            series(COND, "1x32", namespace="prod", streamingjob="slow", condition="Lagging"),
+        ],
+        "alert_rule_test": [
+            expect("KappaStreamingJobStalled", "5m"),
+            expect(
+                "KappaStreamingJobStalled",
+                "8m",
+                {"severity": "critical", "namespace": "prod", "streamingjob": "rmi", "condition": "Stalled"},
+            ),
+            expect("KappaStreamingJobLagging", "10m"),
+            expect(
+                "KappaStreamingJobLagging",
+                "20m",
+                {"severity": "warning", "namespace": "prod", "streamingjob": "slow", "condition": "Lagging"},
             ),
         ],
     },

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from kappa_operator.handlers.kafka_lag import TICK
+from kappa_operator.handlers.progress import TICK
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
 from spark_app.checkpoints.snapshots import externalize
-from spark_app.lag_report import LagReport, PartitionLag, report_name
+from spark_app.progress_report import PartitionLag, ProgressReport, report_name
 from spark_app.storage import open_location
 from tests.cluster.control_plane import ControlPlane, eventually, path_of
 from tests.cluster.operator_runs import InProcess
@@ -50,7 +50,7 @@ def test_the_drivers_lag_report_shows_in_status_kubectl_get_and_the_gauge(
     plane, ns = control_plane, fresh_namespace
     job = example("kafka-rmi-streamingjob.yaml", ns, checkpoints={"location": str(tmp_path / "ck")})
     sink = next(iter(job["spec"]["sinks"]))
-    report = LagReport(
+    report = ProgressReport(
         sink=sink,
         batch_id=41,
         at=datetime(2026, 11, 25, 12, 0, 5, tzinfo=UTC),

@@ -52,7 +52,8 @@ def events(plane: ControlPlane, namespace: str, name: str) -> list[dict[str, Any
 
 def test_streaming_job_lifecycle(control_plane: ControlPlane, watched: str) -> None:
     ns, admin = watched, control_plane.admin
-    job = admin.ok(admin.create(path_of("StreamingJob", ns), load("rmi-streamingjob.yaml", ns)), "create")
+    manifest = load("rmi-streamingjob.yaml", ns, restart={"initialBackoff": "2s"})
+    job = admin.ok(admin.create(path_of("StreamingJob", ns), manifest), "create")
     app = eventually(lambda: get(control_plane, "SparkApplication", ns, "rmi"), "the SparkApplication")
     owner = app["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("StreamingJob", job["metadata"]["uid"], True)
@@ -66,10 +67,21 @@ def test_streaming_job_lifecycle(control_plane: ControlPlane, watched: str) -> N
     stored = get(control_plane, "StreamingJob", ns, "rmi")
     assert stored is not None and stored["status"]["observedGeneration"] == stored["metadata"]["generation"]
 
+    app_uid = app["metadata"]["uid"]
     spark_state(control_plane, ns, "rmi", "FAILED", "driver OOM")
-    eventually(lambda: phase(control_plane, "StreamingJob", ns, "rmi") == "Failed", "phase Failed")
+    eventually(lambda: phase(control_plane, "StreamingJob", ns, "rmi") == "BackingOff", "phase BackingOff")
     failed = [e for e in events(control_plane, ns, "rmi") if e["type"] == "Warning"]
     assert failed, "a failure is a Warning event (kubectl get events --field-selector type=Warning)"
+    assert "driver OOM" in failed[0]["message"] and failed[0]["reason"] == "BackingOff"
+
+    def recreated() -> dict[str, Any] | None:
+        a = get(control_plane, "SparkApplication", ns, "rmi")
+        return a if a is not None and a["metadata"]["uid"] != app_uid else None
+
+    again = eventually(recreated, "the operator restarted the application after its backoff", timeout=60)
+    assert again["spec"]["restartPolicy"] == {"type": "Never"}, "the operator restarts it, not the Spark operator"
+    stored = get(control_plane, "StreamingJob", ns, "rmi")
+    assert stored is not None and stored["status"]["restarts"] == 1
 
     admin.ok(
         admin.merge(path_of("StreamingJob", ns, "rmi"), {"spec": {"pipelineArgs": {"lateness": "45 minutes"}}}),

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
 from spark_app.config import JobConfig, KafkaSource, parse_config
-from spark_app.lag_report import partition_lags, read_reports
+from spark_app.progress_report import partition_lags, read_reports
 from spark_app.runtime import run
 from spark_app.sources.kafka import connector_jars, kafka_frame
 from spark_app.storage import open_location
@@ -189,3 +189,6 @@ def test_a_live_kafka_job_reports_its_lag_per_partition_for_the_operator(
     assert report.sink == "copy" and report.total == 0, "the last batch's lag: caught up"
     assert {(p.topic, p.partition) for p in report.partitions} == {(topic, 0), (topic, 1)}
     assert sum(p.offset for p in report.partitions) == 60
+    last = result.progress[-1]
+    assert report.batch_id == last["batchId"] and report.input_rows == last["numInputRows"], "the last batch's"
+    assert report.batch_duration_ms == last["batchDuration"] > 0, "what status.progress and the gauges show"

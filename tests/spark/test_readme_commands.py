@@ -33,7 +33,10 @@ def documented_commands() -> list[str]:
     for doc in DOCS:
         if not doc.exists():
             continue
-        for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", doc.read_text(), re.S):
+        # every fenced block in order (a yaml block must not shift the pairing), shell ones kept
+        for lang, block in re.findall(r"^[ \t]*```([A-Za-z]*)\n(.*?)^[ \t]*```", doc.read_text(), re.S | re.M):
+            if lang not in ("", "bash", "sh", "console"):
+                continue
             for line in block.splitlines():
                 command = line.split("  #", 1)[0].strip()
                 if re.match(r"^kappa [a-z]", command) and not command.endswith(":") and ": " not in command:

@@ -113,9 +113,9 @@ def test_a_scoped_token_gets_403_on_another_groups_members(coordinator: Embedded
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
-        ("PUT", f"/v1/groups/{MINE}", {"members": ["a", "b", "intruder"], "maxDrift": "1d"}),
+        ("PUT", f"/v1/groups/{MINE}", {"members": ["a", "b", "intruder"], "maxDrift": "24h"}),
         ("DELETE", f"/v1/groups/{MINE}", None),
-        ("PUT", f"/v1/groups/{THEIRS}", {"members": ["a"], "maxDrift": "1d"}),
+        ("PUT", f"/v1/groups/{THEIRS}", {"members": ["a"], "maxDrift": "24h"}),
         ("DELETE", f"/v1/groups/{THEIRS}", None),
         ("GET", "/v1/groups", None),
         ("GET", "/metrics", None),

@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 
 from kappa_operator.metrics import OperatorMetrics
 from kappa_operator.reconcile.kafka_lag import SHOWN, lag_gauges, lag_status
-from spark_app.lag_report import LagReport, PartitionLag, partition_lags
+from spark_app.progress_report import PartitionLag, ProgressReport, partition_lags
 
 # Two sources of one progress event, as Spark's Kafka source and ours report them.
 SOURCES = [
@@ -33,9 +33,9 @@ def test_the_lag_is_the_newest_offset_minus_the_next_one_read_per_partition() ->
     ], "offsets as objects or JSON text; a source without latestOffset is not behind; Iceberg skipped"
 
 
-def report(sink: str, *lags: tuple[str, int, int], at: int = 0) -> LagReport:
+def report(sink: str, *lags: tuple[str, int, int], at: int = 0) -> ProgressReport:
     parts = [PartitionLag(topic=t, partition=p, offset=100, latest=100 + n) for t, p, n in lags]
-    return LagReport(sink=sink, batch_id=3, at=datetime(2026, 11, 1, 14, 0, at, tzinfo=UTC), partitions=parts)
+    return ProgressReport(sink=sink, batch_id=3, at=datetime(2026, 11, 1, 14, 0, at, tzinfo=UTC), partitions=parts)
 
 
 def test_status_shows_the_total_and_the_partitions_furthest_behind() -> None:

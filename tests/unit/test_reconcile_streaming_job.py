@@ -11,7 +11,7 @@ import yaml
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.failures import changes_nothing
 from kappa_operator.reconcile.phases import STATES
-from kappa_operator.reconcile.streaming_job import plan_streaming_job
+from kappa_operator.reconcile.streaming_job import ENDED_LIVE, plan_streaming_job
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW, LATER = "2026-11-21T10:00:00Z", "2026-11-21T11:00:00Z"
@@ -97,8 +97,11 @@ def test_suspend_deletes_and_resume_recreates() -> None:
 
 @pytest.mark.parametrize("state", sorted(STATES))
 def test_every_spark_operator_state_has_a_phase(state: str) -> None:
+    """A live application that ended backs off for a restart (the operator restarts it); every
+    other state is mirrored."""
     j = job()
     plan = plan_streaming_job(j, running_app(j, state), NOW)
-    assert plan.status["phase"] == STATES[state][0]
-    warning = STATES[state][0] == "Failed"
+    ended = state in ENDED_LIVE
+    assert plan.status["phase"] == ("BackingOff" if ended else STATES[state][0])
+    warning = ended or STATES[state][0] == "Failed"
     assert all((e.type == "Warning") == warning for e in plan.events)

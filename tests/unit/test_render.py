@@ -149,7 +149,8 @@ def test_spark_application_and_config_map(job: StreamingJob) -> None:
     assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("StreamingJob", "rmi", "u-1", True)
     assert cm["metadata"]["ownerReferences"] == [ref]
     spec = app["spec"]
-    assert (spec["type"], spec["mode"], spec["restartPolicy"]["type"]) == ("Python", "cluster", "Always")
+    # the operator restarts a failed live application itself, with backoff (reconcile.restarts)
+    assert (spec["type"], spec["mode"], spec["restartPolicy"]["type"]) == ("Python", "cluster", "Never")
     assert spec["arguments"] == ["--config", "/etc/kappa/job.json"]
     assert spec["volumes"][0]["configMap"]["name"] == cm["metadata"]["name"]
     for role in ("driver", "executor"):
@@ -157,6 +158,11 @@ def test_spark_application_and_config_map(job: StreamingJob) -> None:
         assert spec[role]["labels"]["kappa.dev/config-hash"] == h
     assert spec["executor"]["instances"] == 2 and spec["executor"]["memory"] == "4g"
     assert app["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kappa-operator"
+    live = spark_application(owner, cfg, launch, h, control=True)
+    control = {"name": "kappa-control", "configMap": {"name": "rmi-control", "optional": True}}
+    assert control in live["spec"]["volumes"], "a live job's driver mounts its control ConfigMap"
+    mount = {"name": "kappa-control", "mountPath": "/etc/kappa/control", "readOnly": True}
+    assert mount in live["spec"]["driver"]["volumeMounts"] and mount not in live["spec"]["executor"]["volumeMounts"]
 
 
 def test_rendered_spark_applications_validate_against_the_spark_operator_crd(

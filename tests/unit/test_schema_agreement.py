@@ -408,6 +408,11 @@ LONGEST: dict[str, Any] = {
     "group": x(63, "g"),
     "object": x(253, "o"),
     "prefix": x(64, "P"),
+    "pyfile": x(196, "p") + ".zip",  # spec.deps (models/packaging.py)
+    "repository": "https://" + x(192, "r"),
+    "coordinate": x(63, "g") + ":" + x(62, "a") + ":1",
+    "exclusion": x(63, "g") + ":" + x(64, "a"),
+    "location": x(200, "l"),
 }
 TIMESTAMPS = {"start": "2026-11-01T14:00:00.123456789+02:00", "end": "2026-11-01T18:00:00.123456789+02:00"}
 
@@ -443,6 +448,11 @@ def maximal(node: dict[str, Any], name: str = "") -> Any:
 
 def _pattern_kind(pattern: str) -> str:
     for kind, marker in (
+        ("pyfile", "[eE][gG][gG]"),
+        ("repository", "://"),
+        ("coordinate", "[A-Za-z0-9_.+-]"),
+        ("exclusion", "[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+$"),
+        ("location", r"[^,\s]+$"),
         ("table", r"(\."),
         ("pipeline", ":"),
         ("memory", "[kmgt]"),
@@ -466,6 +476,8 @@ def test_a_maximal_manifest_is_accepted_by_both_and_within_the_bound(kind: str) 
         del spec["target"]["batchId"]  # exactly one target: the time is the longer
     for env in spec.get("envFrom", []):
         del env["configMapRef"]  # exactly one source per entry
+    if "initialSnapshot" in spec:
+        del spec["initialSnapshot"]["batchId"]  # exactly one of the two: the time is the longer
     manifest = {**example(kind), "spec": spec}
     _, errors = admit(crd(kind), manifest)
     assert errors == []

@@ -79,7 +79,7 @@ CREATE_PROPERTIES = {
     # A live sink commits every few seconds. Its manifests merge once ~100 accumulate (else
     # the manifest list every commit rewrites grows by one per batch), and old metadata files
     # go once 100 newer ones exist (Iceberg's default keeps every one for ever). A table the
-    # sink did not create keeps its own settings (README: "How the Iceberg sink works").
+    # sink did not create keeps its own settings (docs/concepts.md: "The Iceberg sink").
     "commit.manifest-merge.enabled": "true",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",

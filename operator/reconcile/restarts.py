@@ -1,0 +1,49 @@
+"""When to restart a failed live application (pure): exponential backoff with a cap, as Flink's
+``exponential-delay`` restart strategy, instead of the Spark operator's fixed interval forever.
+
+A job that fails again soon after a restart waits longer each time (``initialBackoff`` x
+``multiplier`` ^ (attempt - 1), at most ``maxBackoff``): a broken dependency is not hammered,
+and a crash loop shows as growing delays in status. A failure after the job ran
+``resetAfter`` is a first failure again: one bad hour a week never reaches the cap.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from kappa_operator.models.common import as_timedelta
+from kappa_operator.models.streaming_job import RestartSpec, StreamingJob
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def backoff(spec: RestartSpec, attempt: int) -> timedelta:
+    """The delay before restart ``attempt`` (1 for the first)."""
+    initial, cap = as_timedelta(spec.initial_backoff), as_timedelta(spec.max_backoff)
+    grown = initial.total_seconds() * spec.multiplier ** min(attempt - 1, 64)
+    return timedelta(seconds=min(grown, cap.total_seconds()))
+
+
+def attempt_after_failure(job: StreamingJob, now: datetime) -> int:
+    """The restart this failure asks for: one more than before, or the first again when the
+    application had been running for ``resetAfter`` (its Ready condition says since when)."""
+    status = job.status
+    if status is None:
+        return 1
+    ready = next((c for c in status.conditions if c.type == "Ready"), None)
+    ran = ready is not None and ready.status == "True" and ready.last_transition_time
+    if ran and now - parse_time(str(ready.last_transition_time)) >= as_timedelta(job.spec.restart.reset_after):
+        return 1
+    return status.restarts + 1
+
+
+def next_restart(job: StreamingJob, now: datetime) -> tuple[int, str] | None:
+    """(attempt, when as RFC 3339), or None when ``maxAttempts`` restarts in a row were made."""
+    attempt = attempt_after_failure(job, now)
+    limit = job.spec.restart.max_attempts
+    if limit is not None and attempt > limit:
+        return None
+    at = (now + backoff(job.spec.restart, attempt)).astimezone(UTC)
+    return attempt, at.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,113 @@
+"""What a spec change does to a running StreamingJob (pure), like the Flink Kubernetes
+Operator's ``upgradeMode``: ``last-state`` restarts it from its checkpoint (state kept);
+``stateless`` starts it on an empty checkpoint (state dropped, sources from
+``startingPosition``); ``snapshot`` first has the running driver take a snapshot (the previous
+spec keeps running until it is taken), then upgrades as last-state, so the snapshot is the
+point a rollback restores.
+
+Rollback (``spec.upgrade.rollback``): when the upgraded application fails, or does not reach
+RUNNING within ``readyTimeout``, the operator runs the last spec that did reach RUNNING
+(``status.lastStableSpec``) again, and says so; the edited spec stays as written (what the
+user must fix), and the next edit is a new upgrade. In snapshot mode it also creates a Rewind
+to the upgrade's snapshot: state and sink output go back to before the upgrade.
+
+Every step is recorded in ``status.upgrade`` before its I/O: a restarted operator finds it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kappa_operator.models.common import API_VERSION, as_timedelta
+from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec, TakenSnapshot
+from kappa_operator.reconcile.snapshot_requests import parse_time, rfc3339
+
+
+def effective(job: StreamingJob) -> StreamingJob:
+    """The job with the spec it runs: the last stable one while its current generation is
+    rolled back, else its own."""
+    status = job.status
+    if status is None or status.rolled_back_generation != job.metadata.generation or not status.last_stable_spec:
+        return job
+    return job.model_copy(update={"spec": StreamingJobSpec.model_validate_json(status.last_stable_spec)})
+
+
+def stateless_location(job: StreamingJob) -> str:
+    """An empty checkpoint for a stateless upgrade to ``job``'s generation (a directory of its
+    own: the previous one stays, for a Rewind)."""
+    return f"{job.spec.checkpoints.location.rstrip('/')}/live-g{job.metadata.generation}"
+
+
+def upgrade_nonce(digest: str) -> str:
+    return f"upgrade-{digest}"
+
+
+def upgrade_record(job: StreamingJob, from_hash: str | None, to_hash: str, step: str, now: str) -> dict[str, Any]:
+    snapshot = upgrade_nonce(to_hash) if job.spec.upgrade.mode == "snapshot" else None
+    return {
+        "mode": job.spec.upgrade.mode,
+        "fromHash": from_hash,
+        "toHash": to_hash,
+        "step": step,
+        "startedAt": now,
+        **({"snapshotNonce": snapshot} if snapshot else {}),
+    }
+
+
+def stable_fields(job: StreamingJob, digest: str) -> dict[str, Any]:
+    """The spec running now as the last stable one (what a rollback runs)."""
+    status = job.status
+    if status is not None and status.last_stable_hash == digest:
+        return {}
+    return {"lastStableHash": digest, "lastStableSpec": job.spec.model_dump_json(by_alias=True, exclude_none=True)}
+
+
+def rollback_due(job: StreamingJob, digest: str, state: str, ended: bool, now: str) -> str | None:
+    """Why the upgrade to ``digest`` must roll back now, or None."""
+    status, spec = job.status, job.spec.upgrade
+    if not spec.rollback or status is None or status.upgrade is None:
+        return None
+    up = status.upgrade
+    if up.step != "Starting" or up.to_hash != digest:
+        return None
+    if not status.last_stable_spec or status.last_stable_hash == digest:
+        return None  # nothing else ever ran: nothing to go back to
+    if ended:
+        return f"the upgraded application ended ({state})"
+    late = parse_time(now) - parse_time(up.started_at) > as_timedelta(spec.ready_timeout)
+    if state != "RUNNING" and late:
+        return f"the upgraded application did not reach RUNNING within {spec.ready_timeout}"
+    return None
+
+
+def rollback_rewind(job: StreamingJob, snapshot: TakenSnapshot | None) -> dict[str, Any] | None:
+    """The Rewind that takes state and output back to the upgrade's snapshot (mode snapshot,
+    once it was taken), owned by the job."""
+    if job.spec.upgrade.mode != "snapshot" or snapshot is None or snapshot.taken_at is None:
+        return None
+    meta = job.metadata
+    if len(snapshot.batch_ids) == 1:
+        target: dict[str, Any] = {"batchId": next(iter(snapshot.batch_ids.values()))}
+    else:  # per sink, the newest snapshot before the request was answered: the previous spec's
+        target = {"time": rfc3339(parse_time(snapshot.taken_at) + timedelta(seconds=1))}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Rewind",
+        "metadata": {
+            "name": f"{meta.name}-rollback-g{meta.generation}"[:253],
+            "namespace": meta.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "kappa-operator", "kappa.dev/streamingjob": meta.name},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "StreamingJob",
+                    "name": meta.name,
+                    "uid": meta.uid or "",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"jobRef": {"name": meta.name}, "target": target, "resetSinks": True},
+    }

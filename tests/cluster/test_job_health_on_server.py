@@ -1,0 +1,90 @@
+"""A live job's health through the operator on the real server (issue 30 item 4): its
+driver's progress report becomes ``status.progress``, the job's watermark and last progress,
+the ``Stalled`` condition with a Warning Event, the gauges, and the Spark UI address the Spark
+operator published. The report's making is tested on a real broker and real Spark in
+tests/spark/test_kafka_broker.py; the decisions in tests/unit/test_job_health.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+
+from kappa_operator.handlers.progress import TICK
+from spark_app.progress_report import ProgressReport, report_name
+from tests.cluster.control_plane import ControlPlane, eventually, path_of
+from tests.cluster.operator_runs import InProcess
+from tests.cluster.spark_operator import create, example, in_phase, status
+
+pytestmark = pytest.mark.usefixtures("never_forbidden")
+
+SJ = "StreamingJob"
+
+
+def test_a_silent_query_is_stalled_with_its_progress_and_ui_in_status(
+    control_plane: ControlPlane, in_process_operator: InProcess, fresh_namespace: str, tmp_path: Path
+) -> None:
+    plane, ns = control_plane, fresh_namespace
+    job = example(
+        "rmi-streamingjob.yaml",
+        ns,
+        checkpoints={"location": str(tmp_path / "ck")},
+        health={"progressTimeout": "5s"},
+    )
+    sink = next(iter(job["spec"]["sinks"]))
+    last_batch = datetime.now(UTC) - timedelta(hours=1)
+    report = ProgressReport(
+        sink=sink,
+        batch_id=41,
+        at=last_batch,
+        input_rows_per_second=120.0,
+        processed_rows_per_second=240.0,
+        batch_duration_ms=2500,
+        state_rows=77,
+        watermark=last_batch - timedelta(minutes=30),
+    )
+    reports = tmp_path / "ck" / "live" / "_kappa"
+    reports.mkdir(parents=True)
+    (reports / report_name(sink)).write_text(report.model_dump_json())
+    create(plane, job)
+    eventually(lambda: in_phase(plane, SJ, ns, "rmi", "Submitted"), "submitted")
+    driver = {"webUIServiceName": "rmi-ui-svc", "webUIPort": 4040}
+    body = {"status": {"applicationState": {"state": "RUNNING"}, "driverInfo": driver}}
+    plane.admin.ok(plane.admin.merge(path_of("SparkApplication", ns, "rmi") + "/status", body), "RUNNING")
+    s = eventually(lambda: in_phase(plane, SJ, ns, "rmi", "Running"), "running")
+    assert s["sparkUI"] == f"http://rmi-ui-svc.{ns}.svc:4040", "the driver's UI, from the Spark operator"
+
+    def stalled() -> dict[str, object] | None:
+        now = status(plane, SJ, ns, "rmi")
+        kinds = {c["type"]: (c["status"], c["reason"]) for c in now.get("conditions") or []}
+        return now if kinds.get("Stalled") == ("True", "NoProgress") else None
+
+    # the report is an hour old: Stalled once the job has run 5 s, at the operator's next look
+    s = eventually(stalled, "condition Stalled", timeout=2 * TICK + 15)
+    (progress,) = s["progress"]
+    assert progress["batchId"] == 41 and progress["stateRows"] == 77 and progress["batchDurationMs"] == 2500
+    assert s["watermark"] == (last_batch - timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert s["lastProgressAt"] == last_batch.strftime("%Y-%m-%dT%H:%M:%SZ")
+    answer = plane.admin.get(f"/api/v1/namespaces/{ns}/events")
+    warned = [e for e in plane.admin.ok(answer, "events")["items"] if e["reason"] == "Stalled"]
+    assert warned and warned[0]["type"] == "Warning" and sink in warned[0]["message"]
+    metrics = in_process_operator.context.metrics
+    assert metrics is not None
+    text = generate_latest(metrics.registry).decode()
+    assert f'kappa_streamingjob_condition{{condition="Stalled",namespace="{ns}",streamingjob="rmi"}} 1.0' in text
+    assert f'kappa_streamingjob_state_rows{{namespace="{ns}",sink="{sink}",streamingjob="rmi"}} 77.0' in text
+
+    # a batch now, and a timeout longer than the operator's look: Stalled cleared by the next look
+    fresh = report.model_copy(update={"batch_id": 42, "at": datetime.now(UTC)})
+    (reports / report_name(sink)).write_text(fresh.model_dump_json())
+    longer = {"spec": {"health": {"progressTimeout": "10m"}}}
+    plane.admin.ok(plane.admin.merge(path_of(SJ, ns, "rmi"), longer), "a longer timeout")
+
+    def progressing() -> bool:
+        now = status(plane, SJ, ns, "rmi")
+        kinds = {c["type"]: c["status"] for c in now.get("conditions") or []}
+        return kinds.get("Stalled") == "False" and now["progress"][0]["batchId"] == 42
+
+    eventually(progressing, "Stalled cleared by a new batch", timeout=2 * TICK + 15)
