@@ -528,6 +528,16 @@ class RestoreConfig(KappaModel):
     """The Rewind (``namespace/name``), named in the report."""
     report: str | None = None
     """Where the report goes. Default: ``<checkpoint>/_kappa/restore-report.json``."""
+    copy_only: bool = False
+    """Copy the snapshots and nothing else: a new job started from another one's snapshot (a
+    StreamingJob's ``initialSnapshot``) must leave that job's later snapshots, its sinks and
+    its topics as they are."""
+
+    @model_validator(mode="after")
+    def _copy_only_touches_nothing_else(self) -> RestoreConfig:
+        if self.copy_only and (self.reset_sinks or self.downstream):
+            raise ValueError("restore.copyOnly restores checkpoints only: resetSinks and downstream must be false")
+        return self
 
 
 class ExternalCheckpoints(KappaModel):

@@ -41,10 +41,11 @@ def _external(cfg: JobConfig, sink: str) -> Location:
     return open_location(f"{cfg.checkpoint.external.location.rstrip('/')}/{sink}")
 
 
-def restore_point(cfg: JobConfig, point: RestorePoint) -> list[int]:
+def restore_point(cfg: JobConfig, point: RestorePoint, discard_later: bool = True) -> list[int]:
     """``point``'s snapshot into ``<checkpoint.location>/<sink>`` (the same query resumed: its
     sink treats the undo of batches > N as a cut, so batch N+1 is written again, not skipped);
-    the batches of the snapshots dropped after it."""
+    the batches of the snapshots dropped after it (``discard_later``: a rewind's abandoned
+    timeline; never another job's snapshots a new job starts from)."""
     base, external = open_location(cfg.checkpoint.location), _external(cfg, point.sink)
     marker = f"{DONE_MARKER}/{point.sink}"
     if base.stat(marker) is None:
@@ -59,7 +60,7 @@ def restore_point(cfg: JobConfig, point: RestorePoint) -> list[int]:
             )
         restore(external, manifest, target)
         base.write_bytes(marker, f"{point.query_id} batch {point.batch_id}\n".encode())
-    return discard_after(external, point.batch_id)
+    return discard_after(external, point.batch_id) if discard_later else []
 
 
 def kafka_cut(cfg: JobConfig, point: RestorePoint, needed: bool) -> dict[str, Any]:
@@ -145,9 +146,10 @@ def run_restore(cfg: JobConfig) -> RestoreReport:
 
     for point in settings.points:
         try:
-            discarded = restore_point(cfg, point)
+            discarded = restore_point(cfg, point, discard_later=not settings.copy_only)
             fields = reset_sink(cfg, point) if settings.reset_sinks else {}
-            fields.update(kafka_cut(cfg, point, needed=settings.downstream))
+            if not settings.copy_only:
+                fields.update(kafka_cut(cfg, point, needed=settings.downstream))
         except KappaError as exc:
             return report(f"sink {point.sink}: {exc}")
         except Exception as exc:

@@ -1,4 +1,5 @@
-"""StreamingJob: a live job as a ConfigMap and a SparkApplication (restartPolicy Always)."""
+"""StreamingJob: a live job as a ConfigMap and a SparkApplication, restarted by the operator
+with backoff, upgraded as spec.upgrade says, started from spec.initialSnapshot once."""
 
 from __future__ import annotations
 
@@ -17,14 +18,24 @@ from kappa_operator.handlers.context import (
     record,
     reported,
 )
+from kappa_operator.job_snapshots import initial_points
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.phases import now_rfc3339
+from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.reconcile.snapshot_requests import Answers
-from kappa_operator.reconcile.streaming_job import JobPlan, owner_of, plan_streaming_job
-from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
+from kappa_operator.reconcile.streaming_job import (
+    InitialSeen,
+    JobPlan,
+    initial_pending,
+    owner_of,
+    plan_streaming_job,
+    restore_app_name,
+    restore_map_name,
+)
+from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, initial_restore_config
 from kappa_operator.render.spark_application import Owner
 from spark_app.checkpoints.requests import read_answer
+from spark_app.restore_report import read_report
 from spark_app.storage import open_location
 
 KIND = "StreamingJob"
@@ -34,7 +45,7 @@ LOOK_TICK = 5.0
 
 def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
     c, owner = ctx().cluster(), owner_of(job)
-    intent = "upgrade" in plan.status or "rolledBackGeneration" in plan.status
+    intent = any(k in plan.status for k in ("upgrade", "rolledBackGeneration", "initialRestore"))
     if intent:  # an upgrade's step is recorded before its I/O: a restarted operator finds it
         record(KIND, body, plan.status)
     if plan.control_map is not None:
@@ -43,6 +54,13 @@ def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
         c.create_resource("rewinds", owner.namespace, plan.create_rewind, owner)
     if plan.move_checkpoint is not None:
         c.annotate("streamingjobs", owner.namespace, owner.name, {CHECKPOINT_ANNOTATION: plan.move_checkpoint})
+    if plan.restore is not None:
+        cm, restorer = plan.restore
+        c.apply_config_map(cm, owner)
+        c.create_app(restorer, owner)
+    if plan.delete_restore:
+        c.delete_app(owner.namespace, restore_app_name(owner), owner)
+        c.delete_config_map(owner.namespace, restore_map_name(owner), owner)
     if plan.delete_app:
         c.delete_app(owner.namespace, owner.app_name, owner)
     if plan.config_map is not None:
@@ -68,11 +86,23 @@ def reconcile_job(body: kopf.Body, **_: Any) -> None:
     reconcile(body)
 
 
-def reconcile(body: kopf.Body) -> None:
+def reconcile(body: kopf.Body | dict[str, Any]) -> None:
     job = parse(StreamingJob, body)
     owner = owner_of(job)
     app = ctx().cluster().get_app(owner.namespace, owner.app_name, owner)
-    act(plan_streaming_job(job, app, now_rfc3339(), snapshot_answers(job)), job, body)
+    initial = initial_seen(job, owner) if initial_pending(job) and app is None else None
+    act(plan_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial), job, body)
+
+
+def initial_seen(job: StreamingJob, owner: Owner) -> InitialSeen:
+    """The start from spec.initialSnapshot as it stands: the snapshots to restore (chosen once,
+    from the manifests), the restore application and, once it ended, its report."""
+    chosen = list(job.status.initial_restore) if job.status else []
+    restorer = ctx().cluster().get_app(owner.namespace, restore_app_name(owner), owner)
+    report = None
+    if chosen and app_state(restorer) in ENDED:
+        report = read_report(initial_restore_config(job, chosen))
+    return InitialSeen(points=None if chosen else initial_points(job), restore_app=restorer, report=report)
 
 
 def snapshot_answers(job: StreamingJob) -> Answers:
@@ -119,8 +149,12 @@ def look_again(body: kopf.Body, **_: Any) -> None:
 
 
 def application_changed(event: str, app: dict[str, Any], job_body: dict[str, Any]) -> None:
-    """Its SparkApplication moved (see ``applications``): mirror it into the job's status."""
+    """Its SparkApplication moved (see ``applications``): mirror it into the job's status. Its
+    other application (the restore of an initial snapshot) moved: look at the whole job."""
     job = parse(StreamingJob, job_body)
+    if app["metadata"]["name"] != owner_of(job).app_name:
+        reconcile(job_body)
+        return
     act(plan_streaming_job(job, None if event == "DELETED" else app, now_rfc3339()), job, job_body)
 
 

@@ -291,9 +291,10 @@ class SnapshotRef(CRModel):
     """The externalLocation the snapshot was written to (`spec.checkpoints.externalLocation`
     of the job that took it)."""
     time: TimestampStr | None = None
-    """The newest snapshot committed at or before this time (RFC 3339)."""
+    """The newest snapshot committed before this time (RFC 3339), per sink."""
     batch_id: int | None = Field(default=None, ge=0, le=INT64_BOUND)
-    """The snapshot of this micro-batch (`status.snapshots[].batchIds`; single-sink jobs)."""
+    """The newest snapshot at or before this micro-batch (`status.snapshots[].batchIds`;
+    single-sink jobs)."""
 
     @model_validator(mode="after")
     def _one(self) -> SnapshotRef:
@@ -492,6 +493,15 @@ class TakenSnapshot(CRModel):
     error: str | None = None
 
 
+class StartPoint(CRModel):
+    """The snapshot a sink's query starts from (``spec.initialSnapshot``)."""
+
+    sink: str
+    batch_id: int
+    committed_at: str
+    query_id: str
+
+
 class UpgradeStatus(CRModel):
     """The last spec change of a running job (recorded before any of its steps)."""
 
@@ -559,8 +569,11 @@ class StreamingJobStatus(StatusBase):
     rolled_back_generation: int | None = None
     """The metadata.generation whose spec failed and was rolled back: while the spec stays at
     it, the job runs lastStableSpec (an edit makes a new upgrade)."""
+    initial_restore: list[StartPoint] = []
+    """The snapshots spec.initialSnapshot chose, per sink (chosen once)."""
     initial_snapshot_restored: bool | None = None
-    """spec.initialSnapshot was restored into the checkpoint (done once)."""
+    """spec.initialSnapshot was restored into the checkpoint (done once, before the first
+    application)."""
 
 
 class StreamingJob(CRModel):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kappa_operator.models.common import Condition
-from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job import StartPoint, StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.reconcile.restarts import next_restart, parse_time
@@ -33,18 +33,23 @@ from kappa_operator.render.jobconfig import (
     CHECKPOINT_ANNOTATION,
     PAUSED_ANNOTATION,
     config_hash,
+    initial_restore_config,
     live_checkpoint,
     streaming_job_config,
 )
 from kappa_operator.render.spark_application import (
+    BACKFILL_RESTART,
     LIVE_RESTART,
     Owner,
+    child_name,
     config_map,
     control_map,
     job_launch,
     spark_application,
 )
+from spark_app.config import JobConfig
 from spark_app.errors import KappaError
+from spark_app.restore_report import RestoreReport
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,26 @@ class JobPlan:
     """Point the job at this checkpoint location (its annotation): a stateless upgrade."""
     create_rewind: dict[str, Any] | None = None
     """Create this Rewind (a rollback to the upgrade's snapshot)."""
+    restore: tuple[dict[str, Any], dict[str, Any]] | None = None
+    """Apply this ConfigMap and create this restore application (``spec.initialSnapshot``)."""
+    delete_restore: bool = False
+    """Delete the restore application (it restored the initial snapshot)."""
+
+
+@dataclass(frozen=True)
+class InitialSeen:
+    """What the handler saw of a new job's start from ``spec.initialSnapshot``."""
+
+    points: list[StartPoint] | str | None = None
+    """The snapshot per sink, or why there is none (None: not looked: chosen already)."""
+    restore_app: dict[str, Any] | None = None
+    report: RestoreReport | None = None
+    """The restore application's report, once it ended."""
+
+
+def initial_pending(job: StreamingJob) -> bool:
+    """Whether the job must first restore ``spec.initialSnapshot`` (once, before any run)."""
+    return job.spec.initial_snapshot is not None and not (job.status and job.status.initial_snapshot_restored)
 
 
 def owner_of(job: StreamingJob) -> Owner:
@@ -77,14 +102,20 @@ def owner_of(job: StreamingJob) -> Owner:
 
 
 def plan_streaming_job(
-    job: StreamingJob, app: dict[str, Any] | None, now: str, answers: Answers | None = None, restarts: bool = True
+    job: StreamingJob,
+    app: dict[str, Any] | None,
+    now: str,
+    answers: Answers | None = None,
+    restarts: bool = True,
+    initial: InitialSeen | None = None,
 ) -> JobPlan:
     """``answers``: the driver's answers to the open snapshot requests (read by the handler).
     ``restarts``: False for ``kappa run``, whose local run ends by design (availableNow) and
-    is shown as it ended, never restarted."""
+    is shown as it ended, never restarted. ``initial``: what the handler saw of the restore of
+    ``spec.initialSnapshot`` (while one is due)."""
     job = effective(job)
     requests = book(job, answers, now)
-    plan = _decide(job, app, now, requests, restarts)
+    plan = _decide(job, app, now, requests, restarts, initial)
     return _with_requests(plan, job, requests)
 
 
@@ -99,7 +130,14 @@ def _with_requests(plan: JobPlan, job: StreamingJob, requests: Book) -> JobPlan:
     return replace(plan, status={**plan.status, **fields}, events=events, control_map=control)
 
 
-def _decide(job: StreamingJob, app: dict[str, Any] | None, now: str, requests: Book, restarts: bool) -> JobPlan:
+def _decide(
+    job: StreamingJob,
+    app: dict[str, Any] | None,
+    now: str,
+    requests: Book,
+    restarts: bool,
+    initial: InitialSeen | None,
+) -> JobPlan:
     owner = owner_of(job)
     previous: list[Condition] = list(job.status.conditions) if job.status else []
     base: dict[str, Any] = {"observedGeneration": job.metadata.generation, "applicationName": owner.app_name}
@@ -154,16 +192,20 @@ def _decide(job: StreamingJob, app: dict[str, Any] | None, now: str, requests: B
             )
         return JobPlan(status=status("Suspended", False, "Suspended", "suspended; the checkpoint is kept", None))
 
-    if app is None:
-        launch = job_launch(job, LIVE_RESTART)
-        external = job.spec.checkpoints.external_location is not None
-        return JobPlan(
-            config_map=config_map(owner, cfg),
-            create_app=spark_application(owner, cfg, launch, digest, control=external),
-            control_map=control_map(owner, requests.open) if external else None,
-            status=status("Submitted", False, "Submitted", "SparkApplication created", None),
-            events=(Event("Normal", "Submitted", f"created SparkApplication {owner.app_name} (config {digest})"),),
+    if app is None and initial_pending(job):
+        step = _start_from_snapshot(job, owner, initial or InitialSeen(), status)
+        if not step.delete_restore:
+            return step
+        created = _create(job, owner, cfg, digest, requests, status)  # restored: the first run
+        return replace(
+            created,
+            delete_restore=True,
+            status={**created.status, "initialSnapshotRestored": True},
+            events=step.events + created.events,
         )
+
+    if app is None:
+        return _create(job, owner, cfg, digest, requests, status)
 
     if running_hash != digest:
         return _upgrade(job, app, running_hash, digest, now, requests, status)
@@ -244,6 +286,20 @@ def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, 
     )
 
 
+def _create(
+    job: StreamingJob, owner: Owner, cfg: JobConfig, digest: str, requests: Book, status: StatusOf
+) -> JobPlan:
+    launch = job_launch(job, LIVE_RESTART)
+    external = job.spec.checkpoints.external_location is not None
+    return JobPlan(
+        config_map=config_map(owner, cfg),
+        create_app=spark_application(owner, cfg, launch, digest, control=external),
+        control_map=control_map(owner, requests.open) if external else None,
+        status=status("Submitted", False, "Submitted", "SparkApplication created", None),
+        events=(Event("Normal", "Submitted", f"created SparkApplication {owner.app_name} (config {digest})"),),
+    )
+
+
 def _upgrade(
     job: StreamingJob,
     app: dict[str, Any] | None,
@@ -317,3 +373,64 @@ def _roll_back(job: StreamingJob, why: str, state: str, requests: Book, status: 
         status={**fields, "upgrade": record, "rolledBackGeneration": job.metadata.generation},
         events=(Event("Warning", "RolledBack", msg),),
     )
+
+
+def _start_from_snapshot(job: StreamingJob, owner: Owner, seen: InitialSeen, status: StatusOf) -> JobPlan:
+    """A new job's first step with ``spec.initialSnapshot``: choose each sink's snapshot (once,
+    recorded), restore them into the live checkpoint with a restore application of the job's
+    image and credentials, then (restored) run as any job does."""
+    chosen = list(job.status.initial_restore) if job.status else []
+    source = job.spec.initial_snapshot
+    assert source is not None
+    if not chosen:
+        if isinstance(seen.points, str):
+            msg = f"cannot start from the initial snapshot: {seen.points}"
+            return JobPlan(
+                status=status("Failed", False, "InitialSnapshotMissing", msg, None),
+                events=(Event("Warning", "InitialSnapshotMissing", msg),),
+            )
+        chosen = list(seen.points or [])
+        if not chosen:
+            return JobPlan()  # not looked yet
+    where = ", ".join(f"{p.sink} batch {p.batch_id}" for p in chosen)
+    fields = {"initialRestore": [p.model_dump(by_alias=True) for p in chosen]}
+    report, state = seen.report, app_state(seen.restore_app)
+    if report is not None and report.state == "Restored" and state == "COMPLETED":
+        msg = f"restored {where} from {source.location}: starting"
+        done = status("Submitted", False, "InitialSnapshotRestored", msg, None)
+        return JobPlan(
+            delete_restore=True,
+            status={**done, "initialSnapshotRestored": True},
+            events=(Event("Normal", "InitialSnapshotRestored", msg),),
+        )
+    if (report is not None and report.state == "Failed") or state in ENDED_LIVE:
+        why = (report.error if report is not None else None) or app_message(seen.restore_app) or state
+        msg = f"restoring the initial snapshot ({where}) failed: {why}; delete the job's checkpoint and recreate it"
+        return JobPlan(
+            status={**status("Failed", False, "InitialRestoreFailed", msg, None), **fields},
+            events=(Event("Warning", "InitialRestoreFailed", msg),),
+        )
+    if seen.restore_app is not None:
+        return JobPlan(status={**status("Restoring", False, "Restoring", f"restoring {where}", None), **fields})
+    cfg = initial_restore_config(job, chosen)
+    digest = config_hash(cfg)
+    app = spark_application(owner, cfg, job_launch(job, BACKFILL_RESTART), digest, command="restore")
+    app["metadata"]["name"] = restore_app_name(owner)
+    cm = config_map(owner, cfg)
+    cm["metadata"]["name"] = restore_map_name(owner)
+    app["spec"]["volumes"][0]["configMap"]["name"] = cm["metadata"]["name"]
+    msg = f"restoring {where} from {source.location} before the first run"
+    return JobPlan(
+        restore=(cm, app),
+        status={**status("Restoring", False, "Restoring", msg, None), **fields},
+        events=(Event("Normal", "Restoring", msg),),
+    )
+
+
+def restore_app_name(owner: Owner) -> str:
+    """The restore application of a job's initial snapshot."""
+    return child_name("Restore", owner.app_name)
+
+
+def restore_map_name(owner: Owner) -> str:
+    return f"{restore_app_name(owner)}-jobconfig"

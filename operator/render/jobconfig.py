@@ -14,7 +14,14 @@ from typing import Any
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
-from kappa_operator.models.streaming_job import CheckpointSpec, JobSink, JobSource, StreamingJob, StreamingJobSpec
+from kappa_operator.models.streaming_job import (
+    CheckpointSpec,
+    JobSink,
+    JobSource,
+    StartPoint,
+    StreamingJob,
+    StreamingJobSpec,
+)
 from spark_app.checkpoints.requests import REQUESTS_FILE
 from spark_app.config import JobConfig, parse_config
 from spark_app.durations import duration_ms
@@ -286,6 +293,24 @@ def restore_config(rw: Rewind, job: StreamingJob, points: tuple[SinkRestore, ...
         "tag": f"{rw.metadata.namespace}/{rw.metadata.name}",
     }
     return parse_config(live, origin=f"(Rewind {rw.metadata.namespace}/{rw.metadata.name})")
+
+
+def initial_restore_config(job: StreamingJob, points: list[StartPoint]) -> JobConfig:
+    """What a new job's restore application runs (``spec.initialSnapshot``): the job's own
+    config, reading snapshots from the initial snapshot's location into the job's live
+    checkpoint, copying only (that job's later snapshots, sinks and topics are not touched)."""
+    assert job.spec.initial_snapshot is not None
+    live = streaming_job_config(job).model_dump(by_alias=True, exclude_none=True, mode="json")
+    external = live["checkpoint"].get("external") or {}
+    live["checkpoint"]["external"] = {**external, "location": job.spec.initial_snapshot.location}
+    live["restore"] = {
+        "points": [{"sink": p.sink, "batchId": p.batch_id, "queryId": p.query_id} for p in points],
+        "resetSinks": False,
+        "downstream": False,
+        "copyOnly": True,
+        "tag": f"{job.metadata.namespace}/{job.metadata.name} initialSnapshot",
+    }
+    return parse_config(live, origin=f"(StreamingJob {job.metadata.namespace}/{job.metadata.name} initialSnapshot)")
 
 
 def config_hash(cfg: JobConfig) -> str:

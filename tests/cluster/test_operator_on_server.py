@@ -339,14 +339,15 @@ def test_pod_settings_reach_the_spark_applications_the_server_stores(control_pla
     app = eventually(lambda: get(control_plane, "SparkApplication", ns, "pods"), "the SparkApplication")
     spec = app["spec"]
     assert spec["imagePullSecrets"] == ["registry-creds"]
-    assert spec["volumes"][1] == {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}}
+    assert {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}} in spec["volumes"]
     for role in ("driver", "executor"):
         pod = spec[role]
         for key in ("memoryOverhead", "nodeSelector", "tolerations", "affinity", "env", "annotations"):
             assert pod[key] == POD_SETTINGS[key], (role, key)
         for key in ("securityContext", "podSecurityContext", "priorityClassName", "serviceAccount"):
             assert pod[key] == POD_SETTINGS[key], (role, key)
-        assert pod["volumeMounts"][1:] == POD_SETTINGS["volumeMounts"]
+        theirs = POD_SETTINGS["volumeMounts"]
+        assert pod["volumeMounts"][-len(theirs) :] == theirs, "ours first, then theirs"
         assert pod["labels"]["team"] == "growth"
 
     body = load(

@@ -36,7 +36,7 @@ def test_restart_mid_reconcile_creates_nothing_twice(
     second = own_operators.start(ns)
     eventually(lambda: in_phase(plane, "StreamingJob", ns, "rmi", "Submitted"), "the job's status after restart")
     assert creates(plane, user, ns, "sparkapplications") == 1, "the restarted operator did not create it again"
-    assert creates(plane, user, ns, "configmaps") == 1
+    assert creates(plane, user, ns, "configmaps") == 2, "its JobConfig and its control ConfigMap, each once"
     second.stop()
 
     # 2. a Backfill: the same, and the new process declares its alignment group again

@@ -15,10 +15,12 @@ import pytest
 
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION
 from spark_app.checkpoints.driver import CheckpointExternalizer
+from spark_app.checkpoints.snapshots import externalize, list_snapshots
 from spark_app.config import parse_config
+from spark_app.storage import open_location
 from tests.checkpoint_data import write_checkpoint
 from tests.cluster.control_plane import ControlPlane, eventually, path_of
-from tests.cluster.spark_operator import create, example, get, spark_state, status
+from tests.cluster.spark_operator import SparkPlayer, create, example, get, spark_state, status
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")
 
@@ -127,3 +129,37 @@ def test_a_stateless_upgrade_moves_the_checkpoint_and_a_failed_one_rolls_back(
     assert s["upgrade"]["step"] == "RolledBack" and s["rolledBackGeneration"] == 2
     assert events(plane, ns, "RolledBack")[0]["type"] == "Warning"
     assert s["lastStableHash"] != upgraded
+
+
+def test_a_new_job_starts_from_a_named_snapshot_of_another_job(
+    control_plane: ControlPlane, watched: str, tmp_path: Path
+) -> None:
+    """``initialSnapshot`` (Flink's initialSavepointPath): the restore application runs for real
+    (``python -m spark_app restore``), copies batch 1 of the other job's snapshots into the new
+    job's live checkpoint, touches nothing of the other job's; then the job's application starts."""
+    plane, ns = control_plane, watched
+    sink = next(iter(example("rmi-streamingjob.yaml", ns)["spec"]["sinks"]))
+    old_live, old_ext = tmp_path / "old" / "live" / sink, tmp_path / "old-snapshots"
+    write_checkpoint(old_live, "q-old", batches=3, minute=0)
+    for batch in range(3):
+        externalize(open_location(str(old_live)), open_location(str(old_ext / sink)), batch_id=batch)
+    ck = tmp_path / "new"
+    job = example(
+        "rmi-streamingjob.yaml",
+        ns,
+        "rmi-from",
+        checkpoints={"location": str(ck)},
+        initialSnapshot={"location": str(old_ext), "batchId": 1},
+    )
+    with SparkPlayer(plane, ns, "restore", tmp_path) as spark:
+        create(plane, job)
+        eventually(lambda: app_hash(plane, ns, "rmi-from"), "the job's application, once restored", timeout=120)
+    assert spark.ran == [("rmi-from-restore", 0)], "one restore application, run to the end"
+    s = status(plane, SJ, ns, "rmi-from")
+    assert s["initialSnapshotRestored"] is True and s["phase"] == "Submitted"
+    assert [(p["sink"], p["batchId"], p["queryId"]) for p in s["initialRestore"]] == [(sink, 1, "q-old")]
+    restored = ck / "live" / sink
+    assert sorted(p.name for p in (restored / "commits").iterdir()) == ["0", "1"], "resumes after batch 1"
+    assert [m.batch_id for m in list_snapshots(open_location(str(old_ext / sink)))] == [0, 1, 2], "copied only"
+    eventually(lambda: get(plane, APP, ns, "rmi-from-restore") is None, "the restore application removed")
+    assert events(plane, ns, "InitialSnapshotRestored")

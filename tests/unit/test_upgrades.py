@@ -13,10 +13,11 @@ from typing import Any
 
 import yaml
 
-from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.streaming_job import JobPlan, plan_streaming_job
+from kappa_operator.models.streaming_job import StartPoint, StreamingJob
+from kappa_operator.reconcile.streaming_job import InitialSeen, JobPlan, plan_streaming_job
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, config_hash, streaming_job_config
 from spark_app.checkpoints.requests import Answer
+from spark_app.restore_report import RestoreReport
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)
@@ -248,3 +249,40 @@ def test_a_snapshot_upgrade_rolls_back_to_its_snapshot_through_a_rewind() -> Non
     assert rewind is not None and rewind["kind"] == "Rewind" and rewind["metadata"]["name"] == "rmi-rollback-g2"
     assert rewind["spec"] == {"jobRef": {"name": "rmi"}, "target": {"batchId": 12}, "resetSinks": True}
     assert rewind["metadata"]["ownerReferences"][0]["uid"] == "u1"
+
+
+def test_a_new_job_restores_its_initial_snapshot_before_its_first_run() -> None:
+    data = manifest(initialSnapshot={"location": "s3://lake/kappa-snapshots/old-rmi", "batchId": 41})
+    point = StartPoint(sink=SINK, batch_id=41, committed_at="2026-11-26T09:00:00.000000Z", query_id="q-old")
+    first = plan_streaming_job(job(data), None, at(0), initial=InitialSeen(points=[point]))
+    assert first.create_app is None and first.restore is not None
+    cm, restorer = first.restore
+    assert restorer["metadata"]["name"] == "rmi-restore" and restorer["spec"]["arguments"][0] == "restore"
+    assert restorer["spec"]["volumes"][0]["configMap"]["name"] == cm["metadata"]["name"] == "rmi-restore-jobconfig"
+    cfg = json.loads(cm["data"]["job.json"])
+    assert cfg["checkpoint"]["location"] == "s3a://lake/checkpoints/rmi/live"
+    assert cfg["checkpoint"]["external"]["location"] == "s3://lake/kappa-snapshots/old-rmi"
+    assert cfg["restore"]["copyOnly"] is True and cfg["restore"]["resetSinks"] is False, "the other job untouched"
+    assert first.status["phase"] == "Restoring" and first.status["initialRestore"][0]["batchId"] == 41
+    status = merged(None, first)
+    ran = {**restorer, "status": {"applicationState": {"state": "COMPLETED"}}}
+    report = RestoreReport(rewind="x", state="Restored", sinks=[], started_at=T0, finished_at=T0)
+    done = plan_streaming_job(job(data, status), None, at(1), initial=InitialSeen(restore_app=ran, report=report))
+    assert done.delete_restore and done.create_app is not None and done.status["initialSnapshotRestored"] is True
+    status = merged(status, done)
+    later = plan_streaming_job(job(data, {**status, "phase": "Suspended"}), None, at(2))
+    assert later.restore is None and later.create_app is not None, "restored once, never again"
+
+
+def test_a_missing_or_failed_initial_snapshot_is_said() -> None:
+    data = manifest(initialSnapshot={"location": "s3://lake/none", "time": "2026-11-26T09:00:00Z"})
+    missing = plan_streaming_job(job(data), None, at(0), initial=InitialSeen(points="sink x: no snapshot"))
+    assert missing.status["phase"] == "Failed" and missing.create_app is None and missing.restore is None
+    assert [e.reason for e in missing.events] == ["InitialSnapshotMissing"]
+    point = StartPoint(sink=SINK, batch_id=1, committed_at="2026-11-26T08:00:00.000000Z", query_id="q")
+    status = merged(None, plan_streaming_job(job(data), None, at(0), initial=InitialSeen(points=[point])))
+    failed_app = {"metadata": {"name": "rmi-restore"}, "status": {"applicationState": {"state": "FAILED"}}}
+    bad = RestoreReport(rewind="x", state="Failed", sinks=[], error="snapshot gone", started_at=T0, finished_at=T0)
+    failed = plan_streaming_job(job(data, status), None, at(1), initial=InitialSeen(restore_app=failed_app, report=bad))
+    assert failed.status["phase"] == "Failed" and "snapshot gone" in failed.status["message"]
+    assert failed.create_app is None
