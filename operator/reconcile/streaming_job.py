@@ -286,9 +286,7 @@ def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, 
     )
 
 
-def _create(
-    job: StreamingJob, owner: Owner, cfg: JobConfig, digest: str, requests: Book, status: StatusOf
-) -> JobPlan:
+def _create(job: StreamingJob, owner: Owner, cfg: JobConfig, digest: str, requests: Book, status: StatusOf) -> JobPlan:
     launch = job_launch(job, LIVE_RESTART)
     external = job.spec.checkpoints.external_location is not None
     return JobPlan(
