@@ -197,8 +197,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "sink_expiries": len(expire_s),
         "sink_compactions": [
             {"batch": e["batch"], "files": e["compacted_files"], "into": e["compacted_into"], "s": e["compact_s"]}
-            for e in commits
-            if e.get("compacted_files")
+            for e in read_trace(cfg.trace_path)
+            if e["event"] == "compact" and e.get("compacted_files")
         ],
         "sink_live_files": len(list(catalog.load_table(TABLE).scan().plan_files())),
         "snapshots_kept": {

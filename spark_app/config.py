@@ -333,6 +333,10 @@ class IcebergSink(AppendingSink):
     """Columns identifying a row, for the full diff of validate/publish (else counts only)."""
     commit_retries: int = Field(default=20, ge=0)
     """Commit conflicts with other writers are retried this many times (with backoff)."""
+    pipelined_commit: bool = True
+    """Commit each batch to Iceberg while Spark runs the next one (``sinks.iceberg.pending``):
+    its files are recorded durably first, so a crash between Spark's commit and ours loses
+    nothing. False: commit before the batch ends (a reader sees batch N once Spark logged it)."""
     target_file_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
     """Each task rolls to a new file after about this many bytes of Arrow data."""
     history: SnapshotHistory = SnapshotHistory()

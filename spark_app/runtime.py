@@ -306,7 +306,11 @@ def lateness_verdict(cfg: JobConfig, outputs: dict[str, DataFrame], read: set[st
 # --- sinks -------------------------------------------------------------------------------
 
 
-def start_query(cfg: JobConfig, name: str, df: DataFrame) -> StreamingQuery:
+def start_query(
+    cfg: JobConfig, name: str, df: DataFrame, writers: list[IcebergBatchWriter] | None = None
+) -> StreamingQuery:
+    """``writers``: gets the query's Iceberg sink writer, whose pipelined commits the caller
+    finishes (``IcebergBatchWriter.finish``) once the query ended."""
     sink = cfg.sinks[name]
     if cfg.mode == "backfill" and cfg.window is not None:
         df = restrict_to_window(df, sink.time_column, micros(cfg.window.start), micros(cfg.window.end))
@@ -325,9 +329,19 @@ def start_query(cfg: JobConfig, name: str, df: DataFrame) -> StreamingQuery:
     elif isinstance(sink, ConsoleSink):
         writer = writer.format("console").option("truncate", "false")
     elif isinstance(sink, IcebergSink):
+        pipelined = sink.pipelined_commit and writers is not None
         batch_writer = IcebergBatchWriter(
-            cfg.name, name, sink, cfg.catalogs[sink.catalog], cfg.sink_branch(name), checkpoint, cfg.trace_path
+            cfg.name,
+            name,
+            sink,
+            cfg.catalogs[sink.catalog],
+            cfg.sink_branch(name),
+            checkpoint,
+            cfg.trace_path,
+            pipelined=pipelined,
         )
+        if writers is not None:
+            writers.append(batch_writer)
         writer = writer.foreachBatch(batch_writer)
     elif isinstance(sink, KafkaSink):
         writer = writer.foreachBatch(KafkaBatchWriter(name, sink, checkpoint, cfg.trace_path))
@@ -473,15 +487,19 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         reset_rounds(cfg, outputs)
     started = time.monotonic()
     queries: list[StreamingQuery] = []
+    writers: list[IcebergBatchWriter] = []
     externalizer = attach(spark, cfg)
     listener = ProgressListener(ProgressReporter(cfg)) if cfg.mode == "live" else None
     if listener is not None:
         spark.streams.addListener(listener)
     try:
         while True:
-            current = [start_query(cfg, name, df) for name, df in outputs.items()]
+            current = [start_query(cfg, name, df, writers) for name, df in outputs.items()]
             queries += current
-            await_queries(current, None if timeout is None else started + timeout)
+            try:
+                await_queries(current, None if timeout is None else started + timeout)
+            finally:  # every batch Spark logged is in Iceberg before anything reads the sinks
+                finish_writers(writers)
             if drains is None or edges is None or timeout is not None:
                 break
             require_complete(cfg, [p for q in current for p in query_progress(q)])
@@ -516,6 +534,19 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     if ledger is not None:
         report.reads, report.read_cap = ledger.members(), ledger.cap()
     return report
+
+
+def finish_writers(writers: list[IcebergBatchWriter]) -> None:
+    """Each Iceberg sink's recorded batches committed (the first failure raised, after all
+    were tried: a record that stays is committed by the next run)."""
+    failures = []
+    while writers:
+        try:
+            writers.pop().finish()
+        except Exception as exc:
+            failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 def await_queries(queries: list[StreamingQuery], deadline: float | None) -> None:

@@ -1,7 +1,8 @@
 """The ``foreachBatch`` function of an Iceberg sink: skip a replayed batch, let the executors
 write the files (Spark's own writer, ``spark_files``; pyiceberg's in a Python worker only for
-tables it cannot write, ``arrow_files``), commit them on the driver; every few commits, keep
-the table's history (``history``) and file count (``compaction``) bounded."""
+tables it cannot write, ``arrow_files``), commit them on the driver, by default while Spark
+runs the next batch (``pending``); every few commits, keep the table's history (``history``)
+and file count (``compaction``) bounded."""
 
 from __future__ import annotations
 
@@ -22,7 +23,16 @@ from spark_app.catalogs import catalog_for
 from spark_app.config import CatalogConfig, IcebergSink
 from spark_app.sinks.iceberg import arrow_files, batch_tags, compaction, history, spark_files
 from spark_app.sinks.iceberg.arrow_files import FILES_SCHEMA, FileWriteSpec, write_data_files
-from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, data_files, find_batch
+from spark_app.sinks.iceberg.commit import (
+    BATCH_ID,
+    JOB,
+    QUERY_ID,
+    Committed,
+    commit_batch,
+    data_files,
+    find_batch,
+)
+from spark_app.sinks.iceberg.pending import Committer, Pending, PendingLog, pending_location
 from spark_app.sinks.iceberg.table import ensure_main_snapshot, load_or_create
 from spark_app.telemetry import trace
 
@@ -49,13 +59,21 @@ class IcebergBatchWriter:
         branch: str,
         checkpoint: str,
         trace_path: str | None = None,
+        pipelined: bool = False,
     ) -> None:
+        """``pipelined``: commit on a thread of its own while Spark runs the next batch (the
+        runtime's default, ``IcebergSink.pipelinedCommit``); then ``finish`` ends the run."""
         self.job, self.sink_name, self.sink, self.branch = job, sink_name, sink, branch
         self.catalog_name, self.properties = sink.catalog, catalog.properties()
         self.checkpoint, self.trace_path = checkpoint, trace_path
         self._query_id: str | None = None
         self._commits = 0
         self._arrow_because: str | None = None
+        self.log = PendingLog(pending_location(checkpoint, sink_name)) if pipelined else None
+        self.committer = Committer(sink_name, self._commit) if pipelined else None
+        self._recovered = False
+        self._written = 0
+        """Batches this writer wrote files for: every ``compaction.every`` of them, compact."""
 
     def table(self) -> Table:
         return catalog_for(self.catalog_name, self.properties).load_table(self.sink.table)
@@ -81,10 +99,8 @@ class IcebergBatchWriter:
         return history.expire(self.table, policy.keep_last, policy.min_age)
 
     def compact(self, df: DataFrame, batch_id: int) -> compaction.Compacted | None:
-        """Every ``compaction.every`` commits of this writer: small files of old batches merged."""
+        """Small files of old batches merged (every ``compaction.every`` written batches)."""
         policy = self.sink.compaction
-        if not policy.every or self._commits % policy.every:
-            return None
         return compaction.compact(
             df.sparkSession,
             self.table,
@@ -116,14 +132,38 @@ class IcebergBatchWriter:
         spec = FileWriteSpec(self.properties, metadata.model_dump_json(), self.sink.target_file_bytes)
         return None, arrow_files.data_files(df.mapInArrow(write_data_files(spec), FILES_SCHEMA).collect()), {}
 
+    def recover(self) -> None:
+        """Commit what a previous run recorded and did not commit (it died in between), in
+        order, before this run's first batch."""
+        if self._recovered or self.log is None:
+            return
+        self._recovered = True
+        for entry in self.log.entries():
+            log.info("%s: committing batch %d recorded by an earlier run", self.sink.table, entry.batch_id)
+            self._commit(entry, recovered=True)
+
+    def finish(self) -> None:
+        """The run's end: every recorded batch committed (a failed commit raised here)."""
+        if self.committer is not None:
+            try:
+                self.committer.wait()
+            finally:
+                self.committer.close()
+
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
+        self.recover()
+        if self.committer is not None:
+            self.committer.raise_failure()
         catalog = catalog_for(self.catalog_name, self.properties)
         schema = to_arrow_schema(df.schema, timezone="UTC")
         table = load_or_create(catalog, self.sink.table, schema, self.sink.partition_by)
         if self.branch != "main":
             table = ensure_main_snapshot(table)
-        done = find_batch(table, self.branch, self.query_id, batch_id)
+        if self.committer is not None and self.committer.queued(batch_id):
+            done = Committed(None)  # a replay of a batch still being committed
+        else:
+            done = find_batch(table, self.branch, self.query_id, batch_id)
         if done is not None:
             # Still run the batch (to a no-op sink): Spark checks that every stateful operator
             # committed its state for the batch; only our data is already in the table.
@@ -149,39 +189,77 @@ class IcebergBatchWriter:
             trace(self.trace_path, "commit", sink=self.sink_name, batch=batch_id, files=0, rows=0, skipped=False)
             return
         props = {QUERY_ID: self.query_id, BATCH_ID: str(batch_id), JOB: self.job}
-        outcome = commit_batch(self.loader(table), self.branch, written, props, self.sink.commit_retries, needs)
+        timings = {"prepare_s": round(prepared - started, 4), "write_s": round(wrote - prepared, 4)}
+        entry = Pending(batch_id, written, props, needs, timings)
+        if self.committer is None or self.log is None:
+            self._commit(entry, table=table)
+        else:
+            self.log.put(entry)  # durable before Spark logs the batch: a crash loses nothing
+            self.committer.submit(entry)
+            if os.environ.get(FAULT_ENV) == f"kill-after-commit:{batch_id}":
+                self.committer.wait()  # the fault's point: our commit done, Spark's not yet
+        self._written += 1
+        policy = self.sink.compaction
+        if policy.every and self._written % policy.every == 0:
+            if self.committer is not None:
+                self.committer.wait()  # compaction rewrites committed files only
+            begun = time.monotonic()
+            compacted = self.compact(df, batch_id)
+            if compacted is not None:
+                trace(
+                    self.trace_path,
+                    "compact",
+                    sink=self.sink_name,
+                    batch=batch_id,
+                    compacted_files=compacted.files_before,
+                    compacted_into=compacted.files_after,
+                    compact_s=round(time.monotonic() - begun, 4),
+                )
+
+    def _commit(self, entry: Pending, table: Table | None = None, recovered: bool = False) -> None:
+        """One recorded batch into the branch (skipped when already there), then the history
+        kept bounded; on the committer's thread when pipelined."""
+        started = time.monotonic()
+        if os.environ.get(FAULT_ENV) == f"kill-before-commit:{entry.batch_id}":
+            self._die_after_sparks_commit(entry.batch_id)
+        load = self.loader(table) if table is not None else self.table
+        outcome = commit_batch(
+            load, self.branch, entry.files, entry.properties, self.sink.commit_retries, entry.table_properties
+        )
         committed = time.monotonic()
+        if self.log is not None:
+            self.log.done(entry.batch_id)
         expired = self.expire() if not outcome.skipped else None
-        expired_at = time.monotonic()
-        compacted = self.compact(df, batch_id) if not outcome.skipped else None
         trace(
             self.trace_path,
             "commit",
             sink=self.sink_name,
-            batch=batch_id,
-            files=len(written),
-            rows=sum(f.record_count for f in written),
-            bytes=sum(f.file_size_in_bytes for f in written),
+            batch=entry.batch_id,
+            files=len(entry.files),
+            rows=sum(f.record_count for f in entry.files),
+            bytes=sum(f.file_size_in_bytes for f in entry.files),
             attempts=outcome.attempts,
             skipped=outcome.skipped,
             snapshot_id=str(outcome.snapshot_id),
             # Where a batch's time goes: the table lookups, the Spark job (source read, the
-            # pipeline, the state store, the file writes), the Iceberg commit.
-            prepare_s=round(prepared - started, 4),
-            write_s=round(wrote - prepared, 4),
-            commit_s=round(committed - wrote, 4),
+            # pipeline, the state store, the file writes), the Iceberg commit (off the batch's
+            # path when pipelined).
+            **entry.timings,
+            commit_s=round(committed - started, 4),
+            pipelined=self.committer is not None,
+            **({"recovered": True} if recovered else {}),
             **({"expired": expired.snapshots, "kept": expired.kept} if expired else {}),
-            **({"expire_s": round(expired_at - committed, 4)} if expired else {}),
-            **(
-                {
-                    "compacted_files": compacted.files_before,
-                    "compacted_into": compacted.files_after,
-                    "compact_s": round(time.monotonic() - expired_at, 4),
-                }
-                if compacted
-                else {}
-            ),
+            **({"expire_s": round(time.monotonic() - committed, 4)} if expired else {}),
         )
-        if os.environ.get(FAULT_ENV) == f"kill-after-commit:{batch_id}":
+        if os.environ.get(FAULT_ENV) == f"kill-after-commit:{entry.batch_id}":
             # Fault injection for tests: die like a killed driver, after our commit, before Spark's.
             os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    def _die_after_sparks_commit(self, batch_id: int) -> None:
+        """Fault injection for tests: the pipelined commit's window. Spark logged the batch as
+        done, ours has not started: die there."""
+        commits = f"{self.checkpoint.rstrip('/')}/commits/{batch_id}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not os.path.exists(commits):
+            time.sleep(0.01)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
