@@ -87,6 +87,14 @@ def reconcile_job(body: kopf.Body, **_: Any) -> None:
 
 
 def reconcile(body: kopf.Body | dict[str, Any]) -> None:
+    """Decide on the job as the server holds it now: kopf's body for a timer or a queued event
+    can predate our own last writes (an upgrade's moved checkpoint, its recorded step), and a
+    decision on it would undo them."""
+    meta = body["metadata"]
+    fresh = ctx().cluster().get_resource("streamingjobs", meta["namespace"], meta["name"])
+    if fresh is None:
+        return  # deleted meanwhile
+    body = fresh
     job = parse(StreamingJob, body)
     owner = owner_of(job)
     app = ctx().cluster().get_app(owner.namespace, owner.app_name, owner)
