@@ -43,10 +43,15 @@ LOOK_TICK = 5.0
 """Seconds between looks at a waiting job (a restart or an upgrade step is at most this late)."""
 
 
+INTENT_FIELDS = ("upgrade", "rolledBackGeneration", "initialRestore", "initialSnapshotRestored")
+"""Status fields that record a step the I/O below carries out, so they are written first: a
+reader that sees the step's application also sees the step (the restored start's flag)."""
+
+
 def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
     c, owner = ctx().cluster(), owner_of(job)
-    intent = any(k in plan.status for k in ("upgrade", "rolledBackGeneration", "initialRestore"))
-    if intent:  # an upgrade's step is recorded before its I/O: a restarted operator finds it
+    intent = any(k in plan.status for k in INTENT_FIELDS)
+    if intent:  # a step is recorded before its I/O: a restarted operator (or a reader) finds it
         record(KIND, body, plan.status)
     if plan.control_map is not None:
         c.apply_config_map(plan.control_map, owner)
