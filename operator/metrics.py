@@ -13,6 +13,7 @@ from collections import Counter as Tally
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -69,6 +70,8 @@ class ResourceCollector(Collector):
         """(namespace, job) -> sink -> gauge -> value (``reconcile.health.health_gauges``)."""
         self._health: dict[tuple[str, str], dict[str, bool]] = {}
         """(namespace, job) -> condition (Stalled, Lagging) -> whether it holds."""
+        self._calls: dict[tuple[str, str, str], tuple[float | None, float | None]] = {}
+        """(kind, namespace, name) -> (limit, observed calls per second) of its external calls."""
         self._lock = threading.Lock()
 
     def kafka_lag(self, namespace: str, name: str, lags: dict[tuple[str, str, str], int]) -> None:
@@ -82,6 +85,11 @@ class ResourceCollector(Collector):
         with self._lock:
             self._progress[(namespace, name)] = {sink: dict(values) for sink, values in series.items()}
             self._health[(namespace, name)] = dict(health)
+
+    def external_calls(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """A job's or backfill's limit on external calls and its observed rate (``status.externalCalls``)."""
+        with self._lock:
+            self._calls[(kind, namespace, name)] = (status.get("ratePerSecond"), status.get("observedPerSecond"))
 
     def observe(
         self,
@@ -108,6 +116,7 @@ class ResourceCollector(Collector):
     def forget(self, kind: str, namespace: str, name: str) -> None:
         with self._lock:
             self._objects.pop((kind, namespace, name), None)
+            self._calls.pop((kind, namespace, name), None)
             if kind == "StreamingJob":
                 self._lags.pop((namespace, name), None)
                 self._progress.pop((namespace, name), None)
@@ -119,7 +128,9 @@ class ResourceCollector(Collector):
             lags = {job: dict(series) for job, series in self._lags.items()}
             queries = {job: {s: dict(v) for s, v in sinks.items()} for job, sinks in self._progress.items()}
             health = {job: dict(c) for job, c in self._health.items()}
+            calls = dict(self._calls)
         yield from _progress_families(queries, health)
+        yield from _calls_families(calls)
         kafka_lag = GaugeMetricFamily(
             "kappa_streamingjob_kafka_lag_records",
             "Records of a Kafka partition a StreamingJob's sink query has not read yet (its driver's last batch)",
@@ -174,6 +185,29 @@ class ResourceCollector(Collector):
         for phase, n in sorted(by_phase["StreamingJob"].items()):
             jobs.add_metric([phase], n)
         yield from (backfills, jobs, job_phase, bf_phase, progress, wait, elapsed, planned, kafka_lag)
+
+
+def _calls_families(calls: dict[tuple[str, str, str], tuple[float | None, float | None]]) -> Iterator[Metric]:
+    """Per kind: the limit on a resource's external calls and the rate its driver observed."""
+    for kind, label in (("StreamingJob", "streamingjob"), ("Backfill", "backfill")):
+        limit = GaugeMetricFamily(
+            f"kappa_{label}_external_calls_limit_per_second",
+            f"The {kind}'s limit on its pipeline's external calls (calls per second, the whole job)",
+            labels=["namespace", label],
+        )
+        seen = GaugeMetricFamily(
+            f"kappa_{label}_external_calls_per_second",
+            f"Calls per second the {kind}'s pipeline made outside, over the last 30 s (its driver's report)",
+            labels=["namespace", label],
+        )
+        for (k, ns, name), (rate, observed) in sorted(calls.items()):
+            if k != kind:
+                continue
+            if rate is not None:
+                limit.add_metric([ns, name], rate)
+            if observed is not None:
+                seen.add_metric([ns, name], observed)
+        yield from (limit, seen)
 
 
 PROGRESS_GAUGES = {

@@ -131,6 +131,14 @@ class ReadRateConfig(KappaModel):
     """File opens per second, averaged (a file read in two micro-batches counts twice)."""
 
 
+class ExternalCallsConfig(KappaModel):
+    """A job-wide limit on the calls the pipeline makes outside (``spark_app.external_calls``):
+    a backfill replaying history fast must not overwhelm a production service."""
+
+    rate_per_second: float | None = Field(default=None, gt=0)
+    """Calls per second for the whole run, across every executor (None: no limit, no server)."""
+
+
 class IcebergSourceBase(KappaModel):
     catalog: str = "default"
     """Name of an entry in `catalogs`."""
@@ -569,6 +577,18 @@ class CheckpointConfig(KappaModel):
     """Live jobs: where the driver externalizes its checkpoint (`spark_app.checkpoints.driver`)."""
 
 
+class BootstrapConfig(KappaModel):
+    """A live job that starts from history (``spark_app.bootstrap``): each Kafka source's
+    Iceberg archive read from ``from`` in event-time order, aligned under ``alignment``, then
+    the topic from the exact offsets where the archive ends, in the same query and checkpoint."""
+
+    start: Timestamp = Field(alias="from")
+    """The event time the job's history starts at (the archives' rows before it are not read)."""
+    archives: dict[str, IcebergBackfillSource] = Field(min_length=1)
+    """Each Kafka source's archive, by source name: the table the archive job writes, with
+    ``__metadata__`` {partition, offset} (and topic, for a topicPattern) of every record."""
+
+
 _ENTRY_POINT = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$"
 
 
@@ -622,6 +642,10 @@ class JobConfig(KappaModel):
     across micro-batches), so a backfill cannot saturate the object store live jobs read."""
     deps: Dependencies | None = None
     """The run's pyFiles, jars and packages as spark-submit was given them (see Dependencies)."""
+    external_calls: ExternalCallsConfig | None = None
+    """The run's limit on the pipeline's external calls (``external_calls.limiter()``)."""
+    bootstrap: BootstrapConfig | None = None
+    """Live jobs: start from the Kafka sources' archives, then go on to Kafka (``spark_app.bootstrap``)."""
     python_path: list[str] | None = None
     """Put on the driver's ``sys.path`` before the pipeline is imported and shipped to the
     executors (``spark_app.pipeline_code``): directories (a ConfigMap's mount: its modules,
@@ -668,9 +692,30 @@ class JobConfig(KappaModel):
             if isinstance(sink, IcebergSink) and sink.catalog not in self.catalogs:
                 known = ", ".join(sorted(self.catalogs)) or "none defined"
                 raise ValueError(f"sinks.{name}.catalog {sink.catalog!r} is not in catalogs ({known})")
+        if self.bootstrap is not None:
+            self._check_bootstrap(self.bootstrap)
         if self.trigger and self.trigger.kind == "processingTime" and self.mode == "backfill":
             raise ValueError("a backfill ends by itself: trigger.kind must be availableNow")
         return self
+
+    def _check_bootstrap(self, boot: BootstrapConfig) -> None:
+        if self.mode != "live":
+            raise ValueError("bootstrap is only meaningful with mode: live (a backfill reads history already)")
+        for name, src in self.sources.items():
+            if not isinstance(src, KafkaSource):
+                raise ValueError(
+                    f"bootstrap reads each source's archive and then its topic: sources.{name} is {src.kind}, "
+                    "not kafka (bootstrap a job whose sources are all Kafka topics with an Iceberg archive)"
+                )
+            if name not in boot.archives:
+                raise ValueError(f"bootstrap.archives has no archive for sources.{name}: name its archive table")
+        for name, archive in boot.archives.items():
+            if name not in self.sources:
+                known = ", ".join(sorted(self.sources))
+                raise ValueError(f"bootstrap.archives.{name} is not one of the sources ({known})")
+            if archive.catalog not in self.catalogs:
+                known = ", ".join(sorted(self.catalogs)) or "none defined"
+                raise ValueError(f"bootstrap.archives.{name}.catalog {archive.catalog!r} is not in catalogs ({known})")
 
     @property
     def round_budget(self) -> int:

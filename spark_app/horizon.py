@@ -35,7 +35,16 @@ _SESSION_UNRESOLVED = re.compile(r"\bsession_window\('?[\w.`]+, ([^()]+)\)")
 # Range-join bounds as Spark prints interval literals: INTERVAL '06' HOUR, INTERVAL '1 02:00:00' DAY TO SECOND
 _INTERVAL = re.compile(r"INTERVAL '(-?[\d :.]+)' (DAY|HOUR|MINUTE|SECOND)(?: TO (HOUR|MINUTE|SECOND))?")
 _JOIN = re.compile(r"Join (\w+), ([^\n]*)")
-_STATEFUL_EMITS_ON_WATERMARK = ("Aggregate", "FlatMapGroupsWithState", "TransformWithState", "SessionWindow")
+_STATEFUL_EMITS_ON_WATERMARK = (
+    "Aggregate",
+    "FlatMapGroupsWithState",
+    "TransformWithState",
+    "SessionWindow",
+    # the same operators for Python state (applyInPandasWithState, transformWithStateInPandas)
+    "FlatMapGroupsInPandasWithState",
+    "TransformWithStateInPandas",
+    "TransformWithStateInPySpark",
+)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ upstream job stopped)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Literal
 
@@ -30,6 +31,20 @@ def partitions_of(bootstrap: str, topics: Iterable[str]) -> set[tuple[str, int]]
     except KafkaException as exc:
         raise KappaError(f"could not ask Kafka ({bootstrap}) for its topics: {exc}") from exc
     return {(t, p) for t, meta in listed.items() if t in wanted and meta.error is None for p in meta.partitions}
+
+
+def topics_matching(bootstrap: str, pattern: str) -> set[str]:
+    """The cluster's topics whose whole name matches ``pattern`` (a ``topicPattern``; Java's
+    and Python's regular expressions agree on the patterns topic names need)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    regex = re.compile(pattern)
+    try:
+        listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=TIMEOUT_S).topics
+    except KafkaException as exc:
+        raise KappaError(f"could not ask Kafka ({bootstrap}) for its topics: {exc}") from exc
+    return {t for t in listed if regex.fullmatch(t)}
 
 
 def offsets(

@@ -29,6 +29,10 @@ from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.members import aligned_members, member_id
 from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
 from spark_app.alignment.rounds import QueryRounds, rounds_file
+from spark_app.bootstrap.legs import Leg, archive_config, hybrid_frames
+from spark_app.bootstrap.record import BootstrapRecord
+from spark_app.bootstrap.steps import start as start_bootstrap
+from spark_app.bootstrap.steps import switch as switch_bootstrap
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.driver import attach, detach
 from spark_app.config import (
@@ -40,11 +44,15 @@ from spark_app.config import (
     KafkaSink,
     KafkaSource,
     ParquetSink,
+    TriggerConfig,
     format_duration,
 )
 from spark_app.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
+from spark_app.external_calls import ExternalCallsReport
+from spark_app.external_calls import serve as serve_external_calls
 from spark_app.horizon import next_drain_step
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
+from spark_app.lookups.context import job_catalogs
 from spark_app.pipeline_code import make_importable
 from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.split_spans import fit_sources
@@ -199,8 +207,15 @@ def source_frames(
     sink: str,
     members: tuple[str, ...] | None = None,
     extended_to: tuple[int, ...] = (),
+    boot: tuple[BootstrapRecord, Leg] | None = None,
 ) -> dict[str, DataFrame]:
+    """``boot``: a bootstrapped job's record and leg (each source its archive, then its topic)."""
     parallelism = spark.sparkContext.defaultParallelism
+    if boot is not None:
+        record, leg = boot
+        return hybrid_frames(
+            spark, cfg, sink, record, leg, lambda c, s, n: source_spec(c, s, n, parallelism)
+        )  # fmt: skip
     frames = {}
     for name, src in cfg.sources.items():
         if isinstance(src, KafkaSource):
@@ -237,15 +252,18 @@ def outputs_for(
     members: tuple[str, ...] | None = None,
     frames: dict[str, dict[str, DataFrame]] | None = None,
     extended_to: tuple[int, ...] = (),
+    boot: tuple[BootstrapRecord, Leg] | None = None,
 ) -> dict[str, DataFrame]:
     """Call the pipeline once per output, each with its own source readers (``frames``, when
     given, receives them per sink)."""
     outputs = {}
     for sink in cfg.sinks:
-        inputs = source_frames(spark, cfg, sink, members, extended_to)
+        inputs = source_frames(spark, cfg, sink, members, extended_to, boot)
         if frames is not None:
             frames[sink] = inputs
-        result = pipeline(inputs, **cfg.pipeline_args)
+        # the job's catalogs, for lookups of tables beside the sources (spark_app/lookups/context.py)
+        with job_catalogs({n: c.properties() for n, c in cfg.catalogs.items()}):
+            result = pipeline(inputs, **cfg.pipeline_args)
         if not isinstance(result, dict):
             raise ConfigError(f"pipeline {cfg.pipeline} must return {{sink name: DataFrame}}, got {type(result)}")
         missing = sorted(set(cfg.sinks) - set(result))
@@ -376,6 +394,8 @@ class RunReport:
     """Where a backfill read on past ``end + drain`` (µs; ``DrainExtensions``)."""
     edges_end: datetime | None = None
     """The window's end (to say how far the extensions went)."""
+    external_calls: ExternalCallsReport | None = None
+    """What the pipeline's external calls did under the run's limit (None: no limit)."""
 
     @property
     def read_past_end(self) -> timedelta | None:
@@ -453,6 +473,9 @@ class RunReport:
         }
 
 
+AVAILABLE_NOW = TriggerConfig(kind="availableNow")
+
+
 def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None = None) -> RunReport:
     """Run the job to the end (availableNow) or until ``timeout`` (processingTime)."""
     spark = spark or build_session(cfg)
@@ -468,23 +491,28 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         )
     make_importable(cfg.python_path, spark)
     pipeline = load_pipeline(cfg.pipeline)
+    calls = serve_external_calls(cfg, spark)  # before the pipeline is called: its limiter() is this run's
     edges = None
     members = aligned_members(cfg)
     if cfg.mode == "backfill":
         cfg, edges, members = resolve_edges(spark, cfg, pipeline)
     fresh = not any(Path(cfg.checkpoint.location, s).exists() for s in cfg.sinks)
+    boot = start_bootstrap(spark, cfg, fresh)
+    archives = archive_config(cfg, boot[0]) if boot is not None and boot[1] == "archive" else None
+    if archives is not None:  # the archive leg aligns the archives as a backfill aligns its history
+        members = aligned_members(archives)
     if members and fresh and cfg.coordinator is None:
         LocalWatermarkProvider(state_file(cfg), members).reset()
     drains = DrainExtensions(cfg) if edges is not None and edges.drain else None
     extended = () if drains is None or fresh else drains.load()
     reader_members = members if cfg.mode == "backfill" else None
-    outputs = outputs_for(spark, cfg, pipeline, reader_members, extended_to=extended)
+    outputs = outputs_for(spark, cfg, pipeline, reader_members, extended_to=extended, boot=boot)
     read = None if edges is None else {n for names in edges.used.values() for n in names}
-    verdict = lateness_verdict(cfg, outputs, read)
+    verdict = lateness_verdict(archives or cfg, outputs, read)
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     ledger = start_reads(cfg)
-    if cfg.mode == "backfill":
-        reset_rounds(cfg, outputs)
+    if cfg.mode == "backfill" or archives is not None:
+        reset_rounds(archives or cfg, outputs)
     started = time.monotonic()
     queries: list[StreamingQuery] = []
     writers: list[IcebergBatchWriter] = []
@@ -494,12 +522,21 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         spark.streams.addListener(listener)
     try:
         while True:
-            current = [start_query(cfg, name, df, writers) for name, df in outputs.items()]
+            # the archive leg runs its batches back to back and ends when every archive is read
+            leg_cfg = cfg if archives is None else cfg.model_copy(update={"trigger": AVAILABLE_NOW})
+            current = [start_query(leg_cfg, name, df, writers) for name, df in outputs.items()]
             queries += current
             try:
                 await_queries(current, None if timeout is None else started + timeout)
             finally:  # every batch Spark logged is in Iceberg before anything reads the sinks
                 finish_writers(writers)
+            if archives is not None and boot is not None:  # the archive leg ended (or ran out of time)
+                if any(q.isActive for q in current):
+                    break
+                require_complete(archives, [p for q in current for p in query_progress(q)])
+                boot, archives = switch_bootstrap(cfg, boot[0]), None
+                outputs = outputs_for(spark, cfg, pipeline, None, boot=boot)
+                continue
             if drains is None or edges is None or timeout is not None:
                 break
             require_complete(cfg, [p for q in current for p in query_progress(q)])
@@ -515,6 +552,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
             if q.isActive:
                 q.stop()
         externalized = detach(spark, externalizer)
+        called = calls.stop()  # after the executors' last counts: the report's final numbers
         if listener is not None:
             spark.streams.removeListener(listener)
             for q in queries:  # listeners get progress asynchronously: the last may not have come
@@ -528,6 +566,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         record_finality(cfg, edges)
     report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.externalized = externalized
+    report.external_calls = called
     report.extended_to, report.edges_end = extended, cfg.window.end if cfg.window else None
     if cfg.mode == "backfill":
         write_run_report(cfg, report.seconds, progress)  # its costs calibrate the next plans' ETAs

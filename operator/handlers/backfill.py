@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,9 +46,11 @@ from kappa_operator.reconcile.backfill import (
     submitted,
 )
 from kappa_operator.reconcile.estimates import CONFIG_MAP, recorded, runs_from
+from kappa_operator.reconcile.external_calls import calls_status, calls_update, due
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.render.jobconfig import backfill_config, backfill_group, group_name
 from kappa_operator.render.spark_application import Owner
+from spark_app.external_calls.report import read_report as read_calls_report
 from spark_app.plan_report import read_report as read_plan_report
 from spark_app.publish_report import PublishReport, read_report
 from spark_app.run_report import RunReport
@@ -296,10 +299,44 @@ def follow(body: kopf.Body, streaming_jobs: kopf.Index[tuple[str, str], None], *
     fields = (
         None if seen is None else progress_update(bf, seen.global_watermark_us, seen.lag_us, datetime.now(UTC), seen)
     )
+    calls = _external_calls(bf)
+    if calls is not None:
+        fields = {**(fields or {}), "externalCalls": calls}
     if fields is None:
         return
     record(KIND, body, fields)
     observe(KIND, body, {"phase": bf.status.phase, **fields})
+
+
+def key_of(bf: Backfill) -> tuple[str, str]:
+    return bf.metadata.namespace, bf.metadata.name
+
+
+CALLS_READ: dict[str, float] = {}
+"""Backfill uid -> when this process last read its external-calls report (every EVERY_S)."""
+
+
+def _external_calls(bf: Backfill) -> dict[str, Any] | None:
+    """A running backfill with a limit: what its driver reports of its calls, every 30 s (a
+    small object next to its checkpoint); None when there is nothing new to write."""
+    st = bf.status
+    if st is None or st.external_calls is None or st.checkpoint is None:
+        return None
+    key, now = bf.metadata.uid or f"{bf.metadata.namespace}/{bf.metadata.name}", time.monotonic()
+    if not due(CALLS_READ.get(key), now):
+        return None
+    CALLS_READ[key] = now
+    try:
+        report = read_calls_report(st.checkpoint)
+    except Exception as exc:  # storage trouble: shown next time, never a failed backfill
+        log.warning("Backfill %s/%s: external-calls report unreadable: %s", *key_of(bf), exc)
+        return None
+    current = st.external_calls.model_dump(by_alias=True)
+    new = calls_update(current, calls_status(report, st.external_calls.rate_per_second))
+    metrics = ctx().metrics
+    if new is not None and metrics is not None:
+        metrics.resources.external_calls(KIND, bf.metadata.namespace, bf.metadata.name, new)
+    return new
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
@@ -313,6 +350,7 @@ def delete_backfill(body: kopf.Body, **_: Any) -> None:
     owner = Owner(KIND, meta["name"], meta["namespace"], meta.get("uid"))
     ns = owner.namespace
     running = (body.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    CALLS_READ.pop(meta.get("uid") or f"{meta['namespace']}/{meta['name']}", None)
     stopped = c.cluster().delete_app(ns, owner.app_name, owner)
     stopped = c.cluster().delete_app(ns, owner.publish_app_name, owner) or stopped
     c.cluster().delete_app(ns, owner.plan_app_name, owner)

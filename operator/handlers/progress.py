@@ -13,11 +13,16 @@ from typing import Any
 import kopf
 
 from kappa_operator.handlers.context import ctx, parse, post_events, record, reported
+from kappa_operator.handlers.streaming_job import reconcile
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.bootstrap import bootstrap_status, switched_now
+from kappa_operator.reconcile.external_calls import calls_status
 from kappa_operator.reconcile.health import health_gauges, plan_health
 from kappa_operator.reconcile.kafka_lag import lag_gauges, lag_status
 from kappa_operator.render.jobconfig import live_checkpoint
+from spark_app.bootstrap.record import read_record
+from spark_app.external_calls.report import read_report as read_calls_report
 from spark_app.progress_report import ProgressReport, read_reports
 from spark_app.publish_report import REPORT_DIR
 from spark_app.storage import open_location
@@ -44,8 +49,37 @@ async def follow_progress(body: kopf.Body, **_: Any) -> None:
         metrics.resources.progress(meta["namespace"], meta["name"], health_gauges(reports), health)
     lag = lag_status(reports)
     fields = plan.status if lag is None else {**plan.status, "kafkaLag": lag}
+    calls = await asyncio.to_thread(external_calls, job)
+    if calls is not None or (job.status is not None and job.status.external_calls is not None):
+        fields = {**fields, "externalCalls": calls}  # None: the limit was removed, and its status goes
+        if metrics is not None and calls is not None:
+            metrics.resources.external_calls("StreamingJob", meta["namespace"], meta["name"], calls)
+    boot = await asyncio.to_thread(bootstrap_fields, job)
+    if boot is not None:
+        fields = {**fields, "bootstrap": boot}
     await asyncio.to_thread(record, "StreamingJob", fresh, fields)
     post_events(fresh, plan.events)
+    if switched_now(job, fields):  # the phase is the reconcile's to write: Bootstrapping -> Running
+        await asyncio.to_thread(reconcile, fresh)
+
+
+def bootstrap_fields(job: StreamingJob) -> dict[str, Any] | None:
+    """``status.bootstrap`` from the driver's record next to the checkpoint the job runs from
+    (None: the job does not bootstrap, or its driver has not chosen yet)."""
+    if job.spec.bootstrap is None and (job.status is None or job.status.bootstrap is None):
+        return None
+    location = open_location(f"{live_checkpoint(job).rstrip('/')}/{REPORT_DIR}")
+    found = read_record(location)
+    return None if found is None else bootstrap_status(found)
+
+
+def external_calls(job: StreamingJob) -> dict[str, Any] | None:
+    """``status.externalCalls`` of a job with a limit: its driver's report under the checkpoint
+    it runs from (None: no limit)."""
+    limit = job.spec.external_calls.rate_per_second if job.spec.external_calls is not None else None
+    if limit is None:
+        return None
+    return calls_status(read_calls_report(live_checkpoint(job)), limit)
 
 
 def progress_reports(job: StreamingJob) -> list[ProgressReport]:

@@ -76,6 +76,13 @@ class Display:
                 str(d["last_watermark"] or "-"),
             )
         self.console.print(table)
+        for label, rep in runs:
+            c = rep.external_calls
+            if c is not None:  # spec.externalCalls: what the limit did (status.externalCalls on a cluster)
+                self.console.print(
+                    f"external calls ({escape(label)}): {c.calls} at most {c.rate_per_second:g}/s for the whole job, "
+                    f"{c.calls / c.seconds if c.seconds else 0:.1f}/s over the run, waited {c.waited_seconds:.1f} s"
+                )
 
     def points(self, title: str, points: list[dict[str, Any]]) -> None:
         table = Table(title=title)

@@ -28,6 +28,7 @@ from kappa_operator.models.common import (
     check_pod_settings_size,
     instant,
 )
+from kappa_operator.models.external_calls import BackfillExternalCalls, ExternalCallsStatus
 from kappa_operator.models.streaming_job import TABLE
 from spark_app.config import DEFAULT_BATCH_ROW_BUDGET
 from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
@@ -189,8 +190,8 @@ IMMUTABLE = (
 these values: an edit would be silently ignored by the running application, or mix two
 windows in one branch. Only ``publish`` (read when the run completes), ``restartNonce`` (the
 documented way to run it again), ``dryRun`` (false runs a planned backfill), ``priority``
-(its place in the queue) and the pods' ``driver`` and ``executor`` (read at the next
-submission) may change."""
+(its place in the queue), the pods' ``driver`` and ``executor`` and ``externalCalls`` (read
+at the next submission) may change."""
 
 
 def _immutability(schema: dict[str, Any]) -> None:
@@ -241,6 +242,9 @@ class BackfillSpec(CRModel):
     older. Running backfills are never preempted."""
     read_limit: ReadLimit | None = None
     """Cap on the rate it reads history. Immutable."""
+    external_calls: BackfillExternalCalls | None = None
+    """A limit on the calls its pipeline makes outside (default: its job's
+    `externalCalls.backfillRatePerSecond`, else `ratePerSecond`)."""
 
     @model_validator(mode="after")
     def _pod_settings_fit(self) -> BackfillSpec:
@@ -396,6 +400,8 @@ class BackfillStatus(StatusBase):
     """File opens of its admitted splits so far."""
     calibration: Calibration | None = None
     """Succeeded after a plan: its measured throughput (also kept for the namespace's next plans)."""
+    external_calls: ExternalCallsStatus | None = None
+    """The limit on its pipeline's external calls in force and the calls made (from its driver)."""
 
 
 class Backfill(CRModel):

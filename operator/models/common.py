@@ -78,8 +78,8 @@ SETTING_MAX = 256
 """A value of sparkConf, pipelineArgs or a catalog's properties."""
 ARGS_MAX = 16
 """Entries of pipelineArgs."""
-SPARK_CONF_MAX = 32
-"""Entries of sparkConf."""
+SPARK_CONF_MAX = 30
+"""Entries of sparkConf (30, not 32: what a StreamingJob's worst-case spec must fit in, 100 KB)."""
 CATALOGS_MAX = 3
 """Catalogs of a job."""
 CATALOG_PROPERTIES_MAX = 16

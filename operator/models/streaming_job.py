@@ -43,6 +43,7 @@ from kappa_operator.models.common import (
     check_pod_settings_size,
     exactly_one,
 )
+from kappa_operator.models.external_calls import ExternalCalls, ExternalCallsStatus
 from kappa_operator.models.packaging import Dependencies, PipelineFrom
 
 CatalogProperties = Annotated[dict[PropertyKey, Setting], Field(max_length=CATALOG_PROPERTIES_MAX)]
@@ -303,6 +304,19 @@ class SnapshotRef(CRModel):
         return self
 
 
+class BootstrapSpec(CRModel):
+    """Start from history and go live in one run (a hybrid source, as Flink's FLIP-150): each
+    Kafka source's history table (its archive) is read from ``from`` in event-time order,
+    aligned as a Backfill reads it, and each topic then takes over at
+    the exact offsets where its archive ends, in the same query and checkpoint."""
+
+    start: TimestampStr = Field(alias="from")
+    """Where the job's history starts (RFC 3339): the archives' rows from here on are read.
+    Applies to a new checkpoint only (a new job, or an upgrade with upgrade.mode stateless)."""
+    max_drift: DurationStr = "10m"
+    """How far one archive may read ahead of the others in event time (a Backfill's maxDrift)."""
+
+
 class LocalRef(CRModel):
     """An object in the job's namespace."""
 
@@ -328,6 +342,11 @@ class EnvFrom(CRModel):
         return self
 
 
+BOOTSTRAP_NEEDS_KAFKA = (
+    "bootstrap reads each source's history (its archive) and then its topic: every source's live.kind must be kafka"
+)
+
+
 class StreamingJobSpec(CRModel):
     """A live PySpark Structured Streaming job."""
 
@@ -342,6 +361,10 @@ class StreamingJobSpec(CRModel):
                 {
                     "rule": "!has(self.snapshotTriggerNonce) || has(self.checkpoints.externalLocation)",
                     "message": "snapshotTriggerNonce needs checkpoints.externalLocation (where snapshots go)",
+                },
+                {
+                    "rule": "!has(self.bootstrap) || self.sources.all(k, self.sources[k].live.kind == 'kafka')",
+                    "message": BOOTSTRAP_NEEDS_KAFKA,
                 },
             ]
         }
@@ -403,6 +426,18 @@ class StreamingJobSpec(CRModel):
     initial_snapshot: SnapshotRef | None = None
     """Start a new job from this snapshot (Flink's `initialSavepointPath`): restored into the
     job's checkpoint before its first application. Ignored once the job has run."""
+    external_calls: ExternalCalls | None = None
+    """A limit on the calls the pipeline makes outside (`external_calls.limiter()`), for the
+    whole job, live and in its Backfills: a backfill must not overwhelm a production service."""
+    bootstrap: BootstrapSpec | None = None
+    """Start from the Kafka sources' archives (their `history` tables) at `from`, then go on to
+    Kafka where each archive ends, in one run (phase Bootstrapping, then Running)."""
+
+    @model_validator(mode="after")
+    def _bootstrap_reads_kafka(self) -> StreamingJobSpec:
+        if self.bootstrap is not None and any(s.live.kind != "kafka" for s in self.sources.values()):
+            raise ValueError(BOOTSTRAP_NEEDS_KAFKA)
+        return self
 
     @model_validator(mode="after")
     def _snapshots_have_a_place(self) -> StreamingJobSpec:
@@ -521,6 +556,31 @@ class UpgradeStatus(CRModel):
     """The snapshot taken before it (mode snapshot): `status.snapshots[].nonce`."""
 
 
+class SwitchOffset(CRModel):
+    """Where a topic's partition takes over from its archive (``status.bootstrap.offsets``)."""
+
+    source: str
+    topic: str
+    partition: int
+    offset: int | None = None
+    """The first offset read from Kafka (None: the partition's earliest; the archive had none of it)."""
+
+
+class BootstrapStatus(CRModel):
+    """The bootstrap as the driver recorded it (``_kappa/bootstrap.json`` by the checkpoint)."""
+
+    start: str = Field(alias="from")
+    """The event time the history was read from."""
+    decided_at: str
+    """When the archives' snapshots and the switch offsets were chosen."""
+    archive_end: str | None = None
+    """The newest event time in the archives read."""
+    switched_at: str | None = None
+    """When the archives were read and Kafka took over (unset: still reading the archives)."""
+    offsets: list[SwitchOffset] = []
+    """Where each partition takes over (at most 64 shown)."""
+
+
 class StreamingJobStatus(StatusBase):
     """What the operator observed."""
 
@@ -574,6 +634,10 @@ class StreamingJobStatus(StatusBase):
     initial_snapshot_restored: bool | None = None
     """spec.initialSnapshot was restored into the checkpoint (done once, before the first
     application)."""
+    external_calls: ExternalCallsStatus | None = None
+    """spec.externalCalls: the limit the running application enforces and the calls it made."""
+    bootstrap: BootstrapStatus | None = None
+    """spec.bootstrap: the archives read, and where and when Kafka took over."""
 
 
 class StreamingJob(CRModel):

@@ -319,6 +319,9 @@ def _decide(
     group = alignment_group(cfg)
     owner = owner_of(bf)
     extra: dict[str, Any] = {"applicationName": owner.app_name, "checkpoint": backfill_checkpoint(bf, job)}
+    if cfg.external_calls is not None and cfg.external_calls.rate_per_second is not None:
+        # the limit its runs get; the follow timer adds what the driver reports its calls did
+        extra["externalCalls"] = {"ratePerSecond": cfg.external_calls.rate_per_second}
     if phase_now == "Publishing" and app is not None and _nonce_of(app) == str(nonce):
         return _publishing(bf, job, cfg, status, publish_app, report, group, extra)
     if app is None:

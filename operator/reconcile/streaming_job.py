@@ -16,6 +16,7 @@ from typing import Any
 
 from kappa_operator.models.common import Condition
 from kappa_operator.models.streaming_job import StartPoint, StreamingJob
+from kappa_operator.reconcile.bootstrap import added_to_running, bootstrapping, bootstrapping_message
 from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.reconcile.restarts import next_restart, parse_time
@@ -155,6 +156,9 @@ def _decide(
 
     try:
         cfg = streaming_job_config(job)
+        refused = added_to_running(job) if app is not None else None
+        if refused is not None:
+            raise ValueError(refused)
     except (ValueError, KappaError) as exc:
         # A spec the schema let through but the pipeline's config refuses (an unknown catalog,
         # a bad partition transform): said on the object, not retried (an edit is re-handled).
@@ -223,13 +227,19 @@ def _decide(
         return JobPlan()
     phase, ready, reason = STATES.get(state, ("Unknown", False, "Unknown"))
     message = app_message(app) or f"SparkApplication is {state or 'submitted'}"
+    if phase == "Running" and bootstrapping(job):  # it runs, on history: not live yet
+        phase, ready, reason, message = "Bootstrapping", False, "Bootstrapping", bootstrapping_message(job)
     changed = job.status is None or job.status.application_state != state
     events: tuple[Event, ...] = ()
     if changed:
         kind = "Warning" if phase == "Failed" else "Normal"
         events = (Event(kind, reason, message),)
+    elif phase == "Running" and job.status is not None and job.status.phase == "Bootstrapping":
+        seen = job.status.bootstrap
+        since = seen.switched_at if seen is not None else None
+        events = (Event("Normal", "Switched", f"the archives are read; the job reads Kafka since {since}"),)
     fields = status(phase, ready, reason, message, state)
-    if phase == "Running":
+    if phase in ("Running", "Bootstrapping"):
         fields.update(nextRestartAt=None, **stable_fields(job, digest))
         up = job.status.upgrade if job.status else None
         if up is not None and up.step == "Starting" and up.to_hash == digest:

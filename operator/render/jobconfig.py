@@ -13,6 +13,7 @@ from typing import Any
 
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import instant
+from kappa_operator.models.external_calls import backfill_rate
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import (
     CheckpointSpec,
@@ -46,6 +47,12 @@ def pipeline_code(spec: StreamingJobSpec) -> dict[str, Any]:
     if spec.pipeline_from is not None:
         out["pythonPath"] = [pipeline_mount(spec.pipeline_from.config_map.name)]
     return out
+
+
+def external_calls(rate: float | None) -> dict[str, Any]:
+    """The JobConfig's ``externalCalls`` for a run limited to ``rate`` calls per second
+    (nothing without a limit, so those configs and their hashes are what they were)."""
+    return {} if rate is None else {"externalCalls": {"ratePerSecond": rate}}
 
 
 def _kafka_source(src: JobSource, skip: list[dict[str, Any]]) -> dict[str, Any]:
@@ -175,12 +182,37 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             "sinks": {n: _sink(s, protect_batches=rewind_horizon_batches(spec)) for n, s in spec.sinks.items()},
             "checkpoint": {"location": live_checkpoint(job), **_external(spec.checkpoints)},
             "trigger": {"kind": "processingTime", "interval": spec.trigger_interval},
-            "alignment": {"orderingColumn": spec.ordering_column},
+            "alignment": {"orderingColumn": spec.ordering_column, **_bootstrap_drift(spec)},
             "sparkConf": spec.spark_conf,
+            **_bootstrap(spec),
             **pipeline_code(spec),
+            **external_calls(spec.external_calls.rate_per_second if spec.external_calls else None),
         },
         origin=f"(StreamingJob {job.metadata.namespace}/{job.metadata.name})",
     )
+
+
+def _bootstrap(spec: StreamingJobSpec) -> dict[str, Any]:
+    """``spec.bootstrap``: each source's history is its topic's archive, read as a Backfill of
+    the job reads it (same table, ordering column, filter and columns)."""
+    if spec.bootstrap is None:
+        return {}
+    archives = {}
+    for name, src in spec.sources.items():
+        history = src.history
+        archive: dict[str, Any] = {"kind": "icebergBackfill", "catalog": history.catalog, "table": history.table}
+        if src.history.ordering_column:
+            archive["orderingColumn"] = src.history.ordering_column
+        if src.filter:
+            archive["filter"] = src.filter
+        if src.columns is not None:
+            archive["columns"] = src.columns
+        archives[name] = archive
+    return {"bootstrap": {"from": spec.bootstrap.start, "archives": archives}}
+
+
+def _bootstrap_drift(spec: StreamingJobSpec) -> dict[str, Any]:
+    return {} if spec.bootstrap is None else {"maxDrift": spec.bootstrap.max_drift}
 
 
 #: Set by a Rewind on its StreamingJob: the restored checkpoint the job resumes from.
@@ -269,6 +301,7 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         "alignment": alignment,
         "sparkConf": jspec.spark_conf,
         **pipeline_code(jspec),
+        **external_calls(backfill_rate(jspec.external_calls, spec.external_calls)),
     }
     if spec.publish.enabled:
         tag = f"{bf.metadata.namespace}/{bf.metadata.name}"

@@ -28,6 +28,9 @@ SOURCES = Path(__file__).resolve().parent / "src" / "main" / "java"
 JAR = "kappa-source.jar"
 SOURCE_CLASS = "dev.kappa.source.KappaSource"
 """What ``spark.readStream.format(...)`` names."""
+GATED_KAFKA_CLASS = "dev.kappa.source.GatedKafkaSource"
+"""Spark's Kafka source behind the gate of a job bootstrapped from its archive (by class name: it is
+not registered as a service, so listing data sources never loads Kafka's classes)."""
 PLANNER_INTERFACE = "dev.kappa.source.AdmissionPlanner"
 PLANNERS = "dev.kappa.source.Planners"
 

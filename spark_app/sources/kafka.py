@@ -21,7 +21,7 @@ import os
 import re
 from functools import reduce
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyspark
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -32,6 +32,7 @@ from spark_app import jars
 from spark_app.catalogs import load_table
 from spark_app.config import JobConfig, KafkaSink, KafkaSource, OffsetRange
 from spark_app.errors import ConfigError, ConnectorMissingError
+from spark_app.jvm import GATED_KAFKA_CLASS
 from spark_app.sources.iceberg import schema
 
 METADATA_FIELD = "__metadata__"
@@ -215,15 +216,29 @@ def connector_jars(cfg: JobConfig, spark_jars_dir: Path | None = None) -> list[P
     return jars.resolve("kafka-connector")
 
 
-def kafka_frame(spark: SparkSession, cfg: JobConfig, name: str, src: KafkaSource) -> DataFrame:
-    """The live Kafka candidate of source `name`, with the value schema's columns."""
+def kafka_frame(
+    spark: SparkSession,
+    cfg: JobConfig,
+    name: str,
+    src: KafkaSource,
+    gate: Literal["open", "closed"] | None = None,
+    starting_offsets: str | None = None,
+) -> DataFrame:
+    """The live Kafka candidate of source `name`, with the value schema's columns.
+
+    ``gate``: read through ``dev.kappa.source.GatedKafkaSource`` (a bootstrapped job's topic,
+    which reads nothing until its archive is read), from ``starting_offsets`` (Spark's JSON)."""
     value = value_schema(cfg, src, name=name)
     reader = (
-        spark.readStream.format("kafka")
+        spark.readStream.format("kafka" if gate is None else GATED_KAFKA_CLASS)
         .option("kafka.bootstrap.servers", src.bootstrap_servers)
         .option(*src.subscription)
         .options(**src.options)
     )
+    if gate is not None:
+        reader = reader.option("kappa.gate", gate)
+    if starting_offsets is not None:
+        reader = reader.option("startingOffsets", starting_offsets)
     try:
         raw = reader.load()
     except Exception as exc:

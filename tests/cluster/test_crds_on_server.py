@@ -24,6 +24,7 @@ from tests.unit.test_schema_agreement import (
     CASES,
     RW,
     SJ,
+    kafka_when_bootstrapped,
     maximal,
     model_errors,
     pod_scalars,
@@ -152,6 +153,7 @@ def maximal_manifest(kind: str) -> dict[str, Any]:
         del env["configMapRef"]
     if "initialSnapshot" in spec:
         del spec["initialSnapshot"]["time"]  # exactly one of the two: the number has bounds to test
+    kafka_when_bootstrapped(spec)
     return {**example(kind), "spec": spec}
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from kappa_operator.handlers.backfill import PROGRESS_INTERVAL
+from kappa_operator.models.common import SPARK_CONF_MAX
 from kappa_operator.reconcile.backfill import NONCE
 from tests.cluster.control_plane import ControlPlane, eventually, path_of
 from tests.cluster.operator_runs import InProcess
@@ -287,7 +288,7 @@ def test_defect_8_a_large_object_is_handled_once_and_deletes(
     plane, ns = control_plane, fresh_namespace
     job = example("rmi-streamingjob.yaml", ns)
     spec = job["spec"]
-    spec["sparkConf"] = {f"spark.kappa.k{i:03d}": "v" * 256 for i in range(32)}
+    spec["sparkConf"] = {f"spark.kappa.k{i:03d}": "v" * 256 for i in range(SPARK_CONF_MAX)}
     spec["pipelineArgs"] = {f"arg{i:02d}": "a" * 256 for i in range(16)}
     job["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": json.dumps(job)}
     create(plane, job)

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kappa_operator.models.common import INT32_MAX, INT64_BOUND, INT64_MAX
+from kappa_operator.models.common import INT32_MAX, INT64_BOUND, INT64_MAX, SPARK_CONF_MAX
 from tests.crd_validation import admit, map_key_length, openapi_schema, validate, worst_case_size
 from tests.unit.test_crds import DELETE, MODELS, crd, edited, example
 
@@ -145,8 +145,8 @@ CASES: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("sj-arg-name-oversized", SJ, {"spec.pipelineArgs": {x(64): "v"}}, "spec.pipelineArgs"),
     ("sj-arg-number", SJ, {"spec.pipelineArgs": {"n": 5}}, "spec.pipelineArgs"),
     ("sj-arg-list", SJ, {"spec.pipelineArgs": {"l": ["a"]}}, "spec.pipelineArgs"),
-    ("sj-conf-max", SJ, {"spec.sparkConf": entries(32, x(256), 128)}, None),
-    ("sj-conf-too-many", SJ, {"spec.sparkConf": entries(33, "v")}, "spec.sparkConf"),
+    ("sj-conf-max", SJ, {"spec.sparkConf": entries(SPARK_CONF_MAX, x(256), 128)}, None),
+    ("sj-conf-too-many", SJ, {"spec.sparkConf": entries(SPARK_CONF_MAX + 1, "v")}, "spec.sparkConf"),
     ("sj-conf-oversized", SJ, {"spec.sparkConf": {"spark.driver.extraJavaOptions": x(257)}}, "spec.sparkConf"),
     ("sj-conf-key-oversized", SJ, {"spec.sparkConf": {x(129): "v"}}, "spec.sparkConf"),
     ("sj-catalogs-too-many", SJ, {"spec.catalogs": entries(4, {"type": "rest"})}, "spec.catalogs"),
@@ -417,6 +417,15 @@ LONGEST: dict[str, Any] = {
 TIMESTAMPS = {"start": "2026-11-01T14:00:00.123456789+02:00", "end": "2026-11-01T18:00:00.123456789+02:00"}
 
 
+def kafka_when_bootstrapped(spec: dict[str, Any]) -> None:
+    """A maximal StreamingJob has a bootstrap, which reads Kafka topics (and their archives):
+    every source's live part becomes a topic (``topic``, as long as ``topicPattern``)."""
+    if "bootstrap" in spec:
+        for source in spec["sources"].values():
+            source["live"]["kind"] = "kafka"
+            del source["live"]["topicPattern"]
+
+
 def maximal(node: dict[str, Any], name: str = "") -> Any:
     """The largest value ``node`` accepts: every optional field set, every string, list and map
     at its bound (map keys too), the longest enum value and integer."""
@@ -478,6 +487,7 @@ def test_a_maximal_manifest_is_accepted_by_both_and_within_the_bound(kind: str) 
         del env["configMapRef"]  # exactly one source per entry
     if "initialSnapshot" in spec:
         del spec["initialSnapshot"]["batchId"]  # exactly one of the two: the time is the longer
+    kafka_when_bootstrapped(spec)
     manifest = {**example(kind), "spec": spec}
     _, errors = admit(crd(kind), manifest)
     assert errors == []

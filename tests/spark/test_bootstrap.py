@@ -1,0 +1,207 @@
+"""Issue 31 item 1, on the real broker and real Spark: a job that starts from its topics'
+Iceberg archives and goes live on Kafka in the same query and checkpoint (a hybrid source).
+
+Two topics (impressions, playbacks) carry 1.5 hours of the generator's events in arrival
+order. The archive jobs archive what arrived in the first 50 minutes; the rest is only in
+Kafka. A bootstrapped rmi job (archives read aligned under maxDrift, then the topics) must give
+exactly the output of the same job reading Kafka from its first offset; a bootstrapped copy job
+shows the seam record by record; a driver killed at the switch, before and after it is
+recorded, resumes to the same records, each once.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from pyiceberg.catalog.sql import SqlCatalog
+from pyspark.sql import SparkSession
+
+from kappa_operator.local.kafka import KafkaBroker
+from spark_app.bootstrap.record import read_record, record_location
+from spark_app.bootstrap.steps import FAULT_ENV
+from spark_app.config import JobConfig, parse_config
+from spark_app.examples import rmi
+from spark_app.examples.generator import GeneratorConfig, generate
+from spark_app.runtime import run
+from tests.spark.conftest import T0, Driver
+from tests.spark.test_kafka_archive import COLUMNS, LATENESS, TOPICS, VALUES, Story, _json
+
+pytestmark = pytest.mark.spark
+
+ARCHIVED_UNTIL = T0 + timedelta(minutes=50)
+"""Records that arrived before this are in the archives too; the later ones only in Kafka."""
+
+
+def produce(story: Story, rows: dict[str, list[dict[str, Any]]]) -> None:
+    producer = Producer({"bootstrap.servers": story.broker.bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    for name, batch in rows.items():
+        columns = [c.split()[0] for c in VALUES[name].split(", ")]
+        for row in batch:
+            arrived = row["__metadata__"]["ingestion_ts"]
+            producer.produce(
+                story.topic[name],
+                key=str(row[columns[0]]).encode(),
+                value=json.dumps({c: _json(row[c]) for c in columns}).encode(),
+                timestamp=int(arrived.timestamp() * 1000),
+            )
+            producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def bootstrap_config(
+    story: Story, run_dir: Path, pipeline: str = "rmi", sources: tuple[str, ...] = TOPICS
+) -> JobConfig:
+    """The job the operator renders for a StreamingJob with ``bootstrap: {from}``: its Kafka
+    sources, each one's history table as its archive."""
+    copy = pipeline == "copy"
+    return parse_config(
+        {
+            "name": f"boot-{pipeline}",
+            "pipeline": "spark_app.examples.copy:pipeline" if copy else "spark_app.examples.rmi:pipeline",
+            "pipelineArgs": {} if copy else {"lateness": LATENESS},
+            "mode": "live",
+            "catalogs": story.catalogs(),
+            "sources": {n: story.kafka(n, schemaFrom=f"default:archive.{n}") for n in sources},
+            "sinks": {("copy" if copy else rmi.OUTPUT): {"kind": "parquet", "path": str(run_dir / "out")}},
+            "checkpoint": {"location": str(run_dir / "ckpt")},
+            "trigger": {"kind": "availableNow"},
+            "alignment": {"maxDrift": "10m"},
+            "bootstrap": {
+                "from": T0.isoformat(),
+                "archives": {
+                    n: {"kind": "icebergBackfill", "table": f"archive.{n}", "split": {"maxBundleSpan": "2m"}}
+                    for n in sources
+                },
+            },
+            "sparkConf": {"spark.sql.shuffle.partitions": "2"},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def story(spark: SparkSession, kafka_broker: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("bootstrap")
+    s = Story(root, kafka_broker, root.name.replace("_", "-").lower())
+    truth = SqlCatalog("truth", uri=f"sqlite:///{root}/truth.db", warehouse=f"file://{root}/truth")
+    gen = GeneratorConfig(
+        start=T0,
+        hours=1.5,
+        impressions_per_hour=600,
+        late_fraction=0.02,
+        min_lateness=timedelta(minutes=5),
+        max_lateness=timedelta(minutes=40),
+    )
+    generate(truth, gen)
+    early: dict[str, list[dict[str, Any]]] = {}
+    late: dict[str, list[dict[str, Any]]] = {}
+    for name in TOPICS:
+        rows = truth.load_table(f"demo.{name}").scan().to_arrow().to_pylist()
+        for row in rows:
+            row["__metadata__"]["ingestion_ts"] = row["__metadata__"]["ingestion_ts"].replace(tzinfo=T0.tzinfo)
+        rows.sort(key=lambda r: r["__metadata__"]["ingestion_ts"])
+        early[name] = [r for r in rows if r["__metadata__"]["ingestion_ts"] < ARCHIVED_UNTIL]
+        late[name] = rows[len(early[name]) :]
+        kafka_broker.create_topic(s.topic[name], partitions=2, config={"retention.ms": "-1"})
+    produce(s, early)
+    for name in TOPICS:
+        run(s.archive_config(name, root / f"archive-{name}"), spark)
+    produce(s, late)  # arrived after the archive's last commit: only in Kafka
+    boot = run(bootstrap_config(s, root / "boot"), spark)
+    kafka_only = run(s.live_config(root / "kafka-only"), spark)
+    return {"story": s, "root": root, "early": early, "late": late, "boot": boot, "kafka_only": kafka_only}
+
+
+def rows_at(spark: SparkSession, path: Path) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in spark.read.parquet(str(path)).select(*COLUMNS).collect())
+
+
+def test_a_bootstrapped_job_gives_the_output_of_the_job_that_read_kafka_from_the_start(
+    spark: SparkSession, story: dict[str, Any]
+) -> None:
+    root: Path = story["root"]
+    boot, kafka_only = story["boot"], story["kafka_only"]
+    assert boot.dropped_by_watermark == 0 and kafka_only.dropped_by_watermark == 0, "no late drops in either"
+    bootstrapped, reference = rows_at(spark, root / "boot" / "out"), rows_at(spark, root / "kafka-only" / "out")
+    assert len(reference) > 100, "plays attributed on both sides of the switch"
+    assert bootstrapped == reference
+    switched = min(r["__metadata__"]["ingestion_ts"] for r in story["late"]["playbacks"]).replace(tzinfo=None)
+    imps = {r["impression_id"]: r["event_ts"] for r in story["early"]["impressions"]}
+    across = [r for r in reference if r[1] in imps and r[5] >= switched - timedelta(minutes=1)]
+    assert across, "plays read from Kafka joined to impressions read from the archive: state carried over"
+
+    record = read_record(*record_location(bootstrap_config(story["story"], root / "boot")))
+    assert record is not None and record.switched and record.start == T0
+    for name in TOPICS:
+        archived = SqlCatalog("default", **story["story"].props).load_table(f"archive.{name}").scan().to_arrow()
+        meta = archived.column("__metadata__").combine_chunks()
+        counts: dict[int, int] = {}
+        for p in meta.field("partition").to_pylist():
+            counts[p] = counts.get(p, 0) + 1
+        topic = story["story"].topic[name]
+        assert record.offsets[name] == {topic: counts}, "the topic takes over after the last archived offset"
+        assert sum(counts.values()) == len(story["early"][name])
+    # aligned across both archives: the trace of the first leg admitted both sources in event-time order
+    batches = [p for p in boot.progress if p.get("numInputRows", 0) > 0]
+    assert len(batches) >= 3, "the archives read in several aligned batches, then Kafka"
+
+
+def test_the_seam_record_by_record(spark: SparkSession, story: dict[str, Any], tmp_path: Path) -> None:
+    """The copy pipeline over one topic: every record of the topic exactly once, those just
+    before the switch from the archive and those just after from Kafka, equal to a batch read
+    of the whole topic."""
+    s: Story = story["story"]
+    cfg = bootstrap_config(s, tmp_path, "copy", ("impressions",))
+    run(cfg, spark)
+    out = spark.read.parquet(str(tmp_path / "out"))
+    topic = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", s.broker.bootstrap)
+        .option("subscribe", s.topic["impressions"])
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    from spark_app.sources.kafka import deserialize, value_schema
+
+    src = cfg.sources["impressions"]
+    whole = deserialize(topic, value_schema(cfg, src, name="impressions"))  # type: ignore[arg-type]
+    assert out.count() == whole.count() == len(story["early"]["impressions"]) + len(story["late"]["impressions"])
+    assert out.exceptAll(whole).count() == 0 and whole.exceptAll(out).count() == 0, "the whole topic, each record once"
+    record = read_record(*record_location(cfg))
+    assert record is not None
+    positions = out.select("__metadata__.partition", "__metadata__.offset").collect()
+    seen = {(r[0], r[1]) for r in positions}
+    assert len(seen) == len(positions), "no (partition, offset) twice"
+    for partition, first_from_kafka in record.offsets["impressions"][s.topic["impressions"]].items():
+        around = range(max(0, first_from_kafka - 5), first_from_kafka + 5)
+        assert all((partition, o) in seen for o in around), f"partition {partition}: every record around the switch"
+
+
+def test_a_driver_killed_at_the_switch_resumes_to_every_record_once(
+    spark: SparkSession, story: dict[str, Any], tmp_path: Path
+) -> None:
+    """A driver process killed (SIGKILL) after the archive leg ended but before the switch was
+    recorded; the next one runs the archive leg again (it reads nothing) and is killed right
+    after recording the switch; the third run (in this process, the same code) reads Kafka
+    from the checkpoint's offsets. Every record of the topic once."""
+    s: Story = story["story"]
+    cfg = bootstrap_config(s, tmp_path, "copy", ("impressions",))
+    driver = Driver(cfg, tmp_path)
+    assert driver.run(**{FAULT_ENV: "kill-before-switch"}).returncode == -9, driver.tail()
+    record = read_record(*record_location(cfg))
+    assert record is not None and not record.switched, "killed before the switch was recorded"
+    assert driver.run(**{FAULT_ENV: "kill-after-switch"}).returncode == -9, driver.tail()
+    record = read_record(*record_location(cfg))
+    assert record is not None and record.switched
+    run(cfg, spark)
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(tmp_path / "out"))
+    meta = table.column("__metadata__").combine_chunks()
+    positions = list(zip(meta.field("partition").to_pylist(), meta.field("offset").to_pylist(), strict=True))
+    produced = len(story["early"]["impressions"]) + len(story["late"]["impressions"])
+    assert len(positions) == len(set(positions)) == produced, "each record once, none missing"
