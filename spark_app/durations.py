@@ -73,7 +73,11 @@ def _hint(value: Any) -> str:
         return " (units are lowercase)"
     if (iso := _ISO.fullmatch(text)) and text.upper() not in ("P", "PT"):
         d, h, m, s = (int(g or 0) for g in iso.groups())
-        return f" (ISO 8601 is not read: write {format_duration(timedelta(days=d, hours=h, minutes=m, seconds=s))})"
+        try:
+            written = format_duration(timedelta(days=d, hours=h, minutes=m, seconds=s))
+        except OverflowError:  # more days than a timedelta holds: far past the grammar's maximum anyway
+            return f" (ISO 8601 is not read; at most {DURATION_MAX})"
+        return f" (ISO 8601 is not read: write {written})"
     if re.fullmatch(r"([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+", text):
         if "d" in text:
             return " (no unit d: write 24h for a day)"

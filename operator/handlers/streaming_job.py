@@ -3,6 +3,7 @@ with backoff, upgraded as spec.upgrade says, started from spec.initialSnapshot o
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import kopf
@@ -91,12 +92,28 @@ def reconcile_job(body: kopf.Body, **_: Any) -> None:
     reconcile(body)
 
 
+_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _lock(namespace: str, name: str) -> threading.Lock:
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault((namespace, name), threading.Lock())
+
+
 def reconcile(body: kopf.Body | dict[str, Any]) -> None:
     """Decide on the job as the server holds it now: kopf's body for a timer or a queued event
     can predate our own last writes (an upgrade's moved checkpoint, its recorded step), and a
-    decision on it would undo them."""
+    decision on it would undo them. One decision per job at a time: kopf runs a job's timers
+    beside its event handlers, and a decision that read the job before another's write and its
+    application after it (a rollback's) would undo that write."""
     meta = body["metadata"]
-    fresh = ctx().cluster().get_resource("streamingjobs", meta["namespace"], meta["name"])
+    with _lock(meta["namespace"], meta["name"]):
+        _reconcile(meta["namespace"], meta["name"])
+
+
+def _reconcile(namespace: str, name: str) -> None:
+    fresh = ctx().cluster().get_resource("streamingjobs", namespace, name)
     if fresh is None:
         return  # deleted meanwhile
     body = fresh
@@ -162,13 +179,10 @@ def look_again(body: kopf.Body, **_: Any) -> None:
 
 
 def application_changed(event: str, app: dict[str, Any], job_body: dict[str, Any]) -> None:
-    """Its SparkApplication moved (see ``applications``): mirror it into the job's status. Its
-    other application (the restore of an initial snapshot) moved: look at the whole job."""
-    job = parse(StreamingJob, job_body)
-    if app["metadata"]["name"] != owner_of(job).app_name:
-        reconcile(job_body)
-        return
-    act(plan_streaming_job(job, None if event == "DELETED" else app, now_rfc3339()), job, job_body)
+    """One of its SparkApplications moved (see ``applications``): decide on the job and its
+    application as the server holds them now (never on the event's copy, which a decision of
+    the job's timer may have overtaken), one decision at a time."""
+    reconcile(job_body)
 
 
 @kopf.on.delete(GROUP, VERSION, "streamingjobs")
