@@ -21,6 +21,16 @@ def bind_address(value: str) -> str:
     return value
 
 
+def progress_interval(value: str) -> float:
+    """A positive duration in the CRDs' grammar (``30s``, ``1m``), as seconds."""
+    from spark_app.durations import check_positive, duration_ms
+
+    try:
+        return duration_ms(check_positive(value)) / 1000
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line (tests check the Helm chart's args against it)."""
     parser = argparse.ArgumentParser(prog="kappa", description="kappa-operator: backfill and rewind streaming jobs")
@@ -87,6 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help="Backfills running at once in one namespace (default: no limit)",
+    )
+    op.add_argument(
+        "--progress-interval",
+        type=progress_interval,
+        default=30.0,
+        metavar="DURATION",
+        help="how often live jobs' progress reports are read into status: Stalled, lag, a bootstrap's "
+        "switch (default 30s)",
     )
     op.add_argument("--verbose", action="store_true", help="debug logging")
     ck = sub.add_parser("checkpoints", help="externalized checkpoints")
@@ -197,18 +215,24 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[red]interrupted[/]")
         return 130
     except Exception as exc:
-        from rich.markup import escape
+        return print_error(exc, args, 1)
 
-        from kappa_operator.cli_errors import explain
 
-        if getattr(args, "verbose", False):
-            Console(stderr=True).print_exception()
-        explained = explain(exc)
-        err = Console(stderr=True, soft_wrap=True)
-        err.print(f"[red]error:[/] {escape(explained.cause)}")
-        if explained.fix:
-            err.print(escape(explained.fix))
-        return 1
+def print_error(exc: BaseException, args: argparse.Namespace, code: int) -> int:
+    """The cause and the fix on standard error, one or two lines (``cli_errors``); the trace
+    with ``-v``. Returns ``code``."""
+    from rich.markup import escape
+
+    from kappa_operator.cli_errors import explain
+
+    if getattr(args, "verbose", False):
+        Console(stderr=True).print_exception()
+    explained = explain(exc)
+    err = Console(stderr=True, soft_wrap=True)
+    err.print(f"[red]error:[/] {escape(explained.cause)}")
+    if explained.fix:
+        err.print(escape(explained.fix))
+    return code
 
 
 def run_example_data(args: argparse.Namespace, console: Console) -> int:
@@ -360,6 +384,7 @@ def run_operator(args: argparse.Namespace) -> int:
             health_bind=args.health_bind,
             max_concurrent_backfills=args.max_concurrent_backfills or None,
             max_concurrent_backfills_per_namespace=args.max_concurrent_backfills_per_namespace or None,
+            progress_interval=args.progress_interval,
         )
     )
     return 0
@@ -390,8 +415,7 @@ def run_report(args: argparse.Namespace, console: Console) -> int:
         console.print(rewind_preview(rw, job, others))
         return 0
     except (KappaError, ValueError, OSError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
+        return print_error(exc, args, 2)
 
 
 def run_coordinator(args: argparse.Namespace, console: Console) -> int:

@@ -10,6 +10,7 @@ rerun with ``-v``. Pure: exception in, lines out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -52,6 +53,36 @@ def _unreachable(exc: BaseException) -> str | None:
     return None
 
 
+_STORE_UNREACHABLE = re.compile(
+    r"(?:AWS Error NETWORK_CONNECTION|Could not resolve host|Could not connect|Connection refused|"
+    r"Name or service not known|UnknownHostException)",
+    re.I,
+)
+_BUCKET = re.compile(r"in bucket '([^']+)'")
+_HOST = re.compile(r"(?:resolve host|connect to)[: ]+([\w.-]+(?::\d+)?)", re.I)
+STORE_HINT = (
+    "check the object store's endpoint and credentials (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); "
+    "to try the examples on this machine instead: --local DIR"
+)
+
+
+def _host(exc: BaseException) -> str:
+    found = _HOST.search(str(exc))
+    return f" at {found.group(1)}" if found else ""
+
+
+def _store_unreachable(exc: BaseException) -> str | None:
+    """The bucket (or "an object store") when an object store's client could not connect:
+    pyarrow's S3 says it in an OSError's text, Hadoop's S3A in a Java exception's."""
+    text = str(exc)
+    if not isinstance(exc, OSError) and "S3" not in text and "s3a" not in text:
+        return None
+    if not _STORE_UNREACHABLE.search(text):
+        return None
+    bucket = _BUCKET.search(text)
+    return f"bucket {bucket.group(1)!r}" if bucket else "an object store"
+
+
 def explain(exc: BaseException) -> Explained:
     chain = [exc]
     while chain[-1].__cause__ is not None or chain[-1].__context__ is not None:
@@ -62,6 +93,8 @@ def explain(exc: BaseException) -> Explained:
     for e in chain:
         if (url := _unreachable(e)) is not None:
             return Explained(f"cannot reach {url} (a catalog the manifest names)", LOCAL_HINT)
+        if (store := _store_unreachable(e)) is not None:
+            return Explained(f"cannot reach {store}{_host(e)}", STORE_HINT)
     if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in SPARK_EXTRA:
         return Explained(
             f"this command runs Spark here, and {exc.name} is not installed (the operator's own set has no Spark)",

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 KINDS = ("StreamingJob", "Backfill", "Rewind")
@@ -70,7 +70,7 @@ class ResourceCollector(Collector):
         """(namespace, job) -> sink -> gauge -> value (``reconcile.health.health_gauges``)."""
         self._health: dict[tuple[str, str], dict[str, bool]] = {}
         """(namespace, job) -> condition (Stalled, Lagging) -> whether it holds."""
-        self._calls: dict[tuple[str, str, str], tuple[float | None, float | None]] = {}
+        self._calls: dict[tuple[str, str, str], CallsSeen] = {}
         """(kind, namespace, name) -> (limit, observed calls per second) of its external calls."""
         self._lock = threading.Lock()
 
@@ -89,7 +89,11 @@ class ResourceCollector(Collector):
     def external_calls(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         """A job's or backfill's limit on external calls and its observed rate (``status.externalCalls``)."""
         with self._lock:
-            self._calls[(kind, namespace, name)] = (status.get("ratePerSecond"), status.get("observedPerSecond"))
+            self._calls[(kind, namespace, name)] = (
+                status.get("ratePerSecond"),
+                status.get("observedPerSecond"),
+                status.get("waitedSeconds"),
+            )
 
     def observe(
         self,
@@ -187,8 +191,14 @@ class ResourceCollector(Collector):
         yield from (backfills, jobs, job_phase, bf_phase, progress, wait, elapsed, planned, kafka_lag)
 
 
-def _calls_families(calls: dict[tuple[str, str, str], tuple[float | None, float | None]]) -> Iterator[Metric]:
-    """Per kind: the limit on a resource's external calls and the rate its driver observed."""
+CallsSeen = tuple[float | None, float | None, float | None]
+"""A resource's external calls as its status shows them: limit, observed rate, time waited."""
+
+
+def _calls_families(calls: dict[tuple[str, str, str], CallsSeen]) -> Iterator[Metric]:
+    """Per kind: the limit on a resource's external calls, the rate its driver observed, and the
+    time its calls waited for the limit (a counter of the running application: its rate is the
+    share of task time the limit costs, and a new application starts it again from zero)."""
     for kind, label in (("StreamingJob", "streamingjob"), ("Backfill", "backfill")):
         limit = GaugeMetricFamily(
             f"kappa_{label}_external_calls_limit_per_second",
@@ -200,14 +210,21 @@ def _calls_families(calls: dict[tuple[str, str, str], tuple[float | None, float 
             f"Calls per second the {kind}'s pipeline made outside, over the last 30 s (its driver's report)",
             labels=["namespace", label],
         )
-        for (k, ns, name), (rate, observed) in sorted(calls.items()):
+        waited = CounterMetricFamily(
+            f"kappa_{label}_external_calls_waited_seconds",
+            f"Seconds the {kind}'s external calls waited for its limit, summed over its tasks (this application)",
+            labels=["namespace", label],
+        )
+        for (k, ns, name), (rate, observed, wait) in sorted(calls.items()):
             if k != kind:
                 continue
             if rate is not None:
                 limit.add_metric([ns, name], rate)
             if observed is not None:
                 seen.add_metric([ns, name], observed)
-        yield from (limit, seen)
+            if wait is not None:
+                waited.add_metric([ns, name], wait)
+        yield from (limit, seen, waited)
 
 
 PROGRESS_GAUGES = {

@@ -42,6 +42,9 @@ class OperatorOptions:
     max_concurrent_backfills: int | None = None
     """Backfills running at once in the watched namespaces (None: no limit; the rest queue)."""
     max_concurrent_backfills_per_namespace: int | None = None
+    progress_interval: float = 30.0
+    """Seconds between reads of the live jobs' progress reports into status (the chart's
+    ``liveJobs.progressInterval``)."""
 
 
 def split_bind(bind: str) -> tuple[str, int]:
@@ -118,7 +121,9 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
     if opts.metrics_bind is not None:
         metrics_host, metrics_port = split_bind(opts.metrics_bind)
         metrics.serve(metrics_port, metrics_host)
-    import kappa_operator.handlers  # noqa: F401  (registers the handlers with kopf)
+    import kappa_operator.handlers  # registers the decorated handlers with kopf
+
+    kappa_operator.handlers.progress.follow_progress_every(opts.progress_interval)
 
     logging.getLogger("kopf.objects").addFilter(RoutineSuccess())
 

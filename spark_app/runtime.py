@@ -533,7 +533,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
             if archives is not None and boot is not None:  # the archive leg ended (or ran out of time)
                 if any(q.isActive for q in current):
                     break
-                require_complete(archives, [p for q in current for p in query_progress(q)])
+                require_complete(archives, [p for q in current for p in query_progress(q)], bootstrap=True)
                 boot, archives = switch_bootstrap(cfg, boot[0]), None
                 outputs = outputs_for(spark, cfg, pipeline, None, boot=boot)
                 continue
@@ -742,9 +742,10 @@ def record_finality(cfg: JobConfig, edges: Edges) -> None:
                     log.warning("backfill %s: cannot record on %s: %s", cfg.name, sink.table, not_final)
 
 
-def require_complete(cfg: JobConfig, progress: list[dict[str, Any]]) -> None:
+def require_complete(cfg: JobConfig, progress: list[dict[str, Any]], bootstrap: bool = False) -> None:
     """A backfill whose query ended before admitting every split of its window has not read
-    the window: that is a failure, never a success with fewer rows."""
+    the window: that is a failure, never a success with fewer rows. A bootstrap's archive leg
+    likewise: switching to Kafka then would skip the archived records not yet read."""
     last: dict[str, BackfillOffset] = {}
     for p in progress:
         for src in p.get("sources", []):
@@ -757,6 +758,13 @@ def require_complete(cfg: JobConfig, progress: list[dict[str, Any]]) -> None:
     short = {k: o for k, o in last.items() if not o.complete}
     if short:
         detail = "; ".join(f"{k} admitted {o.position} of {o.splits} splits" for k, o in sorted(short.items()))
+        if bootstrap:
+            raise IncompleteBackfillError(
+                f"job {cfg.name} ended its bootstrap before reading its archives ({detail}): a source's archive "
+                "was not read to its end, so it has not switched to Kafka (nothing was skipped; the switch is "
+                "not recorded). Check that the pipeline reads every configured source, then start the job again: "
+                "it resumes the archives from its checkpoint"
+            )
         raise IncompleteBackfillError(
             f"backfill {cfg.name} ended before reading its window ({detail}): a member of alignment group "
             f"{cfg.alignment_group!r} held the group (a source that never reported, or another query that did not "

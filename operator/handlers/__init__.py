@@ -2,8 +2,8 @@
 decide (``kappa_operator.reconcile``, pure), act (``Cluster``, ``Groups``, publish), record
 status and events.
 
-Run with ``kappa operator`` (or ``kopf run -m kappa_operator.handlers``). Importing this
-package registers every handler with kopf."""
+Run with ``kappa operator``. Importing this package registers every handler with kopf but the
+progress timer, whose interval is the operator's setting (``progress.follow_progress_every``)."""
 
 from kappa_operator.handlers import applications, backfill, checkpoints, progress, rewind, streaming_job
 from kappa_operator.handlers.context import configure

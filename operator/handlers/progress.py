@@ -1,8 +1,9 @@
-"""Live jobs' progress and health: every ``TICK`` the operator reads what each sink query's
-driver last reported (``spark_app.progress_report``, a few hundred bytes next to the live
-checkpoint) and shows it in the StreamingJob's status (``progress``, ``kafkaLag``; ``kubectl
-get sj`` prints the lag and the last progress), as gauges, and as the ``Stalled`` and
-``Lagging`` conditions (``reconcile.health``). It never asks Spark or Kafka."""
+"""Live jobs' progress and health: every ``--progress-interval`` (``TICK`` by default) the
+operator reads what each sink query's driver last reported (``spark_app.progress_report``, a
+few hundred bytes next to the live checkpoint) and shows it in the StreamingJob's status
+(``progress``, ``kafkaLag``; ``kubectl get sj`` prints the lag and the last progress), as
+gauges, and as the ``Stalled`` and ``Lagging`` conditions (``reconcile.health``). It never
+asks Spark or Kafka."""
 
 from __future__ import annotations
 
@@ -28,9 +29,28 @@ from spark_app.publish_report import REPORT_DIR
 from spark_app.storage import open_location
 
 TICK = 30.0
+"""The default interval: a report a driver writes at most every 5 s reaches status within it."""
 
 
-@kopf.timer(GROUP, VERSION, "streamingjobs", interval=TICK, initial_delay=TICK)
+_registered: list[float] = []
+"""The interval the timer was registered at in this process (kopf's registry is global)."""
+
+
+def follow_progress_every(interval: float = TICK) -> None:
+    """Registers the progress timer with kopf at the operator's ``--progress-interval`` (a
+    decorator would fix it at import): a shorter one shows a stall or a switch sooner and reads
+    every job's reports that much more often. Once per process: kopf's registry is global, so an
+    operator started again in the same process (tests) keeps the timer, and must ask the same."""
+    if interval <= 0:
+        raise ValueError(f"the progress interval must be > 0 s, got {interval}")
+    if _registered:
+        if _registered[0] != interval:
+            raise ValueError(f"the progress timer runs every {_registered[0]} s in this process, not {interval}")
+        return
+    kopf.timer(GROUP, VERSION, "streamingjobs", interval=interval, initial_delay=interval)(follow_progress)
+    _registered.append(interval)
+
+
 @reported("StreamingJob")
 async def follow_progress(body: kopf.Body, **_: Any) -> None:
     meta = body["metadata"]

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from kappa_operator.local.deps import py_file_paths
 from kappa_operator.local.display import Display
+from kappa_operator.local.engine import open_source_tables
 from kappa_operator.local.manifests import ManifestError, load
 from kappa_operator.local.overrides import RunOptions, localize, parse_spark_conf, runtime_config
 from kappa_operator.models.backfill import Backfill
@@ -88,6 +89,8 @@ def plan_manifest(manifest: Path, job_file: Path | None, opts: PlanOptions, out:
     except (KappaError, ValueError) as exc:
         show.error(str(exc))
         return 2
+    if opts.spark:
+        open_source_tables(cfg)
     if opts.json:
         report = plan_backfill(cfg, session(cfg) if opts.spark else None)
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")

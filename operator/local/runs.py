@@ -39,6 +39,7 @@ def run_manifests(found: Manifests, opts: RunOptions, show: Display, engine: Eng
         (opts.local / "catalogs").mkdir(parents=True, exist_ok=True)  # SQLite creates files, not directories
     else:
         _remote_hints(show, job)
+    engine.open_tables(job, backfill=isinstance(target, Backfill))
     local = Local(opts, show, LocalObjects(opts.state_dir), engine)
     if not isinstance(target, StreamingJob):
         show.note(f"{target.kind} {target.metadata.name} of StreamingJob {job.metadata.name} ({found.job_from})")

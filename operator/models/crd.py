@@ -37,6 +37,8 @@ class Kind:
 
 
 AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+CALLS = {"name": "Calls/s", "type": "number", "jsonPath": ".status.externalCalls.observedPerSecond", "priority": 1}
+"""The pipeline's external calls per second under ``spec.externalCalls`` (``-o wide``)."""
 KINDS = (
     Kind(
         "StreamingJob",
@@ -53,6 +55,7 @@ KINDS = (
             {"name": "Last Checkpoint", "type": "string", "jsonPath": ".status.lastCheckpoint"},
             {"name": "Last Progress", "type": "date", "jsonPath": ".status.lastProgressAt", "priority": 1},
             {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
+            CALLS,
             {"name": "Suspended", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
             {"name": "Application", "type": "string", "jsonPath": ".status.applicationName", "priority": 1},
             AGE,
@@ -78,6 +81,7 @@ KINDS = (
             {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority", "priority": 1},
             {"name": "Job", "type": "string", "jsonPath": ".spec.jobRef.name", "priority": 1},
             {"name": "Branch", "type": "string", "jsonPath": ".status.branch", "priority": 1},
+            CALLS,
             AGE,
         ),
     ),

@@ -47,6 +47,7 @@ CUSTOM: dict[str, Any] = {
     "resources": {"requests": {"cpu": "250m", "memory": "300Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
     "coordinator": {"existingSecret": "my-coordinator-token"},
     "extraArgs": ["--verbose"],
+    "liveJobs": {"progressInterval": "1m30s"},
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
     "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
     "dashboard": {"enabled": True, "annotations": {"grafana_folder": "kappa"}},
@@ -75,6 +76,10 @@ GAUGES = {
     "kappa_streamingjob_watermark_timestamp_seconds",
     "kappa_streamingjob_last_progress_timestamp_seconds",
     "kappa_streamingjob_condition",
+    "kappa_streamingjob_external_calls_limit_per_second",
+    "kappa_streamingjob_external_calls_per_second",
+    "kappa_backfill_external_calls_limit_per_second",
+    "kappa_backfill_external_calls_per_second",
 }
 COUNTERS = {
     "kappa_alignment_throttled_seconds_total",
@@ -84,6 +89,8 @@ COUNTERS = {
     "kappa_operator_reconcile_errors_total",
     "kappa_backfill_read_bytes_total",
     "kappa_backfill_read_files_total",
+    "kappa_streamingjob_external_calls_waited_seconds_total",
+    "kappa_backfill_external_calls_waited_seconds_total",
 }
 HISTOGRAMS = {"kappa_coordinator_report_duration_seconds"}
 METRICS = GAUGES | COUNTERS | HISTOGRAMS
@@ -232,11 +239,12 @@ def test_operator_args_follow_the_cli_contract(default: list[dict[str, Any]], cu
     ports = ["--metrics-bind", "0.0.0.0:8080", "--health-bind", "0.0.0.0:8081"]
     container = operator_container(default)
     assert "command" not in container  # the image's entrypoint is `kappa operator`
-    assert container["args"] == [*common, *ports]
+    assert container["args"] == [*common, *ports, "--progress-interval", "30s"]
     assert operator_container(custom)["args"] == [
         *("--namespace", "a", "--namespace", "b"),
         *common,
         *ports,
+        *("--progress-interval", "1m30s"),
         "--verbose",
     ]
 
@@ -251,8 +259,23 @@ def test_the_real_command_line_accepts_the_args(default: list[dict[str, Any]], c
         "0.0.0.0:8081",
     )
     assert str(parsed.token_file) == "/var/run/kappa/token"
+    assert parsed.progress_interval == 30.0
     parsed = build_parser().parse_args(["operator", *operator_container(custom)["args"]])
     assert parsed.namespace == ["a", "b"] and parsed.verbose
+    assert parsed.progress_interval == 90.0
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("5 minutes", "expected a duration such as 90s, 10m, 1h30m"), ("0s", "must be > 0")],
+)
+def test_a_bad_progress_interval_is_refused_naming_the_grammar(
+    value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["operator", "--progress-interval", value])
+    err = capsys.readouterr().err
+    assert "--progress-interval" in err and message in err
 
 
 def test_metrics_and_health_bind_addresses_are_values(chart: helm_python.Chart) -> None:
@@ -530,7 +553,7 @@ def test_prometheus_rule_structure(custom: list[dict[str, Any]]) -> None:
     (group,) = rule["spec"]["groups"]
     for alert in group["rules"]:
         assert set(alert) == {"alert", "expr", "for", "labels", "annotations"}, alert
-        assert alert["labels"]["severity"] in {"warning", "critical"}
+        assert alert["labels"]["severity"] in {"info", "warning", "critical"}
         assert set(alert["annotations"]) == {"summary", "description"}
 
 
@@ -563,7 +586,7 @@ def test_promtool_checks_the_rules(chart: helm_python.Chart, tmp_path: Path) -> 
     result = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     found = re.search(r"SUCCESS: (\d+) rules found", result.stdout + result.stderr)
-    assert found and int(found.group(1)) == sum(len(g["rules"]) for g in groups) == 6, result.stdout
+    assert found and int(found.group(1)) == sum(len(g["rules"]) for g in groups) == 7, result.stdout
 
 
 def series(metric: str, values: str, **labels: str) -> dict[str, str]:
@@ -578,6 +601,7 @@ def expect(alertname: str, at: str, *fired: dict[str, str]) -> dict[str, Any]:
 SJ, BF = "kappa_streamingjob_phase", "kappa_backfill_phase"
 PROGRESS, ERRORS = "kappa_backfill_progress_ratio", "kappa_operator_reconcile_errors_total"
 COND = "kappa_streamingjob_condition"
+CALLS, LIMIT = "kappa_streamingjob_external_calls_per_second", "kappa_streamingjob_external_calls_limit_per_second"
 #: Series in, alerts out, with the chart's default thresholds (lag > 3600 s for 15m, progress
 #: flat over 30m for 5m, Failed for 10m, errors > 0.05/s for 15m). One sample a minute.
 ALERT_CASES: list[dict[str, Any]] = [
@@ -649,6 +673,24 @@ ALERT_CASES: list[dict[str, Any]] = [
                 "KappaStreamingJobLagging",
                 "20m",
                 {"severity": "warning", "namespace": "prod", "streamingjob": "slow", "condition": "Lagging"},
+            ),
+        ],
+    },
+    {
+        # held: at 97/100 for 50 minutes (info after 30m); below: 80/100; freed: at the limit for
+        # 20 minutes, then its limit was raised
+        "input_series": [
+            series(CALLS, "97x50", namespace="prod", streamingjob="held"),
+            series(LIMIT, "100x50", namespace="prod", streamingjob="held"),
+            series(CALLS, "80x50", namespace="prod", streamingjob="below"),
+            series(LIMIT, "100x50", namespace="prod", streamingjob="below"),
+            series(CALLS, "100x50", namespace="prod", streamingjob="freed"),
+            series(LIMIT, "100x20 500x30", namespace="prod", streamingjob="freed"),
+        ],
+        "alert_rule_test": [
+            expect("KappaExternalCallsAtLimit", "20m"),
+            expect(
+                "KappaExternalCallsAtLimit", "45m", {"severity": "info", "namespace": "prod", "streamingjob": "held"}
             ),
         ],
     },

@@ -52,6 +52,9 @@ from tests.cluster.operator_runs import (
 CHART = ROOT / "charts" / "kappa-operator"
 SPARK_CRD = ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml"
 RELEASE, OPERATOR_NAMESPACE = "kappa", "kappa-system"
+PROGRESS_INTERVAL = 5.0
+"""The release's ``liveJobs.progressInterval`` (30s by default): the tests that wait for a
+progress report to reach status (Stalled, lag, a bootstrap's switch) wait for ticks of it."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -164,7 +167,9 @@ def install(control_plane: ControlPlane, helm: Helm, release: str, namespace: st
 
 @pytest.fixture(scope="session")
 def installed(control_plane: ControlPlane, helm: Helm) -> Installed:
-    return install(control_plane, helm, RELEASE, OPERATOR_NAMESPACE)
+    return install(
+        control_plane, helm, RELEASE, OPERATOR_NAMESPACE, "--set", f"liveJobs.progressInterval={PROGRESS_INTERVAL:g}s"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -208,6 +208,15 @@ def forbid_data_plane(monkeypatch: Any) -> list[str]:
 # --- in this process ------------------------------------------------------------------------------
 
 TOKEN = "in-process-token"
+
+
+def progress_interval(args: tuple[str, ...]) -> float:
+    """The chart's ``--progress-interval``, read by the operator's own command line."""
+    from kappa_operator.cli import build_parser
+
+    return float(build_parser().parse_args(["operator", *args]).progress_interval)
+
+
 """The in-process operator's coordinator admin token."""
 
 
@@ -238,7 +247,12 @@ def in_process(plane: ControlPlane, installed: Installed) -> Iterator[InProcess]
     from kappa_operator.runner import OperatorOptions, run_operator
 
     health = f"127.0.0.1:{free_port()}"
-    options = OperatorOptions(coordinator_bind=f"127.0.0.1:{free_port()}", token=TOKEN, health_bind=health)
+    options = OperatorOptions(
+        coordinator_bind=f"127.0.0.1:{free_port()}",
+        token=TOKEN,
+        health_bind=health,
+        progress_interval=progress_interval(installed.args),
+    )
     stop = threading.Event()
     failed: list[BaseException] = []
 

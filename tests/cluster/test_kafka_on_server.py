@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from kappa_operator.handlers.progress import TICK
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
 from spark_app.checkpoints.snapshots import externalize
 from spark_app.progress_report import PartitionLag, ProgressReport, report_name
 from spark_app.storage import open_location
+from tests.cluster.conftest import PROGRESS_INTERVAL
 from tests.cluster.control_plane import ControlPlane, eventually, path_of
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import create, example, get, in_phase, status
@@ -66,7 +66,9 @@ def test_the_drivers_lag_report_shows_in_status_kubectl_get_and_the_gauge(
     create(plane, job)
 
     lag = eventually(
-        lambda: status(plane, SJ, ns, "rmi-kafka").get("kafkaLag"), "status.kafkaLag", timeout=2 * TICK + 15
+        lambda: status(plane, SJ, ns, "rmi-kafka").get("kafkaLag"),
+        "status.kafkaLag",
+        timeout=2 * PROGRESS_INTERVAL + 15,
     )
     assert lag == {
         "total": 12,

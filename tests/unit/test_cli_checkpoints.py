@@ -63,7 +63,7 @@ def test_list_a_live_checkpoint_and_its_snapshots(world: dict[str, Path], capsys
     out = capsys.readouterr().out
     assert "restorable snapshots" in out and "2026-11-01 12:20:00" in out
     assert main(["checkpoints", "list", str(world["live"].parent / "nothing")]) == 2
-    assert "no files there" in capsys.readouterr().out
+    assert "no files there" in capsys.readouterr().err
 
 
 def test_rewind_dry_run_says_what_would_happen_and_changes_nothing(

@@ -186,6 +186,9 @@ def test_a_running_backfill_shows_its_drivers_report_and_the_gauges(
     text = generate_latest(metrics.registry).decode()
     assert 'kappa_backfill_external_calls_limit_per_second{backfill="rmi-outage",namespace="default"} 20.0' in text
     assert 'kappa_backfill_external_calls_per_second{backfill="rmi-outage",namespace="default"} 19.46' in text
+    waited = fields["waitedSeconds"]
+    labels = '{backfill="rmi-outage",namespace="default"}'
+    assert f"kappa_backfill_external_calls_waited_seconds_total{labels} {waited}" in text
     unlimited = backfill(status={"phase": "Running", "checkpoint": str(ckpt)})
     bf_handler.CALLS_READ.clear()
     assert bf_handler._external_calls(unlimited) is None  # no limit rendered: its storage is not read

@@ -111,5 +111,8 @@ def test_a_backfill_that_did_not_admit_its_splits_fails() -> None:
     require_complete(cfg, [_progress("bf-out", BackfillOffset(1, 3, "p", 7, "a")), _progress("bf-out", done)])
     with pytest.raises(IncompleteBackfillError, match=r"bf-out/a admitted 0 of 12 splits"):
         require_complete(cfg, [_progress("bf-out", BackfillOffset(1, 0, "p", 12, "a"))])
+    # a bootstrap's archive leg says what stopping there means for the job: no switch to Kafka
+    with pytest.raises(IncompleteBackfillError, match=r"job bf ended its bootstrap .* not switched to Kafka"):
+        require_complete(cfg, [_progress("bf-out", BackfillOffset(1, 0, "p", 12, "a"))], bootstrap=True)
     # offsets written before the split count was recorded are taken as they are
     require_complete(cfg, [_progress("bf-out", BackfillOffset(1, 0, "p"))])

@@ -58,6 +58,9 @@ class FakeEngine:
     def activity(self) -> str | None:
         return None
 
+    def open_tables(self, job: StreamingJob, backfill: bool) -> None:
+        """No catalog here: the walkers' decisions are what these tests check."""
+
 
 class World:
     """The examples run with --local under one directory, output captured."""

@@ -20,10 +20,13 @@ BACKFILL = str(ROOT / "examples" / "rmi-backfill.yaml")
 JOB = str(ROOT / "examples" / "rmi-streamingjob.yaml")
 
 
+@pytest.mark.parametrize("flags", [["--no-spark"], []], ids=["no-spark", "with-spark"])
 def test_plan_of_the_example_without_local_catalogs_is_two_lines_naming_the_fix(
-    capsys: pytest.CaptureFixture[str],
+    flags: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["plan", BACKFILL, "--no-spark"]) == 1
+    """With Spark too (the obvious first try): the catalog is found unreachable before Spark
+    starts, not blamed on the pipeline half a minute later."""
+    assert main(["plan", BACKFILL, *flags]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2, err
     assert err[0].startswith("error: cannot reach http://iceberg-rest.data.svc:8181")
@@ -91,6 +94,35 @@ def test_explain_names_what_to_change() -> None:
     assert "pyspark is not installed" in missing[0] and "pip install -e '.[spark]'" in missing[1]
     other = explain(RuntimeError("boom\nsecond line")).lines()
     assert other == ["error: RuntimeError: boom", "run again with -v for the trace"]
+    # pyarrow's S3 client, unable to reach the bucket of a manifest's checkpoints
+    s3 = OSError(
+        "When listing objects under key 'kappa-snapshots/rmi/' in bucket 'lake': AWS Error NETWORK_CONNECTION "
+        "during ListObjectsV2 operation: curlCode: 6, Could not resolve hostname; Details: Could not resolve "
+        "host: lake.s3.us-east-1.amazonaws.com"
+    )
+    cause, fix = explain(s3).lines()
+    assert cause == "error: cannot reach bucket 'lake' at lake.s3.us-east-1.amazonaws.com"
+    assert "AWS_ENDPOINT_URL" in fix and "--local DIR" in fix
+    assert explain(OSError("disk full")).lines()[0] == "error: OSError: disk full"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", JOB], ["run", BACKFILL], ["rewind", str(ROOT / "examples" / "rmi-rewind.yaml"), "--job", JOB]],
+    ids=["run-job", "run-backfill", "rewind"],
+)
+def test_the_examples_without_local_say_what_they_cannot_reach_before_spark_starts(
+    argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The cluster's catalog and bucket, unreachable here: two lines with the fix, at once (a
+    run opens the tables it reads before it starts Spark or records anything: a second try
+    with --local is not refused as a failed Backfill)."""
+    state = ["--state", str(tmp_path / "state")] if argv[0] == "run" else []
+    assert main([*argv, *state]) in (1, 2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and err[0].startswith("error: cannot reach "), err
+    assert "--local DIR" in err[1]
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").rglob("*.json"))
 
 
 def test_a_bad_duration_says_what_a_duration_looks_like(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
