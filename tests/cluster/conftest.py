@@ -52,7 +52,7 @@ from tests.cluster.operator_runs import (
 CHART = ROOT / "charts" / "kappa-operator"
 SPARK_CRD = ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml"
 RELEASE, OPERATOR_NAMESPACE = "kappa", "kappa-system"
-PROGRESS_INTERVAL = 5.0
+LIVE_PROGRESS_INTERVAL = 5.0
 """The release's ``liveJobs.progressInterval`` (30s by default): the tests that wait for a
 progress report to reach status (Stalled, lag, a bootstrap's switch) wait for ticks of it."""
 
@@ -168,7 +168,12 @@ def install(control_plane: ControlPlane, helm: Helm, release: str, namespace: st
 @pytest.fixture(scope="session")
 def installed(control_plane: ControlPlane, helm: Helm) -> Installed:
     return install(
-        control_plane, helm, RELEASE, OPERATOR_NAMESPACE, "--set", f"liveJobs.progressInterval={PROGRESS_INTERVAL:g}s"
+        control_plane,
+        helm,
+        RELEASE,
+        OPERATOR_NAMESPACE,
+        "--set",
+        f"liveJobs.progressInterval={LIVE_PROGRESS_INTERVAL:g}s",
     )
 
 

@@ -16,7 +16,7 @@ from spark_app.bootstrap.record import RECORD, BootstrapRecord, write_record
 from spark_app.bootstrap.seam import EARLIEST
 from spark_app.config import IcebergBackfillSource
 from spark_app.storage import open_location
-from tests.cluster.conftest import PROGRESS_INTERVAL
+from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.control_plane import ControlPlane, eventually
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import create, example, in_phase, reasons, spark_state, status
@@ -54,7 +54,9 @@ def test_a_bootstrapped_job_is_bootstrapping_then_running_with_the_switch_in_sta
     write_record(open_location(str(tmp_path / "ck" / "live" / "_kappa")), record, RECORD)
 
     s = eventually(
-        lambda: in_phase(plane, SJ, ns, NAME, "Running"), "running after the switch", timeout=2 * PROGRESS_INTERVAL + 15
+        lambda: in_phase(plane, SJ, ns, NAME, "Running"),
+        "running after the switch",
+        timeout=2 * LIVE_PROGRESS_INTERVAL + 15,
     )
     assert s["bootstrap"] == {
         "from": "2026-11-19T00:00:00Z",

@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 from spark_app.config import parse_config
 from spark_app.external_calls.report import REPORT_NAME, ExternalCallsReport
 from spark_app.publish_report import REPORT_DIR
-from tests.cluster.conftest import PROGRESS_INTERVAL
+from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.control_plane import ControlPlane, eventually
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import APP, create, example, get, in_phase, spark_state, status
@@ -81,7 +81,7 @@ def test_the_limits_reach_the_runs_and_their_reports_the_status(
     assert shown["calls"] == 700 and shown["waitedSeconds"] == 12.5 and shown["ratePerSecond"] == 10.0
 
     spark_state(plane, ns, "rmi", "RUNNING")
-    shown = eventually(lambda: reported(SJ, "rmi", 48.25), "the job's calls in status", 2 * PROGRESS_INTERVAL + 15)
+    shown = eventually(lambda: reported(SJ, "rmi", 48.25), "the job's calls in status", 2 * LIVE_PROGRESS_INTERVAL + 15)
     assert shown["calls"] == 9000 and shown["ratePerSecond"] == 50.0
 
     metrics = in_process_operator.context.metrics

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from spark_app.progress_report import ProgressReport, report_name
-from tests.cluster.conftest import PROGRESS_INTERVAL
+from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.control_plane import ControlPlane, eventually, path_of
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import create, example, in_phase, status
@@ -63,7 +63,7 @@ def test_a_silent_query_is_stalled_with_its_progress_and_ui_in_status(
         return now if kinds.get("Stalled") == ("True", "NoProgress") else None
 
     # the report is an hour old: Stalled once the job has run 5 s, at the operator's next look
-    s = eventually(stalled, "condition Stalled", timeout=2 * PROGRESS_INTERVAL + 15)
+    s = eventually(stalled, "condition Stalled", timeout=2 * LIVE_PROGRESS_INTERVAL + 15)
     (progress,) = s["progress"]
     assert progress["batchId"] == 41 and progress["stateRows"] == 77 and progress["batchDurationMs"] == 2500
     assert s["watermark"] == (last_batch - timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")

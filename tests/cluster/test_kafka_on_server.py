@@ -20,7 +20,7 @@ from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
 from spark_app.checkpoints.snapshots import externalize
 from spark_app.progress_report import PartitionLag, ProgressReport, report_name
 from spark_app.storage import open_location
-from tests.cluster.conftest import PROGRESS_INTERVAL
+from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.control_plane import ControlPlane, eventually, path_of
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import create, example, get, in_phase, status
@@ -68,7 +68,7 @@ def test_the_drivers_lag_report_shows_in_status_kubectl_get_and_the_gauge(
     lag = eventually(
         lambda: status(plane, SJ, ns, "rmi-kafka").get("kafkaLag"),
         "status.kafkaLag",
-        timeout=2 * PROGRESS_INTERVAL + 15,
+        timeout=2 * LIVE_PROGRESS_INTERVAL + 15,
     )
     assert lag == {
         "total": 12,
