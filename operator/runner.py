@@ -19,7 +19,7 @@ from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.events import route_kopf_logs
 from kappa_operator.handlers.context import configure, ctx
 from kappa_operator.metrics import OperatorMetrics
-from kappa_operator.reconcile.admission import Limits
+from kappa_operator.reconcile.backfill_queue import Limits
 
 log = logging.getLogger("kappa.operator")
 

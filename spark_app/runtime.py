@@ -28,7 +28,7 @@ from spark_app.alignment import query_of
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.members import aligned_members, member_id
 from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
-from spark_app.alignment.rounds import QueryRounds, rounds_file
+from spark_app.alignment.round_record import QueryRounds, rounds_file
 from spark_app.bootstrap.legs import Leg, archive_config, hybrid_frames
 from spark_app.bootstrap.record import BootstrapRecord
 from spark_app.bootstrap.steps import start as start_bootstrap

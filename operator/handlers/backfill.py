@@ -34,7 +34,6 @@ from kappa_operator.handlers.context import (
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.admission import Admitted, Candidate, Queued, decide
 from kappa_operator.reconcile.backfill import (
     SAVED_JOB,
     BackfillPlan,
@@ -45,6 +44,7 @@ from kappa_operator.reconcile.backfill import (
     progress_update,
     submitted,
 )
+from kappa_operator.reconcile.backfill_queue import Admitted, Candidate, Queued, decide
 from kappa_operator.reconcile.estimates import CONFIG_MAP, recorded, runs_from
 from kappa_operator.reconcile.external_calls import calls_status, calls_update, due
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339

@@ -24,7 +24,7 @@ from kappa_operator.events import EventRecorder
 from kappa_operator.metrics import OperatorMetrics, backfill_times
 from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.admission import Limits
+from kappa_operator.reconcile.backfill_queue import Limits
 from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, changes_nothing, failure_status, with_recovery
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.streaming_job import Event

@@ -31,7 +31,7 @@ from kappa_operator.coordinator.scopes import scoped_token
 from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.common import Condition, instant
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.admission import Admitted, Queued
+from kappa_operator.reconcile.backfill_queue import Admitted, Queued
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.estimates import Run, calibration, executor_cores, failed_plan, measured, plan_status
 from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_state

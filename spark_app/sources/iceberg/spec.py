@@ -39,7 +39,7 @@ class SourceSpec(KappaModel):
     members: tuple[str, ...] = ()
     state_file: str | None = None
     rounds_file: str | None = None
-    """The admission-round record of this source's query (``spark_app.alignment.rounds``)."""
+    """The admission-round record of this source's query (``spark_app.alignment.round_record``)."""
     batch_row_budget: int = 0
     """``alignment.batchRowBudget``, or 0 (one round per batch) when reads are rate-capped."""
     coordinator: CoordinatorConfig | None = None

@@ -35,7 +35,7 @@ from spark_app.alignment import GroupView, ReadCount, WatermarkProvider, held_ou
 from spark_app.alignment.http import HttpWatermarkProvider
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
-from spark_app.alignment.rounds import QueryRounds
+from spark_app.alignment.round_record import QueryRounds
 from spark_app.catalogs import load_table
 from spark_app.errors import (
     IncompleteBackfillError,

@@ -1,5 +1,5 @@
-"""Admission of Backfills to the cluster (pure): at most ``max_concurrent`` run at once, and
-at most ``max_per_namespace`` in one namespace; the others wait in phase ``Queued``.
+"""The Backfill queue (pure): which Backfills may run now. At most ``max_concurrent`` run at
+once, and at most ``max_per_namespace`` in one namespace; the others wait in phase ``Queued``.
 
 The queue is not kept anywhere: it is read from the Backfill objects every time (their phase,
 ``spec.priority``, creation time), so an operator restart finds the same queue in the same
