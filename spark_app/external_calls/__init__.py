@@ -29,7 +29,6 @@ rate, not a process's. How the leases keep it within a few percent over any seco
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from spark_app.external_calls.client import TELL_EVERY_S as _TELL_EVERY_S
@@ -67,7 +66,8 @@ class Running:
         if self.server is None:
             return None
         if self.server.counts.granted:
-            time.sleep(_TELL_EVERY_S + 0.5)  # a worker tells what its last lease did within a second
+            # a worker's last counts arrive within two tell intervals of its last call
+            self.server.wait_quiet(2 * _TELL_EVERY_S + 0.5, at_most_s=15.0)
         report = self.writer.stop() if self.writer is not None else None
         self.server.stop()
         return report

@@ -97,6 +97,8 @@ class LeaseServer:
         self._lock = threading.Lock()
         self.pacer = Pacer(rate)
         self.counts = CallCounts(started=time.monotonic())
+        self.last_heard = self.counts.started
+        """When a client last leased or told (``wait_quiet``)."""
         self.secret = secrets.token_urlsafe(16)
         self._http = _Server((bind, port), _Handler)
         self._http.limiter = self
@@ -114,12 +116,26 @@ class LeaseServer:
             now = time.monotonic()
             lease = self.pacer.lease(want, now)
             self.counts.granted_lease(lease)
+            self.last_heard = now
         return {"tokens": lease.tokens, "delay": max(lease.start - now, 0.0), "valid": lease.expires - now}
 
     def told(self, calls: int, expired: int, waited_s: float) -> None:
         if calls or expired or waited_s:
             with self._lock:
-                self.counts.told(time.monotonic(), calls, expired, waited_s)
+                self.last_heard = time.monotonic()
+                self.counts.told(self.last_heard, calls, expired, waited_s)
+
+    def wait_quiet(self, quiet_s: float, at_most_s: float) -> None:
+        """Returns once no client has leased or told for ``quiet_s`` (or after ``at_most_s``):
+        a worker tells what its last lease did within about two of its tell intervals, later
+        on a busy host, and the final report must count it."""
+        deadline = time.monotonic() + at_most_s
+        while (now := time.monotonic()) < deadline:
+            with self._lock:
+                heard = self.last_heard
+            if now - heard >= quiet_s:
+                return
+            time.sleep(min(0.1, max(deadline - now, 0.0)))
 
     def snapshot(self) -> dict[str, Any]:
         """The counts so far (what the report writes)."""

@@ -22,4 +22,4 @@ def test_kubectl_get_bf_sample_shows_the_printer_columns() -> None:
     wide = ["NAME", *(c["name"].upper() for c in backfill.columns)]
     assert header("kubectl get bf -w") == default
     assert header("kubectl get bf -o wide") == wide
-    assert set(wide) - set(default) == {"QUEUE", "READ RATE", "PRIORITY", "JOB", "BRANCH"}
+    assert set(wide) - set(default) == {"QUEUE", "READ RATE", "PRIORITY", "JOB", "BRANCH", "CALLS/S"}

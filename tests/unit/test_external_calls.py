@@ -117,6 +117,23 @@ def _limiter(s: LeaseServer) -> Limiter:
     return Limiter(s.url, s.rate, max_lease(s.rate))
 
 
+def test_the_end_of_a_run_waits_for_the_last_counts_however_late(server: LeaseServer) -> None:
+    """A worker on a busy host tells its last calls late: the driver's final report waits until
+    no client has spoken for the quiet time, not a fixed second (a count was lost that way)."""
+    server.lease(5)
+    started = time.monotonic()
+    tells = [threading.Timer(0.3, lambda: server.told(2, 0, 0.1)), threading.Timer(0.6, lambda: server.told(3, 0, 0.1))]
+    for t in tells:
+        t.start()
+    server.wait_quiet(0.5, at_most_s=5.0)
+    waited = time.monotonic() - started
+    assert server.snapshot()["calls"] == 5 and 1.1 <= waited < 3.0, waited
+    started = time.monotonic()
+    server.told(1, 0, 0.0)
+    server.wait_quiet(10.0, at_most_s=0.3)  # bounded: a client that never goes quiet
+    assert time.monotonic() - started < 1.0
+
+
 def test_threads_sharing_one_limit_get_the_rate_together_not_each(server: LeaseServer) -> None:
     """Eight callers, each a fresh unpickled limiter (as tasks get it), two with their own
     process-wide client (distinct URLs stand for processes): together they are held to the
