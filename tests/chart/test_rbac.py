@@ -308,7 +308,9 @@ def test_plural_table_matches_the_callers() -> None:
 
 
 def kopf_needs() -> set[Permission]:
-    import kappa_operator.handlers  # noqa: F401  (registers the handlers, as `kappa operator` does)
+    # registers the handlers, as `kappa operator` does; its progress timer (registered at start,
+    # handlers.progress.follow_progress_every) is on streamingjobs, whose other timers are here
+    import kappa_operator.handlers  # noqa: F401
 
     registry = kopf.get_default_registry()
     assert not registry._webhooks.get_all_handlers(), "webhooks need their own RBAC: add it and a check here"
