@@ -21,7 +21,8 @@ bench namespace gets the coordinator-secrets RoleBinding the chart README docume
 ``kappa operator`` runs with the installed Deployment's arguments and a token of the chart's
 ServiceAccount (exactly the chart's RBAC: tests/cluster/operator_process.py). No kubelet and no
 Spark operator run: a SparkApplication's existence is the end of a create. The jobs' snapshot
-location is a local directory (the example's ``s3://lake`` does not resolve here).
+and checkpoint locations are a local directory (the example's ``s3://lake`` does not resolve
+here): the progress timer reads the live jobs' reports there every 30 s, as in a cluster.
 
 The bench creates as the administrator, 16 POSTs in flight (a 429 is retried after
 Retry-After, as kubectl does, and counts in the latency), and follows StreamingJobs,
@@ -70,6 +71,9 @@ import yaml
 from tests.operator.kube import BACKFILLS, JOBS, ROOT, manifest, register
 
 TICK = os.sysconf("SC_CLK_TCK")
+FOLLOW_S = 35.0
+"""How long the real-server bench follows the objects before deleting them: past the live jobs'
+first progress tick, so the deletion meets their timers (issue 39)."""
 
 
 def free_port() -> int:
@@ -98,9 +102,10 @@ def objects(
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """(collection, name, body) for n/2 jobs and n/2 backfills, interleaved job-then-backfill:
     for kmock (``namespace`` None: ``default``, with the fields kmock does not assign), or
-    for a real server's ``namespace``. ``snapshots``: the jobs' externalized checkpoints there
-    (``file://``) instead of the example's ``s3://lake``, which this machine cannot resolve: the
-    operator's snapshot timer lists a store that answers, as it would in a cluster."""
+    for a real server's ``namespace``. ``snapshots``: the jobs' checkpoints and externalized
+    checkpoints there (``file://``) instead of the example's ``s3://lake``, which this machine
+    cannot resolve: the operator's snapshot and progress timers read a store that answers, as
+    they would in a cluster."""
     jobs, backfills = (
         (JOBS, BACKFILLS)
         if namespace is None
@@ -115,6 +120,7 @@ def objects(
         job["metadata"]["name"] = f"rmi-{i}"
         if snapshots is not None:
             job["spec"]["checkpoints"]["externalLocation"] = f"file://{snapshots}/rmi-{i}"
+            job["spec"]["checkpoints"]["location"] = f"file://{snapshots}/checkpoints/rmi-{i}"
         bf["metadata"]["name"] = f"rmi-{i}-bf"
         bf["spec"]["jobRef"] = {"name": f"rmi-{i}"}
         out += [(jobs, f"rmi-{i}", job), (backfills, f"rmi-{i}-bf", bf)]
@@ -481,6 +487,7 @@ async def real_load(
             alone = example("rmi-streamingjob.yaml", namespace)
             alone["metadata"]["name"] = "baseline"
             alone["spec"]["checkpoints"]["externalLocation"] = f"file://{snapshots}/baseline"
+            alone["spec"]["checkpoints"]["location"] = f"file://{snapshots}/checkpoints/baseline"
             await create(http, server, [(collection("streamingjobs", namespace), "baseline", alone)], created, 1)
             seen = await until(lambda: "baseline" in apps.added, trackers, "the baseline's application", timeout)
             baseline = seen - created["baseline"]
@@ -529,10 +536,11 @@ async def real_load(
                 phase = jobs.phases.get(x) or backfills.phases.get(x) or "?"
                 phases[phase] = phases.get(phase, 0) + 1
 
-            # steady state: the Backfills' timers, nothing else changing
+            # steady state: the Backfills' timers and the live jobs' progress timer (its first tick
+            # 30 s after each job's start, the chart's liveJobs.progressInterval), nothing else
             await asyncio.sleep(10.0)
             follow0, follow_from = cpu_seconds(pid), time.monotonic()
-            await asyncio.sleep(10.0)
+            await asyncio.sleep(FOLLOW_S - 10.0)
             follow_share = (cpu_seconds(pid) - follow0) / (time.monotonic() - follow_from)
 
             # all deleted at once: one deletecollection per kind, both in flight together
@@ -607,7 +615,7 @@ async def real_load(
         "events_before_delete": posted,
         "server_requests_per_object": {
             "create": per_object(requests0, requests1, n),
-            "follow_20s": per_object(requests1, requests2, n),
+            f"follow_{FOLLOW_S:.0f}s": per_object(requests1, requests2, n),
             "delete": per_object(requests2, requests3, n),
         },
         "watch_events": {"streamingjobs": jobs.events, "backfills": backfills.events, "sparkapplications": apps.events},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -206,9 +207,19 @@ def _verbose_everywhere(parser: argparse.ArgumentParser) -> None:
                 _verbose_everywhere(child)
 
 
+PIPED_WIDTH = 200
+"""Columns when stdout is not a terminal (a pipe, a file, CI's log): rich's 80 cut the plan's
+table; a terminal's own width is used as it is."""
+
+
+def out_console() -> Console:
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=False, width=PIPED_WIDTH if piped else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console(stderr=False)
+    console = out_console()
     try:
         return dispatch(args, console)
     except KeyboardInterrupt:

@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -77,6 +77,9 @@ class ProgressReport(BaseModel):
     """The query's event-time watermark (None: it has none, or none yet)."""
     partitions: list[PartitionLag] = []
     """Kafka sources' partitions (none for other sources)."""
+    notices: list[str] = []
+    """What the driver found wrong at the job's first start and cannot undo (records a topic's
+    retention removed before the job read them): the operator's ``RecordsLost`` condition."""
 
     @property
     def alive_at(self) -> datetime:
@@ -170,8 +173,9 @@ class ProgressReporter:
     at most every ``HEARTBEAT_S``), on the listener's thread (a write is one small object: it
     never holds a batch)."""
 
-    def __init__(self, cfg: JobConfig) -> None:
+    def __init__(self, cfg: JobConfig, notices: Sequence[str] = ()) -> None:
         self.cfg = cfg
+        self.notices = list(notices)
         self.queries = {f"{cfg.name}-{sink}": sink for sink in cfg.sinks}
         self.location, _ = located(cfg, None, "")
         self.last: dict[str, float] = {}
@@ -186,6 +190,8 @@ class ProgressReporter:
         if sink is None:
             return
         report = from_progress(sink, progress, datetime.now(UTC))
+        if self.notices:
+            report = report.model_copy(update={"notices": self.notices})
         with self._lock:
             if report.batch_id is not None and report.batch_id < self.newest.get(sink, -1):
                 return  # an event delivered late: the newer batch's report stands
@@ -204,7 +210,7 @@ class ProgressReporter:
             now = datetime.now(UTC)
             last = self.pending.get(sink) or self.written.get(sink)
             if last is None:  # nothing to read from the start: alive all the same
-                last = ProgressReport(sink=sink, batch_id=None, at=now)
+                last = ProgressReport(sink=sink, batch_id=None, at=now, notices=self.notices)
             self.pending[sink] = last.model_copy(update={"heartbeat_at": now})
             due = time.monotonic() - self.last.get(sink, float("-inf")) >= HEARTBEAT_S
         if due:

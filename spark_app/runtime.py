@@ -67,7 +67,7 @@ from spark_app.sources.iceberg.frame import iceberg_frame
 from spark_app.sources.iceberg.object_store import on_s3
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
-from spark_app.sources.kafka import connector_jars
+from spark_app.sources.kafka import connector_jars, records_gone
 from spark_app.telemetry import delivered_rows
 from spark_app.window_edges import Edges, open_results, resolve
 
@@ -396,6 +396,8 @@ class RunReport:
     """The window's end (to say how far the extensions went)."""
     external_calls: ExternalCallsReport | None = None
     """What the pipeline's external calls did under the run's limit (None: no limit)."""
+    notices: list[str] = field(default_factory=list)
+    """A live job's first start: what it found lost before it read (``records_gone``)."""
 
     @property
     def read_past_end(self) -> timedelta | None:
@@ -468,7 +470,7 @@ class RunReport:
             "drain": None if self.edges is None else format_duration(self.edges.drain),
             "read_past_end": None if (past := self.read_past_end) is None else format_duration(past),
             "state_horizon": None if self.edges is None else self.edges.horizon.describe(),
-            "notices": [] if self.edges is None else list(self.edges.notices),
+            "notices": [*([] if self.edges is None else self.edges.notices), *self.notices],
             **(self.read_summary() if self.mode == "backfill" else {}),
         }
 
@@ -517,7 +519,10 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     queries: list[StreamingQuery] = []
     writers: list[IcebergBatchWriter] = []
     externalizer = attach(spark, cfg)
-    listener = ProgressListener(ProgressReporter(cfg)) if cfg.mode == "live" else None
+    gone = records_gone(cfg) if cfg.mode == "live" and fresh and boot is None else []
+    for notice in gone:
+        log.warning("job %s: %s", cfg.name, notice)
+    listener = ProgressListener(ProgressReporter(cfg, gone)) if cfg.mode == "live" else None
     if listener is not None:
         spark.streams.addListener(listener)
     try:
@@ -566,6 +571,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         record_finality(cfg, edges)
     report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.externalized = externalized
+    report.notices = gone
     report.external_calls = called
     report.extended_to, report.edges_end = extended, cfg.window.end if cfg.window else None
     if cfg.mode == "backfill":

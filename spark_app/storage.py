@@ -55,6 +55,12 @@ class S3Options(BaseModel):
     region: str | None = None
     scheme: Literal["http", "https"] | None = None
     """Default: from ``endpoint`` when it has one, else https."""
+    connect_timeout: float | None = None
+    """Seconds; None: the AWS SDK's default. A reader that must not wait long on one store (the
+    operator's, reading many jobs' reports) sets these, so an unreachable bucket costs seconds."""
+    request_timeout: float | None = None
+    max_attempts: int | None = None
+    """Attempts per request (the SDK's standard retry strategy); None: its default (3)."""
 
     def filesystem(self) -> pafs.S3FileSystem:
         endpoint = self.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
@@ -72,6 +78,12 @@ class S3Options(BaseModel):
             kwargs["endpoint_override"] = endpoint.rstrip("/")
         if scheme:
             kwargs["scheme"] = scheme
+        if self.connect_timeout is not None:
+            kwargs["connect_timeout"] = self.connect_timeout
+        if self.request_timeout is not None:
+            kwargs["request_timeout"] = self.request_timeout
+        if self.max_attempts is not None:
+            kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=self.max_attempts)
         # Delayed open lets a small object go up as one PutObject; otherwise pyarrow starts a
         # multipart upload for every file (3 requests, measured against moto).
         return pafs.S3FileSystem(allow_delayed_open=True, **kwargs)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from spark_app.horizon import (
     plan_horizon,
 )
 from spark_app.lateness import watermark_delays
+from spark_app.planning import coverage
 from spark_app.sources.iceberg import scan
 
 log = logging.getLogger("kappa.runtime")
@@ -141,7 +142,11 @@ def resolve(cfg: JobConfig, frames: dict[str, dict[str, DataFrame]], outputs: di
     verdict = check_warmup(window.warmup, horizon, history_before, window.allow_short_warmup)
     if not verdict.ok:
         raise WarmupError(verdict.message)
+    covered = coverage.check(cfg, backfill_sources)
+    if covered.refusal is not None:
+        raise ConfigError(covered.refusal)
     notices = [f"source {n} is configured but no output reads it: not an alignment member" for n in unused]
+    notices += covered.notices
     if not verdict.message.startswith("warm-up "):
         notices.append(verdict.message)
     history_end = None

@@ -280,7 +280,7 @@ def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]
     PLURAL,
     interval=PROGRESS_INTERVAL,
     initial_delay=PROGRESS_INTERVAL,
-    when=lambda status, **_: status.get("phase") in FOLLOWED,
+    when=lambda status, meta, **_: status.get("phase") in FOLLOWED and not meta.get("deletionTimestamp"),
 )
 @reported(KIND)
 def follow(body: kopf.Body, streaming_jobs: kopf.Index[tuple[str, str], None], **_: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from kappa_operator.handlers.context import log, parse, post_event, record, reported
+from kappa_operator.handlers.context import log, parse, post_event, record, reported, until_stopped
 from kappa_operator.job_snapshots import restore_points, snapshot_failures
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
@@ -37,14 +37,10 @@ async def follow_checkpoints(body: kopf.Body, stopped: kopf.DaemonStopped, **_: 
     now = datetime.now(UTC)
     if not snapshot_due(job, now):
         return
-    copy = asyncio.ensure_future(asyncio.to_thread(list_points, job, now))
-    stop = asyncio.ensure_future(stopped.wait())
-    await asyncio.wait({copy, stop}, return_when=asyncio.FIRST_COMPLETED)
-    stop.cancel()
-    if not copy.done():
+    halted, fields = await until_stopped(stopped, lambda: list_points(job, now))
+    if halted or fields is None:
         log.info("StreamingJob %s/%s: stopping; the listing of its snapshots is left", *_where(job))
         return
-    fields = copy.result()
     error = fields.get("snapshotError")
     if error and error != (body.get("status") or {}).get("snapshotError"):
         post_event(body, "Warning", "SnapshotFailing", f"checkpoint snapshots failing: {error}")

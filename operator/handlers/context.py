@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeVar
@@ -28,10 +29,46 @@ from kappa_operator.reconcile.backfill_queue import Limits
 from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, changes_nothing, failure_status, with_recovery
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.streaming_job import Event
+from spark_app.storage import S3Options
 
 log = logging.getLogger("kappa.operator")
 F = TypeVar("F", bound=Callable[..., Any])
 M = TypeVar("M", bound=CRModel)
+
+READ_TIMEOUTS = S3Options(connect_timeout=3.0, request_timeout=10.0, max_attempts=2)
+"""How long the operator waits on a job's store when it reads the few-KB reports its drivers
+leave under ``_kappa/``: an unreachable bucket costs that job a few seconds, never the others."""
+
+READERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kappa-reports")
+"""The threads that read the jobs' reports: apart from the handlers' (kopf's pool) and from
+asyncio's default, so a slow store never holds up a decision, a deletion or another job."""
+
+
+T = TypeVar("T")
+
+
+async def until_stopped(stopped: Any, fn: Callable[[], T]) -> tuple[bool, T | None]:
+    """``fn()`` on the readers' threads, unless the timer is stopped first (the object is being
+    deleted, or the operator exits): kopf holds a deleted object's finalizer until its timers
+    return, and re-runs the deletion handlers every poll while it waits (issue 39)."""
+    reading = asyncio.get_running_loop().run_in_executor(READERS, fn)
+    if stopped is None:
+        return False, await reading
+    stop = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({reading, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if not reading.done():
+        reading.add_done_callback(_discard)  # the thread ends by itself (bounded timeouts)
+        return True, None
+    return False, reading.result()
+
+
+def _discard(f: asyncio.Future[Any]) -> None:
+    if not f.cancelled():
+        f.exception()  # read, so asyncio does not log "exception was never retrieved"
+
 
 FAULT_ENV = "KAPPA_OPERATOR_FAULT"
 """Tests: ``exit-after-create-app`` kills the process right after a SparkApplication is created

@@ -8,25 +8,30 @@ asks Spark or Kafka."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from kappa_operator.handlers.context import ctx, parse, post_events, record, reported
+from kappa_operator.handlers.context import READ_TIMEOUTS, ctx, parse, post_events, record, reported, until_stopped
 from kappa_operator.handlers.streaming_job import reconcile
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.bootstrap import bootstrap_status, switched_now
 from kappa_operator.reconcile.external_calls import calls_status
-from kappa_operator.reconcile.health import health_gauges, plan_health
+from kappa_operator.reconcile.health import health_gauges, plan_health, plan_unreadable
 from kappa_operator.reconcile.kafka_lag import lag_gauges, lag_status
 from kappa_operator.render.jobconfig import live_checkpoint
-from spark_app.bootstrap.record import read_record
-from spark_app.external_calls.report import read_report as read_calls_report
+from spark_app.bootstrap.record import BootstrapRecord, read_record
+from spark_app.external_calls.report import ExternalCallsReport
+from spark_app.external_calls.report import read_report_at as read_calls_at
 from spark_app.progress_report import ProgressReport, read_reports
 from spark_app.publish_report import REPORT_DIR
 from spark_app.storage import open_location
+
+log = logging.getLogger("kappa.operator")
 
 TICK = 30.0
 """The default interval: a report a driver writes at most every 5 s reaches status within it."""
@@ -51,59 +56,82 @@ def follow_progress_every(interval: float = TICK) -> None:
     _registered.append(interval)
 
 
+@dataclass(frozen=True)
+class JobReports:
+    """What one job's drivers last wrote under ``_kappa/`` next to its live checkpoint."""
+
+    progress: list[ProgressReport]
+    calls: ExternalCallsReport | None
+    bootstrap: BootstrapRecord | None
+
+
+def read_job_reports(job: StreamingJob) -> JobReports:
+    """One job's reports, read from one opened ``_kappa`` directory with the bounded timeouts."""
+    loc = open_location(f"{live_checkpoint(job).rstrip('/')}/{REPORT_DIR}", READ_TIMEOUTS)
+    wants_calls = job.spec.external_calls is not None and job.spec.external_calls.rate_per_second is not None
+    boots = job.spec.bootstrap is not None or (job.status is not None and job.status.bootstrap is not None)
+    return JobReports(
+        progress=read_reports(loc, list(job.spec.sinks)),
+        calls=read_calls_at(loc) if wants_calls else None,
+        bootstrap=read_record(loc) if boots else None,
+    )
+
+
 @reported("StreamingJob")
-async def follow_progress(body: kopf.Body, **_: Any) -> None:
+async def follow_progress(body: kopf.Body, stopped: Any = None, **_: Any) -> None:
     meta = body["metadata"]
-    reports = await asyncio.to_thread(progress_reports, parse(StreamingJob, body))
+    if meta.get("deletionTimestamp"):
+        return  # a job being deleted gets no reads, no decisions, no status writes
+    job = parse(StreamingJob, body)
+    error: str | None = None
+    try:
+        halted, reports = await until_stopped(stopped, lambda: read_job_reports(job))
+    except Exception as exc:  # the store: this job's condition, never a retry or another's wait
+        halted, reports, error = False, None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        log.warning("StreamingJob %s/%s: %s", meta["namespace"], meta["name"], error)
+    if halted:
+        return
     # the conditions are one list, written whole: decide on what the server holds now
-    fresh = await asyncio.to_thread(ctx().cluster().get_resource, "streamingjobs", meta["namespace"], meta["name"])
-    if fresh is None:
+    halted, fresh = await until_stopped(
+        stopped, lambda: ctx().cluster().get_resource("streamingjobs", meta["namespace"], meta["name"])
+    )
+    if halted or fresh is None or fresh["metadata"].get("deletionTimestamp"):
         return
     job = parse(StreamingJob, fresh)
-    plan = plan_health(job, reports, datetime.now(UTC))
+    now = datetime.now(UTC)
+    if reports is None:
+        plan = plan_unreadable(job, error or "unknown error", now)
+        await asyncio.to_thread(record, "StreamingJob", fresh, plan.status)
+        post_events(fresh, plan.events)
+        return
+    plan = plan_health(job, reports.progress, now)
     metrics = ctx().metrics
     if metrics is not None:
         conds = {c["type"]: c["status"] == "True" for c in plan.status.get("conditions") or []}
         health = {t: conds.get(t, False) for t in ("Stalled", "Lagging")}
-        metrics.resources.kafka_lag(meta["namespace"], meta["name"], lag_gauges(reports))
-        metrics.resources.progress(meta["namespace"], meta["name"], health_gauges(reports), health)
-    lag = lag_status(reports)
+        metrics.resources.kafka_lag(meta["namespace"], meta["name"], lag_gauges(reports.progress))
+        metrics.resources.progress(meta["namespace"], meta["name"], health_gauges(reports.progress), health)
+    lag = lag_status(reports.progress)
     fields = plan.status if lag is None else {**plan.status, "kafkaLag": lag}
-    calls = await asyncio.to_thread(external_calls, job)
+    calls = calls_shown(job, reports)
     if calls is not None or (job.status is not None and job.status.external_calls is not None):
         fields = {**fields, "externalCalls": calls}  # None: the limit was removed, and its status goes
         if metrics is not None and calls is not None:
             metrics.resources.external_calls("StreamingJob", meta["namespace"], meta["name"], calls)
-    boot = await asyncio.to_thread(bootstrap_fields, job)
-    if boot is not None:
-        fields = {**fields, "bootstrap": boot}
+    if reports.bootstrap is not None:
+        fields = {**fields, "bootstrap": bootstrap_status(reports.bootstrap)}
     await asyncio.to_thread(record, "StreamingJob", fresh, fields)
     post_events(fresh, plan.events)
     if switched_now(job, fields):  # the phase is the reconcile's to write: Bootstrapping -> Running
         await asyncio.to_thread(reconcile, fresh)
 
 
-def bootstrap_fields(job: StreamingJob) -> dict[str, Any] | None:
-    """``status.bootstrap`` from the driver's record next to the checkpoint the job runs from
-    (None: the job does not bootstrap, or its driver has not chosen yet)."""
-    if job.spec.bootstrap is None and (job.status is None or job.status.bootstrap is None):
-        return None
-    location = open_location(f"{live_checkpoint(job).rstrip('/')}/{REPORT_DIR}")
-    found = read_record(location)
-    return None if found is None else bootstrap_status(found)
+def calls_shown(job: StreamingJob, reports: JobReports) -> dict[str, Any] | None:
+    """``status.externalCalls`` of a job with a limit, from its driver's report (None: no limit)."""
+    limit = job.spec.external_calls.rate_per_second if job.spec.external_calls is not None else None
+    return None if limit is None else calls_status(reports.calls, limit)
 
 
 def external_calls(job: StreamingJob) -> dict[str, Any] | None:
-    """``status.externalCalls`` of a job with a limit: its driver's report under the checkpoint
-    it runs from (None: no limit)."""
-    limit = job.spec.external_calls.rate_per_second if job.spec.external_calls is not None else None
-    if limit is None:
-        return None
-    return calls_status(read_calls_report(live_checkpoint(job)), limit)
-
-
-def progress_reports(job: StreamingJob) -> list[ProgressReport]:
-    """The reports under the checkpoint the job runs from (a Rewind's restored copy, once it
-    moved there)."""
-    location = live_checkpoint(job)
-    return read_reports(open_location(f"{location.rstrip('/')}/{REPORT_DIR}"), list(job.spec.sinks))
+    """``status.externalCalls`` as the timer would show it now (reads the job's store)."""
+    return calls_shown(job, read_job_reports(job))

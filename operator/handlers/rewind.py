@@ -179,7 +179,9 @@ def start_rewind(body: kopf.Body, **_: Any) -> None:
     PLURAL,
     interval=STEP_INTERVAL,
     initial_delay=STEP_INTERVAL,
-    when=lambda status, **_: status.get("phase") not in ("Succeeded", "Failed"),
+    when=lambda status, meta, **_: (
+        status.get("phase") not in ("Succeeded", "Failed") and not meta.get("deletionTimestamp")
+    ),
 )
 @reported(KIND)
 def continue_rewind(body: kopf.Body, **_: Any) -> None:

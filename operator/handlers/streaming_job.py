@@ -9,6 +9,7 @@ from typing import Any
 import kopf
 
 from kappa_operator.handlers.context import (
+    READ_TIMEOUTS,
     crash_point,
     ctx,
     forget,
@@ -114,8 +115,8 @@ def reconcile(body: kopf.Body | dict[str, Any]) -> None:
 
 def _reconcile(namespace: str, name: str) -> None:
     fresh = ctx().cluster().get_resource("streamingjobs", namespace, name)
-    if fresh is None:
-        return  # deleted meanwhile
+    if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+        return  # deleted meanwhile, or being deleted: no new decision (the finalizer's handler stops it)
     body = fresh
     job = parse(StreamingJob, body)
     owner = owner_of(job)
@@ -146,7 +147,7 @@ def snapshot_answers(job: StreamingJob) -> Answers:
         if entry.taken_at is not None or entry.error is not None:
             continue
         for sink in job.spec.sinks:
-            answer = read_answer(open_location(f"{external.rstrip('/')}/{sink}"), entry.nonce)
+            answer = read_answer(open_location(f"{external.rstrip('/')}/{sink}", READ_TIMEOUTS), entry.nonce)
             if answer is not None:
                 out.setdefault(entry.nonce, {})[sink] = answer
     return out
@@ -168,7 +169,7 @@ def _waiting(status: dict[str, Any] | None) -> bool:
     VERSION,
     "streamingjobs",
     interval=LOOK_TICK,
-    when=lambda status, **_: _waiting(status),
+    when=lambda status, meta, **_: _waiting(status) and not meta.get("deletionTimestamp"),
 )
 @reported(KIND)
 def look_again(body: kopf.Body, **_: Any) -> None:

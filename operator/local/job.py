@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.markup import escape
+
 from kappa_operator.job_snapshots import restore_points, snapshot_failures
 from kappa_operator.local.engine import Local, application, log
 from kappa_operator.local.overrides import runtime_config
@@ -78,6 +80,8 @@ def run_job(local: Local, job: StreamingJob) -> JobRun:
     job = local.record(job, {**plan_streaming_job(job, ended, now_rfc3339(), restarts=False).status, **fields})
     if report is not None:
         show.runs(f"{job.metadata.name}: live, locally", [(job.metadata.name, report)])
+        for notice in report.notices:
+            show.print(f"[yellow]{escape(notice)}[/]")
         latest = [n for n, s in cfg.sources.items() if getattr(s, "starting_position", None) == "latest"]
         if report.input_rows == 0 and latest:
             show.note(

@@ -54,7 +54,10 @@ def free_port() -> int:
 def properties(data: Path, port: int, controller_port: int) -> str:
     """server.properties of a one-node cluster: every internal topic with one replica, no
     rebalance delay (a test's consumer group starts at once), segments checked for deletion
-    every second (a topic's retention.ms then acts within seconds, not 5 minutes)."""
+    every second (a topic's retention.ms then acts within seconds, not 5 minutes). Records are
+    kept forever unless a topic says otherwise: the broker's 7-day default, checked every second,
+    deleted within seconds the records a test, a demo or a replay writes with event timestamps
+    weeks back (issue 44); a retention test sets its topic's retention.ms."""
     return "\n".join(
         [
             "process.roles=broker,controller",
@@ -74,6 +77,7 @@ def properties(data: Path, port: int, controller_port: int) -> str:
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
             "log.retention.check.interval.ms=1000",
+            "log.retention.ms=-1",
             "auto.create.topics.enable=false",
             "",
         ]

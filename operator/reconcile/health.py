@@ -24,6 +24,17 @@ from kappa_operator.reconcile.streaming_job import Event
 from spark_app.progress_report import ProgressReport
 
 NO_PROGRESS = "NoProgress"
+PROGRESS_UNKNOWN = "ProgressUnknown"
+"""Condition: the operator could not read this job's reports (its store refused or did not
+answer). One job's unreadable store is one condition on that job: the others are read as
+usual, and this one is tried again at the next interval, not sooner (no retry storm)."""
+RECORDS_LOST = "RecordsLost"
+"""Condition: the driver found, at the job's first start, records its topics had already
+removed (retention) before it read them: they are in no output and no archive."""
+READ_FIX = (
+    "the operator reads only the jobs' _kappa/ reports: give its ServiceAccount read access to "
+    "<checkpoints.location>/**/_kappa/* (chart value objectStore, docs/operations.md)"
+)
 HEALTH_REASONS = (NO_PROGRESS, "Progressing", "NotRunning", "CaughtUp", "Behind")
 
 
@@ -157,9 +168,35 @@ def plan_health(job: StreamingJob, reports: list[ProgressReport], now: datetime)
             events.append(
                 Event("Warning", "Lagging", lag_msg) if health.lagging else Event("Normal", "CaughtUp", "caught up")
             )
+    lost = sorted({n for r in reports for n in r.notices})
+    if lost:  # never cleared here: records lost before the first read stay lost for this job
+        was_lost = _current(conds, RECORDS_LOST)
+        verdict = Verdict("", "RetentionBeforeRead", "; ".join(lost))
+        conds = set_conditions(conds, {RECORDS_LOST: True}, verdict, stamp, generation)
+        if was_lost is None or was_lost.status != "True" or was_lost.message != verdict.message:
+            events.append(Event("Warning", "RecordsLost", verdict.message))
+    unknown = _current(conds, PROGRESS_UNKNOWN)
+    if unknown is not None and unknown.status == "True":
+        conds = set_conditions(
+            conds, {PROGRESS_UNKNOWN: False}, Verdict("", "ReportsRead", "reports read"), stamp, generation
+        )
+        events.append(Event("Normal", "ReportsRead", "the driver's reports can be read again"))
     if conds is not previous:
         status["conditions"] = [c.model_dump(by_alias=True) for c in conds]
     return HealthPlan(status, tuple(events))
+
+
+def plan_unreadable(job: StreamingJob, error: str, now: datetime) -> HealthPlan:
+    """The job's reports could not be read: ``ProgressUnknown`` on it with the error and the
+    fix, and a Warning Event when it turns True. Progress and health keep their last values
+    (nothing is known that would change them)."""
+    previous = list(job.status.conditions) if job.status else []
+    was = _current(previous, PROGRESS_UNKNOWN)
+    msg = f"could not read the driver's reports: {error}; {READ_FIX}"
+    verdict = Verdict("", "ReportUnreadable", msg)
+    conds = set_conditions(previous, {PROGRESS_UNKNOWN: True}, verdict, rfc3339(now), job.metadata.generation)
+    events = () if was is not None and was.status == "True" else (Event("Warning", "ReportUnreadable", msg),)
+    return HealthPlan({"conditions": [c.model_dump(by_alias=True) for c in conds]}, events)
 
 
 def health_gauges(reports: list[ProgressReport]) -> dict[str, dict[str, float]]:

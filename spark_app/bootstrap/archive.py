@@ -48,6 +48,9 @@ def decide(spark: SparkSession, cfg: JobConfig) -> BootstrapRecord:
         newest, end = (
             archived_ends(spark, cfg, archive, table, sid, ordering, src.topic, has_topic) if sid else ({}, None)
         )
+        refusal = from_past_the_end(name, archive.table, boot.start, end)
+        if refusal is not None:
+            raise ConfigError(refusal)
         pattern = str(src.topic_pattern)
         topics = {str(src.topic)} if src.topic is not None else topics_matching(src.bootstrap_servers, pattern)
         found = partitions_of(src.bootstrap_servers, topics)
@@ -63,6 +66,21 @@ def decide(spark: SparkSession, cfg: JobConfig) -> BootstrapRecord:
         )  # fmt: skip
     return BootstrapRecord(
         start=boot.start, archives=archives, offsets=offsets, decided_at=datetime.now(UTC), archive_end=ends
+    )
+
+
+def from_past_the_end(name: str, table: str, start: datetime, end: datetime | None) -> str | None:
+    """The refusal of a ``bootstrap.from`` after the newest event the archive holds (None: it
+    is not). Such a job would read nothing of the archive, then take the topic over at the
+    archive's end offsets, whose records are older than ``from``: the output would hold the
+    records before ``from`` it was told to skip and miss the ones after it the archive lacks."""
+    if end is None or start <= end:
+        return None
+    return (
+        f"bootstrap.from {start.isoformat()} is after the end of the archive of source {name} ({table}), whose "
+        f"newest event is {end.isoformat()}: nothing of the archive would be read, and the topic would take over "
+        "where the archive ends, with records older than bootstrap.from. Set bootstrap.from to at most "
+        f"{end.isoformat()}, or leave bootstrap out and start the job on the topic alone (startingOffsets)"
     )
 
 

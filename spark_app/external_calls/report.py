@@ -53,13 +53,17 @@ def report_location(checkpoint: str) -> Location:
 
 def read_report(checkpoint: str) -> ExternalCallsReport | None:
     """The report under a run's checkpoint (None: none, or unreadable: said in the log)."""
-    loc = report_location(checkpoint)
+    return read_report_at(report_location(checkpoint))
+
+
+def read_report_at(loc: Location) -> ExternalCallsReport | None:
+    """The report in a run's ``_kappa`` directory, already opened (the caller chose how)."""
     if loc.stat(REPORT_NAME) is None:
         return None
     try:
         return ExternalCallsReport.model_validate_json(loc.read_bytes(REPORT_NAME))
     except ValueError:
-        log.warning("unreadable external-calls report under %s", checkpoint, exc_info=True)
+        log.warning("unreadable external-calls report under %s", loc.uri, exc_info=True)
         return None
 
 

@@ -17,7 +17,7 @@ Without a SparkSession (``spark=None``) the plan is driver-only: the delay is
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,7 @@ from spark_app.errors import ConfigError, KappaError, SnapshotExpiredError, Warm
 from spark_app.horizon import StateHorizon, WarmupVerdict, check_warmup, drain
 from spark_app.lateness import check_lateness, spark_interval
 from spark_app.plan_report import PlanReport, SourcePlan
-from spark_app.planning import forecast
+from spark_app.planning import coverage, forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import DataFileInfo, Split, is_wide, max_span
@@ -362,6 +362,11 @@ def _plan(cfg: JobConfig, spark: SparkSession | None, tag: str | None) -> PlanRe
             sources[name] = plan_source(cfg, name)
         except KappaError as exc:
             raise type(exc)(f"source {name}: {exc}") from None
+    if spark is None:  # with Spark, window_edges.resolve checked it, as the run does
+        covered = coverage.check(cfg, names)
+        if covered.refusal is not None:
+            raise ConfigError(covered.refusal)
+        shape = replace(shape, notices=(*shape.notices, *covered.notices))
     warmup = shape.warmup
     if warmup is None and not shape.horizon_known:
         warmup = WarmupVerdict(True, f"not checked: the look-back is unknown ({UNKNOWN_LOOKBACK})")

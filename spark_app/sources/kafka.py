@@ -31,8 +31,9 @@ from pyspark.sql.types import DataType, StructType
 from spark_app import jars
 from spark_app.catalogs import load_table
 from spark_app.config import JobConfig, KafkaSink, KafkaSource, OffsetRange
-from spark_app.errors import ConfigError, ConnectorMissingError
+from spark_app.errors import ConfigError, ConnectorMissingError, KappaError
 from spark_app.jvm import GATED_KAFKA_CLASS
+from spark_app.kafka_offsets import topics_matching
 from spark_app.sources.iceberg import schema
 
 METADATA_FIELD = "__metadata__"
@@ -229,6 +230,7 @@ def kafka_frame(
     ``gate``: read through ``dev.kappa.source.GatedKafkaSource`` (a bootstrapped job's topic,
     which reads nothing until its archive is read), from ``starting_offsets`` (Spark's JSON)."""
     value = value_schema(cfg, src, name=name)
+    require_topics(name, src)
     reader = (
         spark.readStream.format("kafka" if gate is None else GATED_KAFKA_CLASS)
         .option("kafka.bootstrap.servers", src.bootstrap_servers)
@@ -246,6 +248,69 @@ def kafka_frame(
             raise ConnectorMissingError(connector_missing_message(name, spark.version, exc)) from exc
         raise
     return deserialize(without(raw, src.skip), value)
+
+
+def require_topics(name: str, src: KafkaSource) -> None:
+    """Refuses a ``topic`` the cluster does not have, before the query starts: Spark's own
+    failure comes from inside a batch as ``UnknownTopicOrPartitionException`` and a Java trace
+    that names neither the source nor the topic. A ``topicPattern`` may match topics created
+    later, so it is not checked. One metadata request to the brokers, no record read."""
+    if src.topic is None:
+        return
+    wanted = [t.strip() for t in src.topic.split(",") if t.strip()]
+    where = f"sources.{name}"
+    try:
+        listed = topics_matching(src.bootstrap_servers, ".*")
+    except KappaError as exc:
+        raise ConfigError(
+            f"{where}: {exc}; check {where}.bootstrapServers ({src.bootstrap_servers}) and that the driver reaches "
+            "those brokers"
+        ) from None
+    missing = [t for t in wanted if t not in listed]
+    if missing:
+        has = sorted(t for t in listed if not t.startswith("__"))
+        shown = ", ".join(has[:10]) + (f" and {len(has) - 10} more" if len(has) > 10 else "") if has else "no topics"
+        raise ConfigError(
+            f"{where}.topic: topic {', '.join(repr(t) for t in missing)} does not exist on the Kafka cluster at "
+            f"{src.bootstrap_servers} (it has {shown}); correct {where}.topic, or create the topic before the job "
+            "starts"
+        )
+
+
+def gone_notice(name: str, earliest: dict[tuple[str, int], int]) -> str | None:
+    """The notice of records a topic no longer holds at a job's first read from its earliest
+    offset (pure; None: every partition still starts at 0). A job archiving the topic never
+    saw them, so they are in no archive either."""
+    gone = {tp: o for tp, o in sorted(earliest.items()) if o > 0}
+    if not gone:
+        return None
+    where = ", ".join(f"{t}[{p}] from offset {o}" for (t, p), o in gone.items())
+    return (
+        f"source {name}: {sum(gone.values()):,} records were removed from the topic (its retention, or a "
+        f"deletion) before this job first read it: {where}; they are in no output of this job and no archive "
+        "it writes. Keep records until they are archived (the topic's retention.ms, e.g. -1 on a topic an "
+        "archive job reads)"
+    )
+
+
+def records_gone(cfg: JobConfig) -> list[str]:
+    """At a job's first start: each Kafka source read from its earliest offset whose topic has
+    already lost records (one metadata request per source, no record read)."""
+    from spark_app.kafka_offsets import offsets, partitions_of
+
+    out = []
+    for name, src in cfg.sources.items():
+        if not isinstance(src, KafkaSource) or src.topic is None:
+            continue
+        if str(src.options.get("startingOffsets", "latest")).strip() != "earliest":
+            continue
+        topics = [t.strip() for t in src.topic.split(",") if t.strip()]
+        notice = gone_notice(
+            name, offsets(src.bootstrap_servers, partitions_of(src.bootstrap_servers, topics), "earliest")
+        )
+        if notice is not None:
+            out.append(notice)
+    return out
 
 
 def without(raw: DataFrame, skip: list[OffsetRange]) -> DataFrame:

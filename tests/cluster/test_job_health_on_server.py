@@ -7,6 +7,7 @@ tests/unit/test_job_health.py."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -76,3 +77,38 @@ def test_a_silent_query_is_stalled_with_its_progress_and_ui_in_status(
     text = generate_latest(metrics.registry).decode()
     assert f'kappa_streamingjob_condition{{condition="Stalled",namespace="{ns}",streamingjob="rmi"}} 1.0' in text
     assert f'kappa_streamingjob_state_rows{{namespace="{ns}",sink="{sink}",streamingjob="rmi"}} 77.0' in text
+
+
+def test_records_lost_before_the_first_read_are_a_condition_and_one_warning(
+    control_plane: ControlPlane, in_process_operator: InProcess, fresh_namespace: str, tmp_path: Path
+) -> None:
+    """Issue 44, case 5, on the operator's path: the driver's report carries what it found at
+    the job's first start (tests/spark/test_kafka_edges.py makes that report on a real broker)."""
+    plane, ns = control_plane, fresh_namespace
+    job = example("rmi-streamingjob.yaml", ns, checkpoints={"location": str(tmp_path / "ck")})
+    sink = next(iter(job["spec"]["sinks"]))
+    lost = (
+        "source impressions: 12 records were removed from the topic (its retention, or a deletion) before this "
+        "job first read it: impressions[0] from offset 12; they are in no output of this job and no archive it writes"
+    )
+    now = datetime.now(UTC)
+    report = ProgressReport(sink=sink, batch_id=0, at=now, notices=[lost])
+    reports = tmp_path / "ck" / "live" / "_kappa"
+    reports.mkdir(parents=True)
+    (reports / report_name(sink)).write_text(report.model_dump_json())
+    create(plane, job)
+    eventually(lambda: in_phase(plane, SJ, ns, "rmi", "Submitted"), "submitted")
+    body = {"status": {"applicationState": {"state": "RUNNING"}, "driverInfo": {}}}
+    plane.admin.ok(plane.admin.merge(path_of("SparkApplication", ns, "rmi") + "/status", body), "RUNNING")
+
+    def condition() -> dict[str, object] | None:
+        found = [c for c in status(plane, SJ, ns, "rmi").get("conditions") or [] if c["type"] == "RecordsLost"]
+        return found[0] if found and found[0]["status"] == "True" else None
+
+    cond = eventually(condition, "condition RecordsLost", timeout=2 * LIVE_PROGRESS_INTERVAL + 15)
+    assert cond["reason"] == "RetentionBeforeRead" and cond["message"] == lost
+    time.sleep(LIVE_PROGRESS_INTERVAL + 1)  # another look: the same loss is not said again
+    answer = plane.admin.get(f"/api/v1/namespaces/{ns}/events")
+    warned = [e for e in plane.admin.ok(answer, "events")["items"] if e["reason"] == "RecordsLost"]
+    assert len(warned) == 1 and warned[0]["type"] == "Warning" and warned[0]["message"] == lost
+    assert warned[0].get("count", 1) == 1

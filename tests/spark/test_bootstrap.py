@@ -25,6 +25,7 @@ from kappa_operator.local.kafka import KafkaBroker
 from spark_app.bootstrap.record import read_record, record_location
 from spark_app.bootstrap.steps import FAULT_ENV
 from spark_app.config import JobConfig, parse_config
+from spark_app.errors import ConfigError
 from spark_app.examples import rmi
 from spark_app.examples.generator import GeneratorConfig, generate
 from spark_app.runtime import run
@@ -205,3 +206,23 @@ def test_a_driver_killed_at_the_switch_resumes_to_every_record_once(
     positions = list(zip(meta.field("partition").to_pylist(), meta.field("offset").to_pylist(), strict=True))
     produced = len(story["early"]["impressions"]) + len(story["late"]["impressions"])
     assert len(positions) == len(set(positions)) == produced, "each record once, none missing"
+
+
+def test_a_bootstrap_from_past_the_archive_is_refused_before_anything_is_written(
+    spark: SparkSession, story: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 44, case 1: ``from`` after the archive's newest event ran, read nothing of the
+    archive, and let Kafka take over at the archive's end: records before ``from`` in the
+    output, the later ones missing. Now refused, naming the archive's end and the fix."""
+    s: Story = story["story"]
+    cfg = bootstrap_config(s, tmp_path / "late")
+    assert cfg.bootstrap is not None
+    late = cfg.bootstrap.model_copy(update={"start": T0 + timedelta(hours=5)})
+    with pytest.raises(ConfigError) as refused:
+        run(cfg.model_copy(update={"bootstrap": late}), spark)
+    text = str(refused.value)
+    assert text.startswith(f"bootstrap.from {(T0 + timedelta(hours=5)).isoformat()} is after the end of the archive")
+    assert "Set bootstrap.from to at most" in text and "startingOffsets" in text
+    assert not (tmp_path / "late" / "out").exists(), "nothing written to the sink"
+    location, name = record_location(cfg)
+    assert read_record(location, name) is None, "no bootstrap record: a corrected spec starts afresh"

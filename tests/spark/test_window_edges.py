@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_app.errors import WarmupError
+from spark_app.errors import ConfigError, WarmupError
 from spark_app.examples import reference, sessions, windows
 from spark_app.runtime import RunReport, run
 from tests.spark.conftest import T0, Dataset, sources
@@ -176,3 +176,34 @@ def test_history_that_ends_too_soon_is_reported_not_final(
     notice = next(n for n in report.edges.notices if n.startswith("not yet final"))  # type: ignore[union-attr]
     assert (end + timedelta(minutes=40)).isoformat() in notice
     assert report.summary()["final"] is False
+
+
+def test_a_window_the_history_does_not_hold_is_refused_before_anything_is_written(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    """Issue 44, case 2: it ended Succeeded at 100 % with 0 rows and no word."""
+    later = {"start": (T0 + timedelta(days=2)).isoformat(), "end": (T0 + timedelta(days=2, hours=1)).isoformat()}
+    with pytest.raises(ConfigError) as refused:
+        backfill(spark, dataset, tmp_path, windows, window=later)
+    text = str(refused.value)
+    assert text.startswith("spec.window [") and " holds no history: source playbacks (demo.playbacks) holds " in text
+    assert "set the window within the history" in text
+    assert not (tmp_path / "out").exists() and not any((tmp_path / "ckpt").glob("*/commits/*")), "nothing written"
+
+
+def test_a_window_the_history_covers_in_part_runs_and_says_what_is_missing(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    """Issue 44, case 3: only the publish gate's match ratio said it, and not at all with a
+    lowered minMatchRatio. The part that is there is written as the full run writes it."""
+    half = {
+        "start": (T0 + timedelta(minutes=60)).isoformat(),
+        "end": (T0 + timedelta(minutes=150)).isoformat(),
+        "warmup": "10m",
+    }
+    report = backfill(spark, dataset, tmp_path, windows, window=half)
+    (gap,) = [n for n in report.summary()["notices"] if "is not in its history" in n]
+    assert gap.startswith("not yet final: source playbacks (demo.playbacks) holds ")
+    assert "2026-" in gap and "run the backfill again once the history holds it" in gap
+    assert report.final is False, "the run says it is not final: publish and status say so too"
+    assert written(spark, tmp_path), "what the history holds of the window is written"

@@ -267,16 +267,26 @@ def test_a_table_without_statistics_on_the_ordering_column_warns_and_still_plans
     assert unordered.expected_batches == 1 and unordered.max_drift_fitting_s is None
 
 
-def test_an_empty_window_is_planned_with_a_warning(tmp_path: Path) -> None:
+def test_a_window_the_history_does_not_hold_is_refused_naming_the_history(tmp_path: Path) -> None:
     props = catalog_props(tmp_path / "data")
     make_table(props, "a", FILES)
     later = {"start": (T0 + timedelta(days=2)).isoformat(), "end": (T0 + timedelta(days=2, hours=1)).isoformat()}
     report = plan_backfill(config(tmp_path, props, ["a"], window=later), None)
-    assert report.state == "Planned" and report.error is None
-    assert (report.rows_total, report.expected_batches, report.peak_state_rows) == (0, 0, 0)
-    assert report.sources[0].files == 0 and report.sources[0].splits == 0
-    assert any(w.startswith("empty window: no source holds data between") for w in report.warnings)
-    assert report.lateness_ok and report.lateness_required_s == 600, "no split: maxDrift alone"
+    assert report.state == "Failed" and report.error is not None
+    assert report.error.startswith("spec.window [2026-11-03T10:00:00Z, 2026-11-03T11:00:00Z) holds no history: ")
+    assert "source a (demo.a) holds 2026-11-01T10:00:00Z to 2026-11-01T10:59:00Z" in report.error
+    assert "set the window within the history" in report.error
+
+
+def test_a_window_the_history_covers_in_part_is_planned_with_the_missing_part(tmp_path: Path) -> None:
+    props = catalog_props(tmp_path / "data")
+    make_table(props, "a", FILES)  # rows from 10:00 to 10:59
+    half = {"start": (T0 + timedelta(minutes=30)).isoformat(), "end": (T0 + timedelta(minutes=150)).isoformat()}
+    report = plan_backfill(config(tmp_path, props, ["a"], window=half), None)
+    assert report.state == "Planned"
+    (notice,) = [w for w in report.warnings if "is not in its history" in w]
+    assert "source a (demo.a) holds 2026-11-01T10:00:00Z to 2026-11-01T10:59:00Z" in notice
+    assert "[2026-11-01T10:59:00Z, 2026-11-01T12:30:00Z) of spec.window" in notice
 
 
 def test_a_wide_split_and_a_drift_too_large_for_the_lateness_are_warned(tmp_path: Path) -> None:

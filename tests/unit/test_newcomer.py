@@ -43,7 +43,7 @@ def test_example_data_then_a_driver_only_plan_with_an_unknown_look_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     local = tmp_path / "local"
-    assert main(["example-data", str(local), "--job", JOB, "--hours", "1"]) == 0
+    assert main(["example-data", str(local), "--job", JOB, "--hours", "7"]) == 0
     out = capsys.readouterr().out
     assert "ingest.impressions" in out and "kappa plan examples/rmi-backfill.yaml --local" in out
     assert main(["plan", BACKFILL, "--local", str(local), "--no-spark", "--json"]) == 0
@@ -51,7 +51,7 @@ def test_example_data_then_a_driver_only_plan_with_an_unknown_look_back(
     assert '"recommended_warmup_s": null' in report, "rmi looks back 30m: never 0 without the query plan"
     assert '"horizon": "unknown: the pipeline declares no state_horizon()' in report
     # written once: a second run would double every row
-    assert main(["example-data", str(local), "--job", JOB, "--hours", "1"]) == 1
+    assert main(["example-data", str(local), "--job", JOB, "--hours", "7"]) == 1
     err = capsys.readouterr().err
     assert "ingest.impressions already exists" in err and "Use another DIR" in err
 
@@ -133,3 +133,14 @@ def test_a_bad_duration_says_what_a_duration_looks_like(tmp_path: Path, capsys: 
     out = " ".join(capsys.readouterr().out.split())
     assert "spec.alignment.maxDrift: expected a duration such as 90s, 10m, 1h30m (units ms, s, m, h)" in out
     assert "[0-9]" not in out, "never the regular expression"
+
+
+def test_a_piped_command_prints_tables_wider_than_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44, item 6: `kappa plan ... | less` cut the plan's table at 80 columns."""
+    from kappa_operator.cli import PIPED_WIDTH, out_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    assert out_console().width == PIPED_WIDTH
+    monkeypatch.setenv("COLUMNS", "100")
+    assert out_console().width == 100
