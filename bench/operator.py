@@ -628,19 +628,22 @@ def log_summary(log: Path) -> dict[str, Any]:
     handler that ran more often than there are objects re-ran on a state kopf saw as new)."""
     counts: dict[str, Any] = {"lines": 0, "warning": 0, "error": 0, "403": 0, "409": 0, "422": 0}
     runs: dict[str, int] = {}
+    samples: list[str] = []
     for line in log.read_text(errors="replace").splitlines():
         counts["lines"] += 1
         parts = line.split(" ", 4)
         level = parts[3] if len(parts) > 4 and line[:4].isdigit() else ""
         if level in ("WARNING", "ERROR", "CRITICAL"):
             counts["warning" if level == "WARNING" else "error"] += 1
+            if len(samples) < 5:  # what they said: a count alone cannot be acted on
+                samples.append(line[:400])
             for code in set(re.findall(r"\b(403|409|422)\b", parts[4])):
                 counts[code] += 1
         found = re.match(r"(?:Handler|Timer) '(\w+)' (succeeded|failed)", parts[4] if len(parts) > 4 else "")
         if found:
             key = found[1] if found[2] == "succeeded" else f"{found[1]} (failed)"
             runs[key] = runs.get(key, 0) + 1
-    return counts | {"handler_runs": runs}
+    return counts | {"handler_runs": runs, "samples": samples}
 
 
 def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:

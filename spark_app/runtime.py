@@ -559,6 +559,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         externalized = detach(spark, externalizer)
         called = calls.stop()  # after the executors' last counts: the report's final numbers
         if listener is not None:
+            drain_listener_bus(spark)
             spark.streams.removeListener(listener)
             for q in queries:  # listeners get progress asynchronously: the last may not have come
                 for last in query_progress(q)[-1:]:
@@ -579,6 +580,17 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     if ledger is not None:
         report.reads, report.read_cap = ledger.members(), ledger.cap()
     return report
+
+
+def drain_listener_bus(spark: SparkSession, timeout_ms: int = 10_000) -> None:
+    """Wait until Spark's listener bus delivered every event posted so far: the progress
+    listener is a Python callback, and an event still queued when it is removed (and the
+    process exits) was delivered to a closed callback server, logging a Py4J error and a Java
+    trace after the run's last line (issue 44)."""
+    try:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(timeout_ms)
+    except Exception:  # a bus that does not drain in time: the events are only progress
+        log.debug("the listener bus did not drain within %s ms", timeout_ms, exc_info=True)
 
 
 def finish_writers(writers: list[IcebergBatchWriter]) -> None:

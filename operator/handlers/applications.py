@@ -12,8 +12,8 @@ from kappa_operator.handlers.context import counted, ctx, shown
 from kappa_operator.render.spark_application import MANAGED_BY, SPARK_API
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
-OWNERS = {
-    "StreamingJob": ("streamingjobs", streaming_job.application_changed),
+OWNERS: dict[str, tuple[str, Any]] = {
+    "StreamingJob": ("streamingjobs", None),  # reconcile_named: the job is read once, under its lock
     "Backfill": ("backfills", backfill.application_changed),
     "Rewind": ("rewinds", rewind.application_changed),
 }
@@ -37,8 +37,17 @@ def application_changed(type: str, body: kopf.Body, **_: Any) -> None:
     for owner in body.get("metadata", {}).get("ownerReferences") or []:
         if owner.get("kind") not in OWNERS:
             continue
+        namespace = body["metadata"]["namespace"]
+        if owner["kind"] == "StreamingJob":  # its decision reads the job itself, under its lock
+            try:
+                counted("StreamingJob")(streaming_job.reconcile_named)(namespace, owner["name"], owner.get("uid"))
+            except Exception as exc:  # shown on the job; its own handlers and timers retry
+                job_body = ctx().cluster().get_resource("streamingjobs", namespace, owner["name"])
+                if job_body is not None:
+                    shown("StreamingJob", job_body, exc)
+            return
         plural, handle = OWNERS[owner["kind"]]
-        owner_body = ctx().cluster().get_resource(plural, body["metadata"]["namespace"], owner["name"])
+        owner_body = ctx().cluster().get_resource(plural, namespace, owner["name"])
         if owner_body is None or owner_body.get("metadata", {}).get("deletionTimestamp"):
             return
         if owner.get("uid") and owner_body["metadata"].get("uid") and owner["uid"] != owner_body["metadata"]["uid"]:

@@ -113,10 +113,21 @@ def reconcile(body: kopf.Body | dict[str, Any]) -> None:
         _reconcile(meta["namespace"], meta["name"])
 
 
-def _reconcile(namespace: str, name: str) -> None:
+def reconcile_named(namespace: str, name: str, uid: str | None = None) -> None:
+    """One of the job's SparkApplications moved (``applications``): the same decision, the job
+    read once (not by the event's handler and again here: at 200 jobs created at once each read
+    is felt). ``uid``: the application's owner; a namesake's application (its owner deleted,
+    this job created since) decides nothing."""
+    with _lock(namespace, name):
+        _reconcile(namespace, name, uid)
+
+
+def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     fresh = ctx().cluster().get_resource("streamingjobs", namespace, name)
     if fresh is None or fresh["metadata"].get("deletionTimestamp"):
         return  # deleted meanwhile, or being deleted: no new decision (the finalizer's handler stops it)
+    if uid is not None and fresh["metadata"].get("uid") not in (None, uid):
+        return  # an application of a deleted namesake, waiting for garbage collection
     body = fresh
     job = parse(StreamingJob, body)
     owner = owner_of(job)
@@ -177,13 +188,6 @@ def look_again(body: kopf.Body, **_: Any) -> None:
     request its answer, an upgrade its application's RUNNING: this looks again every few
     seconds while one does, and moves on once the time came or the answer is there."""
     reconcile(body)
-
-
-def application_changed(event: str, app: dict[str, Any], job_body: dict[str, Any]) -> None:
-    """One of its SparkApplications moved (see ``applications``): decide on the job and its
-    application as the server holds them now (never on the event's copy, which a decision of
-    the job's timer may have overtaken), one decision at a time."""
-    reconcile(job_body)
 
 
 @kopf.on.delete(GROUP, VERSION, "streamingjobs")

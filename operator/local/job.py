@@ -15,6 +15,7 @@ from kappa_operator.job_snapshots import restore_points, snapshot_failures
 from kappa_operator.local.engine import Local, application, log
 from kappa_operator.local.overrides import runtime_config
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.bootstrap import bootstrap_status
 from kappa_operator.reconcile.checkpoints import checkpoint_status
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
@@ -22,6 +23,8 @@ from kappa_operator.render.jobconfig import (
     config_hash,
     streaming_job_config,
 )
+from spark_app.bootstrap.record import read_record, record_location
+from spark_app.config import JobConfig
 from spark_app.errors import KappaError
 from spark_app.runtime import RunReport, user_message
 
@@ -74,6 +77,11 @@ def run_job(local: Local, job: StreamingJob) -> JobRun:
         except KappaError as exc:  # the operator logs it and looks again on its timer
             snapshot_error = str(exc)
             show.error(f"listing the checkpoint's snapshots: {exc}")
+    boot = bootstrap_seen(cfg)
+    if boot is not None:  # what the operator's progress timer copies from the driver's record
+        fields = {**fields, "bootstrap": boot}
+        if boot.get("switchedAt"):
+            show.print(f"Switched: the archives were read; Kafka from {describe_offsets(boot)}")
     if state == "FAILED":
         _failure_hint(local, message)
     ended = application(state, message, hashed)
@@ -89,6 +97,19 @@ def run_job(local: Local, job: StreamingJob) -> JobRun:
                 "is appended after it starts); --starting-position earliest replays what the tables hold"
             )
     return JobRun(job, state, message, report, snapshot_error)
+
+
+def bootstrap_seen(cfg: JobConfig) -> dict[str, Any] | None:
+    """``status.bootstrap`` from the record the run's driver wrote (None: it does not bootstrap)."""
+    location, name = record_location(cfg)
+    record = read_record(location, name)
+    return None if record is None else bootstrap_status(record)
+
+
+def describe_offsets(boot: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{o['topic']}[{o['partition']}]@{'earliest' if o['offset'] is None else o['offset']}" for o in boot["offsets"]
+    )
 
 
 def _failure_hint(local: Local, message: str) -> None:

@@ -59,3 +59,5 @@ def test_every_documented_command_runs(tmp_path: Path) -> None:
         argv = [kappa, *shlex.split(command.replace(SCRATCH, scratch))[1:]]
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        # issue 44: a run ended with a Py4J error and a Java trace after its last line
+        assert "Py4JException" not in done.stderr + done.stdout, f"{command}\n{done.stderr[-3000:]}"

@@ -171,3 +171,19 @@ def test_adding_a_bootstrap_to_a_job_that_ran_without_it_is_refused_before_anyth
     stateless = with_status(example(upgrade={"mode": "stateless"}), stable)
     moved = plan_streaming_job(stateless, app, NOW)
     assert moved.move_checkpoint is not None, "a stateless upgrade moves to a new checkpoint, where it bootstraps"
+
+
+def test_a_local_run_shows_the_bootstrap_its_driver_recorded(tmp_path: Path) -> None:
+    """Issue 44, item 6: `kappa run` of a bootstrapped job showed no status.bootstrap and no
+    switch; it shows what the operator's progress timer would copy from the same record."""
+    from kappa_operator.local.job import bootstrap_seen, describe_offsets
+    from spark_app.bootstrap.record import record_location, write_record
+    from spark_app.config import parse_config
+
+    cfg = parse_config(live_config(checkpoint={"location": str(tmp_path / "ck")}))
+    assert bootstrap_seen(cfg) is None, "before the driver chose"
+    location, name = record_location(cfg)
+    write_record(location, record(switched=True), name)
+    seen = bootstrap_seen(cfg)
+    assert seen is not None and seen["switchedAt"] == "2026-11-26T09:00:00Z"
+    assert describe_offsets(seen) == "impressions[0]@120, impressions[1]@earliest"
