@@ -8,7 +8,9 @@
 #     the suite's CRD checks run too;
 #   - helm, from helm.sh/helm/v3;
 #   - etcd comes from Debian (etcd-server), installed here when missing and run as root.
-# A fresh machine builds once (~15-25 min on 2 cores); later runs find the cache and exit.
+#   - the one-node cluster's kubelet, kube-scheduler and kube-proxy (current version), and its
+#     Debian packages (containerd, runc, CNI plugins, busybox-static, gcc) when run as root;
+# A fresh machine builds once (~20-30 min on 2 cores); later runs find the cache and exit.
 # Prints one line per part, `name=path`: current=<bin dir>, oldest=<bin dir>, helm=<binary>.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -30,11 +32,12 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
   fi
 fi
 
-kubernetes() {  # version -> bin dir holding kube-apiserver and kube-controller-manager
+kubernetes() {  # version [more commands] -> bin dir holding kube-apiserver, kube-controller-manager (and those)
   local version=$1 bin="$cache/kubernetes-$1/bin" minor
+  shift
   minor=${version#v1.}; minor=${minor%%.*}
   mkdir -p "$bin"
-  for cmd in kube-apiserver kube-controller-manager; do
+  for cmd in kube-apiserver kube-controller-manager "$@"; do
     if [ ! -x "$bin/$cmd" ]; then
       echo "building $cmd $version (once per machine)" >&2
       (cd "$here/kubernetes/$version" && go build -trimpath -ldflags "-s -w \
@@ -61,7 +64,25 @@ helm_binary() {
   echo "$bin/helm"
 }
 
-current=$(kubernetes "$CURRENT")
+# The one-node cluster's parts (tests/node): the node's commands from the same module as the
+# control plane, and containerd, runc, the CNI plugins, a static busybox (the test image) and gcc
+# (the pause process, built static) from Debian.
+node_packages=()
+command -v containerd >/dev/null 2>&1 || node_packages+=(containerd)
+command -v runc >/dev/null 2>&1 || node_packages+=(runc)
+[ -x /usr/lib/cni/bridge ] || node_packages+=(containernetworking-plugins)
+[ -x /bin/busybox ] || node_packages+=(busybox-static)
+command -v gcc >/dev/null 2>&1 || node_packages+=(gcc libc6-dev)
+command -v iptables >/dev/null 2>&1 || node_packages+=(iptables)
+if ((${#node_packages[@]})); then
+  if [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${node_packages[@]}") >&2
+  else
+    echo "the node needs: apt-get install ${node_packages[*]}" >&2
+  fi
+fi
+
+current=$(kubernetes "$CURRENT" kubelet kube-scheduler kube-proxy)
 helm=$(helm_binary)
 oldest=$(kubernetes "$OLDEST")
 echo "current=$current"

@@ -158,6 +158,10 @@ class Rest:
         return response.body
 
 
+NODE_CONTROLLERS = ",endpointslice,endpoint,job,replicaset,deployment,nodelifecycle,root-ca-cert-publisher"
+"""With a node: what its pods need of the controller manager (Services' endpoints, the CA
+ConfigMap every pod mounts, the not-ready taint lifted)."""
+
 PLURALS = {
     "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     "Namespace": ("v1", "namespaces", False),
@@ -165,6 +169,8 @@ PLURALS = {
     "Secret": ("v1", "secrets", True),
     "ConfigMap": ("v1", "configmaps", True),
     "Service": ("v1", "services", True),
+    "Node": ("v1", "nodes", False),
+    "Pod": ("v1", "pods", True),
     "Deployment": ("apps/v1", "deployments", True),
     "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
@@ -218,12 +224,19 @@ class ControlPlane:
     # --- life ------------------------------------------------------------------------------
 
     @classmethod
-    def start(cls, workdir: Path, bin_dir: Path, audit: bool = True) -> ControlPlane:
+    def start(
+        cls, workdir: Path, bin_dir: Path, audit: bool = True, address: str = "127.0.0.1", node: str | None = None
+    ) -> ControlPlane:
+        """``address``: where the API server listens (a node's pods reach it on the node's
+        bridge, never on loopback); ``node``: a kubelet's name, given a token of its own
+        (``{token}-node``, user ``system:node:<node>``) and the Node authorizer."""
         workdir.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(16)
-        (workdir / "tokens.csv").write_text(
-            f'{token},{ADMIN},{ADMIN},"system:masters"\n{token}-kcm,{CONTROLLER_MANAGER},{CONTROLLER_MANAGER},"system:masters"\n'
-        )
+        lines = f'{token},{ADMIN},{ADMIN},"system:masters"\n'
+        lines += f'{token}-kcm,{CONTROLLER_MANAGER},{CONTROLLER_MANAGER},"system:masters"\n'
+        if node is not None:
+            lines += f'{token}-node,system:node:{node},system:node:{node},"system:nodes"\n'
+        (workdir / "tokens.csv").write_text(lines)
         key = workdir / "sa.key"
         subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
         subprocess.run(
@@ -246,7 +259,7 @@ class ControlPlane:
             )
         )
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
-        plane = cls(workdir, f"https://127.0.0.1:{api_port}", token)
+        plane = cls(workdir, f"https://{address}:{api_port}", token)
         try:
             plane._spawn(
                 "etcd",
@@ -272,21 +285,23 @@ class ControlPlane:
             api = [
                 str(bin_dir / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={address}",
                 f"--secure-port={api_port}",
-                "--advertise-address=127.0.0.1",
+                f"--advertise-address={address}",
                 f"--cert-dir={workdir / 'certs'}",
                 "--service-cluster-ip-range=10.96.0.0/16",
-                "--endpoint-reconciler-type=none",
+                # with a node, the `kubernetes` Service's endpoint is this server (pods reach it there)
+                "--endpoint-reconciler-type=lease" if node else "--endpoint-reconciler-type=none",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={workdir / 'sa.pub'}",
                 f"--service-account-signing-key-file={key}",
                 f"--token-auth-file={workdir / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
+                "--authorization-mode=Node,RBAC" if node is not None else "--authorization-mode=RBAC",
                 f"--enable-admission-plugins={ADMISSION}",
                 "--profiling=false",
                 "--max-requests-inflight=800",
                 "--max-mutating-requests-inflight=400",
+                *(["--kubelet-preferred-address-types=InternalIP"] if node else []),  # no DNS name for the node
             ]
             if audit:
                 api += [
@@ -306,12 +321,13 @@ class ControlPlane:
                     str(bin_dir / "kube-controller-manager"),
                     f"--kubeconfig={kcm}",
                     "--leader-elect=false",
-                    "--controllers=garbagecollector,namespace,serviceaccount",
+                    "--controllers=garbagecollector,namespace,serviceaccount" + (NODE_CONTROLLERS if node else ""),
                     "--use-service-account-credentials=false",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={free_port()}",
                     f"--authentication-kubeconfig={kcm}",
                     f"--authorization-kubeconfig={kcm}",
+                    *([f"--root-ca-file={plane.ca}"] if node else []),  # kube-root-ca.crt, which pods mount
                 ],
             )
             plane.version = str(plane.admin.ok(plane.admin.get("/version"), "version")["gitVersion"])

@@ -1,0 +1,337 @@
+"""A one-node Kubernetes cluster on this machine, for real (issue 40, first part): the control
+plane of tests/cluster (etcd, kube-apiserver, kube-controller-manager) listening on the node's
+bridge, kube-scheduler, and a kubelet running pods through containerd and runc (Debian's) with
+the CNI bridge plugin (Debian's). Pods get addresses on a bridge inside this machine
+(``kappa0``, 10.244.0.0/24) with no route or NAT out of it; the API server and the kubelet listen
+on the bridge's address, never on an outside interface.
+
+Images come from no registry: each is an OCI archive written here (``tests/node/oci.py``) and
+imported into containerd, the pod sandbox's pause process included (``images/pause/pause.c``,
+built static with gcc).
+
+Needs root (a kubelet, network namespaces, mounts). What the machine lacks is said, not
+skipped: the parts are installed by ``cluster/build.sh node``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.cluster.control_plane import ROOT, ControlPlane, eventually, free_port, kubeconfig, path_of
+from tests.node.oci import Image, ImageFile, write_archive
+
+NODE = "kappa-node"
+BRIDGE, GATEWAY, SUBNET = "kappa0", "10.244.0.1", "10.244.0.0/24"
+SERVICES = "10.96.0.0/16"
+"""The control plane's --service-cluster-ip-range: pods route it to the node, where kube-proxy's
+rules take each Service's address to its endpoints."""
+PAUSE = "kappa.dev/pause:1"
+BUSYBOX = "kappa.dev/busybox:1"
+CNI_BIN = Path("/usr/lib/cni")
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), check=check, capture_output=True, text=True)
+
+
+def bridge() -> None:
+    """The pods' bridge with the node's address on it (the CNI bridge plugin then only adds
+    each pod's veth to it). No masquerade, no default route in a pod (the plugin's
+    isDefaultGateway is off), and a FORWARD rule dropping what the pods send off the bridge:
+    pods reach this machine's bridge address and each other, nothing else."""
+    if run("ip", "link", "show", BRIDGE, check=False).returncode != 0:
+        run("ip", "link", "add", BRIDGE, "type", "bridge")
+    addrs = run("ip", "-o", "-4", "addr", "show", "dev", BRIDGE).stdout
+    if f"{GATEWAY}/24" not in addrs:
+        run("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+    run("ip", "link", "set", BRIDGE, "up")
+    # and nothing from the pods is forwarded anywhere but the bridge, whatever routes appear
+    out = ("FORWARD", "-s", SUBNET, "!", "-d", SUBNET, "-j", "DROP")
+    if run("iptables", "-C", *out, check=False).returncode != 0:
+        run("iptables", "-I", *out)
+
+
+def pause_image(workdir: Path) -> Image:
+    binary = workdir / "pause"
+    source = ROOT / "images" / "pause" / "pause.c"
+    run("gcc", "-static", "-O2", "-o", str(binary), str(source))
+    return Image(PAUSE, (ImageFile("pause", binary.read_bytes()),), entrypoint=("/pause",))
+
+
+def busybox_image() -> Image:
+    """Debian's static busybox and the applets a test shell needs."""
+    data = Path("/bin/busybox").read_bytes()
+    applets = ("sh", "echo", "cat", "sleep", "hostname", "wget", "nslookup", "ls", "env", "ip", "mkdir", "nc")
+    files = (ImageFile("bin/busybox", data), *(ImageFile(f"bin/{a}", link="busybox") for a in applets))
+    return Image(BUSYBOX, files, entrypoint=("/bin/sh",))
+
+
+@dataclass
+class Node:
+    plane: ControlPlane
+    workdir: Path
+    bin_dir: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def socket(self) -> Path:
+        return self.workdir / "containerd" / "containerd.sock"
+
+    @classmethod
+    def start(cls, workdir: Path, bin_dir: Path) -> Node:
+        missing = [t for t in ("containerd", "runc", "ctr", "gcc") if shutil.which(t) is None]
+        missing += [str(CNI_BIN / p) for p in ("bridge", "host-local", "loopback") if not (CNI_BIN / p).exists()]
+        missing += [str(bin_dir / b) for b in ("kubelet", "kube-scheduler") if not (bin_dir / b).exists()]
+        if missing:
+            raise NodeError(f"missing for the node: {', '.join(missing)}; run `bash cluster/build.sh node` (as root)")
+        if os.geteuid() != 0:
+            raise NodeError("a kubelet runs as root: run the node tests as root")
+        workdir.mkdir(parents=True, exist_ok=True)
+        bridge()
+        plane = ControlPlane.start(workdir / "control-plane", bin_dir, address=GATEWAY, node=NODE)
+        node = cls(plane, workdir, bin_dir)
+        try:
+            node._containerd()
+            for image in (pause_image(workdir), busybox_image()):
+                node.load(image)
+            node._kubelet()
+            node._scheduler()
+            node._proxy()
+            eventually(node.ready, "the node Ready", timeout=90, every=1)
+        except BaseException:
+            node.stop()
+            raise
+        return node
+
+    # --- parts ------------------------------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = (self.workdir / f"{name}.log").open("wb")
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    def _containerd(self) -> None:
+        root = self.workdir / "containerd"
+        cni = self.workdir / "cni"
+        cni.mkdir(parents=True, exist_ok=True)
+        (cni / "10-kappa.conflist").write_text(
+            json.dumps(
+                {
+                    "cniVersion": "1.0.0",
+                    "name": "kappa",
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": BRIDGE,
+                            "isGateway": True,
+                            "ipMasq": False,
+                            "ipam": {
+                                "type": "host-local",
+                                "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]],
+                                "routes": [{"dst": SERVICES}],
+                                "dataDir": str(self.workdir / "cni-ipam"),
+                            },
+                        },
+                        {"type": "loopback"},
+                    ],
+                }
+            )
+        )
+        config = root / "config.toml"
+        root.mkdir(parents=True, exist_ok=True)
+        config.write_text(
+            "\n".join(
+                [
+                    "version = 2",
+                    f'root = "{root / "root"}"',
+                    f'state = "{root / "state"}"',
+                    "[grpc]",
+                    f'  address = "{self.socket}"',
+                    "[plugins.'io.containerd.grpc.v1.cri']",
+                    f'  sandbox_image = "{PAUSE}"',
+                    # the root shell lacks CAP_SYS_RESOURCE: runc cannot lower oom_score_adj
+                    "  restrict_oom_score_adj = true",
+                    "[plugins.'io.containerd.grpc.v1.cri'.cni]",
+                    f'  bin_dir = "{CNI_BIN}"',
+                    f'  conf_dir = "{cni}"',
+                    "[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]",
+                    '  runtime_type = "io.containerd.runc.v2"',
+                    "",
+                ]
+            )
+        )
+        self._spawn("containerd", ["containerd", "--config", str(config)])
+        eventually(lambda: self.ctr("version", check=False).returncode == 0, "containerd", timeout=30)
+
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", *args, check=check)
+
+    def load(self, image: Image) -> None:
+        archive = self.workdir / f"{image.name.replace('/', '_').replace(':', '_')}.tar"
+        write_archive(image, archive)
+        self.ctr("images", "import", "--no-unpack", str(archive))
+        self.ctr("images", "import", str(archive))
+
+    def _kubelet(self) -> None:
+        kubelet = self.workdir / "kubelet"
+        kubelet.mkdir(parents=True, exist_ok=True)
+        conf = kubelet / "config.yaml"
+        conf.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                    "kind": "KubeletConfiguration",
+                    "address": GATEWAY,
+                    "port": 10250,
+                    "healthzBindAddress": "127.0.0.1",
+                    "cgroupDriver": "cgroupfs",
+                    "containerRuntimeEndpoint": f"unix://{self.socket}",
+                    "failSwapOn": False,
+                    "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+                    "authorization": {"mode": "AlwaysAllow"},
+                    "clusterDomain": "cluster.local",
+                    "resolvConf": "",
+                    "evictionHard": {"memory.available": "100Mi"},
+                    "imageGCHighThresholdPercent": 100,
+                    "imageGCLowThresholdPercent": 99,
+                    "serializeImagePulls": False,
+                    "localStorageCapacityIsolation": False,
+                    "protectKernelDefaults": False,
+                }
+            )
+        )
+        kc = kubelet / "kubeconfig"
+        user = f"system:node:{NODE}"
+        kc.write_text(
+            yaml.safe_dump(kubeconfig(self.plane.server, self.plane.ca, f"{self.plane.admin_token}-node", user))
+        )
+        self._spawn(
+            "kubelet",
+            [
+                str(self.bin_dir / "kubelet"),
+                f"--config={conf}",
+                f"--kubeconfig={kc}",
+                f"--root-dir={kubelet / 'root'}",
+                f"--hostname-override={NODE}",
+                f"--node-ip={GATEWAY}",
+                f"--cert-dir={kubelet / 'pki'}",
+                "--v=1",
+            ],
+        )
+
+    def _scheduler(self) -> None:
+        kc = self.workdir / "scheduler.kubeconfig"
+        kc.write_text(yaml.safe_dump(kubeconfig(self.plane.server, self.plane.ca, self.plane.admin_token, "admin")))
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self.bin_dir / "kube-scheduler"),
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+            ],
+        )
+
+    def _proxy(self) -> None:
+        """kube-proxy, iptables mode: Services' cluster IPs to their endpoints (the API server's
+        own `kubernetes` Service among them)."""
+        conf = self.workdir / "kube-proxy.yaml"
+        kc = self.workdir / "kube-proxy.kubeconfig"
+        kc.write_text(yaml.safe_dump(kubeconfig(self.plane.server, self.plane.ca, self.plane.admin_token, "admin")))
+        conf.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+                    "kind": "KubeProxyConfiguration",
+                    "clientConnection": {"kubeconfig": str(kc)},
+                    "mode": "iptables",
+                    "clusterCIDR": SUBNET,
+                    "hostnameOverride": NODE,
+                    "bindAddress": GATEWAY,
+                    "healthzBindAddress": f"127.0.0.1:{free_port()}",
+                    "metricsBindAddress": f"127.0.0.1:{free_port()}",
+                    # the root shell may not raise kernel limits: leave conntrack's as they are
+                    "conntrack": {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+                }
+            )
+        )
+        self._spawn("kube-proxy", [str(self.bin_dir / "kube-proxy"), f"--config={conf}"])
+
+    def ready(self) -> bool:
+        answer = self.plane.admin.get(path_of("Node", name=NODE))
+        if answer.status != 200:
+            return False
+        conds = {c["type"]: c["status"] for c in answer.body.get("status", {}).get("conditions") or []}
+        # Ready, and its not-ready taint gone (the node lifecycle controller removes it): a pod
+        # created before that is unschedulable, and waits for the scheduler's next full retry
+        return conds.get("Ready") == "True" and not answer.body.get("spec", {}).get("taints")
+
+    def pod_log(self, namespace: str, name: str) -> str:
+        answer = self.plane.admin.get(path_of("Pod", namespace, name) + "/log")
+        if answer.status != 200:
+            raise NodeError(f"log of {namespace}/{name}: {answer.status} {answer.body}")
+        return str(answer.body)
+
+    # --- end --------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Every process of the node (the containers' shims too) ended, its mounts undone, its
+        files left for the logs; the bridge stays for the next start."""
+        for proc in reversed(self.procs):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        shims = run("pgrep", "-f", f"containerd-shim.*-address {self.socket}", check=False).stdout.split()
+        for pid in shims:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.killpg(int(pid), signal.SIGKILL)
+        for pid in run("pgrep", "-f", f"{self.workdir}/containerd", check=False).stdout.split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid), signal.SIGKILL)
+        time.sleep(0.5)
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+        for point in sorted((m for m in mounts if m.startswith(str(self.workdir))), key=len, reverse=True):
+            run("umount", "-l", point, check=False)
+        run(str(self.bin_dir / "kube-proxy"), "--cleanup", check=False)  # its iptables chains go too
+        for ns in run("ip", "netns", "list", check=False).stdout.splitlines():
+            if ns.startswith("cni-"):
+                run("ip", "netns", "delete", ns.split()[0], check=False)
+        self.plane.stop()
+
+
+def pod(namespace: str, name: str, image: str, script: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": image, "imagePullPolicy": "Never", "command": ["/bin/sh", "-c", script]}
+            ],
+            **spec,
+        },
+    }
