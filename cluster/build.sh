@@ -8,6 +8,8 @@
 #     the suite's CRD checks run too;
 #   - helm, from helm.sh/helm/v3;
 #   - etcd comes from Debian (etcd-server), installed here when missing and run as root.
+#   - the Kubeflow Spark Operator v2.3.0 from its module (cluster/spark-operator: its go.mod's
+#     replace directives repeated, as the module proxy serves only that version);
 #   - the one-node cluster's kubelet, kube-scheduler and kube-proxy (current version), and its
 #     Debian packages (containerd, runc, CNI plugins, busybox-static, gcc) when run as root;
 # A fresh machine builds once (~20-30 min on 2 cores); later runs find the cache and exit.
@@ -82,9 +84,23 @@ if ((${#node_packages[@]})); then
   fi
 fi
 
+spark_operator_binary() {  # the Kubeflow Spark Operator of cluster/spark-operator/go.mod
+  local version=v2.3.0 bin="$cache/spark-operator-v2.3.0/bin"
+  if [ ! -x "$bin/spark-operator" ]; then
+    echo "building the spark-operator $version (once per machine)" >&2
+    mkdir -p "$bin"
+    (cd "$here/spark-operator" && go build -trimpath -ldflags "-s -w \
+      -X github.com/kubeflow/spark-operator/v2.version=${version#v}" \
+      -o "$bin/spark-operator.tmp" github.com/kubeflow/spark-operator/v2/cmd/operator) && mv "$bin/spark-operator.tmp" "$bin/spark-operator"
+  fi
+  echo "$bin/spark-operator"
+}
+
 current=$(kubernetes "$CURRENT" kubelet kube-scheduler kube-proxy)
+spark_operator=$(spark_operator_binary)
 helm=$(helm_binary)
 oldest=$(kubernetes "$OLDEST")
 echo "current=$current"
 echo "oldest=$oldest"
 echo "helm=$helm"
+echo "spark_operator=$spark_operator"
