@@ -180,6 +180,11 @@ class Node:
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", *args, check=check)
 
+    def load_archive(self, archive: Path) -> None:
+        """An OCI archive (``tests/node/images.py``) into the node's containerd, under the name
+        its index gives (``org.opencontainers.image.ref.name``, a full reference)."""
+        self.ctr("images", "import", "--index-name", "--all-platforms", str(archive))
+
     def load(self, image: Image) -> None:
         archive = self.workdir / f"{image.name.replace('/', '_').replace(':', '_')}.tar"
         write_archive(image, archive)

@@ -63,13 +63,26 @@ def _blob(tar: tarfile.TarFile, data: bytes) -> str:
 def write_archive(image: Image, path: Path) -> str:
     """The image as an OCI layout tar at ``path``; returns the manifest's digest (a content
     hash: the same files give the same image, so a cache can key on it)."""
-    layer = _layer(image.files)
+    return write_layer(image.name, _layer(image.files), path, image.entrypoint, image.cmd, image.env)
+
+
+def write_layer(
+    name: str,
+    layer: bytes,
+    path: Path,
+    entrypoint: tuple[str, ...] = (),
+    cmd: tuple[str, ...] = (),
+    env: tuple[str, ...] = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",),
+) -> str:
+    """An image of one layer (a tar's bytes: a root file system, say) as an OCI layout tar."""
     config = json.dumps(
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Entrypoint": list(image.entrypoint), "Cmd": list(image.cmd), "Env": list(image.env)},
+            "config": {"Entrypoint": list(entrypoint), "Cmd": list(cmd), "Env": list(env)},
             "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest()]},
+            # one entry per layer: builders (buildah) check that history and layers agree
+            "history": [{"created_by": f"kappa: {name}", "empty_layer": False}],
         },
         sort_keys=True,
     ).encode()
@@ -100,8 +113,8 @@ def write_archive(image: Image, path: Path) -> str:
                         "digest": manifest_digest,
                         "size": len(manifest),
                         "annotations": {
-                            "io.containerd.image.name": image.name,
-                            "org.opencontainers.image.ref.name": image.name.rsplit(":", 1)[-1],
+                            "io.containerd.image.name": name,
+                            "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
                         },
                     }
                 ],

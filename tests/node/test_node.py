@@ -1,15 +1,24 @@
 """A real one-node cluster on this machine (issue 40, first part): pods scheduled by
 kube-scheduler, run by a kubelet through containerd and runc from images built here, on the CNI
-bridge, with their logs read back through the API server as ``kubectl logs`` reads them."""
+bridge, with their logs read back through the API server as ``kubectl logs`` reads them; and the
+operator in its own pod (item 5): its image built here from images/operator/Dockerfile,
+installed by `helm install` of the chart with its ServiceAccount and RBAC, reaching the API
+server through the `kubernetes` Service, turning a StreamingJob a user applies into its
+SparkApplication. One file: pytest-xdist's loadfile keeps the node's tests on one worker (the
+node's bridge and the kubelet's port are the machine's)."""
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.cluster.control_plane import eventually, path_of
+from tests.cluster.conftest import CHART, Helm, crd_documents
+from tests.cluster.control_plane import ROOT, binaries, eventually, path_of
+from tests.node.images import build
 from tests.node.node import BUSYBOX, GATEWAY, NODE, SERVICES, SUBNET, Node, pod
 
 
@@ -71,3 +80,61 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(node: Node,
     status = eventually(lambda: ended(node, namespace, "client-of-the-api"), "the probe to end", timeout=90, every=0.5)
     assert status["phase"] == "Succeeded", node.pod_log(namespace, "client-of-the-api")
     assert node.pod_log(namespace, "client-of-the-api").strip() == "reached"
+
+
+# --- the operator in its pod -----------------------------------------------------------------
+
+OPERATOR_IMAGE = "kappa.dev/kappa-operator:0.1.0"
+RELEASE, NAMESPACE = "kappa", "kappa-system"
+
+
+@pytest.fixture(scope="module")
+def jobs(node: Node) -> Iterator[str]:
+    """The chart installed on the node with our image; the namespace where the jobs go."""
+    node.load_archive(build("operator", OPERATOR_IMAGE))
+    plane = node.plane
+    plane.apply_manifests(crd_documents())
+    for doc in crd_documents():
+        plane.wait_established(doc["metadata"]["name"])
+    jobs = plane.namespace("jobs")
+    helm = Helm(binaries().helm, plane.write_kubeconfig(node.workdir / "helm.kubeconfig", plane.admin_token, "admin"))
+    helm(
+        "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
+        "--set", "image.repository=kappa.dev/kappa-operator", "--set", "image.tag=0.1.0",
+        "--set", "image.pullPolicy=Never", "--set", f"rbac.coordinatorSecrets.namespaces={{{jobs}}}",
+    )  # fmt: skip
+    yield jobs
+    helm("uninstall", RELEASE, "--namespace", NAMESPACE, check=False)
+
+
+def operator_pod(node: Node) -> dict[str, Any] | None:
+    items = node.plane.admin.get(path_of("Pod", NAMESPACE)).body.get("items") or []
+    return items[0] if items else None
+
+
+def ready(node: Node) -> dict[str, Any] | None:
+    found = operator_pod(node)
+    conds = {c["type"]: c["status"] for c in ((found or {}).get("status") or {}).get("conditions") or []}
+    return found if conds.get("Ready") == "True" else None
+
+
+def test_the_chart_runs_the_operator_in_its_pod_and_it_turns_a_streaming_job_into_its_application(
+    node: Node, jobs: str
+) -> None:
+    found = eventually(lambda: ready(node), "the operator's pod Ready", timeout=120, every=1)
+    container = found["spec"]["containers"][0]
+    assert container["image"] == OPERATOR_IMAGE and found["spec"]["securityContext"]["runAsUser"] == 10001
+    job = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
+    job["metadata"]["namespace"] = jobs
+    node.plane.admin.ok(node.plane.admin.create(path_of("StreamingJob", jobs), job), "the StreamingJob")
+
+    def submitted() -> dict[str, Any] | None:
+        status = node.plane.admin.get(path_of("StreamingJob", jobs, "rmi")).body.get("status") or {}
+        return status if status.get("phase") == "Submitted" else None
+
+    status = eventually(submitted, "the job Submitted by the operator in its pod", timeout=60, every=1)
+    app = node.plane.admin.get(path_of("SparkApplication", jobs, "rmi"))
+    assert app.status == 200 and app.body["metadata"]["ownerReferences"][0]["name"] == "rmi", app.body
+    assert status["observedGeneration"] == 1
+    log = node.pod_log(NAMESPACE, found["metadata"]["name"])
+    assert " 403" not in log and "Forbidden" not in log, log[-3000:]

@@ -1,0 +1,110 @@
+"""Our images, built here from the same Dockerfiles a user builds (``images/*/Dockerfile``),
+with no registry: the Dockerfiles take their base as ``ARG BASE``; here it is a Debian bookworm
+root file system made from Debian's packages (debootstrap, minbase), and buildah (Debian's,
+daemonless, chroot isolation) builds each image on it. Each image is kept as an OCI archive
+under the machine's cache, named by the hash of everything that goes into it (the Dockerfile,
+the files it copies, the base), so a second run imports it without building; containerd
+imports the archive (``Node.load_archive``)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from tests.cluster.control_plane import ROOT
+from tests.node.oci import write_layer
+
+CACHE = Path(os.environ.get("KAPPA_CLUSTER_CACHE", Path.home() / ".cache" / "kappa-cluster")) / "images"
+SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
+BASE = f"kappa.dev/debian:{SUITE}"
+CONTEXT = ("pyproject.toml", "README.md", "operator", "spark_app", ".dockerignore")
+"""What the Dockerfiles copy (the build context is the repository root, less .dockerignore)."""
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def run(*argv: str) -> str:
+    done = subprocess.run(list(argv), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ImageError(f"{' '.join(argv[:4])} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def _digest_of(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            if "__pycache__" in f.parts or f.suffix in (".pyc", ".pyo"):
+                continue
+            h.update(str(f.relative_to(ROOT)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def in_buildah(name: str) -> bool:
+    return subprocess.run(["buildah", "inspect", "--type", "image", name], capture_output=True).returncode == 0
+
+
+def base() -> str:
+    """The Debian base in buildah's storage (made once per machine: ~30 s, 220 MB)."""
+    if in_buildah(BASE):
+        return BASE
+    CACHE.mkdir(parents=True, exist_ok=True)
+    archive = CACHE / f"debian-{SUITE}.oci.tar"
+    if not archive.exists():
+        rootfs = CACHE / f"debian-{SUITE}.rootfs"
+        shutil.rmtree(rootfs, ignore_errors=True)
+        run("debootstrap", "--variant=minbase", "--include=ca-certificates", SUITE, str(rootfs), MIRROR)
+        layer = CACHE / f"debian-{SUITE}.layer.tar"
+        with tarfile.open(layer, "w") as tar:
+            tar.add(rootfs, arcname=".")
+        write_layer(BASE, layer.read_bytes(), archive.with_suffix(".tmp"), cmd=("/bin/bash",))
+        archive.with_suffix(".tmp").rename(archive)
+        layer.unlink()
+        shutil.rmtree(rootfs)
+    image = run("buildah", "pull", "-q", f"oci-archive:{archive}").strip()
+    run("buildah", "tag", image, BASE)
+    return BASE
+
+
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def trust_mounts() -> list[str]:
+    """The RUN steps' pip trusts what this machine trusts: where its egress re-signs TLS with a
+    CA of its own, PyPI answers with that CA, which a fresh Debian base does not know. Mounted
+    for the build only (a pip.conf naming the host's bundle): nothing of it enters the image,
+    and the Dockerfile stays the one a user builds anywhere."""
+    if not HOST_CA.exists():
+        return []
+    CACHE.mkdir(parents=True, exist_ok=True)
+    conf = CACHE / "pip.conf"
+    conf.write_text("[global]\ncert = /run/kappa-host-ca.crt\n")
+    return ["--volume", f"{HOST_CA}:/run/kappa-host-ca.crt:ro", "--volume", f"{conf}:/etc/pip.conf:ro"]
+
+
+def build(component: str, name: str) -> Path:
+    """``images/<component>/Dockerfile`` built on the Debian base as ``name``; the OCI archive
+    (cached by the hash of what goes into it)."""
+    dockerfile = ROOT / "images" / component / "Dockerfile"
+    key = _digest_of([dockerfile, *(ROOT / c for c in CONTEXT)])
+    archive = CACHE / f"{component}-{key}.oci.tar"
+    if archive.exists():
+        return archive
+    CACHE.mkdir(parents=True, exist_ok=True)
+    run(
+        "buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers", "-q",
+        *trust_mounts(), "--build-arg", f"BASE={base()}", "-f", str(dockerfile), "-t", name, str(ROOT),
+    )  # fmt: skip
+    tmp = archive.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    run("buildah", "push", "-q", name, f"oci-archive:{tmp}:{name}")
+    tmp.rename(archive)
+    return archive
