@@ -11,7 +11,8 @@
 #   - the Kubeflow Spark Operator v2.3.0 from its module (cluster/spark-operator: its go.mod's
 #     replace directives repeated, as the module proxy serves only that version);
 #   - the one-node cluster's kubelet, kube-scheduler and kube-proxy (current version), and its
-#     Debian packages (containerd, runc, CNI plugins, busybox-static, gcc) when run as root;
+#     Debian packages (containerd, runc, CNI plugins, busybox-static, gcc, buildah, debootstrap)
+#     when run as root;
 # A fresh machine builds once (~20-30 min on 2 cores); later runs find the cache and exit.
 # Prints one line per part, `name=path`: current=<bin dir>, oldest=<bin dir>, helm=<binary>.
 set -euo pipefail
@@ -76,6 +77,9 @@ command -v runc >/dev/null 2>&1 || node_packages+=(runc)
 [ -x /bin/busybox ] || node_packages+=(busybox-static)
 command -v gcc >/dev/null 2>&1 || node_packages+=(gcc libc6-dev)
 command -v iptables >/dev/null 2>&1 || node_packages+=(iptables)
+# our images, built from their Dockerfiles without a registry (tests/node/images.py)
+command -v buildah >/dev/null 2>&1 || node_packages+=(buildah)
+command -v debootstrap >/dev/null 2>&1 || node_packages+=(debootstrap)
 if ((${#node_packages[@]})); then
   if [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${node_packages[@]}") >&2

@@ -75,6 +75,7 @@ def base() -> str:
 
 
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+HOST_JAVA_CA = Path("/etc/ssl/certs/java/cacerts")
 
 
 def trust_mounts() -> list[str]:
@@ -87,14 +88,19 @@ def trust_mounts() -> list[str]:
     CACHE.mkdir(parents=True, exist_ok=True)
     conf = CACHE / "pip.conf"
     conf.write_text("[global]\ncert = /run/kappa-host-ca.crt\n")
-    return ["--volume", f"{HOST_CA}:/run/kappa-host-ca.crt:ro", "--volume", f"{conf}:/etc/pip.conf:ro"]
+    mounts = ["--volume", f"{HOST_CA}:/run/kappa-host-ca.crt:ro", "--volume", f"{conf}:/etc/pip.conf:ro"]
+    if HOST_JAVA_CA.exists():  # Maven, in a Java stage: Debian's mvn reads /etc/mavenrc
+        rc = CACHE / "mavenrc"
+        rc.write_text('MAVEN_OPTS="$MAVEN_OPTS -Djavax.net.ssl.trustStore=/run/kappa-host-cacerts"\n')
+        mounts += ["--volume", f"{HOST_JAVA_CA}:/run/kappa-host-cacerts:ro", "--volume", f"{rc}:/etc/mavenrc:ro"]
+    return mounts
 
 
 def build(component: str, name: str) -> Path:
     """``images/<component>/Dockerfile`` built on the Debian base as ``name``; the OCI archive
     (cached by the hash of what goes into it)."""
     dockerfile = ROOT / "images" / component / "Dockerfile"
-    key = _digest_of([dockerfile, *(ROOT / c for c in CONTEXT)])
+    key = _digest_of([dockerfile.parent, *(ROOT / c for c in CONTEXT)])
     archive = CACHE / f"{component}-{key}.oci.tar"
     if archive.exists():
         return archive

@@ -138,3 +138,83 @@ def test_the_chart_runs_the_operator_in_its_pod_and_it_turns_a_streaming_job_int
     assert status["observedGeneration"] == 1
     log = node.pod_log(NAMESPACE, found["metadata"]["name"])
     assert " 403" not in log and "Forbidden" not in log, log[-3000:]
+
+
+# --- Spark on Kubernetes from our image --------------------------------------------------------
+
+SPARK_IMAGE = "kappa.dev/kappa-spark:0.1.0"
+
+JOB = """cat > /tmp/job.py <<'PY'
+from pyspark.sql import SparkSession
+s = SparkSession.builder.getOrCreate()
+print("EXECUTORS", s.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1)
+print("SUM", s.range(0, 1000, numPartitions=4).selectExpr("sum(id)").first()[0])
+s.stop()
+PY
+exec /opt/spark/bin/spark-submit --master "k8s://https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT" \\
+  --deploy-mode client --conf spark.driver.host="$POD_IP" --conf spark.driver.bindAddress=0.0.0.0 \\
+  --conf spark.kubernetes.driver.pod.name="$POD_NAME" --conf spark.kubernetes.namespace="$POD_NAMESPACE" \\
+  --conf spark.kubernetes.container.image=IMAGE --conf spark.kubernetes.container.image.pullPolicy=Never \\
+  --conf spark.kubernetes.authenticate.serviceAccountName=spark --conf spark.executor.instances=1 \\
+  --conf spark.executor.memory=512m --conf spark.executor.cores=1 --conf spark.kubernetes.executor.request.cores=100m \\
+  /tmp/job.py
+"""
+
+
+def test_a_spark_driver_from_our_image_runs_its_executor_pod_from_our_image(node: Node) -> None:
+    """images/spark/Dockerfile built here, its entrypoint ours: a driver pod (client mode, no
+    cluster DNS needed: executors reach it at its pod address) asks the API server for an
+    executor pod with its ServiceAccount; the executor starts from the same image through the
+    entrypoint's `executor` branch, registers with the driver, and runs the job's tasks."""
+    node.load_archive(build("spark", SPARK_IMAGE))
+    plane = node.plane
+    ns = plane.namespace("spark-on-node")
+    rule = {
+        "apiGroups": [""],
+        "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+        "verbs": ["*"],
+    }
+    plane.apply_manifests(
+        [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "spark", "namespace": ns}},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "spark", "namespace": ns},
+                "rules": [rule],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "spark", "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "spark"},
+                "subjects": [{"kind": "ServiceAccount", "name": "spark", "namespace": ns}],
+            },
+        ]
+    )
+    script = JOB.replace("IMAGE", SPARK_IMAGE)
+    body = pod(ns, "driver", SPARK_IMAGE, script, serviceAccountName="spark")
+    container = body["spec"]["containers"][0]
+    container["command"] = ["/opt/entrypoint.sh", "/bin/bash", "-c", script]
+    container["env"] = [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}}
+        for name, field in (
+            ("POD_IP", "status.podIP"),
+            ("POD_NAME", "metadata.name"),
+            ("POD_NAMESPACE", "metadata.namespace"),
+        )
+    ]
+    create(node, body)
+    executors: set[str] = set()
+
+    def finished() -> dict[str, Any] | None:
+        for item in plane.admin.get(path_of("Pod", ns)).body.get("items") or []:
+            if item["metadata"].get("labels", {}).get("spark-role") == "executor":
+                executors.add(item["metadata"]["name"])
+        return ended(node, ns, "driver")
+
+    status = eventually(finished, "the Spark driver to end", timeout=300, every=1)
+    log = node.pod_log(ns, "driver")
+    assert status["phase"] == "Succeeded", log[-4000:]
+    assert "EXECUTORS 1" in log and "SUM 499500" in log, log[-4000:]
+    assert executors, "an executor pod was created by the driver"
