@@ -337,8 +337,7 @@ class ControlPlane:
         return plane
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = (self.workdir / f"{name}.log").open("wb")
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(spawn(self.workdir, name, argv))
 
     def _wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
@@ -438,6 +437,13 @@ class ControlPlane:
             for e in self.audit_events(user)
             if (e.get("responseStatus") or {}).get("code") == 403 and not terminating(e)
         ]
+
+
+def spawn(workdir: Path, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    """A part of the cluster as a process of its own session (killed with its children), its
+    output in ``<workdir>/<name>.log``."""
+    log = (workdir / f"{name}.log").open("wb")
+    return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def eventually(check: Callable[[], Any], what: str, timeout: float = 30.0, every: float = 0.2) -> Any:

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.control_plane import ROOT, ControlPlane, eventually, free_port, kubeconfig, path_of
+from tests.cluster.control_plane import ROOT, ControlPlane, eventually, free_port, kubeconfig, path_of, spawn
 from tests.node.oci import Image, ImageFile, write_archive
 
 NODE = "kappa-node"
@@ -121,8 +121,7 @@ class Node:
     # --- parts ------------------------------------------------------------------------------
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = (self.workdir / f"{name}.log").open("wb")
-        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        self.procs.append(spawn(self.workdir, name, argv))
 
     def _containerd(self) -> None:
         root = self.workdir / "containerd"
