@@ -104,7 +104,9 @@ def _sid(table: Any, src: IcebergBackfillSource) -> int | None:
     return current.snapshot_id if current else None
 
 
-def _files(cfg: JobConfig, name: str, lo: datetime | None, hi: datetime | None) -> list[Any]:
+def history_files(cfg: JobConfig, name: str, lo: datetime | None, hi: datetime | None) -> list[Any]:
+    """The data files of a backfill source's snapshot whose ordering range may meet [lo, hi)
+    (None: open), from the manifests."""
     src = cfg.sources[name]
     assert isinstance(src, IcebergBackfillSource)
     table = load_table(src.catalog, cfg.catalogs[src.catalog].properties(), src.table)
@@ -137,7 +139,7 @@ def resolve(cfg: JobConfig, frames: dict[str, dict[str, DataFrame]], outputs: di
     backfill_sources = [n for n in sorted(read_any) if isinstance(cfg.sources[n], IcebergBackfillSource)]
     # Warm-up: is there history the look-back would need but the read does not reach?
     history_before = horizon.lookback > window.warmup and any(
-        _files(cfg, n, window.start - horizon.lookback, window.read_start) for n in backfill_sources
+        history_files(cfg, n, window.start - horizon.lookback, window.read_start) for n in backfill_sources
     )
     verdict = check_warmup(window.warmup, horizon, history_before, window.allow_short_warmup)
     if not verdict.ok:
@@ -179,7 +181,7 @@ def _newest(cfg: JobConfig, sources: list[str], end: datetime) -> datetime | Non
     watermark follows the slowest source)."""
     newest: list[datetime | None] = []
     for n in sources:
-        uppers = [f.upper for f in _files(cfg, n, end, None) if f.upper is not None]
+        uppers = [f.upper for f in history_files(cfg, n, end, None) if f.upper is not None]
         newest.append(datetime.fromtimestamp(max(uppers) / 1e6, tz=end.tzinfo) if uppers else None)
     if not newest or any(n is None for n in newest):
         return None

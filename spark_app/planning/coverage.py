@@ -108,20 +108,14 @@ def assess(window: Window, extents: Sequence[Extent]) -> Coverage:
 
 def extents(cfg: JobConfig, names: Sequence[str]) -> list[Extent]:
     """The history of each backfill source in ``names`` (an edge: reads the manifests)."""
-    from spark_app.catalogs import load_table
-    from spark_app.sources.iceberg import scan
+    from spark_app.window_edges import history_files
 
     out = []
     for name in names:
         src = cfg.sources[name]
         if not isinstance(src, IcebergBackfillSource):
             continue
-        table = load_table(src.catalog, cfg.catalogs[src.catalog].properties(), src.table)
-        current = table.current_snapshot()
-        sid = src.snapshot_id if src.snapshot_id is not None else (current.snapshot_id if current else None)
-        files = (
-            [] if sid is None else scan.files_in_window(table, sid, cfg.ordering_column(name), (None, None), src.filter)
-        )
+        files = history_files(cfg, name, None, None)
         lowers = [f.lower for f in files if f.lower is not None]
         uppers = [f.upper for f in files if f.upper is not None]
         first = datetime.fromtimestamp(min(lowers) / 1e6, tz=UTC) if lowers else None
