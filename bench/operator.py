@@ -14,7 +14,7 @@ from the repository root::
     .venv/bin/python -m bench.operator --json
 
 ``--real-apiserver`` (issue 27): the same load against a real kube-apiserver instead of kmock.
-A control plane (etcd, kube-apiserver, kube-controller-manager: tests/cluster/control_plane.py,
+A control plane (etcd, kube-apiserver, kube-controller-manager: operator/local_cluster/control_plane.py,
 built once by cluster/build.sh) starts in a temporary directory, audit off; the CRDs are
 applied, the chart is installed by the real helm (release ``kappa`` in ``kappa-system``), the
 bench namespace gets the coordinator-secrets RoleBinding the chart README documents, and
@@ -649,6 +649,7 @@ def log_summary(log: Path) -> dict[str, Any]:
 def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """The control plane, the chart installed by helm, the operator as the chart runs it, and
     the load; everything stopped and removed after (``--workdir``: kept there)."""
+    from kappa_operator.local_cluster.control_plane import ControlPlane, binaries
     from tests.cluster.conftest import (
         OPERATOR_NAMESPACE,
         RELEASE,
@@ -657,7 +658,6 @@ def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
         grant_coordinator_secrets,
         install,
     )
-    from tests.cluster.control_plane import ControlPlane, binaries
     from tests.cluster.operator_process import running_operator
 
     parts = binaries()
@@ -710,7 +710,7 @@ def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
 
 
 def etcd_version() -> str:
-    from tests.cluster.control_plane import etcd_binary
+    from kappa_operator.local_cluster.control_plane import etcd_binary
 
     out = subprocess.run([etcd_binary(), "--version"], capture_output=True, text=True, check=False).stdout
     return out.splitlines()[0].split()[-1] if out else "?"

@@ -10,8 +10,9 @@
 #   - etcd comes from Debian (etcd-server), installed here when missing and run as root.
 #   - the Kubeflow Spark Operator v2.3.0 from its module (cluster/spark-operator: its go.mod's
 #     replace directives repeated, as the module proxy serves only that version);
-#   - the one-node cluster's kubelet, kube-scheduler and kube-proxy (current version), and its
-#     Debian packages (containerd, runc, CNI plugins, busybox-static, gcc, buildah, debootstrap)
+#   - the one-node cluster's kubelet, kube-scheduler and kube-proxy (current version), CoreDNS
+#     v1.12.4 from its module (cluster/coredns), and its Debian packages (containerd, runc, CNI
+#     plugins, busybox-static, gcc, buildah, debootstrap, postgresql for the Iceberg catalog)
 #     when run as root;
 # A fresh machine builds once (~20-30 min on 2 cores); later runs find the cache and exit.
 # Prints one line per part, `name=path`: current=<bin dir>, oldest=<bin dir>, helm=<binary>.
@@ -77,9 +78,11 @@ command -v runc >/dev/null 2>&1 || node_packages+=(runc)
 [ -x /bin/busybox ] || node_packages+=(busybox-static)
 command -v gcc >/dev/null 2>&1 || node_packages+=(gcc libc6-dev)
 command -v iptables >/dev/null 2>&1 || node_packages+=(iptables)
-# our images, built from their Dockerfiles without a registry (tests/node/images.py)
+# our images, built from their Dockerfiles without a registry (operator/local_cluster/images.py)
 command -v buildah >/dev/null 2>&1 || node_packages+=(buildah)
 command -v debootstrap >/dev/null 2>&1 || node_packages+=(debootstrap)
+# the pods' Iceberg catalog database (pyiceberg's SQL catalog, as the embedded SQLite default)
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || node_packages+=(postgresql)
 if ((${#node_packages[@]})); then
   if [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${node_packages[@]}") >&2
@@ -100,7 +103,19 @@ spark_operator_binary() {  # the Kubeflow Spark Operator of cluster/spark-operat
   echo "$bin/spark-operator"
 }
 
-current=$(kubernetes "$CURRENT" kubelet kube-scheduler kube-proxy)
+coredns_binary() {  # the cluster's DNS, of cluster/coredns/go.mod
+  local bin="$cache/coredns-v1.12.4/bin"
+  if [ ! -x "$bin/coredns" ]; then
+    echo "building CoreDNS v1.12.4 (once per machine)" >&2
+    mkdir -p "$bin"
+    (cd "$here/coredns" && go build -trimpath -ldflags "-s -w" -o "$bin/coredns.tmp" github.com/coredns/coredns) \
+      && mv "$bin/coredns.tmp" "$bin/coredns"
+  fi
+  echo "$bin/coredns"
+}
+
+current=$(kubernetes "$CURRENT" kubelet kube-scheduler kube-proxy kubectl)
+coredns=$(coredns_binary)
 spark_operator=$(spark_operator_binary)
 helm=$(helm_binary)
 oldest=$(kubernetes "$OLDEST")
@@ -108,3 +123,7 @@ echo "current=$current"
 echo "oldest=$oldest"
 echo "helm=$helm"
 echo "spark_operator=$spark_operator"
+echo "coredns=$coredns"
+# the spark-operator's own Helm chart, from its module (downloaded with it; not copied here)
+chart_dir=$(cd "$here/spark-operator" && go mod download -json github.com/kubeflow/spark-operator/v2 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+echo "spark_operator_chart=$chart_dir/charts/spark-operator-chart"

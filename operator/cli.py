@@ -174,6 +174,23 @@ def build_parser() -> argparse.ArgumentParser:
     kafka_start.add_argument(
         "--topic", action="append", default=[], metavar="NAME[:PARTITIONS]", help="create a topic (repeat)"
     )
+    cluster = sub.add_parser(
+        "cluster",
+        help="a real one-node Kubernetes cluster on this machine with the spark-operator and kappa installed (root)",
+    )
+    cluster_sub = cluster.add_subparsers(dest="action", required=True)
+    for action, text in (
+        ("up", "build what is missing, start the cluster in the background with S3, a catalog and the example "
+         "data; print the KUBECONFIG line and the kubectl commands to run next"),
+        ("down", "stop the cluster and everything it started"),
+    ):  # fmt: skip
+        one = cluster_sub.add_parser(action, help=text)
+        one.add_argument(
+            "--dir",
+            type=Path,
+            default=None,
+            help="the cluster's files (default: $KAPPA_CLUSTER_DIR or ~/.kappa/cluster)",
+        )
     data = sub.add_parser(
         "example-data",
         help="write the examples' input tables (ingest.impressions, ingest.playbacks) into the local catalogs "
@@ -287,6 +304,11 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
         return run_demo_command(args, console)
     if args.command == "kafka":
         return run_kafka(args, console)
+    if args.command == "cluster":
+        from kappa_operator.local_cluster import commands
+
+        workdir = (args.dir or commands.DEFAULT_DIR).resolve()
+        return commands.up(workdir, console) if args.action == "up" else commands.down(workdir, console)
     return 0
 
 

@@ -1,7 +1,7 @@
 """The real control plane, once per session, and the chart installed on it by the real helm:
 every test in this directory is marked ``apiserver`` and runs against kube-apiserver.
 
-- ``control_plane``: etcd + kube-apiserver + kube-controller-manager (tests/cluster/control_plane.py),
+- ``control_plane``: etcd + kube-apiserver + kube-controller-manager (operator/local_cluster/control_plane.py),
   with the generated CRDs and the Kubeflow Spark Operator's SparkApplication CRD applied.
 - ``installed``: ``helm install`` of charts/kappa-operator (release ``kappa`` in
   ``kappa-system``, the default values): the operator under test runs with a token of the
@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.control_plane import ROOT, ControlPlane, Parts, binaries
+from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, Parts, binaries
 from tests.cluster.operator_process import OperatorProcess, running_operator
 from tests.cluster.operator_runs import (
     InProcess,

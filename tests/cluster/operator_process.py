@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.cluster.control_plane import ControlPlane, free_port
+from kappa_operator.local_cluster.control_plane import ControlPlane, free_port
 
 BINDS = {"--coordinator-bind", "--metrics-bind", "--health-bind"}
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.cluster.control_plane import ControlPlane, eventually, free_port, terminating
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, free_port, terminating
 from tests.cluster.operator_process import OperatorProcess, local_args, token_from_chart
 
 if TYPE_CHECKING:

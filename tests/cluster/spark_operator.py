@@ -7,7 +7,7 @@ application that runs once (``publish``, ``plan``, ``restore``) is run for real,
 would run it: ``python -m spark_app <command> ... --config`` on its ConfigMap's JobConfig, as a
 process of its own (:func:`run_application`; :class:`SparkPlayer` runs each one that appears).
 
-Reads go through the administrator's :class:`~tests.cluster.control_plane.Rest` client; Events
+Reads go through the administrator's :class:`~kappa_operator.local_cluster.control_plane.Rest` client; Events
 are read as ``kubectl get events`` shows them (a repeat is counted on one Event).
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.control_plane import ROOT, ControlPlane, path_of
+from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, path_of
 
 APP = "SparkApplication"
 KAPPA_KINDS = ("StreamingJob", "Backfill", "Rewind")

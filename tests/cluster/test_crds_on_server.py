@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from kappa_operator.local_cluster.control_plane import ControlPlane, Response, path_of
 from kappa_operator.models.common import INT32_MAX, INT64_BOUND
-from tests.cluster.control_plane import ControlPlane, Response, path_of
 from tests.unit.test_crds import REJECTED, edited, example
 from tests.unit.test_schema_agreement import (
     BF,

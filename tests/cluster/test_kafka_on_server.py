@@ -16,12 +16,12 @@ import pytest
 from prometheus_client import generate_latest
 
 from kappa_operator.local.kafka import KafkaBroker
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
 from spark_app.checkpoints.snapshots import externalize
 from spark_app.progress_report import PartitionLag, ProgressReport, report_name
 from spark_app.storage import open_location
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
-from tests.cluster.control_plane import ControlPlane, eventually, path_of
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import create, example, get, in_phase, status
 

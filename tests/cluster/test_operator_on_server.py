@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.control_plane import ROOT, ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, eventually, path_of
 from tests.cluster.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")

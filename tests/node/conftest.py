@@ -1,6 +1,7 @@
-"""The one-node cluster (tests/node/node.py), once per test process, for the tests of this
-directory (all in one file, so pytest-xdist's loadfile keeps them on one worker: the node's
-bridge and the kubelet's port are the machine's). Marked ``node``."""
+"""The one-node cluster (kappa_operator/local_cluster: the node, CoreDNS, the spark-operator and
+kappa installed by their charts, S3 and the catalog's database), once per test process, for the
+tests of this directory (all in one file, so pytest-xdist's loadfile keeps them on one worker:
+the node's bridge, ports and the kubelet are the machine's). Marked ``node``."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.control_plane import binaries
-from tests.node.node import Node
+from kappa_operator.local_cluster.cluster import LocalCluster
+from kappa_operator.local_cluster.node import Node
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -22,9 +23,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     if os.geteuid() != 0:  # said at the end of the run in red (tests/conftest.py), with the fix
         pytest.skip("the node tests run a kubelet, containerd and network namespaces: run the tests as root")
-    started = Node.start(tmp_path_factory.mktemp("node"), binaries().current)
+    started = LocalCluster.up(tmp_path_factory.mktemp("cluster"))
     yield started
     started.stop()
+
+
+@pytest.fixture(scope="session")
+def node(cluster: LocalCluster) -> Node:
+    return cluster.node

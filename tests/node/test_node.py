@@ -1,25 +1,28 @@
-"""A real one-node cluster on this machine (issue 40, first part): pods scheduled by
-kube-scheduler, run by a kubelet through containerd and runc from images built here, on the CNI
-bridge, with their logs read back through the API server as ``kubectl logs`` reads them; and the
-operator in its own pod (item 5): its image built here from images/operator/Dockerfile,
-installed by `helm install` of the chart with its ServiceAccount and RBAC, reaching the API
-server through the `kubernetes` Service, turning a StreamingJob a user applies into its
-SparkApplication. One file: pytest-xdist's loadfile keeps the node's tests on one worker (the
-node's bridge and the kubelet's port are the machine's)."""
+"""A real one-node cluster on this machine (issue 40): pods scheduled by kube-scheduler, run by a
+kubelet through containerd and runc from images built here, on the CNI bridge, names resolved by
+CoreDNS, logs read back through the API server as ``kubectl logs`` reads them; and the product's
+whole path on it: a StreamingJob applied with kubectl, the operator in its pod (this chart), the
+spark-operator in its pods (its chart, its webhook), driver and executor pods from our Spark
+image, the Iceberg sink committed on S3 and the catalog's database, progress back in status.
+One file: pytest-xdist's loadfile keeps the node's tests on one worker (the node's bridge,
+ports and kubelet are the machine's)."""
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+import subprocess
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
-from tests.cluster.conftest import CHART, Helm, crd_documents
-from tests.cluster.control_plane import ROOT, binaries, eventually, path_of
-from tests.node.images import build
-from tests.node.node import BUSYBOX, GATEWAY, NODE, SERVICES, SUBNET, Node, pod
+from kappa_operator.local.example_data import START
+from kappa_operator.local_cluster.cluster import OPERATOR_NAMESPACE, SPARK_IMAGE, LocalCluster
+from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
+from kappa_operator.local_cluster.node import BUSYBOX, GATEWAY, NODE, SERVICES, SUBNET, Node, pod
+from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 
 
 def ended(node: Node, namespace: str, name: str) -> dict[str, Any] | None:
@@ -82,139 +85,113 @@ def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(node: Node,
     assert node.pod_log(namespace, "client-of-the-api").strip() == "reached"
 
 
-# --- the operator in its pod -----------------------------------------------------------------
+def test_a_pod_resolves_services_by_name_through_the_clusters_dns(node: Node, namespace: str) -> None:
+    """CoreDNS, as a cluster's own: what Spark's executors need to reach their driver by its
+    Service's name in cluster mode."""
+    name = "kubernetes.default.svc.cluster.local"
+    probe = f"for i in 1 2 3 4 5 6 7 8 9 10; do nslookup {name} && exit 0; sleep 1; done; exit 1"
+    create(node, pod(namespace, "resolver", BUSYBOX, probe))
+    status = eventually(lambda: ended(node, namespace, "resolver"), "the lookup to end", timeout=90, every=0.5)
+    log = node.pod_log(namespace, "resolver")
+    assert status["phase"] == "Succeeded", log
+    assert "10.96.0.1" in log, log
 
-OPERATOR_IMAGE = "kappa.dev/kappa-operator:0.1.0"
-RELEASE, NAMESPACE = "kappa", "kappa-system"
+
+# --- a StreamingJob applied with kubectl, run by the spark-operator from our images ----------
+
+
+def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(cluster.parts.current / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout
 
 
 @pytest.fixture(scope="module")
-def jobs(node: Node) -> Iterator[str]:
-    """The chart installed on the node with our image; the namespace where the jobs go."""
-    node.load_archive(build("operator", OPERATOR_IMAGE))
-    plane = node.plane
-    plane.apply_manifests(crd_documents())
-    for doc in crd_documents():
-        plane.wait_established(doc["metadata"]["name"])
-    jobs = plane.namespace("jobs")
-    helm = Helm(binaries().helm, plane.write_kubeconfig(node.workdir / "helm.kubeconfig", plane.admin_token, "admin"))
-    helm(
-        "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace",
-        "--set", "image.repository=kappa.dev/kappa-operator", "--set", "image.tag=0.1.0",
-        "--set", "image.pullPolicy=Never", "--set", f"rbac.coordinatorSecrets.namespaces={{{jobs}}}",
-    )  # fmt: skip
-    yield jobs
-    helm("uninstall", RELEASE, "--namespace", NAMESPACE, check=False)
-
-
-def operator_pod(node: Node) -> dict[str, Any] | None:
-    items = node.plane.admin.get(path_of("Pod", NAMESPACE)).body.get("items") or []
-    return items[0] if items else None
-
-
-def ready(node: Node) -> dict[str, Any] | None:
-    found = operator_pod(node)
-    conds = {c["type"]: c["status"] for c in ((found or {}).get("status") or {}).get("conditions") or []}
-    return found if conds.get("Ready") == "True" else None
-
-
-def test_the_chart_runs_the_operator_in_its_pod_and_it_turns_a_streaming_job_into_its_application(
-    node: Node, jobs: str
-) -> None:
-    found = eventually(lambda: ready(node), "the operator's pod Ready", timeout=120, every=1)
-    container = found["spec"]["containers"][0]
-    assert container["image"] == OPERATOR_IMAGE and found["spec"]["securityContext"]["runAsUser"] == 10001
-    job = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
-    job["metadata"]["namespace"] = jobs
-    node.plane.admin.ok(node.plane.admin.create(path_of("StreamingJob", jobs), job), "the StreamingJob")
-
-    def submitted() -> dict[str, Any] | None:
-        status = node.plane.admin.get(path_of("StreamingJob", jobs, "rmi")).body.get("status") or {}
-        return status if status.get("phase") == "Submitted" else None
-
-    status = eventually(submitted, "the job Submitted by the operator in its pod", timeout=60, every=1)
-    app = node.plane.admin.get(path_of("SparkApplication", jobs, "rmi"))
-    assert app.status == 200 and app.body["metadata"]["ownerReferences"][0]["name"] == "rmi", app.body
-    assert status["observedGeneration"] == 1
-    log = node.pod_log(NAMESPACE, found["metadata"]["name"])
-    assert " 403" not in log and "Forbidden" not in log, log[-3000:]
-
-
-# --- Spark on Kubernetes from our image --------------------------------------------------------
-
-SPARK_IMAGE = "kappa.dev/kappa-spark:0.1.0"
-
-JOB = """cat > /tmp/job.py <<'PY'
-from pyspark.sql import SparkSession
-s = SparkSession.builder.getOrCreate()
-print("EXECUTORS", s.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1)
-print("SUM", s.range(0, 1000, numPartitions=4).selectExpr("sum(id)").first()[0])
-s.stop()
-PY
-exec /opt/spark/bin/spark-submit --master "k8s://https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT" \\
-  --deploy-mode client --conf spark.driver.host="$POD_IP" --conf spark.driver.bindAddress=0.0.0.0 \\
-  --conf spark.kubernetes.driver.pod.name="$POD_NAME" --conf spark.kubernetes.namespace="$POD_NAMESPACE" \\
-  --conf spark.kubernetes.container.image=IMAGE --conf spark.kubernetes.container.image.pullPolicy=Never \\
-  --conf spark.kubernetes.authenticate.serviceAccountName=spark --conf spark.executor.instances=1 \\
-  --conf spark.executor.memory=512m --conf spark.executor.cores=1 --conf spark.kubernetes.executor.request.cores=100m \\
-  /tmp/job.py
-"""
-
-
-def test_a_spark_driver_from_our_image_runs_its_executor_pod_from_our_image(node: Node) -> None:
-    """images/spark/Dockerfile built here, its entrypoint ours: a driver pod (client mode, no
-    cluster DNS needed: executors reach it at its pod address) asks the API server for an
-    executor pod with its ServiceAccount; the executor starts from the same image through the
-    entrypoint's `executor` branch, registers with the driver, and runs the job's tasks."""
-    node.load_archive(build("spark", SPARK_IMAGE))
-    plane = node.plane
-    ns = plane.namespace("spark-on-node")
-    rule = {
-        "apiGroups": [""],
-        "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
-        "verbs": ["*"],
-    }
-    plane.apply_manifests(
-        [
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "spark", "namespace": ns}},
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "Role",
-                "metadata": {"name": "spark", "namespace": ns},
-                "rules": [rule],
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": "spark", "namespace": ns},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "spark"},
-                "subjects": [{"kind": "ServiceAccount", "name": "spark", "namespace": ns}],
-            },
-        ]
+def history(cluster: LocalCluster) -> GeneratedStats:
+    """The example's input tables (ingest.impressions, ingest.playbacks) in the cluster's
+    catalog, on its S3 API: one hour of events."""
+    gen = GeneratorConfig(
+        start=START, hours=1, impressions_per_hour=2000, commit_interval=timedelta(minutes=10), namespace="ingest"
     )
-    script = JOB.replace("IMAGE", SPARK_IMAGE)
-    body = pod(ns, "driver", SPARK_IMAGE, script, serviceAccountName="spark")
-    container = body["spec"]["containers"][0]
-    container["command"] = ["/opt/entrypoint.sh", "/bin/bash", "-c", script]
-    container["env"] = [
-        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}}
-        for name, field in (
-            ("POD_IP", "status.podIP"),
-            ("POD_NAME", "metadata.name"),
-            ("POD_NAMESPACE", "metadata.namespace"),
-        )
-    ]
-    create(node, body)
-    executors: set[str] = set()
+    return generate(cluster.host_catalog(), gen)
 
-    def finished() -> dict[str, Any] | None:
-        for item in plane.admin.get(path_of("Pod", ns)).body.get("items") or []:
-            if item["metadata"].get("labels", {}).get("spark-role") == "executor":
-                executors.add(item["metadata"]["name"])
-        return ended(node, ns, "driver")
 
-    status = eventually(finished, "the Spark driver to end", timeout=300, every=1)
-    log = node.pod_log(ns, "driver")
-    assert status["phase"] == "Succeeded", log[-4000:]
-    assert "EXECUTORS 1" in log and "SUM 499500" in log, log[-4000:]
-    assert executors, "an executor pod was created by the driver"
+def pods_of(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return cluster.node.plane.admin.get(path_of("Pod", namespace) + f"?labelSelector={selector}").body["items"]
+
+
+def running(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]] | None:
+    found = pods_of(cluster, namespace, selector)
+    return found if found and all((p.get("status") or {}).get("phase") == "Running" for p in found) else None
+
+
+def operator_metrics(cluster: LocalCluster) -> str:
+    found = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")
+    return requests.get(f"http://{found[0]['status']['podIP']}:8080/metrics", timeout=10).text
+
+
+def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_and_commits_its_sink(
+    cluster: LocalCluster, history: GeneratedStats
+) -> None:
+    """The whole path a first install takes: the operator (in its pod, the chart's RBAC) renders
+    the job's SparkApplication; the spark-operator (its own chart, its webhook) submits it; the
+    driver pod from our image starts its executor pod, which reaches it through the driver's
+    Service by name (CoreDNS); the driver reads its JobConfig ConfigMap, reads the sources from
+    the catalog's database and S3, commits the Iceberg sink, writes checkpoints to S3 with the
+    credentials of the job's envFrom, and reports progress, which the operator reads from S3
+    into status and its gauges."""
+    job = cluster.streaming_job(yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text()))
+    for source in job["spec"]["sources"].values():
+        source["live"]["startingPosition"] = "earliest"
+    job["spec"]["triggerInterval"] = "5s"
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+    ns = job["metadata"]["namespace"]
+
+    driver = eventually(
+        lambda: running(cluster, ns, "spark-role=driver,sparkoperator.k8s.io/app-name=rmi"),
+        "the driver pod Running",
+        timeout=240,
+        every=2,
+    )
+    assert driver[0]["spec"]["containers"][0]["image"] == SPARK_IMAGE
+    executors = eventually(
+        lambda: running(cluster, ns, "spark-role=executor,sparkoperator.k8s.io/app-name=rmi"),
+        "an executor pod Running",
+        timeout=240,
+        every=2,
+    )
+    assert executors[0]["spec"]["containers"][0]["image"] == SPARK_IMAGE
+
+    catalog = cluster.host_catalog()
+
+    def committed() -> int | None:
+        if not catalog.table_exists("marts.attributed_plays"):
+            return None
+        rows = catalog.load_table("marts.attributed_plays").scan().to_arrow().num_rows
+        return rows or None
+
+    rows = eventually(committed, "the sink's first commit", timeout=300, every=3)
+    assert 0 < rows <= history.playbacks
+
+    def reported() -> dict[str, Any] | None:
+        status = cluster.node.plane.admin.get(path_of("StreamingJob", ns, "rmi")).body.get("status") or {}
+        progress = [p for p in status.get("progress") or [] if p.get("batchId") is not None]
+        return status if progress else None
+
+    status = eventually(reported, "the driver's progress in status", timeout=120, every=2)
+    assert status["phase"] == "Running", status
+    assert status["progress"][0]["sink"] == "attributed_plays"
+    metrics = operator_metrics(cluster)
+    assert (
+        'kappa_streamingjob_last_progress_timestamp_seconds{namespace="default",sink="attributed_plays",streamingjob="rmi"}'
+        in metrics
+    )
+    operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
+    log = cluster.node.pod_log(OPERATOR_NAMESPACE, operator["metadata"]["name"])
+    assert " 403" not in log and "Forbidden" not in log, log[-3000:]

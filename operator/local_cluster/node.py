@@ -5,7 +5,7 @@ the CNI bridge plugin (Debian's). Pods get addresses on a bridge inside this mac
 (``kappa0``, 10.244.0.0/24) with no route or NAT out of it; the API server and the kubelet listen
 on the bridge's address, never on an outside interface.
 
-Images come from no registry: each is an OCI archive written here (``tests/node/oci.py``) and
+Images come from no registry: each is an OCI archive written here (``operator/local_cluster/oci.py``) and
 imported into containerd, the pod sandbox's pause process included (``images/pause/pause.c``,
 built static with gcc).
 
@@ -28,15 +28,26 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.control_plane import ROOT, ControlPlane, eventually, free_port, kubeconfig, path_of, spawn
-from tests.node.oci import Image, ImageFile, write_archive
+from kappa_operator.local_cluster.control_plane import (
+    ROOT,
+    ControlPlane,
+    eventually,
+    free_port,
+    kubeconfig,
+    path_of,
+    spawn,
+)
+from kappa_operator.local_cluster.oci import Image, ImageFile, write_archive
 
 NODE = "kappa-node"
 BRIDGE, GATEWAY, SUBNET = "kappa0", "10.244.0.1", "10.244.0.0/24"
 SERVICES = "10.96.0.0/16"
+DNS = "10.96.0.10"
+"""The cluster DNS Service's address (cluster/coredns/coredns.yaml), every pod's nameserver."""
 """The control plane's --service-cluster-ip-range: pods route it to the node, where kube-proxy's
 rules take each Service's address to its endpoints."""
 PAUSE = "kappa.dev/pause:1"
+COREDNS = "kappa.dev/coredns:1.12.4"
 BUSYBOX = "kappa.dev/busybox:1"
 CNI_BIN = Path("/usr/lib/cni")
 
@@ -93,7 +104,7 @@ class Node:
         return self.workdir / "containerd" / "containerd.sock"
 
     @classmethod
-    def start(cls, workdir: Path, bin_dir: Path) -> Node:
+    def start(cls, workdir: Path, bin_dir: Path, coredns: Path | None = None) -> Node:
         missing = [t for t in ("containerd", "runc", "ctr", "gcc") if shutil.which(t) is None]
         missing += [str(CNI_BIN / p) for p in ("bridge", "host-local", "loopback") if not (CNI_BIN / p).exists()]
         missing += [str(bin_dir / b) for b in ("kubelet", "kube-scheduler") if not (bin_dir / b).exists()]
@@ -113,6 +124,8 @@ class Node:
             node._scheduler()
             node._proxy()
             eventually(node.ready, "the node Ready", timeout=90, every=1)
+            if coredns is not None:
+                node._dns(coredns)
         except BaseException:
             node.stop()
             raise
@@ -180,7 +193,7 @@ class Node:
         return run("ctr", "--address", str(self.socket), "--namespace", "k8s.io", *args, check=check)
 
     def load_archive(self, archive: Path) -> None:
-        """An OCI archive (``tests/node/images.py``) into the node's containerd, under the name
+        """An OCI archive (``operator/local_cluster/images.py``) into the node's containerd, under the name
         its index gives (``org.opencontainers.image.ref.name``, a full reference)."""
         self.ctr("images", "import", "--index-name", "--all-platforms", str(archive))
 
@@ -208,6 +221,7 @@ class Node:
                     "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
                     "authorization": {"mode": "AlwaysAllow"},
                     "clusterDomain": "cluster.local",
+                    "clusterDNS": [DNS],
                     "resolvConf": "",
                     "evictionHard": {"memory.available": "100Mi"},
                     "imageGCHighThresholdPercent": 100,
@@ -278,6 +292,22 @@ class Node:
         )
         self._spawn("kube-proxy", [str(self.bin_dir / "kube-proxy"), f"--config={conf}"])
 
+    def _dns(self, binary: Path) -> None:
+        """CoreDNS as a Deployment in kube-system behind the ``DNS`` Service, from an image of
+        its static binary; waits until it answers (its readiness probe)."""
+        self.load(Image(COREDNS, (ImageFile("coredns", binary.read_bytes()),), entrypoint=("/coredns",)))
+        self.plane.apply_manifests(
+            list(yaml.safe_load_all((ROOT / "cluster" / "coredns" / "coredns.yaml").read_text()))
+        )
+        eventually(lambda: self.deployment_ready("kube-system", "coredns"), "CoreDNS ready", timeout=120, every=1)
+
+    def deployment_ready(self, namespace: str, name: str) -> bool:
+        answer = self.plane.admin.get(path_of("Deployment", namespace, name))
+        if answer.status != 200:
+            return False
+        ready = (answer.body.get("status") or {}).get("readyReplicas") or 0
+        return ready > 0 and ready == answer.body["spec"].get("replicas", 1)
+
     def ready(self) -> bool:
         answer = self.plane.admin.get(path_of("Node", name=NODE))
         if answer.status != 200:
@@ -308,22 +338,30 @@ class Node:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-        shims = run("pgrep", "-f", f"containerd-shim.*-address {self.socket}", check=False).stdout.split()
-        for pid in shims:
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.killpg(int(pid), signal.SIGKILL)
-        for pid in run("pgrep", "-f", f"{self.workdir}/containerd", check=False).stdout.split():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
-        time.sleep(0.5)
-        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-        for point in sorted((m for m in mounts if m.startswith(str(self.workdir))), key=len, reverse=True):
-            run("umount", "-l", point, check=False)
-        run(str(self.bin_dir / "kube-proxy"), "--cleanup", check=False)  # its iptables chains go too
-        for ns in run("ip", "netns", "list", check=False).stdout.splitlines():
-            if ns.startswith("cni-"):
-                run("ip", "netns", "delete", ns.split()[0], check=False)
+        sweep(self.workdir, self.bin_dir)
         self.plane.stop()
+
+
+def sweep(workdir: Path, bin_dir: Path) -> None:
+    """What a node's processes leave behind, gone: the containers' shims and anything still
+    running from ``workdir``, its mounts, kube-proxy's iptables chains, the pods' network
+    namespaces. Also after a supervisor that died without stopping its node (`kappa cluster
+    down` after a crash)."""
+    for pid in run("pgrep", "-f", f"containerd-shim.*-address {workdir}", check=False).stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.killpg(int(pid), signal.SIGKILL)
+    for pid in run("pgrep", "-f", str(workdir), check=False).stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            if int(pid) != os.getpid():
+                os.kill(int(pid), signal.SIGKILL)
+    time.sleep(0.5)
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for point in sorted((m for m in mounts if m.startswith(str(workdir))), key=len, reverse=True):
+        run("umount", "-l", point, check=False)
+    run(str(bin_dir / "kube-proxy"), "--cleanup", check=False)  # its iptables chains go too
+    for ns in run("ip", "netns", "list", check=False).stdout.splitlines():
+        if ns.startswith("cni-"):
+            run("ip", "netns", "delete", ns.split()[0], check=False)
 
 
 def pod(namespace: str, name: str, image: str, script: str, **spec: Any) -> dict[str, Any]:

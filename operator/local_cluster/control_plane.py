@@ -17,6 +17,7 @@ No kubelet runs: pods are never scheduled. The Spark operator is played by the t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import secrets
 import shutil
@@ -32,6 +33,7 @@ import requests
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+"""The repository: the cluster is built from its cluster/, images/ and charts/."""
 BUILD = ROOT / "cluster" / "build.sh"
 ADMIN, CONTROLLER_MANAGER = "kappa-admin", "kappa-controller-manager"
 ADMISSION = (
@@ -57,6 +59,11 @@ class Parts:
     oldest: Path
     """The bin directory of the oldest kube-apiserver the chart supports."""
     helm: Path
+    spark_operator: Path
+    """The Kubeflow Spark Operator's binary (the node's image of it: operator/local_cluster/images.py)."""
+    coredns: Path
+    spark_operator_chart: Path
+    """Its Helm chart, from the same module (the one its users install)."""
 
 
 def binaries() -> Parts:
@@ -66,7 +73,7 @@ def binaries() -> Parts:
     if done.returncode != 0:
         raise ControlPlaneError(f"cluster/build.sh failed:\n{done.stderr[-4000:]}")
     parts = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
-    return Parts(Path(parts["current"]), Path(parts["oldest"]), Path(parts["helm"]))
+    return Parts(**{f.name: Path(parts[f.name]) for f in dataclasses.fields(Parts)})
 
 
 def etcd_binary() -> str:
@@ -302,6 +309,12 @@ class ControlPlane:
                 "--max-requests-inflight=800",
                 "--max-mutating-requests-inflight=400",
                 *(["--kubelet-preferred-address-types=InternalIP"] if node else []),  # no DNS name for the node
+                # admission webhooks (the spark-operator's) reached at their pods' addresses on the
+                # node's bridge: this process is not a pod, and routes no cluster IP of its own
+                *(["--enable-aggregator-routing=true"] if node else []),
+                # Debian's etcd (3.4.23) predates the progress notifications watch lists need:
+                # clients asking for one (fabric8's in Spark) get a plain list and watch instead
+                *(["--feature-gates=WatchList=false"] if node else []),
             ]
             if audit:
                 api += [

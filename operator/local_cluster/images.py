@@ -13,16 +13,22 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from tests.cluster.control_plane import ROOT
-from tests.node.oci import write_layer
+from kappa_operator.local_cluster.control_plane import ROOT
+from kappa_operator.local_cluster.oci import write_layer
 
 CACHE = Path(os.environ.get("KAPPA_CLUSTER_CACHE", Path.home() / ".cache" / "kappa-cluster")) / "images"
 SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
 BASE = f"kappa.dev/debian:{SUITE}"
-CONTEXT = ("pyproject.toml", "README.md", "operator", "spark_app", ".dockerignore")
-"""What the Dockerfiles copy (the build context is the repository root, less .dockerignore)."""
+CONTEXT = {
+    "operator": ("pyproject.toml", "README.md", "operator", "spark_app", ".dockerignore"),
+    "spark": ("spark_app", ".dockerignore"),
+}
+"""What each Dockerfile copies (the build context is the repository root, less .dockerignore):
+an image is rebuilt when these change, and only then."""
 
 
 class ImageError(RuntimeError):
@@ -100,17 +106,45 @@ def build(component: str, name: str) -> Path:
     """``images/<component>/Dockerfile`` built on the Debian base as ``name``; the OCI archive
     (cached by the hash of what goes into it)."""
     dockerfile = ROOT / "images" / component / "Dockerfile"
-    key = _digest_of([dockerfile.parent, *(ROOT / c for c in CONTEXT)])
+    key = _digest_of([dockerfile.parent, *(ROOT / c for c in CONTEXT[component])])
+    return _bud(component, key, name, dockerfile, ROOT, {"BASE": base})
+
+
+def build_spark_operator(name: str, spark_archive: Path, binary: Path) -> Path:
+    """``images/spark-operator/Dockerfile`` on our Spark image (its archive ``spark_archive``,
+    taken by image ID: a tag in buildah's storage may be an older build), with the
+    spark-operator ``binary`` built by cluster/build.sh."""
+    folder = ROOT / "images" / "spark-operator"
+    h = hashlib.sha256(_digest_of([folder]).encode() + spark_archive.name.encode() + binary.read_bytes())
+    key = h.hexdigest()[:16]
+
+    def spark_image() -> str:
+        return run("buildah", "pull", "-q", f"oci-archive:{spark_archive}").strip()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        context = Path(tmp)
+        shutil.copy2(folder / "entrypoint.sh", context / "entrypoint.sh")
+        shutil.copy2(binary, context / "spark-operator")
+        return _bud("spark-operator", key, name, folder / "Dockerfile", context, {"SPARK_IMAGE": spark_image})
+
+
+def _bud(
+    component: str, key: str, name: str, dockerfile: Path, context: Path, args: dict[str, Callable[[], str]]
+) -> Path:
     archive = CACHE / f"{component}-{key}.oci.tar"
     if archive.exists():
         return archive
     CACHE.mkdir(parents=True, exist_ok=True)
+    build_args = [a for k, value in args.items() for a in ("--build-arg", f"{k}={value()}")]
     run(
         "buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers", "-q",
-        *trust_mounts(), "--build-arg", f"BASE={base()}", "-f", str(dockerfile), "-t", name, str(ROOT),
+        *trust_mounts(), *build_args, "-f", str(dockerfile), "-t", name, str(context),
     )  # fmt: skip
     tmp = archive.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
     run("buildah", "push", "-q", name, f"oci-archive:{tmp}:{name}")
     tmp.rename(archive)
+    for older in CACHE.glob(f"{component}-" + "?" * len(key) + ".oci.tar"):  # one per image: the current
+        if older != archive:
+            older.unlink()
     return archive

@@ -1,0 +1,203 @@
+"""The whole one-node cluster a user tries kappa on (`kappa cluster up`) and the node tests run
+against: the node (control plane, kubelet, CoreDNS), our images and the spark-operator's built
+here and loaded, the spark-operator installed by its own chart (its webhook on), this
+repository's chart installed as a user installs it, and the storage the jobs reach (S3, the
+catalog's database) with the credentials in Secrets, as on a cloud."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries
+from kappa_operator.local_cluster.images import build, build_spark_operator
+from kappa_operator.local_cluster.node import GATEWAY, Node
+from kappa_operator.local_cluster.storage import (
+    ACCESS_KEY,
+    BUCKET,
+    REGION,
+    SECRET_KEY,
+    CatalogDatabase,
+    ObjectStore,
+)
+
+SPARK_IMAGE = "kappa.dev/kappa-spark:0.1.0"
+OPERATOR_IMAGE = "kappa.dev/kappa-operator:0.1.0"
+SPARK_OPERATOR_IMAGE = "kappa.dev/spark-operator:2.3.0"
+OPERATOR_RELEASE, OPERATOR_NAMESPACE = "kappa", "kappa-system"
+SPARK_OPERATOR_RELEASE, SPARK_OPERATOR_NAMESPACE = "spark-operator", "spark-operator"
+JOBS = "default"
+"""Where the examples' objects go (their own namespace)."""
+CREDENTIALS = "lake-credentials"
+"""The Secret (in the jobs' and the operator's namespaces) with the S3 API's keys."""
+S3_PORT, DB_PORT = 9000, 5432
+CHART = ROOT / "charts" / "kappa-operator"
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def helm(parts: Parts, kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(parts.helm), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=600
+    )
+    if check and done.returncode != 0:
+        raise ClusterError(f"helm {' '.join(args[:3])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done
+
+
+def secret(namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
+
+
+@dataclass
+class LocalCluster:
+    workdir: Path
+    parts: Parts
+    node: Node
+    store: ObjectStore
+    database: CatalogDatabase
+    kubeconfig: Path
+
+    # --- what the jobs are given -------------------------------------------------------------
+
+    def catalog(self) -> dict[str, str]:
+        """A StreamingJob's ``catalogs.default``: pyiceberg's SQL catalog on the database, its
+        warehouse on the S3 API (keys from the pods' environment: ``CREDENTIALS``)."""
+        return {
+            "type": "sql",
+            "uri": self.database.uri,
+            "warehouse": f"s3://{BUCKET}/warehouse",
+            "s3.endpoint": self.store.endpoint,
+            "s3.region": REGION,
+            "s3.path-style-access": "true",
+        }
+
+    def spark_conf(self) -> dict[str, str]:
+        """Spark's S3A for checkpoints and the sink's files on this S3 API (keys from the
+        environment, S3A's default chain)."""
+        return {
+            "spark.hadoop.fs.s3a.endpoint": self.store.endpoint,
+            "spark.hadoop.fs.s3a.endpoint.region": REGION,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": "false",
+        }
+
+    def host_catalog(self, name: str = "default") -> Any:
+        """The same catalog opened from this machine (the keys given, not from a pod's env)."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        props = {k: v for k, v in self.catalog().items() if k != "type"}
+        return SqlCatalog(name, **props, **{"s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY})
+
+    # --- up and down -------------------------------------------------------------------------
+
+    @classmethod
+    def up(cls, workdir: Path, parts: Parts | None = None, jobs: str = JOBS) -> LocalCluster:
+        parts = parts or binaries()
+        workdir.mkdir(parents=True, exist_ok=True)
+        node = Node.start(workdir / "node", parts.current, coredns=parts.coredns)
+        store = database = None
+        try:
+            store = ObjectStore.start(workdir / "storage", GATEWAY, S3_PORT)
+            database = CatalogDatabase.start(workdir / "storage", GATEWAY, DB_PORT)
+            kubeconfig = node.plane.write_kubeconfig(workdir / "kubeconfig", node.plane.admin_token, "admin")
+            cluster = cls(workdir, parts, node, store, database, kubeconfig)
+            cluster._images()
+            cluster._spark_operator(jobs)
+            cluster._operator(jobs)
+            return cluster
+        except BaseException:
+            for part in (database, store):
+                if part is not None:
+                    part.stop()
+            node.stop()
+            raise
+
+    def _images(self) -> None:
+        spark = build("spark", SPARK_IMAGE)
+        for archive in (spark, build("operator", OPERATOR_IMAGE)):
+            self.node.load_archive(archive)
+        self.node.load_archive(build_spark_operator(SPARK_OPERATOR_IMAGE, spark, self.parts.spark_operator))
+
+    def _spark_operator(self, jobs: str) -> None:
+        """The Kubeflow Spark Operator's own chart (from its module, as cluster/build.sh fetched
+        it), its controller and webhook on our image of it. The webhook is on: the driver's and
+        executors' ConfigMap volumes, the coordinator token's secretKeyRef, envFrom and the pod
+        security context of our SparkApplications are set on the pods by it, not by
+        spark-submit."""
+        self.node.plane.namespace(jobs)
+        repository, tag = SPARK_OPERATOR_IMAGE.rsplit(":", 1)
+        registry, repository = repository.split("/", 1)
+        helm(
+            self.parts, self.kubeconfig, "install", SPARK_OPERATOR_RELEASE, str(self.parts.spark_operator_chart),
+            "--namespace", SPARK_OPERATOR_NAMESPACE, "--create-namespace", "--wait", "--timeout", "5m",
+            "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
+            "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+            "--set", f"spark.jobNamespaces={{{jobs}}}",
+            # the drivers' ServiceAccount and Role are the kappa chart's (sparkServiceAccount)
+            "--set", "spark.serviceAccount.create=false", "--set", "spark.rbac.create=false",
+            "--set", "prometheus.metrics.enable=false", "--set", "controller.workers=4",
+        )  # fmt: skip
+
+    def _operator(self, jobs: str) -> None:
+        plane = self.node.plane
+        plane.apply_manifests([yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crds").glob("*.yaml"))])
+        keys = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+        plane.namespace(OPERATOR_NAMESPACE)
+        # the jobs' pods: the store's address too (pyarrow and pyiceberg read AWS_ENDPOINT_URL_S3)
+        plane.apply_manifests(
+            [secret(OPERATOR_NAMESPACE, CREDENTIALS, keys), secret(jobs, CREDENTIALS, self.store.environment())]
+        )
+        repository, tag = OPERATOR_IMAGE.rsplit(":", 1)
+        helm(
+            self.parts, self.kubeconfig, "install", OPERATOR_RELEASE, str(CHART),
+            "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout", "5m",
+            "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+            "--set", f"objectStore.endpoint={self.store.endpoint}", "--set", f"objectStore.region={REGION}",
+            "--set", f"objectStore.credentialsSecret={CREDENTIALS}",
+            "--set", "sparkServiceAccount.create=true", "--set", f"sparkServiceAccount.namespaces={{{jobs}}}",
+            "--set", "sparkSubmitter.grantNetworkPolicies=true",
+            "--set", f"sparkSubmitter.serviceAccount={SPARK_OPERATOR_RELEASE}-controller",
+            "--set", f"sparkSubmitter.namespace={SPARK_OPERATOR_NAMESPACE}",
+            "--set", f"rbac.coordinatorSecrets.namespaces={{{jobs}}}",
+            "--set", "liveJobs.progressInterval=5s",
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        self.database.stop()
+        self.store.stop()
+        self.node.stop()
+
+    # --- a job's view -------------------------------------------------------------------------
+
+    def streaming_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """An example StreamingJob (``examples/*.yaml``) pointed at this cluster's storage and
+        image: its catalogs, S3A settings, the credentials' envFrom, sizes that fit one node."""
+        job = json.loads(json.dumps(manifest))
+        spec = job["spec"]
+        spec["image"] = SPARK_IMAGE
+        spec["catalogs"] = {name: self.catalog() for name in spec.get("catalogs") or {"default": {}}}
+        spec["sparkConf"] = {**spec.get("sparkConf", {}), **self.spark_conf()}
+        spec["envFrom"] = [{"secretRef": {"name": CREDENTIALS}}]
+        name = job["metadata"]["name"]
+        spec["checkpoints"] = {
+            **spec.get("checkpoints", {}),
+            "location": f"s3a://{BUCKET}/checkpoints/{name}",
+            "externalLocation": f"s3://{BUCKET}/kappa-snapshots/{name}",
+        }
+        spec["driver"] = {"cores": 1, "memory": "1g"}
+        spec["executor"] = {"instances": 1, "cores": 1, "memory": "1g"}
+        return job

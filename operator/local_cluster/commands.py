@@ -1,0 +1,167 @@
+"""`kappa cluster up` / `down`: the one-node cluster for a user, as `kind create cluster` is
+for others. `up` builds what is missing (cluster/build.sh, our images), starts the cluster under
+a supervisor process of its own (its log in the cluster's directory), loads the example data
+into the cluster's catalog, writes the examples pointed at it, and returns once everything
+answers, printing the KUBECONFIG line and the commands to run next. `down` stops the supervisor,
+which stops every part. Runs as root (a kubelet, network namespaces, mounts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from kappa_operator.local_cluster.control_plane import ROOT
+
+DEFAULT_DIR = Path(os.environ.get("KAPPA_CLUSTER_DIR", Path.home() / ".kappa" / "cluster"))
+EXAMPLES = ("rmi-streamingjob.yaml", "rmi-backfill.yaml", "rmi-rewind.yaml")
+"""The examples written for the cluster (the StreamingJob, its Backfill and its Rewind)."""
+UP_TIMEOUT = 3600.0
+"""A first `up` builds images (~10-15 min on 2 cores); later ones start in ~2 min."""
+
+
+class ClusterCommandError(RuntimeError):
+    pass
+
+
+def _pid(workdir: Path) -> int | None:
+    try:
+        pid = int((workdir / "supervisor.pid").read_text())
+        os.kill(pid, 0)
+        return pid
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+
+
+def up(workdir: Path, console: Console) -> int:
+    if os.geteuid() != 0:
+        raise ClusterCommandError("a kubelet runs as root: run `sudo .venv/bin/kappa cluster up`")
+    if _pid(workdir) is not None:
+        raise ClusterCommandError(f"a cluster is already running from {workdir}: `kappa cluster down` first")
+    workdir.mkdir(parents=True, exist_ok=True)
+    for stale in ("ready.json", "failed"):
+        (workdir / stale).unlink(missing_ok=True)
+    log = workdir / "supervisor.log"
+    started = time.monotonic()
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kappa_operator.local_cluster.commands", "serve", str(workdir)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this command, as a cluster should
+        )
+    (workdir / "supervisor.pid").write_text(str(proc.pid))
+    with console.status("building what is missing and starting the cluster (the first time: 10-15 min)"):
+        while not (workdir / "ready.json").exists():
+            if proc.poll() is not None or (workdir / "failed").exists():
+                tail = log.read_text(errors="replace")[-3000:]
+                raise ClusterCommandError(f"the cluster did not start; its log ({log}) ends:\n{tail}")
+            if time.monotonic() - started > UP_TIMEOUT:
+                raise ClusterCommandError(f"the cluster did not start within {UP_TIMEOUT:.0f} s; its log: {log}")
+            time.sleep(1)
+    ready = json.loads((workdir / "ready.json").read_text())
+    console.print(f"[green]cluster up[/] in {time.monotonic() - started:.0f} s: one node, the spark-operator and kappa")
+    console.print(f"  S3 API {ready['s3']}, Iceberg catalog {ready['catalog']}, example data in ingest.*")
+    console.print("next:")
+    console.print(f"  export KUBECONFIG={ready['kubeconfig']}")
+    console.print(f"  export PATH={ready['bin']}:$PATH    # kubectl, built with the cluster")
+    for name in EXAMPLES:
+        console.print(f"  kubectl apply -f {workdir / 'examples' / name}")
+    console.print("  kubectl get sj,bf,rw,sparkapp,pods -w")
+    console.print("stop it with `kappa cluster down`")
+    return 0
+
+
+def down(workdir: Path, console: Console) -> int:
+    pid = _pid(workdir)
+    if pid is None:
+        console.print(f"no cluster is running from {workdir}")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    with console.status("stopping the cluster"):
+        deadline = time.monotonic() + 120
+        while _pid(workdir) is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
+    if _pid(workdir) is not None:
+        os.killpg(pid, signal.SIGKILL)
+        raise ClusterCommandError(f"the cluster's supervisor {pid} did not stop in 120 s; killed it (log: {workdir})")
+    (workdir / "supervisor.pid").unlink(missing_ok=True)
+    console.print("cluster down")
+    return 0
+
+
+def example_manifests(cluster: object, out: Path) -> list[Path]:
+    """The examples (StreamingJob, Backfill, Rewind) with the job pointed at this cluster."""
+    from kappa_operator.local_cluster.cluster import LocalCluster
+
+    assert isinstance(cluster, LocalCluster)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in EXAMPLES:
+        doc = yaml.safe_load((ROOT / "examples" / name).read_text())
+        if doc["kind"] == "StreamingJob":
+            doc = cluster.streaming_job(doc)
+            for source in doc["spec"]["sources"].values():  # the example data is history already
+                source["live"]["startingPosition"] = "earliest"
+        (out / name).write_text(yaml.safe_dump(doc, sort_keys=False))
+        written.append(out / name)
+    return written
+
+
+def serve(workdir: Path) -> None:
+    """The supervisor: the cluster up, then waiting for SIGTERM to take it down."""
+    from kappa_operator.local.example_data import HOURS, PER_HOUR, START
+    from kappa_operator.local_cluster.cluster import LocalCluster
+    from spark_app.examples.generator import GeneratorConfig, generate
+
+    def stop(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the parts are being stopped
+        raise Stopped
+
+    signal.signal(signal.SIGTERM, stop)
+    cluster = None
+    try:
+        cluster = LocalCluster.up(workdir / "parts")  # stops what it started, if it fails
+        catalog = cluster.host_catalog()
+        if not catalog.table_exists("ingest.impressions"):  # what `kappa example-data` writes
+            every = timedelta(minutes=5)
+            generate(catalog, GeneratorConfig(START, HOURS, PER_HOUR, commit_interval=every, namespace="ingest"))
+        example_manifests(cluster, workdir / "examples")
+        (workdir / "kubeconfig").write_bytes(cluster.kubeconfig.read_bytes())
+        ready = {
+            "kubeconfig": str(workdir / "kubeconfig"),
+            "bin": str(cluster.parts.current),
+            "s3": cluster.store.endpoint,
+            "catalog": cluster.database.uri,
+        }
+        (workdir / "ready.json").write_text(json.dumps(ready))
+        while True:
+            time.sleep(3600)
+    except Stopped:
+        pass
+    except BaseException:
+        (workdir / "failed").write_text("1")
+        raise
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        (workdir / "ready.json").unlink(missing_ok=True)
+
+
+class Stopped(Exception):
+    """SIGTERM to the supervisor (`kappa cluster down`)."""
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+        serve(Path(sys.argv[2]))
+    else:
+        raise SystemExit("usage: python -m kappa_operator.local_cluster.commands serve DIR")

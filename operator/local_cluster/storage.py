@@ -1,0 +1,193 @@
+"""What a job's pods reach outside the cluster, as on a user's cloud: an S3 API (moto's server)
+for checkpoints, Iceberg data and the operator's reports, and the Iceberg catalog's database
+(PostgreSQL from Debian, behind pyiceberg's SQL catalog). Both listen on the node's bridge
+address, the only outside address a pod has a route to, and on nothing else.
+
+Why PostgreSQL behind the SQL catalog: it is the catalog implementation the embedded default
+already is (SQLite), so a job on the node and the same job run by `kappa run` differ only in the
+database URL; and it takes concurrent commits from many pods over the network, which a SQLite
+file cannot."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ACCESS_KEY, SECRET_KEY, REGION = "kappa", "kappa-secret", "us-east-1"
+BUCKET = "lake"
+DB_USER, DB_PASSWORD, DB_NAME = "kappa", "kappa", "iceberg"
+
+
+class StorageError(RuntimeError):
+    pass
+
+
+def _listening(host: str, port: int, timeout: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(1.0)
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.1)
+    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+    raise StorageError(f"{what} did not listen on {host}:{port} within {timeout:.0f} s; its log ({log}):\n{tail}")
+
+
+@dataclass
+class ObjectStore:
+    """moto's S3 server in a child process, with the bucket the examples use."""
+
+    host: str
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def start(cls, workdir: Path, host: str, port: int) -> ObjectStore:
+        workdir.mkdir(parents=True, exist_ok=True)
+        log = workdir / "s3.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        store = cls(host, port, proc)
+        try:
+            _listening(host, port, 30, "the S3 API (moto)", log)
+            store.client().create_bucket(Bucket=BUCKET)
+        except BaseException:
+            store.stop()
+            raise
+        return store
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        )
+
+    def environment(self) -> dict[str, str]:
+        """The standard AWS variables a pod (Spark's S3A, pyarrow, pyiceberg) reads."""
+        return {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_REGION": REGION,
+            "AWS_ENDPOINT_URL_S3": self.endpoint,
+        }
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def _postgres_bin() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+    if not found:
+        raise StorageError("PostgreSQL is missing: apt-get install postgresql (cluster/build.sh does it as root)")
+    return found[-1].parent
+
+
+@dataclass
+class CatalogDatabase:
+    """A PostgreSQL server of its own (its data directory under the cluster's work directory),
+    run as Debian's ``postgres`` user, with one database and role for the Iceberg catalog."""
+
+    host: str
+    port: int
+    data: Path
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def uri(self) -> str:
+        return f"postgresql+psycopg2://{DB_USER}:{DB_PASSWORD}@{self.host}:{self.port}/{DB_NAME}"
+
+    @classmethod
+    def start(cls, workdir: Path, host: str, port: int) -> CatalogDatabase:
+        bin_dir = _postgres_bin()
+        owner = pwd.getpwnam("postgres")
+        data, sockets = workdir / "postgres", workdir / "postgres-sockets"
+        fresh = not (data / "PG_VERSION").exists()
+        for d in (data, sockets):
+            d.mkdir(parents=True, exist_ok=True)
+            os.chown(d, owner.pw_uid, owner.pw_gid)
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+        if fresh:
+            done = subprocess.run(
+                [
+                    *as_postgres,
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if done.returncode != 0:
+                raise StorageError(f"initdb failed: {done.stderr[-2000:]}")
+            with (data / "pg_hba.conf").open("a") as hba:  # the pods' bridge (and the node), by password
+                hba.write("host all all samenet scram-sha-256\n")
+        log = workdir / "postgres.log"
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [*as_postgres, str(bin_dir / "postgres"), "-D", str(data), "-h", host, "-p", str(port),
+                 "-k", str(sockets), "-c", "max_connections=200"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        db = cls(host, port, data, proc)
+        try:
+            _listening(host, port, 60, "PostgreSQL", log)
+            if fresh:
+                db._psql(sockets, f"CREATE ROLE {DB_USER} LOGIN PASSWORD '{DB_PASSWORD}'")
+                db._psql(sockets, f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}")
+        except BaseException:
+            db.stop()
+            raise
+        return db
+
+    def _psql(self, sockets: Path, sql: str) -> None:
+        psql = shutil.which("psql") or str(_postgres_bin() / "psql")
+        done = subprocess.run(
+            ["runuser", "-u", "postgres", "--", psql, "-h", str(sockets), "-p", str(self.port), "-U", "postgres",
+             "-v", "ON_ERROR_STOP=1", "-c", sql],
+            capture_output=True,
+            text=True,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise StorageError(f"psql {sql!r} failed: {done.stderr[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # runuser passes it on: postgres's smart shutdown
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
