@@ -87,8 +87,11 @@ class LocalCluster:
 
     def spark_conf(self) -> dict[str, str]:
         """Spark's S3A for checkpoints and the sink's files on this S3 API (keys from the
-        environment, S3A's default chain)."""
+        environment, S3A's default chain); and the pods' CPU requests below their cores, so a
+        driver and its executor fit on a 2-core node beside the operators."""
         return {
+            "spark.kubernetes.driver.request.cores": "300m",
+            "spark.kubernetes.executor.request.cores": "300m",
             "spark.hadoop.fs.s3a.endpoint": self.store.endpoint,
             "spark.hadoop.fs.s3a.endpoint.region": REGION,
             "spark.hadoop.fs.s3a.path.style.access": "true",
@@ -177,9 +180,12 @@ class LocalCluster:
         )  # fmt: skip
 
     def stop(self) -> None:
-        self.database.stop()
-        self.store.stop()
-        self.node.stop()
+        """The node first (its pods are the storage's clients), then the storage."""
+        try:
+            self.node.stop()
+        finally:
+            self.database.stop()
+            self.store.stop()
 
     # --- a job's view -------------------------------------------------------------------------
 

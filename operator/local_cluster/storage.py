@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -132,7 +133,6 @@ class CatalogDatabase:
         for d in (data, sockets):
             d.mkdir(parents=True, exist_ok=True)
             os.chown(d, owner.pw_uid, owner.pw_gid)
-        as_postgres = ["runuser", "-u", "postgres", "--"]
         if fresh:
             done = subprocess.run(
                 [
@@ -156,11 +156,13 @@ class CatalogDatabase:
         log = workdir / "postgres.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [*as_postgres, str(bin_dir / "postgres"), "-D", str(data), "-h", host, "-p", str(port),
+                [str(bin_dir / "postgres"), "-D", str(data), "-h", host, "-p", str(port),
                  "-k", str(sockets), "-c", "max_connections=200"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                user="postgres",
+                cwd=data,
             )  # fmt: skip
         db = cls(host, port, data, proc)
         try:
@@ -176,17 +178,18 @@ class CatalogDatabase:
     def _psql(self, sockets: Path, sql: str) -> None:
         psql = shutil.which("psql") or str(_postgres_bin() / "psql")
         done = subprocess.run(
-            ["runuser", "-u", "postgres", "--", psql, "-h", str(sockets), "-p", str(self.port), "-U", "postgres",
-             "-v", "ON_ERROR_STOP=1", "-c", sql],
+            [psql, "-h", str(sockets), "-p", str(self.port), "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-c", sql],
             capture_output=True,
             text=True,
-        )  # fmt: skip
+            user="postgres",
+            cwd=sockets,
+        )
         if done.returncode != 0:
             raise StorageError(f"psql {sql!r} failed: {done.stderr[-2000:]}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()  # runuser passes it on: postgres's smart shutdown
+            self.proc.send_signal(signal.SIGINT)  # fast shutdown: clients' sessions are ended, not awaited
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:

@@ -10,8 +10,12 @@ ports and kubelet are the machine's)."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import subprocess
+import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +23,7 @@ import requests
 import yaml
 
 from kappa_operator.local.example_data import START
-from kappa_operator.local_cluster.cluster import OPERATOR_NAMESPACE, SPARK_IMAGE, LocalCluster
+from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, SPARK_IMAGE, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
 from kappa_operator.local_cluster.node import BUSYBOX, GATEWAY, NODE, SERVICES, SUBNET, Node, pod
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
@@ -115,9 +119,9 @@ def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
 @pytest.fixture(scope="module")
 def history(cluster: LocalCluster) -> GeneratedStats:
     """The example's input tables (ingest.impressions, ingest.playbacks) in the cluster's
-    catalog, on its S3 API: one hour of events."""
+    catalog, on its S3 API: two hours of events (12:00 to 14:00)."""
     gen = GeneratorConfig(
-        start=START, hours=1, impressions_per_hour=2000, commit_interval=timedelta(minutes=10), namespace="ingest"
+        start=START, hours=2, impressions_per_hour=2000, commit_interval=timedelta(minutes=10), namespace="ingest"
     )
     return generate(cluster.host_catalog(), gen)
 
@@ -195,3 +199,166 @@ def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_a
     operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
     log = cluster.node.pod_log(OPERATOR_NAMESPACE, operator["metadata"]["name"])
     assert " 403" not in log and "Forbidden" not in log, log[-3000:]
+
+
+# --- a Backfill of that job's history, aligned through the coordinator, and kappa run's ------
+
+WINDOW = {"start": "2026-11-01T12:40:00Z", "end": "2026-11-01T13:20:00Z", "warmup": "30m"}
+"""Inside the history the StreamingJob read (``history``: 12:00 to 14:00)."""
+
+
+def backfill(name: str, **spec: Any) -> dict[str, Any]:
+    body = yaml.safe_load((ROOT / "examples" / "rmi-backfill.yaml").read_text())
+    body["metadata"]["name"] = name
+    body["spec"]["window"] = dict(WINDOW)
+    body["spec"].update(spec)
+    return body
+
+
+def phase_of(cluster: LocalCluster, kind: str, name: str, *phases: str) -> dict[str, Any] | None:
+    status = cluster.node.plane.admin.get(path_of(kind, JOBS, name)).body.get("status") or {}
+    return status if status.get("phase") in phases else None
+
+
+def branch_rows(catalog: Any, table: str, branch: str) -> list[dict[str, Any]]:
+    loaded = catalog.load_table(table)
+    rows = loaded.scan(snapshot_id=loaded.refs()[branch].snapshot_id).to_arrow().to_pylist()
+    return sorted(rows, key=lambda r: (r["playback_id"], r["impression_id"]))
+
+
+def test_a_backfill_with_two_aligned_sources_runs_in_pods_and_equals_the_same_backfill_by_kappa_run(
+    cluster: LocalCluster, history: GeneratedStats, tmp_path: Path
+) -> None:
+    """Driver and executor pods of the Backfill; its driver reaches the coordinator through the
+    chart's Service with the token scoped to its alignment group (from a Secret, set on the pod
+    by the spark-operator's webhook); the branch is validated against main and published; and
+    its rows are those the same Backfill writes when `kappa run` runs it on this machine,
+    reading the same tables."""
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(backfill("rmi-window")))
+    seen: dict[str, dict[str, Any]] = {}
+
+    def succeeded() -> dict[str, Any] | None:
+        for found in pods_of(cluster, JOBS, "sparkoperator.k8s.io/app-name=rmi-window-backfill"):
+            seen[found["metadata"]["name"]] = found
+        status = phase_of(cluster, "Backfill", "rmi-window", "Succeeded", "Failed")
+        return status
+
+    status = eventually(succeeded, "the Backfill to finish", timeout=420, every=2)
+    assert status["phase"] == "Succeeded", status
+    assert status["published"][0]["matchRatio"] == 1.0, status["published"]
+    roles = {p["metadata"]["labels"].get("spark-role") for p in seen.values()}
+    assert roles == {"driver", "executor"}, sorted(seen)
+    driver = next(p for p in seen.values() if p["metadata"]["labels"]["spark-role"] == "driver")
+    env = {e["name"]: e for e in driver["spec"]["containers"][0].get("env") or []}
+    token = env["KAPPA_COORDINATOR_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert token["name"] == "rmi-window-coordinator", "the scoped token, from its Secret, by the webhook"
+    assert status["globalWatermark"] > WINDOW["start"], "the alignment group's watermark, from the coordinator"
+
+    # the same Backfill by `kappa run`, into a table of its own, from the same history
+    job = cluster.streaming_job(yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text()))
+    job["spec"]["sinks"]["attributed_plays"]["table"] = "marts.attributed_plays_by_kappa_run"
+    job["spec"]["checkpoints"] = {"location": str(tmp_path / "checkpoints"), "externalLocation": str(tmp_path / "snap")}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    local = backfill("rmi-window", publish={"enabled": False})
+    (tmp_path / "backfill.yaml").write_text(yaml.safe_dump(local))
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "kappa"), "run", str(tmp_path / "backfill.yaml"),
+         "--job", str(tmp_path / "job.yaml"), "--state", str(tmp_path / "objects")],
+        capture_output=True, text=True, timeout=900, env={**os.environ, **cluster.store.environment()},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    catalog = cluster.host_catalog()
+    on_node = branch_rows(catalog, "marts.attributed_plays", status["branch"])
+    by_kappa_run = branch_rows(catalog, "marts.attributed_plays_by_kappa_run", status["branch"])
+    assert on_node and on_node == by_kappa_run, (len(on_node), len(by_kappa_run))
+
+
+def test_kubectl_delete_of_a_running_backfill_removes_its_pods_and_objects_and_leaves_main_untouched(
+    cluster: LocalCluster, history: GeneratedStats
+) -> None:
+    catalog = cluster.host_catalog()
+    main_before = catalog.load_table("marts.attributed_plays").refs()["main"].snapshot_id
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(backfill("rmi-deleted")))
+    selector = "sparkoperator.k8s.io/app-name=rmi-deleted-backfill"
+    eventually(
+        lambda: running(cluster, JOBS, selector + ",spark-role=driver"), "its driver Running", timeout=240, every=1
+    )
+    started = time.monotonic()
+    kubectl(cluster, "delete", "backfill", "rmi-deleted", "--wait=true", "--timeout=120s")
+    plane = cluster.node.plane
+
+    def gone() -> bool:
+        left = pods_of(cluster, JOBS, selector)
+        app = plane.admin.get(path_of("SparkApplication", JOBS, "rmi-deleted-backfill")).status
+        secret = plane.admin.get(path_of("Secret", JOBS, "rmi-deleted-coordinator")).status
+        return not left and app == 404 and secret == 404
+
+    eventually(gone, "its pods, SparkApplication and Secret gone", timeout=DELETE_BOUND, every=1)
+    took = time.monotonic() - started
+    assert took < DELETE_BOUND, took
+    assert catalog.load_table("marts.attributed_plays").refs()["main"].snapshot_id == main_before
+
+
+DELETE_BOUND = 90.0
+"""Seconds from `kubectl delete` to the last pod gone: the operator's finalizer, the
+SparkApplication's deletion, the spark-operator's and the garbage collector's, and the pods'
+graceful termination (30 s by default) on one node."""
+
+
+# --- a Rewind of the StreamingJob ------------------------------------------------------------
+
+
+def test_a_rewind_restores_in_a_pod_undoes_the_sink_and_the_job_resumes_to_the_same_output(
+    cluster: LocalCluster, history: GeneratedStats
+) -> None:
+    """A snapshot asked for (spec.snapshotTriggerNonce), an hour of history appended and
+    committed by the live job, then a Rewind to the snapshot's batch: the restore application
+    runs as a pod, the sink's commits after that batch are undone, the job resumes from the
+    restored checkpoint, re-reads the hour and ends with exactly the rows it had."""
+    plane = cluster.node.plane
+    catalog = cluster.host_catalog()
+    kubectl(cluster, "patch", "sj", "rmi", "--type", "merge", "-p", '{"spec":{"snapshotTriggerNonce":1}}')
+
+    def snapshot() -> int | None:
+        status = plane.admin.get(path_of("StreamingJob", JOBS, "rmi")).body.get("status") or {}
+        taken = [s for s in status.get("snapshots") or [] if s.get("takenAt")]
+        return taken[-1]["batchIds"]["attributed_plays"] if taken else None
+
+    batch = eventually(snapshot, "the snapshot taken", timeout=180, every=2)
+    sink = catalog.load_table("marts.attributed_plays")
+    rows_at_snapshot = sink.scan().to_arrow().num_rows
+    more = GeneratorConfig(
+        start=START + timedelta(hours=2), hours=1, impressions_per_hour=2000, commit_interval=timedelta(minutes=20),
+        namespace="ingest", seed=11,
+    )  # fmt: skip
+    generate(catalog, more)
+    grown = eventually(
+        lambda: (n := catalog.load_table("marts.attributed_plays").scan().to_arrow().num_rows) > rows_at_snapshot and n,
+        "the live job to commit the appended hour",
+        timeout=240,
+        every=3,
+    )
+    before = sorted_rows(catalog)
+    rewind = {
+        "apiVersion": "kappa.dev/v1alpha1",
+        "kind": "Rewind",
+        "metadata": {"name": "rmi-back", "namespace": JOBS},
+        "spec": {"jobRef": {"name": "rmi"}, "target": {"batchId": batch}, "resetSinks": True},
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(rewind))
+    status = eventually(
+        lambda: phase_of(cluster, "Rewind", "rmi-back", "Succeeded", "Failed"), "the Rewind", timeout=300, every=2
+    )
+    assert status["phase"] == "Succeeded", status
+    assert status["restoredBatch"] <= batch and status["restores"][0]["filesRemoved"] > 0, status["restores"]
+    app = plane.admin.get(path_of("SparkApplication", JOBS, status["restoreApplicationName"])).body
+    assert app["status"]["applicationState"]["state"] == "COMPLETED", "the restore ran as a pod"
+    eventually(
+        lambda: sorted_rows(catalog) == before or None, "the resumed job back to the same rows", timeout=300, every=3
+    )
+    assert len(before) == grown
+
+
+def sorted_rows(catalog: Any) -> list[dict[str, Any]]:
+    rows = catalog.load_table("marts.attributed_plays").scan().to_arrow().to_pylist()
+    return sorted(rows, key=lambda r: (r["playback_id"], r["impression_id"]))
