@@ -51,7 +51,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def properties(data: Path, port: int, controller_port: int) -> str:
+def properties(data: Path, port: int, controller_port: int, host: str = "127.0.0.1") -> str:
     """server.properties of a one-node cluster: every internal topic with one replica, no
     rebalance delay (a test's consumer group starts at once), segments checked for deletion
     every second (a topic's retention.ms then acts within seconds, not 5 minutes). Records are
@@ -63,8 +63,8 @@ def properties(data: Path, port: int, controller_port: int) -> str:
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://{host}:{port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -93,15 +93,17 @@ class KafkaBroker:
     process: subprocess.Popen[bytes]
     log: Path
     _stopped: bool = field(default=False, repr=False)
+    host: str = "127.0.0.1"
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @classmethod
-    def start(cls, data: Path, port: int | None = None, heap: str = "512m") -> KafkaBroker:
+    def start(cls, data: Path, port: int | None = None, heap: str = "512m", host: str = "127.0.0.1") -> KafkaBroker:
         """Format ``data`` (once: a restart keeps the topics) and start the broker; returns when
-        it accepts connections. Fails with the broker's log when it does not."""
+        it accepts connections. Fails with the broker's log when it does not. ``host``: the
+        address it listens on and gives its clients (the one-node cluster's bridge, for pods)."""
         java = shutil.which("java")
         if java is None:
             raise ConfigError("a Kafka broker needs Java 17 (`java` on PATH)")
@@ -109,7 +111,7 @@ class KafkaBroker:
         data.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
         config = data / "server.properties"
-        config.write_text(properties(data, port, free_port()))
+        config.write_text(properties(data, port, free_port(), host))
         log = data / "broker.log"
         env = {**os.environ, "LOG_DIR": str(data)}
         if not (data / "logs" / "meta.properties").exists():
@@ -141,7 +143,7 @@ class KafkaBroker:
         ]
         with log.open("ab") as out:
             process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        broker = cls(data, port, process, log)
+        broker = cls(data, port, process, log, host=host)
         broker._wait_ready()
         return broker
 
@@ -154,7 +156,7 @@ class KafkaBroker:
                 raise ConfigError(f"the Kafka broker exited ({self.process.returncode}): {self.log_tail()}")
             try:
                 if admin is None:  # a client made before the port is open logs every refused connect
-                    socket.create_connection(("127.0.0.1", self.port), timeout=1.0).close()
+                    socket.create_connection((self.host, self.port), timeout=1.0).close()
                     admin = self.admin()
                 if admin.list_topics(timeout=1.0).brokers:
                     return

@@ -1,8 +1,8 @@
 """The whole one-node cluster a user tries kappa on (`kappa cluster up`) and the node tests run
 against: the node (control plane, kubelet, CoreDNS), our images and the spark-operator's built
 here and loaded, the spark-operator installed by its own chart (its webhook on), this
-repository's chart installed as a user installs it, and the storage the jobs reach (S3, the
-catalog's database) with the credentials in Secrets, as on a cloud."""
+repository's chart installed as a user installs it, and what the jobs reach outside the cluster
+as on a cloud (S3, the catalog's database, a Kafka broker), the credentials in Secrets."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries
 from kappa_operator.local_cluster.images import build, build_spark_operator
 from kappa_operator.local_cluster.node import GATEWAY, Node
@@ -36,7 +37,7 @@ JOBS = "default"
 """Where the examples' objects go (their own namespace)."""
 CREDENTIALS = "lake-credentials"
 """The Secret (in the jobs' and the operator's namespaces) with the S3 API's keys."""
-S3_PORT, DB_PORT = 9000, 5432
+S3_PORT, DB_PORT, KAFKA_PORT = 9000, 5432, 9092
 CHART = ROOT / "charts" / "kappa-operator"
 
 
@@ -69,6 +70,7 @@ class LocalCluster:
     node: Node
     store: ObjectStore
     database: CatalogDatabase
+    broker: KafkaBroker
     kubeconfig: Path
 
     # --- what the jobs are given -------------------------------------------------------------
@@ -112,18 +114,19 @@ class LocalCluster:
         parts = parts or binaries()
         workdir.mkdir(parents=True, exist_ok=True)
         node = Node.start(workdir / "node", parts.current, coredns=parts.coredns)
-        store = database = None
+        store = database = broker = None
         try:
             store = ObjectStore.start(workdir / "storage", GATEWAY, S3_PORT)
             database = CatalogDatabase.start(workdir / "storage", GATEWAY, DB_PORT)
+            broker = KafkaBroker.start(workdir / "kafka", KAFKA_PORT, host=GATEWAY)
             kubeconfig = node.plane.write_kubeconfig(workdir / "kubeconfig", node.plane.admin_token, "admin")
-            cluster = cls(workdir, parts, node, store, database, kubeconfig)
+            cluster = cls(workdir, parts, node, store, database, broker, kubeconfig)
             cluster._images()
             cluster._spark_operator(jobs)
             cluster._operator(jobs)
             return cluster
         except BaseException:
-            for part in (database, store):
+            for part in (broker, database, store):
                 if part is not None:
                     part.stop()
             node.stop()
@@ -179,12 +182,17 @@ class LocalCluster:
             "--set", "liveJobs.progressInterval=5s",
         )  # fmt: skip
 
-    def stop(self) -> None:
-        """The node first (its pods are the storage's clients), then the storage."""
+    def stop(self, keep_data: bool = True) -> None:
+        """The node first (its pods are the storage's clients), then the storage; the catalog's
+        database kept for the next `up` of the same directory unless ``keep_data`` is false."""
         try:
             self.node.stop()
         finally:
-            self.database.stop()
+            if keep_data:
+                self.database.stop()
+            else:
+                self.database.remove()
+            self.broker.stop()
             self.store.stop()
 
     # --- a job's view -------------------------------------------------------------------------

@@ -69,7 +69,8 @@ def up(workdir: Path, console: Console) -> int:
             time.sleep(1)
     ready = json.loads((workdir / "ready.json").read_text())
     console.print(f"[green]cluster up[/] in {time.monotonic() - started:.0f} s: one node, the spark-operator and kappa")
-    console.print(f"  S3 API {ready['s3']}, Iceberg catalog {ready['catalog']}, example data in ingest.*")
+    console.print(f"  S3 API {ready['s3']}, Iceberg catalog {ready['catalog']}, Kafka {ready['kafka']}")
+    console.print("  example data: ingest.impressions and ingest.playbacks (8 hours from 2026-11-01 12:00Z)")
     console.print("next:")
     console.print(f"  export KUBECONFIG={ready['kubeconfig']}")
     console.print(f"  export PATH={ready['bin']}:$PATH    # kubectl, built with the cluster")
@@ -141,6 +142,7 @@ def serve(workdir: Path) -> None:
             "bin": str(cluster.parts.current),
             "s3": cluster.store.endpoint,
             "catalog": cluster.database.uri,
+            "kafka": cluster.broker.bootstrap,
         }
         (workdir / "ready.json").write_text(json.dumps(ready))
         while True:

@@ -10,6 +10,7 @@ file cannot."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import shutil
@@ -17,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,28 @@ def _listening(host: str, port: int, timeout: float, what: str, log: Path) -> No
     raise StorageError(f"{what} did not listen on {host}:{port} within {timeout:.0f} s; its log ({log}):\n{tail}")
 
 
+def end(proc: subprocess.Popen[bytes], sig: signal.Signals, timeout: float = 30.0) -> None:
+    """``sig``, then SIGKILL if it has not exited within ``timeout``."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _unused(host: str, port: int, what: str) -> None:
+    """Nothing answers there yet: a leftover server would silently take this one's place."""
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        if s.connect_ex((host, port)) == 0:
+            raise StorageError(
+                f"{host}:{port}, where {what} listens, is taken: another cluster (`kappa cluster down`) "
+                f"or a leftover process (`ss -ltnp 'sport = :{port}'` names it)"
+            )
+
+
 @dataclass
 class ObjectStore:
     """moto's S3 server in a child process, with the bucket the examples use."""
@@ -57,6 +81,7 @@ class ObjectStore:
     @classmethod
     def start(cls, workdir: Path, host: str, port: int) -> ObjectStore:
         workdir.mkdir(parents=True, exist_ok=True)
+        _unused(host, port, "the S3 API")
         log = workdir / "s3.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -95,12 +120,7 @@ class ObjectStore:
         }
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        end(self.proc, signal.SIGTERM)
 
 
 def _postgres_bin() -> Path:
@@ -127,27 +147,25 @@ class CatalogDatabase:
     @classmethod
     def start(cls, workdir: Path, host: str, port: int) -> CatalogDatabase:
         bin_dir = _postgres_bin()
+        _unused(host, port, "the catalog's PostgreSQL")
         owner = pwd.getpwnam("postgres")
-        data, sockets = workdir / "postgres", workdir / "postgres-sockets"
+        # its own directory, outside ``workdir``: the postgres user may not traverse a root-only
+        # parent (pytest's and ~root's are 0700); named after ``workdir``, so a restart finds it
+        home = Path(tempfile.gettempdir()) / f"kappa-postgres-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}"
+        data, sockets = home / "data", home / "sockets"
+        home.mkdir(mode=0o700, exist_ok=True)
+        os.chown(home, owner.pw_uid, owner.pw_gid)
         fresh = not (data / "PG_VERSION").exists()
         for d in (data, sockets):
             d.mkdir(parents=True, exist_ok=True)
             os.chown(d, owner.pw_uid, owner.pw_gid)
         if fresh:
             done = subprocess.run(
-                [
-                    *as_postgres,
-                    str(bin_dir / "initdb"),
-                    "-D",
-                    str(data),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "-E",
-                    "UTF8",
-                ],
+                [str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
                 capture_output=True,
                 text=True,
+                user="postgres",
+                cwd=data,
             )
             if done.returncode != 0:
                 raise StorageError(f"initdb failed: {done.stderr[-2000:]}")
@@ -187,10 +205,10 @@ class CatalogDatabase:
         if done.returncode != 0:
             raise StorageError(f"psql {sql!r} failed: {done.stderr[-2000:]}")
 
+    def remove(self) -> None:
+        """Its files gone (a test's cluster); stopped first."""
+        self.stop()
+        shutil.rmtree(self.data.parent, ignore_errors=True)
+
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # fast shutdown: clients' sessions are ended, not awaited
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        end(self.proc, signal.SIGINT)  # PostgreSQL's fast shutdown: clients' sessions are ended, not awaited

@@ -28,7 +28,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         pytest.skip("the node tests run a kubelet, containerd and network namespaces: run the tests as root")
     started = LocalCluster.up(tmp_path_factory.mktemp("cluster"))
     yield started
-    started.stop()
+    started.stop(keep_data=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,181 @@
+"""A Backfill on the real one-node cluster, from `kubectl apply` to `Succeeded`, split into where
+the time goes; baseline, measured in the same run: the same Backfill run by `kappa run` on this
+machine (local Spark, the same tables on the same S3 API and catalog database).
+
+The cluster is `kappa cluster up`'s (kappa_operator/local_cluster: the node, CoreDNS, the
+spark-operator and kappa installed by their charts, moto's S3 and PostgreSQL on the node's
+bridge), started in a temporary directory: its ports must be free (`kappa cluster down`
+first). The example data (`kappa example-data`'s: 8 hours, 20,000 impressions an hour) is
+written to the catalog, the example StreamingJob runs until its sink holds the history (the
+Backfill then validates against a full main), and the example Backfill (14:00-18:00, aligned,
+two sources, publish) is applied with kubectl. Its phases, from the API's own timestamps and
+the driver's log:
+
+- ``operator``: Backfill created -> its SparkApplication created (kappa's render);
+- ``submission``: SparkApplication -> driver pod created (the spark-operator's spark-submit);
+- ``scheduling``: driver pod created -> scheduled;
+- ``image_start``: scheduled -> driver container started (sandbox, image, container);
+- ``spark_start``: container started -> the first task on an executor (driver JVM and
+  SparkContext, the executor pod's scheduling and start, registration, the plan);
+- ``data``: first task -> driver container finished (the backfill's batches and commits);
+- ``publish``: backfill driver finished -> Backfill Succeeded (the publish application's
+  submission, pods, validation and commit).
+
+Needs root (the node). Run from the repository root::
+
+    .venv/bin/python -m bench.node --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kappa_operator.local.example_data import HOURS, PER_HOUR, START
+from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
+from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
+from spark_app.examples.generator import GeneratorConfig, generate
+
+LOG_TIME = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) ")
+
+
+def ts(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def log_time(line: str) -> float | None:
+    found = LOG_TIME.match(line)
+    return datetime.strptime(found.group(1), "%y/%m/%d %H:%M:%S").replace(tzinfo=UTC).timestamp() if found else None
+
+
+def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(cluster.parts.current / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
+        input=stdin, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def get(cluster: LocalCluster, kind: str, name: str) -> dict[str, Any]:
+    return cluster.node.plane.admin.get(path_of(kind, JOBS, name)).body
+
+
+def phases(cluster: LocalCluster, name: str) -> dict[str, float]:
+    """The Backfill's phases (seconds), from the objects' timestamps and the driver's log."""
+    bf = get(cluster, "Backfill", name)
+    app_name = bf["status"]["applicationName"]
+    app = get(cluster, "SparkApplication", app_name)
+    driver = get(cluster, "Pod", f"{app_name}-driver")
+    scheduled = next(c for c in driver["status"]["conditions"] if c["type"] == "PodScheduled")
+    state = driver["status"]["containerStatuses"][0]["state"]["terminated"]
+    log = cluster.node.pod_log(JOBS, f"{app_name}-driver")
+    first_task = next(t for line in log.splitlines() if "Starting task" in line and (t := log_time(line)))
+    done = next(c for c in bf["status"]["conditions"] if c["type"] == "Succeeded")
+    marks = [
+        ts(bf["metadata"]["creationTimestamp"]),
+        ts(app["metadata"]["creationTimestamp"]),
+        ts(driver["metadata"]["creationTimestamp"]),
+        ts(scheduled["lastTransitionTime"]),
+        ts(state["startedAt"]),
+        first_task,
+        ts(state["finishedAt"]),
+        ts(done["lastTransitionTime"]),
+    ]
+    names = ("operator", "submission", "scheduling", "image_start", "spark_start", "data", "publish")
+    out = {n: round(b - a, 1) for n, a, b in zip(names, marks, marks[1:], strict=False)}
+    out["total"] = round(marks[-1] - marks[0], 1)
+    return out
+
+
+def run(workdir: Path) -> dict[str, Any]:
+    started = time.monotonic()
+    cluster = LocalCluster.up(workdir / "cluster")
+    up_s = time.monotonic() - started
+    try:
+        catalog = cluster.host_catalog()
+        gen = GeneratorConfig(START, HOURS, PER_HOUR, commit_interval=timedelta(minutes=5), namespace="ingest")
+        stats = generate(catalog, gen)
+        job = cluster.streaming_job(yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text()))
+        for source in job["spec"]["sources"].values():
+            source["live"]["startingPosition"] = "earliest"
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+
+        def caught_up() -> bool:
+            status = get(cluster, "StreamingJob", "rmi").get("status") or {}
+            return any(p.get("batchId") is not None for p in status.get("progress") or [])
+
+        eventually(caught_up, "the live job's first batch reported", timeout=900, every=2)
+        backfill = yaml.safe_load((ROOT / "examples" / "rmi-backfill.yaml").read_text())
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(backfill))
+        name = backfill["metadata"]["name"]
+
+        def finished() -> dict[str, Any] | None:
+            status = get(cluster, "Backfill", name).get("status") or {}
+            return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+        status = eventually(finished, "the Backfill to finish", timeout=1800, every=1)
+        if status["phase"] != "Succeeded":
+            raise RuntimeError(f"the Backfill failed: {status.get('message')}")
+        node = phases(cluster, name)
+
+        # baseline: the same Backfill by `kappa run`, on this machine, same tables
+        local_dir = workdir / "kappa-run"
+        local_dir.mkdir()
+        (local_dir / "job.yaml").write_text(yaml.safe_dump(job))
+        backfill["metadata"]["name"] = f"{name}-local"
+        (local_dir / "backfill.yaml").write_text(yaml.safe_dump(backfill))
+        t0 = time.monotonic()
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "kappa"), "run", str(local_dir / "backfill.yaml"),
+             "--job", str(local_dir / "job.yaml"), "--state", str(local_dir / "objects")],
+            capture_output=True, text=True, timeout=3600, env={**os.environ, **cluster.store.environment()},
+        )  # fmt: skip
+        local_s = time.monotonic() - t0
+        if done.returncode != 0:
+            raise RuntimeError(f"kappa run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        overhead = {k: v for k, v in node.items() if k not in ("data", "total")}
+        return {
+            "bench": "node",
+            "machine": f"{platform.node()} {os.cpu_count()} cores",
+            "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+            "profile": {"hours": HOURS, "impressions_per_hour": PER_HOUR, "playbacks": stats.playbacks,
+                        "window": backfill["spec"]["window"]},
+            "cluster_up_s": round(up_s, 1),
+            "node_phases_s": node,
+            "node_published": status.get("published"),
+            "kappa_run_s": round(local_s, 1),
+            "ratio_node_over_kappa_run": round(node["total"] / local_s, 2),
+            "overhead_s": round(sum(overhead.values()), 1),
+        }  # fmt: skip
+    finally:
+        cluster.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    p.add_argument("--workdir", type=Path, default=None, help="keep the cluster's files there")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-node-") as tmp:
+        result = run(args.workdir or Path(tmp))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
