@@ -334,6 +334,64 @@ def test_a_streaming_job_reads_the_kafka_broker_from_its_pods(cluster: LocalClus
     kubectl(cluster, "delete", "streamingjob", job["metadata"]["name"], "--wait=true", "--timeout=120s")
 
 
+def archive_job(cluster: LocalCluster, topic: str, value_schema: str) -> dict[str, Any]:
+    """examples/kafka-archive-streamingjob.yaml for ``topic``: the topic into archive.<topic>."""
+    job = cluster.streaming_job(yaml.safe_load((ROOT / "examples" / "kafka-archive-streamingjob.yaml").read_text()))
+    job["metadata"]["name"] = f"archive-{topic}"
+    live = job["spec"]["sources"].pop("impressions")
+    live["live"].update(bootstrapServers=cluster.broker.bootstrap, topic=topic, valueSchema=value_schema)
+    live["history"]["table"] = f"archive.{topic}"
+    job["spec"]["sources"] = {topic: live}
+    job["spec"]["sinks"]["copy"]["table"] = f"archive.{topic}"
+    job["spec"]["triggerInterval"] = "5s"
+    return job
+
+
+KAFKA_METADATA = "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
+VALUES = {
+    "impressions": "impression_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP",
+    "playbacks": "playback_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP, duration_s INT",
+}
+
+
+def test_a_job_bootstraps_from_its_archive_then_takes_over_the_topics_on_the_node(
+    cluster: LocalCluster, history: GeneratedStats
+) -> None:
+    """The topics of the Kafka test archived by the example's archive job (one per topic, each
+    in its pods), then the bootstrap example: it reads both archives aligned from
+    `bootstrap.from`, records where each partition takes over, switches to Kafka in the same
+    query, and commits its sink."""
+    catalog = cluster.host_catalog()
+    for topic, values in VALUES.items():
+        job = archive_job(cluster, topic, f"{values}, {KAFKA_METADATA}")
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+        produced = catalog.load_table(f"ingest.{topic}").scan().to_arrow().num_rows
+
+        def archived(table: str = f"archive.{topic}", rows: int = produced) -> bool:
+            return catalog.table_exists(table) and catalog.load_table(table).scan().to_arrow().num_rows == rows
+
+        eventually(archived, f"{topic} archived", timeout=300, every=3)
+        kubectl(cluster, "delete", "streamingjob", job["metadata"]["name"], "--wait=true", "--timeout=120s")
+    job = cluster.streaming_job(
+        yaml.safe_load((ROOT / "examples" / "kafka-rmi-bootstrap-streamingjob.yaml").read_text())
+    )
+    for source in job["spec"]["sources"].values():
+        source["live"]["bootstrapServers"] = cluster.broker.bootstrap
+    job["spec"]["bootstrap"]["from"] = "2026-11-01T12:00:00Z"
+    job["spec"]["triggerInterval"] = "5s"
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+    name, sink = job["metadata"]["name"], job["spec"]["sinks"]["attributed_plays"]["table"]
+
+    def switched() -> dict[str, Any] | None:
+        status = cluster.node.plane.admin.get(path_of("StreamingJob", JOBS, name)).body.get("status") or {}
+        return status if (status.get("bootstrap") or {}).get("switchedAt") else None
+
+    status = eventually(switched, "the switch from the archives to Kafka", timeout=360, every=3)
+    assert {o["topic"] for o in status["bootstrap"]["offsets"]} == set(VALUES), status["bootstrap"]
+    assert catalog.load_table(sink).scan().to_arrow().num_rows > 0
+    kubectl(cluster, "delete", "streamingjob", name, "--wait=true", "--timeout=120s")
+
+
 # --- a Rewind of the StreamingJob ------------------------------------------------------------
 
 

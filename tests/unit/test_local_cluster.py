@@ -1,0 +1,64 @@
+"""The one-node cluster's pure parts (kappa_operator/local_cluster): what `kappa cluster up`
+writes for a user, and what each image's cache key covers. The cluster itself runs in
+tests/node."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+
+from kappa_operator.local_cluster.cluster import CREDENTIALS, SPARK_IMAGE, LocalCluster
+from kappa_operator.local_cluster.commands import example_manifests
+from kappa_operator.local_cluster.control_plane import ROOT
+from kappa_operator.local_cluster.images import CONTEXT
+from kappa_operator.local_cluster.storage import CatalogDatabase, ObjectStore
+from kappa_operator.models.backfill import Backfill
+from kappa_operator.models.rewind import Rewind
+from kappa_operator.models.streaming_job import StreamingJob
+
+
+def cluster(tmp_path: Path) -> LocalCluster:
+    """A cluster's description, nothing started: what the manifests are made from."""
+    none = cast(Any, None)
+    store = ObjectStore("10.244.0.1", 9000, none)
+    database = CatalogDatabase("10.244.0.1", 5432, tmp_path / "db", none)
+    return LocalCluster(tmp_path, none, none, store, database, none, tmp_path / "kubeconfig")
+
+
+def test_the_examples_written_for_the_cluster_are_valid_objects_pointed_at_its_storage(tmp_path: Path) -> None:
+    written = example_manifests(cluster(tmp_path), tmp_path / "examples")
+    assert [p.name for p in written] == ["rmi-streamingjob.yaml", "rmi-backfill.yaml", "rmi-rewind.yaml"]
+    job_doc, backfill_doc, rewind_doc = (yaml.safe_load(p.read_text()) for p in written)
+    job = StreamingJob.model_validate(job_doc)
+    assert job.spec.image == SPARK_IMAGE
+    catalog = job.spec.catalogs["default"]
+    assert catalog["uri"] == "postgresql+psycopg2://kappa:kappa@10.244.0.1:5432/iceberg"
+    assert catalog["s3.endpoint"] == "http://10.244.0.1:9000"
+    assert job.spec.checkpoints.location == "s3a://lake/checkpoints/rmi"
+    assert job.spec.spark_conf["spark.hadoop.fs.s3a.endpoint"] == "http://10.244.0.1:9000"
+    assert [e.secret_ref.name for e in job.spec.env_from if e.secret_ref] == [CREDENTIALS]
+    assert {s.live.starting_position for s in job.spec.sources.values()} == {"earliest"}, "the example data is history"
+    assert Backfill.model_validate(backfill_doc).spec.job_ref.name == job.metadata.name
+    assert Rewind.model_validate(rewind_doc).spec.job_ref.name == job.metadata.name
+
+
+def test_each_images_cache_key_covers_every_file_its_dockerfile_copies() -> None:
+    """An image is rebuilt when what it copies changes, and only then (images.CONTEXT): a COPY
+    from outside its key would serve a stale image."""
+    for component, context in CONTEXT.items():
+        dockerfile = ROOT / "images" / component / "Dockerfile"
+        sources = [
+            src
+            for line in dockerfile.read_text().splitlines()
+            if line.startswith("COPY") and "--from=" not in line
+            for src in re.sub(r"--\S+", "", line).split()[1:-1]
+        ]
+        assert sources, component
+        for src in sources:
+            covered = src.startswith(f"images/{component}/") or any(
+                src == c or src.startswith(c.rstrip("/") + "/") for c in context
+            )
+            assert covered, f"{component}: COPY {src} is not in its cache key {context}"
