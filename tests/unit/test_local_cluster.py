@@ -42,7 +42,9 @@ def test_the_examples_written_for_the_cluster_are_valid_objects_pointed_at_its_s
     assert [e.secret_ref.name for e in job.spec.env_from if e.secret_ref] == [CREDENTIALS]
     assert {s.live.starting_position for s in job.spec.sources.values()} == {"earliest"}, "the example data is history"
     assert Backfill.model_validate(backfill_doc).spec.job_ref.name == job.metadata.name
-    assert Rewind.model_validate(rewind_doc).spec.job_ref.name == job.metadata.name
+    rewind = Rewind.model_validate(rewind_doc)
+    assert rewind.spec.job_ref.name == job.metadata.name
+    assert rewind.spec.target.batch_id == 0, "a snapshot the job has minutes after it started"
 
 
 def test_each_images_cache_key_covers_every_file_its_dockerfile_copies() -> None:
