@@ -137,6 +137,16 @@ def running(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[s
     return found if found and all((p.get("status") or {}).get("phase") == "Running" for p in found) else None
 
 
+def last_progress(cluster: LocalCluster) -> float | None:
+    """The rmi job's ``kappa_streamingjob_last_progress_timestamp_seconds`` on the operator's
+    metrics port (its pod's address), None before it is exported."""
+    series = 'kappa_streamingjob_last_progress_timestamp_seconds{namespace="default",sink="attributed_plays",'
+    for line in operator_metrics(cluster).splitlines():
+        if line.startswith(series + 'streamingjob="rmi"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
 def operator_metrics(cluster: LocalCluster) -> str:
     found = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")
     return requests.get(f"http://{found[0]['status']['podIP']}:8080/metrics", timeout=10).text
@@ -183,11 +193,10 @@ def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_a
     status = eventually(reported, "the driver's progress in status", timeout=120, every=2)
     assert status["phase"] == "Running", status
     assert status["progress"][0]["sink"] == "attributed_plays"
-    metrics = operator_metrics(cluster)
-    assert (
-        'kappa_streamingjob_last_progress_timestamp_seconds{namespace="default",sink="attributed_plays",streamingjob="rmi"}'
-        in metrics
-    )
+    # the operator's gauges (what Prometheus scrapes from its pod) carry the driver's figures,
+    # and move with its next reports (idle batches' heartbeats every triggerInterval)
+    first = eventually(lambda: last_progress(cluster), "the job's gauges", timeout=60, every=2)
+    eventually(lambda: (last_progress(cluster) or 0) > first, "the gauge to move", timeout=90, every=2)
     operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
     log = cluster.node.pod_log(OPERATOR_NAMESPACE, operator["metadata"]["name"])
     assert " 403" not in log and "Forbidden" not in log, log[-3000:]
@@ -336,8 +345,9 @@ def test_a_streaming_job_reads_the_kafka_broker_from_its_pods(cluster: LocalClus
 
 def archive_job(cluster: LocalCluster, topic: str, value_schema: str) -> dict[str, Any]:
     """examples/kafka-archive-streamingjob.yaml for ``topic``: the topic into archive.<topic>."""
-    job = cluster.streaming_job(yaml.safe_load((ROOT / "examples" / "kafka-archive-streamingjob.yaml").read_text()))
-    job["metadata"]["name"] = f"archive-{topic}"
+    example = yaml.safe_load((ROOT / "examples" / "kafka-archive-streamingjob.yaml").read_text())
+    example["metadata"]["name"] = f"archive-{topic}"  # first: the checkpoint's location is named after it
+    job = cluster.streaming_job(example)
     live = job["spec"]["sources"].pop("impressions")
     live["live"].update(bootstrapServers=cluster.broker.bootstrap, topic=topic, valueSchema=value_schema)
     live["history"]["table"] = f"archive.{topic}"
@@ -419,12 +429,9 @@ def test_a_rewind_restores_in_a_pod_undoes_the_sink_and_the_job_resumes_to_the_s
         namespace="ingest", seed=11,
     )  # fmt: skip
     generate(catalog, more)
-    grown = eventually(
-        lambda: (n := catalog.load_table("marts.attributed_plays").scan().to_arrow().num_rows) > rows_at_snapshot and n,
-        "the live job to commit the appended hour",
-        timeout=240,
-        every=3,
-    )
+    # the live job reads one snapshot per micro-batch: the appended hour's six commits take some
+    # batches; `before` is its output once every one of them is in (no change over 30 s)
+    grown = eventually(lambda: settled(catalog, rows_at_snapshot), "the appended hour committed", timeout=300, every=1)
     before = sorted_rows(catalog)
     rewind = {
         "apiVersion": "kappa.dev/v1alpha1",
@@ -444,6 +451,15 @@ def test_a_rewind_restores_in_a_pod_undoes_the_sink_and_the_job_resumes_to_the_s
         lambda: sorted_rows(catalog) == before or None, "the resumed job back to the same rows", timeout=300, every=3
     )
     assert len(before) == grown
+
+
+def settled(catalog: Any, above: int, quiet: float = 30.0) -> int | None:
+    """The sink's row count once it is above ``above`` and has not changed for ``quiet`` s."""
+    count = catalog.load_table("marts.attributed_plays").scan().to_arrow().num_rows
+    if count <= above:
+        return None
+    time.sleep(quiet)
+    return count if catalog.load_table("marts.attributed_plays").scan().to_arrow().num_rows == count else None
 
 
 def sorted_rows(catalog: Any) -> list[dict[str, Any]]:
