@@ -27,6 +27,12 @@ command -v go >/dev/null 2>&1 || export PATH="$PATH:/usr/local/go/bin"
 mkdir -p "$cache"
 exec 9>"$cache/.build.lock"
 flock 9  # one build at a time: the test workers (pytest -n 2) may both ask on a fresh machine
+# Go's build cache grows to ~7 GB over these builds and serves only a rebuild of a part that is
+# already cached: a build of this script's own, gone when it ends (unless GOCACHE is set).
+if [ -z "${GOCACHE:-}" ]; then
+  export GOCACHE="$cache/go-build.tmp"
+  trap 'rm -rf "$GOCACHE"' EXIT
+fi
 
 if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
   if [ "$(id -u)" = 0 ]; then

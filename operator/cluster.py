@@ -13,6 +13,9 @@ from kubernetes.client.exceptions import ApiException
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.render.spark_application import MANAGED_BY, SPARK_API, Owner
 
+DRIVER_CONTAINER = "spark-kubernetes-driver"
+"""The Spark container of a driver pod, as Spark on Kubernetes names it."""
+
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 APPS = "sparkapplications"
 log = logging.getLogger("kappa.operator")
@@ -145,6 +148,16 @@ class Cluster:
     def get_config_map(self, namespace: str, name: str, owner: Owner) -> dict[str, Any] | None:
         cm = self._read(lambda: self.core.read_namespaced_config_map(name, namespace).to_dict())
         return cm if cm is not None and owner.owns(_camel_meta(cm)) else None
+
+    def driver_last_words(self, namespace: str, pod: str) -> str | None:
+        """A failed driver's termination message (``spark_app`` writes its error there; the
+        kubelet keeps it in the pod's status): the cause, one line, without reading its log."""
+        found = self._read(lambda: self.core.read_namespaced_pod(pod, namespace).to_dict())
+        for c in ((found or {}).get("status") or {}).get("container_statuses") or []:
+            terminated = (c.get("state") or {}).get("terminated") or {}
+            if c.get("name") == DRIVER_CONTAINER and terminated.get("message"):
+                return " ".join(str(terminated["message"]).split())
+        return None
 
     def delete_config_map(self, namespace: str, name: str, owner: Owner) -> bool:
         return self._delete_owned(

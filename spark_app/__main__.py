@@ -11,10 +11,30 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from spark_app.config import load_config
 from spark_app.errors import KappaError
+
+TERMINATION_LOG = os.environ.get("KAPPA_TERMINATION_LOG", "/dev/termination-log")
+"""Where Kubernetes takes a container's last words from (the pod's terminationMessagePath):
+the kubelet puts them in the pod's status, where the operator reads them into the object's
+condition; a log line in a driver pod is not where people look."""
+LAST_WORDS_MAX = 1024
+
+
+def last_words(message: str) -> None:
+    """The failure, on one line, into the termination log (nothing outside a pod)."""
+    line = " ".join(message.split())
+    if len(line) > LAST_WORDS_MAX:
+        line = line[: LAST_WORDS_MAX - 3] + "..."
+    try:  # r+: the kubelet made the file; outside a pod (kappa run, as root) none is made in /dev
+        with open(TERMINATION_LOG, "r+", encoding="utf-8") as out:
+            out.truncate()
+            out.write(line)
+    except OSError:
+        pass  # not in a pod: stderr said it
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,9 +84,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         except Exception as exc:  # Spark wraps what a source raised: show the part a person acts on
             print(f"error: job {cfg.name} failed: {user_message(exc)}", file=sys.stderr)
+            last_words(f"job {cfg.name} failed: {user_message(exc)}")
             return 1
     except KappaError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        last_words(str(exc))
         return 2
     print(json.dumps(report.summary(), indent=2))
     return 0

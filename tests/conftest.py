@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from kappa_operator.local.kafka import KafkaBroker
 from tests.s3 import MotoS3
 
 SLOW_FIRST = (
+    "tests/node/",
     "tests/spark/test_exactly_once.py",
     "tests/spark/test_iceberg_sink.py",
     "tests/spark/test_admission_rounds.py",
@@ -44,6 +46,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return next((r for d, r in rank.items() if f"/{d}" in path), len(SLOW_FIRST))
 
     items.sort(key=key)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with tests/node/ as one file: its tests share one cluster (the
+    node's bridge, ports and kubelet are the machine's: a second worker cannot start another)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class NodeTestsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/node" if path.startswith("tests/node/") else path
+
+    return NodeTestsTogether(config, log)
 
 
 @pytest.hookimpl(trylast=True)

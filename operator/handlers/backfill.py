@@ -30,6 +30,7 @@ from kappa_operator.handlers.context import (
     record,
     referenced_job,
     reported,
+    with_driver_words,
 )
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
@@ -238,6 +239,7 @@ def _reconcile(bf: Backfill, body: Any, apps: Apps) -> None:
 
 
 def _reconcile_one(bf: Backfill, body: Any, apps: Apps) -> None:
+    apps = (with_driver_words(apps[0], bf.metadata.namespace), apps[1])
     job, saved = _job(bf)
     if saved and not (bf.status and bf.status.job_deleted):
         with JOB_GONE:  # the first to find the job gone says so; the others see it recorded

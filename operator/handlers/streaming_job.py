@@ -19,6 +19,7 @@ from kappa_operator.handlers.context import (
     post_events,
     record,
     reported,
+    with_driver_words,
 )
 from kappa_operator.job_snapshots import initial_points
 from kappa_operator.models.common import GROUP, VERSION
@@ -131,7 +132,7 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     body = fresh
     job = parse(StreamingJob, body)
     owner = owner_of(job)
-    app = ctx().cluster().get_app(owner.namespace, owner.app_name, owner)
+    app = with_driver_words(ctx().cluster().get_app(owner.namespace, owner.app_name, owner), owner.namespace)
     initial = initial_seen(job, owner) if initial_pending(job) and app is None else None
     act(plan_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial), job, body)
 

@@ -16,7 +16,7 @@ from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.local.engine import Local, _status, application, log
 from kappa_operator.local.job import _failure_hint
 from kappa_operator.local.overrides import runtime_config
-from kappa_operator.models.backfill import Backfill
+from kappa_operator.models.backfill import Backfill, BackfillRestart
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import NONCE, BackfillPlan, plan_backfill, progress_status
 from kappa_operator.reconcile.phases import now_rfc3339
@@ -54,7 +54,7 @@ def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
         if plan.create_app is not None:
             bf = act(plan, bf)
             bf, app = _run_backfill(local, bf, job, coordinator.url, token, groups)
-            plan = plan_backfill(bf, job, app, coordinator.url, now_rfc3339())
+            plan = plan_backfill(_not_restarted(bf), job, app, coordinator.url, now_rfc3339())
             bf = act(plan, bf)
         if plan.create_publish_app is not None:  # Publishing is recorded: an interrupted run publishes next time
             bf = act(plan, bf)
@@ -64,6 +64,12 @@ def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
         show.published(list(bf.status.published))
     show.status("Backfill", bf.metadata.name, _status(bf))
     return 0 if bf.status is not None and bf.status.phase == "Succeeded" else 1
+
+
+def _not_restarted(bf: Backfill) -> Backfill:
+    """`kappa run` is its own driver: its failure is shown, not retried (no pod was lost; a
+    rerun with a bumped restartNonce resumes from the checkpoint, as on a cluster)."""
+    return bf.model_copy(update={"spec": bf.spec.model_copy(update={"restart": BackfillRestart(max_attempts=0)})})
 
 
 def _no() -> str | None:

@@ -195,6 +195,12 @@ class LocalCluster:
             self.broker.stop()
             self.store.stop()
 
+    def restart_broker(self) -> None:
+        """The Kafka broker stopped (a controlled shutdown) and started again on the same log
+        directory, address and port: its topics, records and committed offsets kept."""
+        self.broker.stop()
+        self.broker = KafkaBroker.start(self.workdir / "kafka", KAFKA_PORT, host=GATEWAY)
+
     # --- a job's view -------------------------------------------------------------------------
 
     def streaming_job(self, manifest: dict[str, Any]) -> dict[str, Any]:

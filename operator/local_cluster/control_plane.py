@@ -19,8 +19,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -364,6 +366,15 @@ class ControlPlane:
             time.sleep(0.3)
         raise ControlPlaneError(f"kube-apiserver not ready after {timeout:.0f}s: see {self.workdir}/kube-apiserver.log")
 
+    @contextlib.contextmanager
+    def api_server_stopped(self) -> Iterator[None]:
+        """kube-apiserver stopped (SIGSTOP: it answers nothing, its connections hang, as a
+        server that is down or cut off) for the block, then running again where it was."""
+        server = next(p for p in self.procs if Path(str(p.args[0])).name == "kube-apiserver")
+        with stopped(server):
+            yield
+        self._wait_ready()
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             if proc.poll() is None:
@@ -450,6 +461,18 @@ class ControlPlane:
             for e in self.audit_events(user)
             if (e.get("responseStatus") or {}).get("code") == 403 and not terminating(e)
         ]
+
+
+@contextlib.contextmanager
+def stopped(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """A part of the cluster stopped for the block (SIGSTOP to its process group: it answers
+    nothing and its clients' connections hang, as a server that is down or cut off, and none of
+    its state is lost), then running again where it was."""
+    os.killpg(proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(proc.pid, signal.SIGCONT)
 
 
 def spawn(workdir: Path, name: str, argv: list[str]) -> subprocess.Popen[bytes]:

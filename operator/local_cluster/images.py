@@ -147,4 +147,23 @@ def _bud(
     for older in CACHE.glob(f"{component}-" + "?" * len(key) + ".oci.tar"):  # one per image: the current
         if older != archive:
             older.unlink()
+    prune_layer_cache()
     return archive
+
+
+LAYER_CACHE_LIMIT = int(os.environ.get("KAPPA_LAYER_CACHE_GB", "6")) << 30
+"""buildah's storage keeps every build's intermediate layers (its cache for the next build, which
+saves the pip and Maven steps when only spark_app changes); without a bound a working day of
+rebuilds left 15 GB there, and the CI run on the same disk found none free."""
+
+
+def prune_layer_cache(storage: Path = Path("/var/lib/containers/storage")) -> None:
+    """The layer cache dropped (the tagged images stay) once it grows past the bound."""
+    if not storage.exists() or _size_of(storage) <= LAYER_CACHE_LIMIT:
+        return
+    subprocess.run(["buildah", "rmi", "--prune"], capture_output=True)
+
+
+def _size_of(folder: Path) -> int:
+    done = subprocess.run(["du", "-sb", str(folder)], capture_output=True, text=True)
+    return int(done.stdout.split()[0]) if done.returncode == 0 and done.stdout else 0

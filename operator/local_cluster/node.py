@@ -327,7 +327,8 @@ class Node:
 
     def stop(self) -> None:
         """Every process of the node (the containers' shims too) ended, its mounts undone, its
-        files left for the logs; the bridge stays for the next start."""
+        logs left; containerd's images and snapshots removed (GBs: the next start imports the
+        archives again); the bridge stays for the next start."""
         for proc in reversed(self.procs):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -339,6 +340,7 @@ class Node:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
         sweep(self.workdir, self.bin_dir)
+        shutil.rmtree(self.workdir / "containerd" / "root", ignore_errors=True)
         self.plane.stop()
 
 

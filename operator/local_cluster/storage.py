@@ -10,6 +10,7 @@ file cannot."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pwd
@@ -22,6 +23,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kappa_operator.local_cluster.control_plane import stopped
 
 ACCESS_KEY, SECRET_KEY, REGION = "kappa", "kappa-secret", "us-east-1"
 BUCKET = "lake"
@@ -121,6 +124,10 @@ class ObjectStore:
 
     def stop(self) -> None:
         end(self.proc, signal.SIGTERM)
+
+    def unavailable(self) -> contextlib.AbstractContextManager[None]:
+        """The S3 API stopped for the block (its objects kept: moto's are in its memory)."""
+        return stopped(self.proc)
 
 
 def _postgres_bin() -> Path:

@@ -12,6 +12,7 @@ from kappa_operator.models.common import (
     API_VERSION,
     COLUMN_MAX,
     FILTER_MAX,
+    INT32_MAX,
     INT64_BOUND,
     NAME_MAX,
     SOURCES_MAX,
@@ -29,7 +30,7 @@ from kappa_operator.models.common import (
     instant,
 )
 from kappa_operator.models.external_calls import BackfillExternalCalls, ExternalCallsStatus
-from kappa_operator.models.streaming_job import TABLE
+from kappa_operator.models.streaming_job import TABLE, RestartSpec
 from spark_app.config import DEFAULT_BATCH_ROW_BUDGET
 from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 
@@ -203,6 +204,17 @@ def _immutability(schema: dict[str, Any]) -> None:
     schema["x-kubernetes-validations"] = [*schema.get("x-kubernetes-validations", []), *rules]
 
 
+class BackfillRestart(RestartSpec):
+    """How the operator runs a backfill again whose application failed (its driver pod deleted
+    or evicted, its node lost, the driver's error): a new application from the same checkpoint
+    and branch, after a growing delay; nothing is read or written twice (each sink batch
+    commits once, by its batch id). After ``maxAttempts`` restarts in a row it stays Failed,
+    and ``restartNonce`` runs it again."""
+
+    max_attempts: int | None = Field(default=3, ge=0, le=INT32_MAX)
+    """Restarts before it stays Failed (0: none; unset: no limit)."""
+
+
 class BackfillSpec(CRModel):
     model_config = ConfigDict(json_schema_extra=_immutability)
 
@@ -233,6 +245,8 @@ class BackfillSpec(CRModel):
     restart_nonce: int = Field(default=0, ge=0, le=INT64_BOUND)
     """Change it to run a failed backfill again from its checkpoint and branch (as Flink's
     restartNonce): the operator deletes the old application and submits a new one."""
+    restart: BackfillRestart = BackfillRestart()
+    """When a failed application is run again by itself (read at each failure)."""
     dry_run: bool = False
     """Plan only: a short plan application computes what the backfill will read and do (from
     Iceberg metadata, never rows) into status.plan, and it stops in phase Planned. Set it to
@@ -371,6 +385,10 @@ class BackfillStatus(StatusBase):
     """Validation result against main (the lowest over the published tables)."""
     restart_nonce: int | None = None
     """The spec.restartNonce of the last submission."""
+    restarts: int = 0
+    """Restarts after a failed application since the last submission by restartNonce."""
+    next_restart_at: str | None = None
+    """When the failed application is run again (spec.restart), while it backs off."""
     published: list[PublishedTable] = []
     """What publish did, per Iceberg sink table."""
     job_deleted: bool | None = None

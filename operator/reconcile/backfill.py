@@ -35,6 +35,7 @@ from kappa_operator.reconcile.backfill_queue import Admitted, Queued
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.estimates import Run, calibration, executor_cores, failed_plan, measured, plan_status
 from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_state
+from kappa_operator.reconcile.restarts import next_backfill_restart, parse_time
 from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
 from kappa_operator.render.spark_application import (
@@ -143,6 +144,8 @@ def follow_step(bf: Backfill, job_listed: bool) -> str:
     status = bf.status
     if status is None:
         return "reconcile"
+    if status.phase == "Running" and (status.next_restart_at or _reason(bf) == "Restarting"):
+        return "reconcile"  # a failed application: its restart is due, or its deletion under way
     if status.phase == "Running":
         return "reconcile" if not job_listed and not status.job_deleted else "progress"
     if status.phase == "Pending" and not job_listed and not submitted(bf):
@@ -362,6 +365,7 @@ def _decide(
                 f"backfilling {window} into {backfill_branch(bf)}",
                 restartNonce=nonce,
                 startedAt=now,
+                **({} if same_nonce else {"restarts": 0, "nextRestartAt": None}),
                 queuePosition=None,
                 # a new application has no state yet: the failed one's is not carried over
                 **{**extra, "applicationState": None},
@@ -395,7 +399,7 @@ def _decide(
         )
     phase = "Failed" if STATES.get(state, ("",))[0] == "Failed" else "Running"
     if phase == "Failed":
-        message = f"{message}; checkpoint and branch kept: bump spec.restartNonce to resume"
+        return _failed_run(bf, status, message, reason, group, extra, now)
     changed = bf.status is None or bf.status.application_state != state
     kind = "Warning" if phase == "Failed" else "Normal"
     return BackfillPlan(
@@ -403,6 +407,62 @@ def _decide(
         status=status(phase, reason, message, **extra),
         events=(Event(kind, reason, message),) if changed else (),
     )
+
+
+def _failed_run(
+    bf: Backfill,
+    status: _Status,
+    error: str,
+    reason: str,
+    group: GroupSpec | None,
+    extra: dict[str, Any],
+    now: str,
+) -> BackfillPlan:
+    """Its application failed: back off, then delete it so that a new one resumes from the
+    checkpoint and branch (``spec.restart``); after ``maxAttempts`` restarts in a row, Failed.
+    The delay and the attempt are in status first, so an operator restart in between neither
+    skips the wait nor counts the failure twice."""
+    current = bf.status
+    if current is not None and current.phase == "Failed":
+        return BackfillPlan(status=status.kept())  # decided: a later look at the same application changes nothing
+    if current is not None and current.phase == "Running" and _reason(bf) == "Restarting":
+        return BackfillPlan(delete_app=True, join_group=group)  # its deletion still under way
+    if current is not None and current.phase == "Running" and current.next_restart_at:
+        wait = (parse_time(current.next_restart_at) - parse_time(now)).total_seconds()
+        if wait > 0:
+            return BackfillPlan(join_group=group)  # the timer looks again
+        msg = f"restart {current.restarts} of the failed application, from the checkpoint, after: {error}"
+        return BackfillPlan(
+            delete_app=True,
+            join_group=group,
+            status=status("Running", "Restarting", msg, **extra, nextRestartAt=None, eta=None),
+            events=(Event("Normal", "Restarting", msg),),
+        )
+    decision = next_backfill_restart(bf, parse_time(now))
+    if decision is None:
+        made = current.restarts if current else 0
+        tried = f"; not restarted again after {made} restarts (spec.restart.maxAttempts)" if made else ""
+        message = f"{error}{tried}; checkpoint and branch kept: bump spec.restartNonce to resume"
+        changed = current is None or current.phase != "Failed"
+        return BackfillPlan(
+            status=status("Failed", reason, message, **extra, nextRestartAt=None),
+            events=(Event("Warning", "Failed", message),) if changed else (),
+        )
+    attempt, at = decision
+    msg = f"{error}; restart {attempt} at {at} from the checkpoint (spec.restart)"
+    return BackfillPlan(
+        join_group=group,  # its members hold at its last watermark until the new driver reports
+        # no ETA while nothing runs: the rate of the last minutes would put it at months
+        status=status("Running", "BackingOff", msg, **extra, restarts=attempt, nextRestartAt=at, eta=None),
+        events=(Event("Warning", "BackingOff", msg),),
+    )
+
+
+def _reason(bf: Backfill) -> str | None:
+    """The reason of its Progressing condition (what it does now)."""
+    st = bf.status
+    found = next((c for c in st.conditions if c.type == "Progressing"), None) if st else None
+    return found.reason if found is not None else None
 
 
 def _just_submitted(bf: Backfill) -> bool:

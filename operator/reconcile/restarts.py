@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import as_timedelta
 from kappa_operator.models.streaming_job import RestartSpec, StreamingJob
 
@@ -41,9 +42,23 @@ def attempt_after_failure(job: StreamingJob, now: datetime) -> int:
 
 def next_restart(job: StreamingJob, now: datetime) -> tuple[int, str] | None:
     """(attempt, when as RFC 3339), or None when ``maxAttempts`` restarts in a row were made."""
-    attempt = attempt_after_failure(job, now)
-    limit = job.spec.restart.max_attempts
+    return scheduled(job.spec.restart, attempt_after_failure(job, now), now)
+
+
+def next_backfill_restart(bf: Backfill, now: datetime) -> tuple[int, str] | None:
+    """The same for a backfill's failed application: one more than its restarts so far, or the
+    first again when the failed application had run ``resetAfter`` (a long backfill that
+    fails once every few hours is not given up on)."""
+    status = bf.status
+    started = status.started_at if status is not None else None
+    ran = started is not None and now - parse_time(started) >= as_timedelta(bf.spec.restart.reset_after)
+    attempt = 1 if status is None or ran else status.restarts + 1
+    return scheduled(bf.spec.restart, attempt, now)
+
+
+def scheduled(spec: RestartSpec, attempt: int, now: datetime) -> tuple[int, str] | None:
+    limit = spec.max_attempts
     if limit is not None and attempt > limit:
         return None
-    at = (now + backoff(job.spec.restart, attempt)).astimezone(UTC)
+    at = (now + backoff(spec, attempt)).astimezone(UTC)
     return attempt, at.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -22,6 +22,12 @@ from spark_app.planning.admission import HELD
 
 log = logging.getLogger("kappa.alignment")
 
+_REPORTED: dict[tuple[str, str], dict[str, dict[str, object]]] = {}
+"""The last report of each member this process made, by coordinator and group. A restarted coordinator has lost
+its members' progress (it is never stored) and answers them `missing`: the process reports them
+again at once, since a sibling source of the same query is asked again only in the next batch,
+and under AvailableNow a batch in which every source was held ends the query unread."""
+
 
 class CoordinatorUnavailableError(KappaError):
     """The coordinator stayed unreachable for longer than the configured timeout."""
@@ -100,7 +106,7 @@ class HttpWatermarkProvider:
             body["readBytes"], body["readFiles"] = read.bytes, read.files
         try:
             try:
-                data = self._post(body)
+                data = self._reported_again(member, body, self._post(body))
             except CoordinatorRejectedError as exc:
                 if "readBytes" not in body or not any(f"{f}:" in str(exc) for f in ("readBytes", "readFiles")):
                     raise  # a refusal of something else (a group or member name may well hold "read")
@@ -126,6 +132,19 @@ class HttpWatermarkProvider:
             None if out is None else int(out),  # type: ignore[call-overload]
         )
         return self._last
+
+    def _reported_again(self, member: str, body: dict[str, object], data: dict[str, object]) -> dict[str, object]:
+        """The answer to ``body``; when it names members this process reported before as
+        missing (the coordinator restarted), the answer after reporting them again."""
+        mine = _REPORTED.setdefault((self.path, f"{self.host}:{self.port}"), {})
+        mine[member] = {k: body[k] for k in ("member", "watermark", "finished", "throttled")}
+        lost = [m for m in data.get("missing") or () if m in mine and m != member]  # type: ignore[attr-defined]
+        if not lost:
+            return data
+        log.warning("the coordinator has no report of %s (restarted): reporting them again", ", ".join(lost))
+        for m in lost:
+            self._post(mine[m])
+        return self._post(mine[member])
 
     def _unreachable(self, exc: BaseException) -> GroupView:
         now = time.monotonic()

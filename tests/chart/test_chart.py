@@ -119,6 +119,7 @@ def expected_permissions() -> set[tuple[str, str, str, str]]:
     perms |= {("sparkoperator.k8s.io", "sparkapplications", verb, "*") for verb in spark_verbs}
     perms |= {("", "configmaps", verb, "*") for verb in ("create", "get", "patch", "delete")}
     perms |= {("", "events", "create", "*"), ("", "events", "patch", "*")}  # posted, and repeats counted
+    perms.add(("", "pods", "get", "*"))  # a failed driver's termination message
     return perms
 
 

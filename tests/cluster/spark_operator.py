@@ -30,6 +30,11 @@ APP = "SparkApplication"
 KAPPA_KINDS = ("StreamingJob", "Backfill", "Rewind")
 
 
+NO_RESTART = {"restart": {"maxAttempts": 0}}
+"""A Backfill that stays Failed at its application's first failure (spec.restart), for the tests
+of what a failed one does."""
+
+
 def example(name: str, namespace: str, object_name: str | None = None, **spec: Any) -> dict[str, Any]:
     """An example manifest (examples/``name``) as a user sends it, in ``namespace``, renamed to
     ``object_name`` if given, with ``spec`` keys replaced."""

@@ -14,7 +14,18 @@ import pytest
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
 from tests.cluster.conftest import Installed, grant_coordinator_secrets
 from tests.cluster.operator_runs import Processes
-from tests.cluster.spark_operator import APP, absent, create, example, get, items, reasons, spark_state, status
+from tests.cluster.spark_operator import (
+    APP,
+    NO_RESTART,
+    absent,
+    create,
+    example,
+    get,
+    items,
+    reasons,
+    spark_state,
+    status,
+)
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")
 
@@ -45,7 +56,8 @@ def test_five_backfills_two_at_a_time_in_priority_order_through_a_restart(
     proc = own_operators.start(ns, *FLAGS)
     create(plane, example("rmi-streamingjob.yaml", ns))
     for name, priority in PRIORITIES.items():
-        create(plane, example("rmi-backfill.yaml", ns, name, priority=priority, publish={"enabled": False}))
+        body = example("rmi-backfill.yaml", ns, name, priority=priority, publish={"enabled": False}, **NO_RESTART)
+        create(plane, body)
         time.sleep(1.1)  # creation times one second apart: age breaks priority ties
     queue = {
         "b1": ("Running", None),

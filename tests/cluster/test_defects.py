@@ -25,6 +25,7 @@ from kappa_operator.reconcile.backfill import NONCE
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import (
     APP,
+    NO_RESTART,
     absent,
     conditions,
     create,
@@ -72,7 +73,7 @@ def test_defect_1_and_2_a_backfill_named_like_its_job(
     create(plane, example("rmi-streamingjob.yaml", ns))
     live = eventually(lambda: get(plane, APP, ns, "rmi"), "the live application")
     spark_state(plane, ns, "rmi", "RUNNING")
-    create(plane, example("rmi-backfill.yaml", ns, "rmi", jobRef={"name": "rmi"}))
+    create(plane, example("rmi-backfill.yaml", ns, "rmi", jobRef={"name": "rmi"}, **NO_RESTART))
     eventually(lambda: get(plane, APP, ns, "rmi-backfill"), "the backfill's own application")
     assert get(plane, "ConfigMap", ns, "rmi-backfill-jobconfig") is not None
     app = get(plane, APP, ns, "rmi")
@@ -239,7 +240,7 @@ def test_issue_27_8_a_failed_backfill_resumes_from_its_kept_copy_after_its_job_i
     plane, ns, op = control_plane, fresh_namespace, in_process_operator
     group = f"{ns}.rmi-outage"
     create(plane, example("rmi-streamingjob.yaml", ns))
-    create(plane, example("rmi-backfill.yaml", ns, publish={"enabled": False}))
+    create(plane, example("rmi-backfill.yaml", ns, publish={"enabled": False}, **NO_RESTART))
     eventually(lambda: get(plane, APP, ns, BF_APP), "the backfill's application")
     spark_state(plane, ns, BF_APP, "RUNNING")
     eventually(lambda: get(plane, "Secret", ns, BF_SECRET), "its coordinator credential")

@@ -6,13 +6,22 @@ the node's bridge, ports and the kubelet are the machine's). Marked ``node``."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from kappa_operator.local_cluster.cluster import LocalCluster
+from kappa_operator.local.example_data import START
+from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
+from kappa_operator.local_cluster.control_plane import ROOT, path_of
 from kappa_operator.local_cluster.node import Node
+from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
+from tests.node.objects import backfill, branch_rows
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,3 +43,72 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 @pytest.fixture(scope="session")
 def node(cluster: LocalCluster) -> Node:
     return cluster.node
+
+
+@pytest.fixture(scope="session")
+def history(cluster: LocalCluster) -> GeneratedStats:
+    """The example's input tables (ingest.impressions, ingest.playbacks) in the cluster's
+    catalog, on its S3 API: two hours of events (12:00 to 14:00)."""
+    gen = GeneratorConfig(
+        start=START, hours=2, impressions_per_hour=2000, commit_interval=timedelta(minutes=10), namespace="ingest"
+    )
+    return generate(cluster.host_catalog(), gen)
+
+
+@pytest.fixture(scope="session")
+def by_kappa_run(
+    cluster: LocalCluster, history: GeneratedStats, tmp_path_factory: pytest.TempPathFactory
+) -> list[dict[str, Any]]:
+    """The rows the example Backfill (``objects.backfill``) writes when `kappa run` runs it on
+    this machine, from the same history, into a table of its own: what every Backfill of that
+    window on the node must write, whatever failed on the way."""
+    tmp = tmp_path_factory.mktemp("by-kappa-run")
+    job = cluster.streaming_job(yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text()))
+    job["spec"]["sinks"]["attributed_plays"]["table"] = "marts.attributed_plays_by_kappa_run"
+    job["spec"]["checkpoints"] = {"location": str(tmp / "checkpoints"), "externalLocation": str(tmp / "snap")}
+    (tmp / "job.yaml").write_text(yaml.safe_dump(job))
+    local = backfill("rmi-window", publish={"enabled": False})
+    (tmp / "backfill.yaml").write_text(yaml.safe_dump(local))
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "kappa"), "run", str(tmp / "backfill.yaml"),
+         "--job", str(tmp / "job.yaml"), "--state", str(tmp / "objects")],
+        capture_output=True, text=True, timeout=900, env={**os.environ, **cluster.store.environment()},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = branch_rows(cluster.host_catalog(), "marts.attributed_plays_by_kappa_run", "backfill-rmi-window")
+    assert rows
+    return rows
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A node test that failed ends with what a person would look at on the cluster: the
+    objects' phases and messages, the SparkApplications' states, the pods, and the tail of the
+    operator's log (its pods are gone with the cluster once the session ends)."""
+    report = yield
+    started = item.funcargs.get("cluster") if hasattr(item, "funcargs") else None
+    if report.when == "call" and report.failed and isinstance(started, LocalCluster):
+        report.sections.append(("the cluster when it failed", cluster_state(started)))
+    return report
+
+
+def cluster_state(cluster: LocalCluster) -> str:
+    admin, lines = cluster.node.plane.admin, []
+    try:
+        for kind in ("StreamingJob", "Backfill", "Rewind", "SparkApplication"):
+            for obj in admin.get(path_of(kind, JOBS)).body.get("items") or []:
+                status = obj.get("status") or {}
+                state = (status.get("applicationState") or {}) if kind == "SparkApplication" else status
+                said = state.get("state") or state.get("phase")
+                message = str(state.get("errorMessage") or state.get("message") or "")[:600]
+                lines.append(f"{kind} {obj['metadata']['name']}: {said}: {message}")
+        for namespace in (JOBS, OPERATOR_NAMESPACE, "spark-operator"):
+            for found in admin.get(path_of("Pod", namespace)).body.get("items") or []:
+                lines.append(f"pod {namespace}/{found['metadata']['name']}: {(found.get('status') or {}).get('phase')}")
+        selector = "?labelSelector=app.kubernetes.io/name=kappa-operator"
+        for found in admin.get(path_of("Pod", OPERATOR_NAMESPACE) + selector).body.get("items") or []:
+            log = cluster.node.pod_log(OPERATOR_NAMESPACE, found["metadata"]["name"])
+            lines.append(f"--- operator log (tail) ---\n{log[-6000:]}")
+    except Exception as exc:  # the cluster itself may be what failed
+        lines.append(f"(the cluster did not answer: {exc})")
+    return "\n".join(lines)

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import subprocess
-import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +25,17 @@ from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, SPARK
 from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
 from kappa_operator.local_cluster.node import BUSYBOX, GATEWAY, NODE, SERVICES, SUBNET, Node, pod
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
+from tests.node.objects import (
+    KAFKA_METADATA,
+    VALUES,
+    archive_job,
+    backfill,
+    branch_rows,
+    kubectl,
+    phase_of,
+    pods_of,
+    running,
+)
 
 
 def ended(node: Node, namespace: str, name: str) -> dict[str, Any] | None:
@@ -106,37 +113,6 @@ def test_a_pod_resolves_services_by_name_through_the_clusters_dns(node: Node, na
 # --- a StreamingJob applied with kubectl, run by the spark-operator from our images ----------
 
 
-def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
-    done = subprocess.run(
-        [str(cluster.parts.current / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def history(cluster: LocalCluster) -> GeneratedStats:
-    """The example's input tables (ingest.impressions, ingest.playbacks) in the cluster's
-    catalog, on its S3 API: two hours of events (12:00 to 14:00)."""
-    gen = GeneratorConfig(
-        start=START, hours=2, impressions_per_hour=2000, commit_interval=timedelta(minutes=10), namespace="ingest"
-    )
-    return generate(cluster.host_catalog(), gen)
-
-
-def pods_of(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
-    return cluster.node.plane.admin.get(path_of("Pod", namespace) + f"?labelSelector={selector}").body["items"]
-
-
-def running(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]] | None:
-    found = pods_of(cluster, namespace, selector)
-    return found if found and all((p.get("status") or {}).get("phase") == "Running" for p in found) else None
-
-
 def last_progress(cluster: LocalCluster) -> float | None:
     """The rmi job's ``kappa_streamingjob_last_progress_timestamp_seconds`` on the operator's
     metrics port (its pod's address), None before it is exported."""
@@ -204,31 +180,9 @@ def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_a
 
 # --- a Backfill of that job's history, aligned through the coordinator, and kappa run's ------
 
-WINDOW = {"start": "2026-11-01T12:40:00Z", "end": "2026-11-01T13:20:00Z", "warmup": "30m"}
-"""Inside the history the StreamingJob read (``history``: 12:00 to 14:00)."""
-
-
-def backfill(name: str, **spec: Any) -> dict[str, Any]:
-    body = yaml.safe_load((ROOT / "examples" / "rmi-backfill.yaml").read_text())
-    body["metadata"]["name"] = name
-    body["spec"]["window"] = dict(WINDOW)
-    body["spec"].update(spec)
-    return body
-
-
-def phase_of(cluster: LocalCluster, kind: str, name: str, *phases: str) -> dict[str, Any] | None:
-    status = cluster.node.plane.admin.get(path_of(kind, JOBS, name)).body.get("status") or {}
-    return status if status.get("phase") in phases else None
-
-
-def branch_rows(catalog: Any, table: str, branch: str) -> list[dict[str, Any]]:
-    loaded = catalog.load_table(table)
-    rows = loaded.scan(snapshot_id=loaded.refs()[branch].snapshot_id).to_arrow().to_pylist()
-    return sorted(rows, key=lambda r: (r["playback_id"], r["impression_id"]))
-
 
 def test_a_backfill_with_two_aligned_sources_runs_in_pods_and_equals_the_same_backfill_by_kappa_run(
-    cluster: LocalCluster, history: GeneratedStats, tmp_path: Path
+    cluster: LocalCluster, history: GeneratedStats, by_kappa_run: list[dict[str, Any]]
 ) -> None:
     """Driver and executor pods of the Backfill; its driver reaches the coordinator through the
     chart's Service with the token scoped to its alignment group (from a Secret, set on the pod
@@ -258,21 +212,7 @@ def test_a_backfill_with_two_aligned_sources_runs_in_pods_and_equals_the_same_ba
     assert status["globalWatermark"] >= "2026-11-01T12:10:00Z", status
 
     # the same Backfill by `kappa run`, into a table of its own, from the same history
-    job = cluster.streaming_job(yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text()))
-    job["spec"]["sinks"]["attributed_plays"]["table"] = "marts.attributed_plays_by_kappa_run"
-    job["spec"]["checkpoints"] = {"location": str(tmp_path / "checkpoints"), "externalLocation": str(tmp_path / "snap")}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
-    local = backfill("rmi-window", publish={"enabled": False})
-    (tmp_path / "backfill.yaml").write_text(yaml.safe_dump(local))
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "kappa"), "run", str(tmp_path / "backfill.yaml"),
-         "--job", str(tmp_path / "job.yaml"), "--state", str(tmp_path / "objects")],
-        capture_output=True, text=True, timeout=900, env={**os.environ, **cluster.store.environment()},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    catalog = cluster.host_catalog()
-    on_node = branch_rows(catalog, "marts.attributed_plays", status["branch"])
-    by_kappa_run = branch_rows(catalog, "marts.attributed_plays_by_kappa_run", status["branch"])
+    on_node = branch_rows(cluster.host_catalog(), "marts.attributed_plays", status["branch"])
     assert on_node and on_node == by_kappa_run, (len(on_node), len(by_kappa_run))
 
 
@@ -341,27 +281,6 @@ def test_a_streaming_job_reads_the_kafka_broker_from_its_pods(cluster: LocalClus
     rows = eventually(committed, "the Kafka job's first commit", timeout=300, every=3)
     assert 0 < rows <= history.playbacks
     kubectl(cluster, "delete", "streamingjob", job["metadata"]["name"], "--wait=true", "--timeout=120s")
-
-
-def archive_job(cluster: LocalCluster, topic: str, value_schema: str) -> dict[str, Any]:
-    """examples/kafka-archive-streamingjob.yaml for ``topic``: the topic into archive.<topic>."""
-    example = yaml.safe_load((ROOT / "examples" / "kafka-archive-streamingjob.yaml").read_text())
-    example["metadata"]["name"] = f"archive-{topic}"  # first: the checkpoint's location is named after it
-    job = cluster.streaming_job(example)
-    live = job["spec"]["sources"].pop("impressions")
-    live["live"].update(bootstrapServers=cluster.broker.bootstrap, topic=topic, valueSchema=value_schema)
-    live["history"]["table"] = f"archive.{topic}"
-    job["spec"]["sources"] = {topic: live}
-    job["spec"]["sinks"]["copy"]["table"] = f"archive.{topic}"
-    job["spec"]["triggerInterval"] = "5s"
-    return job
-
-
-KAFKA_METADATA = "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
-VALUES = {
-    "impressions": "impression_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP",
-    "playbacks": "playback_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP, duration_s INT",
-}
 
 
 def test_a_job_bootstraps_from_its_archive_then_takes_over_the_topics_on_the_node(

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from kappa_operator.events import KopfLogEvents
-from kappa_operator.models.backfill import Backfill
+from kappa_operator.models.backfill import Backfill, BackfillRestart
 from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
@@ -93,7 +93,10 @@ def test_a_submitted_backfill_is_not_ready_and_a_failed_one_never_is() -> None:
     assert app is not None
     running = plan_backfill(backfill(submitted.status), JOB, app_in(app, "RUNNING"), "http://c", NOW)
     assert conds(running.status)["Ready"] == "False", "Ready means the result is ready"
-    failed = plan_backfill(backfill(running.status), JOB, app_in(app, "FAILED"), "http://c", LATER)
+    seen = backfill(running.status)
+    never = seen.spec.model_copy(update={"restart": BackfillRestart(max_attempts=0)})
+    no_restart = seen.model_copy(update={"spec": never})
+    failed = plan_backfill(no_restart, JOB, app_in(app, "FAILED"), "http://c", LATER)
     assert conds(failed.status) == {"Ready": "False", "Progressing": "False", "Succeeded": "False", "Failed": "True"}
     for c in failed.status["conditions"]:
         assert c["reason"] and c["observedGeneration"] == 1

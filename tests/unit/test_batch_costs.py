@@ -7,7 +7,7 @@ from typing import Any
 
 from spark_app.config import CatalogConfig, IcebergSink
 from spark_app.runtime import shuffle_partitions
-from spark_app.sinks.iceberg.writer import IcebergBatchWriter
+from spark_app.sinks.iceberg.writer import PAUSE_S, IcebergBatchWriter, paused_batch
 
 
 def test_state_partitions_follow_the_cores() -> None:
@@ -32,3 +32,9 @@ def test_the_first_commit_attempt_reuses_the_batchs_table_and_a_retry_reloads() 
     assert attempt() is loaded and not fresh, "no second metadata read for the first attempt"
     second, third = attempt(), attempt()
     assert second is fresh[0] and third is fresh[1], "after a conflict, the table as it is now"
+
+
+def test_a_pause_fault_names_its_batch_and_how_long() -> None:
+    assert paused_batch("pause-before-commit:1") == (1, PAUSE_S)
+    assert paused_batch("pause-before-commit:3:10") == (3, 10.0)
+    assert paused_batch("kill-before-commit:1") is None and paused_batch("") is None

@@ -15,6 +15,7 @@ import pytest
 
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.coordinator.store import GroupStore
+from spark_app.alignment import http as alignment_http
 from spark_app.alignment.http import CoordinatorRejectedError, CoordinatorUnavailableError, HttpWatermarkProvider
 from spark_app.planning.admission import HELD
 
@@ -134,6 +135,7 @@ def test_groups_survive_a_restart_and_hold_until_members_re_report(tmp_path: Pat
         p.report("a", 10 * MIN)
         assert p.report("b", 12 * MIN).global_watermark == 10 * MIN
         port = c.port
+    alignment_http._REPORTED.clear()  # a new driver process: it never reported a (its own sources re-report)
     with EmbeddedCoordinator(Service(TOKEN, store), port=port) as c:
         p = provider(c.url)
         v = p.report("b", 12 * MIN)
@@ -321,3 +323,27 @@ def test_an_answer_without_the_outside_watermark_allows_no_further_rounds() -> N
            "finished": False, "holders": ["x"]}  # fmt: skip
     p._post = lambda body: old  # type: ignore[method-assign]
     assert p.report("job/q/a", 50).outside == 42
+
+
+def test_a_driver_reports_its_other_sources_again_when_the_coordinator_restarted(tmp_path: Path) -> None:
+    """Two sources of one query (a provider each, one process), b ahead of a. The coordinator
+    restarts on the same address and forgets their progress (never stored). The first source
+    asked (a) gets an answer naming b missing: the process reports b's last watermark again at
+    once, so a is not held by its own sibling, which Spark asks only after a has answered (under
+    AvailableNow, both held in one batch ends the query)."""
+    store, port = GroupStore(tmp_path / "groups.json"), _free_port()
+    first = EmbeddedCoordinator(Service(TOKEN, store), port=port).start()
+    declare(first.url, members=("a", "b"), drift="5m")
+    a, b = provider(first.url), provider(first.url)
+    a.report("a", 10 * MIN)
+    assert b.report("b", 15 * MIN).global_watermark == 10 * MIN
+    first.stop()
+    again = EmbeddedCoordinator(Service(TOKEN, store), port=port).start()
+    try:
+        a.report("a", 11 * MIN)  # its kept connection is broken: the last bound, and a new connection
+        view = a.report("a", 11 * MIN)
+        assert view.global_watermark == 11 * MIN and not view.missing, view
+        b.report("b", 15 * MIN)  # its connection, too
+        assert b.report("b", 15 * MIN).global_watermark == 11 * MIN, "b's own report: no regression refused"
+    finally:
+        again.stop()

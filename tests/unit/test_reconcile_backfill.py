@@ -30,6 +30,7 @@ from kappa_operator.reconcile.backfill import (
     submitted,
 )
 from kappa_operator.reconcile.failures import changes_nothing
+from kappa_operator.reconcile.phases import MESSAGE_MAX, driver_pod, one_line, with_last_words
 from kappa_operator.render.spark_application import Owner
 from spark_app.config import JobConfig
 from spark_app.publish_report import PublishReport, TableReport
@@ -45,11 +46,16 @@ def load(name: str, **meta: Any) -> dict[str, Any]:
     return data
 
 
-def bf(status: dict[str, Any] | None = None) -> Backfill:
+def bf(status: dict[str, Any] | None = None, **spec: Any) -> Backfill:
     data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=2)
+    data["spec"].update(spec)
     if status is not None:
         data["status"] = status
     return Backfill.model_validate(data)
+
+
+NO_RESTART = {"restart": {"maxAttempts": 0}}
+"""A backfill that stays Failed at its application's first failure (spec.restart)."""
 
 
 JOB = StreamingJob.model_validate(load("rmi-streamingjob.yaml", uid="sj"))
@@ -86,8 +92,10 @@ def test_application_states_become_backfill_phases() -> None:
     app = plan_backfill(bf(), JOB, None, None, NOW).create_app
     assert app is not None
     for state, phase in (("RUNNING", "Running"), ("COMPLETED", "Publishing"), ("FAILED", "Failed")):
-        plan = plan_backfill(bf(), JOB, with_state(app, state), None, NOW)
+        plan = plan_backfill(bf(**NO_RESTART), JOB, with_state(app, state), None, NOW)
         assert plan.status["phase"] == phase
+    backing_off = plan_backfill(bf(), JOB, with_state(app, "FAILED"), None, NOW)
+    assert backing_off.status["phase"] == "Running" and backing_off.status["restarts"] == 1, "spec.restart"
     done = plan_backfill(bf({"phase": "Succeeded"}), JOB, None, None, NOW)
     assert done.create_app is None, "a finished backfill whose application is gone is not rerun"
 
@@ -266,7 +274,8 @@ def test_published_with_a_not_final_branch_says_so() -> None:
 def test_a_failed_backfill_stays_failed_until_the_restart_nonce_changes() -> None:
     app = plan_backfill(bf(), JOB, None, None, NOW).create_app
     assert app is not None and app["metadata"]["annotations"][NONCE] == "0"
-    failed = plan_backfill(bf({"phase": "Running", "restartNonce": 0}), JOB, with_state(app, "FAILED"), None, NOW)
+    running = bf({"phase": "Running", "restartNonce": 0}, **NO_RESTART)
+    failed = plan_backfill(running, JOB, with_state(app, "FAILED"), None, NOW)
     assert failed.status["phase"] == "Failed" and "restartNonce" in failed.status["message"]
     assert failed.join_group is None, "a failed backfill keeps its group but does not re-declare it"
     gone = plan_backfill(bf({"phase": "Failed", "restartNonce": 0}), JOB, None, None, NOW)
@@ -274,7 +283,7 @@ def test_a_failed_backfill_stays_failed_until_the_restart_nonce_changes() -> Non
 
     data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=3)
     data["spec"]["restartNonce"] = 1
-    data["status"] = {"phase": "Failed", "restartNonce": 0}
+    data["status"] = {"phase": "Failed", "restartNonce": 0, "restarts": 3}
     retry = Backfill.model_validate(data)
     delete = plan_backfill(retry, JOB, with_state(app, "FAILED"), None, NOW)
     assert delete.delete_app and delete.create_app is None, "the old application goes first"
@@ -282,6 +291,7 @@ def test_a_failed_backfill_stays_failed_until_the_restart_nonce_changes() -> Non
     assert again.create_app is not None and again.create_app["metadata"]["annotations"][NONCE] == "1"
     assert again.status["restartNonce"] == 1 and again.status["checkpoint"].endswith("rmi-outage-bf-uid-1")
     assert again.events[0].message.startswith("resubmitted")
+    assert again.status["restarts"] == 0, "a new restartNonce has its own spec.restart attempts"
 
 
 # --- the StreamingJob deleted under a submitted backfill ---------------------------------------
@@ -314,7 +324,9 @@ def test_a_failed_backfill_whose_job_was_deleted_resumes_from_the_kept_copy() ->
     branch, a new credential, its group joined), instead of waiting in Pending for the job."""
     launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
     assert launched.create_app is not None
-    failed = plan_backfill(bf(launched.status), JOB, with_state(launched.create_app, "FAILED"), "http://c", NOW)
+    failed = plan_backfill(
+        bf(launched.status, **NO_RESTART), JOB, with_state(launched.create_app, "FAILED"), "http://c", NOW
+    )
     assert failed.status["phase"] == "Failed" and failed.delete_secret, "no driver left to present the credential"
 
     copy = kept_copy()
@@ -386,8 +398,10 @@ def test_a_failed_backfill_drops_its_credential_only_once_nothing_runs() -> None
     launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
     assert launched.create_app is not None
     app = launched.create_app
-    running = bf(launched.status)
+    running = bf(launched.status, **NO_RESTART)
     assert not plan_backfill(running, JOB, with_state(app, "RUNNING"), "http://c", NOW).delete_secret
+    backing_off = plan_backfill(bf(launched.status), JOB, with_state(app, "FAILED"), "http://c", NOW)
+    assert not backing_off.delete_secret, "its restart presents it again"
     assert plan_backfill(running, JOB, with_state(app, "FAILED"), "http://c", NOW).delete_secret
     failing = plan_backfill(running, JOB, with_state(app, "FAILING"), "http://c", NOW)
     assert failing.status["phase"] == "Failed" and not failing.delete_secret, "its driver may still be up"
@@ -491,3 +505,104 @@ def test_what_was_read_is_shown_while_held_and_once_finished() -> None:
     assert progress_update(bf({"phase": "Running", **fields}), None, None, t0, finished) is None, "unchanged"
     assert progress_update(running, None, None, t0, Seen(None, None, False)) is None, "no reads reported"
     assert {"readRate", "readBytesPerSecond"} <= {k for k, v in DONE.items() if v is None}
+
+
+# --- a failed application run again by itself (spec.restart) ---------------------------------
+
+
+def merged_status(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in {**before, **after}.items() if v is not None}
+
+
+def test_a_failed_application_is_run_again_from_its_checkpoint_after_a_growing_delay_then_stays_failed() -> None:
+    """Its driver pod deleted or its node lost: a new application from the same checkpoint and
+    branch after 10 s, 20 s, 40 s; the fourth failure in a row stays Failed. Each step is in
+    status before any I/O, so a second look at the same failed application counts nothing
+    twice, and the timer finds a restart that is due."""
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    app, state = launched.create_app, launched.status
+    assert app is not None
+    clock = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    for attempt, delay in ((1, 10), (2, 20), (3, 40)):
+        now = clock.strftime("%Y-%m-%dT%H:%M:%SZ")
+        off = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", now)
+        assert off.status["phase"] == "Running" and off.status["restarts"] == attempt, off.status
+        assert off.status["eta"] is None, "nothing runs: no ETA"
+        assert off.delete_app is False and off.create_app is None and not off.delete_secret
+        due = clock + timedelta(seconds=delay)
+        assert off.status["nextRestartAt"] == due.strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert [e.reason for e in off.events] == ["BackingOff"]
+        state = merged_status(state, off.status)
+        assert follow_step(bf(state), job_listed=True) == "reconcile", "the timer looks at a backing-off one"
+        again = plan_backfill(bf(state), JOB, with_state(app, "FAILING"), "http://c", now)
+        assert again.status == {} and not again.delete_app, "the same failure, seen again, waits"
+        restart_at = due.strftime("%Y-%m-%dT%H:%M:%SZ")
+        deleting = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
+        assert deleting.delete_app and deleting.status["phase"] == "Running"
+        assert f"restart {attempt} " in deleting.status["message"]
+        state = merged_status(state, deleting.status)
+        state.pop("nextRestartAt", None)
+        still = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
+        assert still.delete_app and still.status == {}, "its deletion under way: no second count"
+        created = plan_backfill(bf(state), JOB, None, "http://c", restart_at, admin_token="admin")
+        assert created.create_app is not None and "restarts" not in created.status, "a restart keeps its count"
+        assert created.create_app["spec"] == app["spec"], "the same application, from the same checkpoint"
+        assert created.status["checkpoint"] == launched.status["checkpoint"]
+        state = merged_status(state, created.status)
+        assert state["restarts"] == attempt
+        clock = due + timedelta(minutes=1)
+    now = clock.strftime("%Y-%m-%dT%H:%M:%SZ")
+    failed = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", now)
+    assert failed.status["phase"] == "Failed" and failed.delete_secret
+    assert "not restarted again after 3 restarts" in failed.status["message"]
+    assert "bump spec.restartNonce" in failed.status["message"]
+    state = merged_status(state, failed.status)
+    later = (clock + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", later).create_app is None
+
+
+def test_a_failure_after_the_application_ran_reset_after_is_a_first_failure_again() -> None:
+    status = {"phase": "Running", "restartNonce": 0, "restarts": 3, "startedAt": "2026-11-21T09:00:00Z"}
+    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    assert app is not None
+    off = plan_backfill(bf(status), JOB, with_state(app, "FAILED"), None, NOW)
+    assert off.status["restarts"] == 1, "it ran an hour (resetAfter 30m): the failure is a first one"
+    soon = {**status, "startedAt": "2026-11-21T09:50:00Z"}
+    assert plan_backfill(bf(soon), JOB, with_state(app, "FAILED"), None, NOW).status["phase"] == "Failed"
+
+
+def test_a_failed_drivers_last_words_follow_the_spark_operators_message() -> None:
+    """The Spark operator says only the exit code; the driver's termination message (its
+    error, written by spark_app) is what a person acts on."""
+    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    assert app is not None
+    failed = {
+        **app,
+        "status": {
+            "applicationState": {"state": "FAILED", "errorMessage": "driver container failed with ExitCode: 1"},
+            "driverInfo": {"podName": "rmi-outage-backfill-driver"},
+        },
+    }
+    assert driver_pod(failed) == "rmi-outage-backfill-driver"
+    assert driver_pod(with_state(app, "RUNNING")) is None, "a running driver is not asked"
+    words = "job rmi failed: ModuleNotFoundError: No module named 'pipelines'"
+    seen = with_last_words(failed, words)
+    plan = plan_backfill(bf(**NO_RESTART), JOB, seen, None, NOW)
+    assert plan.status["message"].startswith(f"driver container failed with ExitCode: 1: {words}")
+    assert with_last_words(failed, None) is failed
+
+
+def test_an_applications_message_is_one_line_of_bounded_length_keeping_what_failed_and_the_last_error() -> None:
+    frames = "\tat io.netty.channel.nio.NioIoHandler.run(NioIoHandler.java:484)\n" * 50 + "\t... 12 more\n"
+    output = (
+        "failed to run spark-submit for SparkApplication default/x:\n"
+        + "26/11/27 08:18:20 INFO Client: a log line of spark-submit\n" * 100
+        + "Exception in thread main KubernetesClientException: Failure executing: POST\n"
+        + frames
+        + "Caused by: java.lang.IllegalArgumentException: Invalid value: 'lots'\n"
+        + frames
+    )
+    line = one_line(output)
+    assert "\n" not in line and len(line) <= MESSAGE_MAX and "NioIoHandler" not in line, "no stack frames"
+    assert line.startswith("failed to run spark-submit") and line.endswith("Invalid value: 'lots'")
+    assert one_line("short\n message") == "short message"

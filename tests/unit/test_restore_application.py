@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -150,3 +151,21 @@ def test_a_cascade_over_a_kafka_sink_without_a_produced_record_is_refused_a_plai
             assert "kafka-produced/5" in str(report.error) and "rewind the downstream jobs by hand" in str(report.error)
         else:
             assert report.sinks[0].undone_records == []
+
+
+def test_a_failed_drivers_error_goes_to_its_termination_log_on_one_line_and_nowhere_outside_a_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kubelet makes the file and keeps what is in it in the pod's status, where the
+    operator reads it; outside a pod (no such file) nothing is created."""
+    import spark_app.__main__ as entry
+
+    log = tmp_path / "termination-log"
+    monkeypatch.setattr(entry, "TERMINATION_LOG", str(log))
+    entry.last_words("job rmi failed:\n  ValueError: bad\trow")
+    assert not log.exists(), "not made where the kubelet did not make it"
+    log.write_text("an older message, longer than the new one")
+    entry.last_words("job rmi failed:\n  ValueError: bad\trow")
+    assert log.read_text() == "job rmi failed: ValueError: bad row"
+    entry.last_words("x" * 5000)
+    assert len(log.read_text()) == entry.LAST_WORDS_MAX and log.read_text().endswith("...")

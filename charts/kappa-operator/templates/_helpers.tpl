@@ -115,6 +115,11 @@ sets); change them together.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "get", "patch", "delete"]
+# A failed driver pod, read for its termination message (the cause the driver wrote there),
+# which the operator puts in the object's condition. Never its log, never a list.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get"]
 # Events on our resources (core v1, operator/events.py): created, and a repeat of one counted
 # on it (patch of count and lastTimestamp), as client-go's recorder does.
 - apiGroups: [""]

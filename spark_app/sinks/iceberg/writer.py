@@ -39,6 +39,28 @@ from spark_app.telemetry import trace
 log = logging.getLogger("kappa.sink")
 
 FAULT_ENV = "KAPPA_SINK_FAULT"
+"""Fault injection for tests: ``kill-before-commit:<batch>`` / ``kill-after-commit:<batch>`` kill
+the driver's process at those points; ``pause-before-commit:<batch>[:<seconds>]`` holds the
+driver once, at the first batch from ``<batch>`` on that wrote files, between its file writes and
+its commit (saying so in its log), for a test on a cluster to delete its pod there (10 min by
+default) or to take storage away under the commit that follows."""
+PAUSE_S = 600.0
+_PAUSED: list[int] = []
+"""The batch this process paused at (once per driver)."""
+
+
+def paused_batch(fault: str) -> tuple[int, float] | None:
+    """(batch, seconds) of a ``pause-before-commit`` fault, else None."""
+    kind, _, rest = fault.partition(":")
+    if kind != "pause-before-commit" or not rest:
+        return None
+    batch, _, seconds = rest.partition(":")
+    return int(batch), float(seconds) if seconds else PAUSE_S
+
+
+def pause_for_a_fault(where: str, seconds: float) -> None:
+    log.warning("fault point reached: %s; pausing %.0f s (%s)", where, seconds, FAULT_ENV)
+    time.sleep(seconds)
 
 
 def checkpoint_query_id(checkpoint: str) -> str:
@@ -188,6 +210,12 @@ class IcebergBatchWriter:
                 spark_files.discard(df.sparkSession, directory, self.properties, table)
             trace(self.trace_path, "commit", sink=self.sink_name, batch=batch_id, files=0, rows=0, skipped=False)
             return
+        pause = paused_batch(os.environ.get(FAULT_ENV, ""))
+        if pause is not None and batch_id >= pause[0] and not _PAUSED:
+            _PAUSED.append(batch_id)
+            pause_for_a_fault(
+                f"{self.sink.table}: batch {batch_id} written ({len(written)} files), not committed", pause[1]
+            )
         props = {QUERY_ID: self.query_id, BATCH_ID: str(batch_id), JOB: self.job}
         timings = {"prepare_s": round(prepared - started, 4), "write_s": round(wrote - prepared, 4)}
         entry = Pending(batch_id, written, props, needs, timings)

@@ -1,0 +1,98 @@
+"""What the node tests do with the cluster, as a user would: kubectl, the pods of an
+application, the example Backfill over the tests' history, a branch's rows and commits."""
+
+from __future__ import annotations
+
+import subprocess
+from typing import Any
+
+import yaml
+
+from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
+from kappa_operator.local_cluster.control_plane import ROOT, path_of
+from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID
+
+
+def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [str(cluster.parts.current / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def pods_of(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return cluster.node.plane.admin.get(path_of("Pod", namespace) + f"?labelSelector={selector}").body["items"]
+
+
+def running(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]] | None:
+    found = pods_of(cluster, namespace, selector)
+    return found if found and all((p.get("status") or {}).get("phase") == "Running" for p in found) else None
+
+
+WINDOW = {"start": "2026-11-01T12:40:00Z", "end": "2026-11-01T13:20:00Z", "warmup": "30m"}
+"""Inside the history the StreamingJob read (``history``: 12:00 to 14:00)."""
+
+
+def backfill(name: str, **spec: Any) -> dict[str, Any]:
+    body = yaml.safe_load((ROOT / "examples" / "rmi-backfill.yaml").read_text())
+    body["metadata"]["name"] = name
+    body["spec"]["window"] = dict(WINDOW)
+    body["spec"].update(spec)
+    return body
+
+
+def phase_of(cluster: LocalCluster, kind: str, name: str, *phases: str) -> dict[str, Any] | None:
+    status = cluster.node.plane.admin.get(path_of(kind, JOBS, name)).body.get("status") or {}
+    return status if status.get("phase") in phases else None
+
+
+def branch_rows(catalog: Any, table: str, branch: str) -> list[dict[str, Any]]:
+    loaded = catalog.load_table(table)
+    rows = loaded.scan(snapshot_id=loaded.refs()[branch].snapshot_id).to_arrow().to_pylist()
+    return sorted(rows, key=lambda r: (r["playback_id"], r["impression_id"]))
+
+
+def branch_commits(catalog: Any, table: str, branch: str) -> list[tuple[str, str]]:
+    """(query id, batch id) of each sink commit in ``branch``'s history, newest first."""
+    loaded = catalog.load_table(table)
+    ref = loaded.refs().get(branch)
+    snap = loaded.snapshot_by_id(ref.snapshot_id) if ref is not None else None
+    out = []
+    while snap is not None:
+        props = snap.summary.additional_properties if snap.summary is not None else {}
+        if BATCH_ID in props:
+            out.append((props[QUERY_ID], props[BATCH_ID]))
+        snap = loaded.snapshot_by_id(snap.parent_snapshot_id) if snap.parent_snapshot_id else None
+    return out
+
+
+def driver_log(cluster: LocalCluster, app: str) -> str:
+    """The log of ``app``'s driver pod ("" before it runs)."""
+    found = running(cluster, JOBS, f"sparkoperator.k8s.io/app-name={app},spark-role=driver")
+    return cluster.node.pod_log(JOBS, found[0]["metadata"]["name"]) if found else ""
+
+
+def archive_job(cluster: LocalCluster, topic: str, value_schema: str) -> dict[str, Any]:
+    """examples/kafka-archive-streamingjob.yaml for ``topic``: the topic into archive.<topic>."""
+    example = yaml.safe_load((ROOT / "examples" / "kafka-archive-streamingjob.yaml").read_text())
+    example["metadata"]["name"] = f"archive-{topic}"  # first: the checkpoint's location is named after it
+    job = cluster.streaming_job(example)
+    live = job["spec"]["sources"].pop("impressions")
+    live["live"].update(bootstrapServers=cluster.broker.bootstrap, topic=topic, valueSchema=value_schema)
+    live["history"]["table"] = f"archive.{topic}"
+    job["spec"]["sources"] = {topic: live}
+    job["spec"]["sinks"]["copy"]["table"] = f"archive.{topic}"
+    job["spec"]["triggerInterval"] = "5s"
+    return job
+
+
+KAFKA_METADATA = "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
+VALUES = {
+    "impressions": "impression_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP",
+    "playbacks": "playback_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP, duration_s INT",
+}

@@ -1,0 +1,278 @@
+"""Faults on the real node (issue 41): what a cluster does to a running Backfill or StreamingJob
+(a driver pod deleted, an executor pod lost, the operator's pod and with it the watermark
+coordinator restarted, the API server gone for a minute, a driver that fails on its own),
+and what the user sees. Each test names what it kills and when; the Backfills' rows are
+compared with the same Backfill run by `kappa run` (``by_kappa_run``), row for row."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import yaml
+from confluent_kafka import Producer
+
+from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
+from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
+from spark_app.examples.generator import GeneratedStats
+from spark_app.sinks.iceberg.publish import PUBLISHED_FROM
+from spark_app.sinks.iceberg.writer import FAULT_ENV
+from tests.node.objects import (
+    KAFKA_METADATA,
+    VALUES,
+    archive_job,
+    backfill,
+    branch_commits,
+    branch_rows,
+    driver_log,
+    kubectl,
+    phase_of,
+    pods_of,
+    running,
+)
+
+SINK = "marts.attributed_plays"
+SLOW_READ = {"maxFilesPerSecond": 0.1}
+"""A Backfill read at a file every 10 s (spec.readLimit, which admits less, later, and changes
+no row): its ~20 files take minutes, so a fault lands mid-run on a loaded machine too."""
+LESS_SLOW_READ = {"maxFilesPerSecond": 0.2}
+"""Twice that, where the faults come at the test's own points (a paused batch, commits)."""
+
+
+def app_pods(cluster: LocalCluster, app: str, role: str) -> list[dict[str, Any]] | None:
+    return running(cluster, JOBS, f"sparkoperator.k8s.io/app-name={app},spark-role={role}")
+
+
+def delete_pod(cluster: LocalCluster, namespace: str, name: str) -> None:
+    kubectl(cluster, "delete", "pod", name, "-n", namespace, "--wait=false")
+
+
+def finished(cluster: LocalCluster, name: str, timeout: float) -> dict[str, Any]:
+    return eventually(
+        lambda: phase_of(cluster, "Backfill", name, "Succeeded", "Failed"), f"Backfill {name}", timeout, every=2
+    )
+
+
+def published_once(catalog: Any, branch: str) -> int:
+    """Snapshots of main published from ``branch`` (0: it equalled main, nothing to publish)."""
+    table = catalog.load_table(SINK)
+    props = [s.summary.additional_properties for s in table.snapshots() if s.summary is not None]
+    return sum(1 for p in props if p.get(PUBLISHED_FROM) == branch)
+
+
+def assert_exactly_once(catalog: Any, branch: str) -> None:
+    """Each batch of the branch committed once: a replay after a restart finds its batch id
+    and skips it."""
+    counts = Counter(branch_commits(catalog, SINK, branch))
+    assert counts and max(counts.values()) == 1, [c for c, n in counts.items() if n > 1]
+    assert published_once(catalog, branch) <= 1
+
+
+def test_a_backfill_whose_driver_is_deleted_twice_and_an_executor_once_succeeds_with_the_clean_rows(
+    cluster: LocalCluster, history: GeneratedStats, by_kappa_run: list[dict[str, Any]]
+) -> None:
+    """Kills, in order:
+    1. the driver pod, while it holds its first batch with output between the batch's file
+       writes and its Iceberg commit (``KAPPA_SINK_FAULT=pause-before-commit:1`` on the first
+       driver only: the Backfill's ``driver.env``, removed before the restart reads it);
+    2. an executor pod of the restarted application, mid-batch (its branch committing);
+    3. the restarted driver pod, mid-run, after a further commit.
+    The operator backs off and submits a new application from the checkpoint each time
+    (spec.restart); the Backfill ends Succeeded after two restarts with the rows of the clean
+    run, each batch committed once, main published at most once."""
+    name, app = "rmi-faults", "rmi-faults-backfill"
+    catalog = cluster.host_catalog()
+    fault = {"env": [{"name": FAULT_ENV, "value": "pause-before-commit:1"}]}
+    body = backfill(name, driver=fault, readLimit=LESS_SLOW_READ)
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body))
+    eventually(lambda: "fault point reached" in driver_log(cluster, app), "a batch written", timeout=420, every=2)
+    first = app_pods(cluster, app, "driver")
+    assert first is not None
+    kubectl(cluster, "patch", "backfill", name, "--type=json", "-p", '[{"op":"remove","path":"/spec/driver"}]')
+    delete_pod(cluster, JOBS, first[0]["metadata"]["name"])  # 1.
+    off = eventually(lambda: backing_off(cluster, name), "the Backfill backing off", timeout=120, every=1)
+    assert off["restarts"] == 1 and "restart 1 at" in off["message"], off
+
+    def restarted_driver() -> dict[str, Any] | None:
+        found = app_pods(cluster, app, "driver")
+        return found[0] if found and found[0]["metadata"]["uid"] != first[0]["metadata"]["uid"] else None
+
+    second = eventually(restarted_driver, "the restarted driver", timeout=300, every=2)
+    commits = len(branch_commits(catalog, SINK, f"backfill-{name}"))
+    eventually(lambda: len(branch_commits(catalog, SINK, f"backfill-{name}")) > commits, "a commit", 300, every=1)
+    executor = app_pods(cluster, app, "executor")
+    assert executor is not None
+    delete_pod(cluster, JOBS, executor[0]["metadata"]["name"])  # 2.
+    commits = len(branch_commits(catalog, SINK, f"backfill-{name}"))
+    eventually(lambda: len(branch_commits(catalog, SINK, f"backfill-{name}")) > commits, "a commit after", 300, every=1)
+    assert phase_of(cluster, "Backfill", name, "Running"), "the lost executor is Spark's own to replace"
+    delete_pod(cluster, JOBS, second["metadata"]["name"])  # 3.
+
+    status = finished(cluster, name, timeout=900)
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] == 2, status
+    assert branch_rows(catalog, SINK, status["branch"]) == by_kappa_run
+    assert_exactly_once(catalog, status["branch"])
+
+
+def backing_off(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
+    status = phase_of(cluster, "Backfill", name, "Running") or {}
+    return status if status.get("nextRestartAt") else None
+
+
+def test_the_operators_pod_deleted_the_api_server_stopped_60_s_and_s3_30_s_mid_backfill_and_mid_job(
+    cluster: LocalCluster, history: GeneratedStats, by_kappa_run: list[dict[str, Any]]
+) -> None:
+    """Kills, in order, while a Backfill with two aligned sources runs beside the live
+    StreamingJob (rmi, of the tests before):
+    1. the operator's pod, with the watermark coordinator in it: the Deployment starts another,
+       which declares the alignment group again from the Backfill; the drivers hold their last
+       bound meanwhile and report again;
+    2. kube-apiserver, stopped for 60 s once the new operator runs;
+    3. the S3 API (moto's server), stopped for 30 s right after, while the sink commits batch
+       after batch (its data files, the Iceberg metadata, Spark's checkpoint: all on S3).
+    Then: the Backfill Succeeded with the clean run's rows, each batch committed once and
+    nothing half-published (a driver that failed on the way is restarted from its
+    checkpoint, spec.restart); after the operator's restart no source ran more than maxDrift
+    ahead of the group (the lag the drivers' reports gave, as status shows it); the
+    StreamingJob still Running and reporting; one SparkApplication per object; the Backfill
+    deleted afterwards without a finalizer left."""
+    name, app = "rmi-restarts", "rmi-restarts-backfill"
+    catalog = cluster.host_catalog()
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(backfill(name, readLimit=SLOW_READ)))
+    eventually(lambda: app_pods(cluster, app, "executor"), "the Backfill's executor", timeout=300, every=2)
+    eventually(lambda: branch_commits(catalog, SINK, f"backfill-{name}"), "its first commit", timeout=300, every=1)
+    operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
+    delete_pod(cluster, OPERATOR_NAMESPACE, operator["metadata"]["name"])  # 1.
+    started = time.monotonic()
+
+    def new_operator() -> bool:
+        found = running(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator") or []
+        return any(p["metadata"]["uid"] != operator["metadata"]["uid"] for p in found)
+
+    eventually(new_operator, "the operator's new pod", timeout=180, every=1)
+    lags = []
+
+    def lag_reported() -> bool:
+        status = phase_of(cluster, "Backfill", name, "Running", "Publishing", "Succeeded") or {}
+        if status.get("alignmentLag"):
+            lags.append(int(str(status["alignmentLag"]).rstrip("s")))
+        return len(lags) >= 3 or status.get("phase") != "Running"
+
+    eventually(lag_reported, "the group's lag reported again", timeout=180, every=5)
+    recovered = time.monotonic() - started
+    with cluster.node.plane.api_server_stopped():  # 2.
+        time.sleep(60)
+    s3_stopped_while = phase_of(cluster, "Backfill", name, "Running") is not None
+    with cluster.store.unavailable():  # 3.
+        time.sleep(30)
+    status = finished(cluster, name, timeout=900)
+    assert status["phase"] == "Succeeded", status
+    assert lags and max(lags) <= 600, f"alignment lag after the operator's restart: {lags} s (maxDrift 10m)"
+    assert branch_rows(catalog, SINK, status["branch"]) == by_kappa_run
+    assert_exactly_once(catalog, status["branch"])
+    apps = cluster.node.plane.admin.get(path_of("SparkApplication", JOBS)).body["items"]
+    names = Counter(a["metadata"]["name"] for a in apps)
+    assert names["rmi"] == 1 and names[app] == 1, names
+    eventually(lambda: job_running(cluster), "the StreamingJob Running after the outage", timeout=180, every=2)
+    reported = job_progress(cluster)
+    eventually(lambda: job_progress(cluster) != reported, "the job's progress reported again", 180, every=3)
+    kubectl(cluster, "delete", "backfill", name, "--wait=true", "--timeout=120s")
+    measured = {"operator_restart_to_lag_reported_s": round(recovered, 1), "lags_s": lags}
+    print(json.dumps({**measured, "s3_mid_run": s3_stopped_while, "restarts": status.get("restarts", 0)}))
+
+
+def job_progress(cluster: LocalCluster) -> str:
+    """The live job's status.progress (its driver's reports, idle batches' heartbeats too)."""
+    status = cluster.node.plane.admin.get(path_of("StreamingJob", JOBS, "rmi")).body.get("status") or {}
+    return json.dumps(status.get("progress"), sort_keys=True)
+
+
+def job_running(cluster: LocalCluster) -> bool:
+    status = cluster.node.plane.admin.get(path_of("StreamingJob", JOBS, "rmi")).body.get("status") or {}
+    return status.get("phase") == "Running"
+
+
+def test_the_broker_restarted_under_a_live_job_loses_no_record_and_writes_none_twice(
+    cluster: LocalCluster, history: GeneratedStats
+) -> None:
+    """Kills the Kafka broker (a controlled shutdown and a start on the same log directory)
+    under the example's archive job (a topic copied into an Iceberg table, each record with its
+    partition and offset): records produced before, during the restart's aftermath and after
+    are each in the table exactly once."""
+    topic = "restarted"
+    cluster.broker.create_topic(topic, partitions=2, config={"retention.ms": "-1"})
+    rows = catalog_rows(cluster, "ingest.impressions")
+    produce(cluster, topic, rows[:1000])
+    job = archive_job(cluster, topic, f"{VALUES['impressions']}, {KAFKA_METADATA}")
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+    catalog = cluster.host_catalog()
+    table = f"archive.{topic}"
+
+    def archived(count: int) -> bool:
+        return catalog.table_exists(table) and catalog.load_table(table).scan().to_arrow().num_rows >= count
+
+    eventually(lambda: archived(1000), "the first records archived", timeout=300, every=2)
+    started = time.monotonic()
+    cluster.restart_broker()
+    produce(cluster, topic, rows[1000:2000])
+    eventually(lambda: archived(2000), "the records after the restart archived", timeout=300, every=2)
+    caught_up = time.monotonic() - started
+    copied = catalog.load_table(table).scan().to_arrow().to_pylist()
+    offsets = Counter((r["__metadata__"]["partition"], r["__metadata__"]["offset"]) for r in copied)
+    assert len(copied) == 2000 and max(offsets.values()) == 1, "each record once"
+    assert {r["impression_id"] for r in copied} == {r["impression_id"] for r in rows[:2000]}, "none lost"
+    kubectl(cluster, "delete", "streamingjob", job["metadata"]["name"], "--wait=true", "--timeout=120s")
+    print(json.dumps({"broker_restart_to_caught_up_s": round(caught_up, 1)}))
+
+
+def catalog_rows(cluster: LocalCluster, table: str) -> list[dict[str, Any]]:
+    loaded = cluster.host_catalog().load_table(table)
+    return loaded.scan().to_arrow().drop_columns(["__metadata__"]).to_pylist()
+
+
+def produce(cluster: LocalCluster, topic: str, rows: list[dict[str, Any]]) -> None:
+    producer = Producer({"bootstrap.servers": cluster.broker.bootstrap, "enable.idempotence": True})
+    for row in rows:
+        producer.produce(topic, value=json.dumps(row, default=lambda v: v.isoformat()).encode())
+    assert producer.flush(60) == 0
+
+
+def test_a_run_that_fails_on_its_own_says_why_in_one_line_and_stops_after_its_restarts(
+    cluster: LocalCluster, history: GeneratedStats
+) -> None:
+    """Not killed: two suspended StreamingJobs (no live application), each Backfilled with
+    spec.restart.maxAttempts 1: one whose pipeline module is not in the image (its driver's
+    error, written to its termination log, follows the Spark operator's exit code in the
+    condition), one with a Spark conf the API server refuses for the driver pod (spark-submit's
+    error, on one line). Both end Failed after one restart, and stay so: no restart loop."""
+    cases = {
+        "missing-module": ({"pipeline": "pipelines.missing:pipeline"}, ("No module named", "pipelines")),
+        "bad-conf": ({"sparkConf": {"spark.kubernetes.driver.request.cores": "lots"}}, ("spark-submit",)),
+    }
+    for name, (change, _) in cases.items():
+        example = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
+        example["metadata"]["name"] = name  # first: its checkpoint's location is named after it
+        job = cluster.streaming_job(example)
+        conf = {**job["spec"]["sparkConf"], **change.pop("sparkConf", {})}
+        job["spec"].update(change, sparkConf=conf, suspend=True)
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+        body = backfill(f"{name}-window", jobRef={"name": name}, restart={"maxAttempts": 1, "initialBackoff": "5s"})
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body))
+    for name, (_, said) in cases.items():
+        status = finished(cluster, f"{name}-window", timeout=600)
+        message = status["message"]
+        assert status["phase"] == "Failed" and "\n" not in message, status
+        assert all(word in message for word in said), message
+        if name == "bad-conf":  # the refusal itself, from the end of spark-submit's output
+            assert "lots" in message or "quantit" in message.lower(), message
+        assert status["restarts"] == 1 and "not restarted again after 1 restarts" in message, status
+        print(json.dumps({name: message[:300]}))
+    time.sleep(20)
+    for name in cases:
+        again = phase_of(cluster, "Backfill", f"{name}-window", "Failed")
+        assert again is not None and again["restarts"] == 1, "no restart loop"
+        kubectl(cluster, "delete", "backfill", f"{name}-window", "--wait=true", "--timeout=120s")
+        kubectl(cluster, "delete", "streamingjob", name, "--wait=true", "--timeout=120s")
