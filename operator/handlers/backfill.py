@@ -239,7 +239,8 @@ def _reconcile(bf: Backfill, body: Any, apps: Apps) -> None:
 
 
 def _reconcile_one(bf: Backfill, body: Any, apps: Apps) -> None:
-    apps = (with_driver_words(apps[0], bf.metadata.namespace), apps[1])
+    recorded = bf.status.application_state if bf.status else None
+    apps = (with_driver_words(apps[0], bf.metadata.namespace, recorded), apps[1])
     job, saved = _job(bf)
     if saved and not (bf.status and bf.status.job_deleted):
         with JOB_GONE:  # the first to find the job gone says so; the others see it recorded

@@ -27,7 +27,7 @@ from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill_queue import Limits
 from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, changes_nothing, failure_status, with_recovery
-from kappa_operator.reconcile.phases import driver_pod, now_rfc3339, with_last_words
+from kappa_operator.reconcile.phases import app_state, driver_pod, now_rfc3339, with_last_words
 from kappa_operator.reconcile.streaming_job import Event
 from spark_app.storage import S3Options
 
@@ -122,11 +122,15 @@ def ctx() -> Context:
     return CONTEXT
 
 
-def with_driver_words(app: dict[str, Any] | None, namespace: str) -> dict[str, Any] | None:
+def with_driver_words(app: dict[str, Any] | None, namespace: str, recorded: str | None) -> dict[str, Any] | None:
     """A failed application with its driver's last words (its pod's termination message) in
-    its error message; any other as it is."""
+    its error message; any other as it is. Read once per failed state: ``recorded``, the state
+    the owner's status already holds, is the same while it backs off or stays Failed (the
+    timer's every look would otherwise read the pod)."""
     pod = driver_pod(app)
-    return app if pod is None else with_last_words(app, ctx().cluster().driver_last_words(namespace, pod))
+    if pod is None or app_state(app) == recorded:
+        return app
+    return with_last_words(app, ctx().cluster().driver_last_words(namespace, pod))
 
 
 @kopf.on.login()

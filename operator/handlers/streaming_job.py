@@ -132,7 +132,8 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     body = fresh
     job = parse(StreamingJob, body)
     owner = owner_of(job)
-    app = with_driver_words(ctx().cluster().get_app(owner.namespace, owner.app_name, owner), owner.namespace)
+    recorded = job.status.application_state if job.status else None
+    app = with_driver_words(ctx().cluster().get_app(owner.namespace, owner.app_name, owner), owner.namespace, recorded)
     initial = initial_seen(job, owner) if initial_pending(job) and app is None else None
     act(plan_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial), job, body)
 

@@ -470,7 +470,7 @@ def _just_submitted(bf: Backfill) -> bool:
     st = bf.status
     if st is None or st.phase != "Running" or st.application_state:
         return False
-    return any(c.type == "Progressing" and c.reason == "Submitted" for c in st.conditions)
+    return _reason(bf) == "Submitted"
 
 
 def _submitted_nonce(bf: Backfill) -> int | None:
