@@ -4,7 +4,7 @@ validation and publish (``publish``), a Rewind's restore and sink undo (``restor
 driver-only: no SparkSession), or a Backfill's plan from Iceberg metadata and the pipeline's
 analyzed plan (``plan``: no Spark job runs; ``--no-spark`` plans without a SparkSession).
 Exit codes: 0 done (Published, Restored, Planned), 3 refused or failed with a report, 2 a
-config error, 1 the job failed."""
+config error (``EXIT_REFUSED``: not restarted), 1 the job failed."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import os
 import sys
 
 from spark_app.config import load_config
-from spark_app.errors import KappaError
+from spark_app.errors import EXIT_FAILED, EXIT_REFUSED, KappaError
 
 TERMINATION_LOG = os.environ.get("KAPPA_TERMINATION_LOG", "/dev/termination-log")
 """Where Kubernetes takes a container's last words from (the pod's terminationMessagePath):
@@ -85,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # Spark wraps what a source raised: show the part a person acts on
             print(f"error: job {cfg.name} failed: {user_message(exc)}", file=sys.stderr)
             last_words(f"job {cfg.name} failed: {user_message(exc)}")
-            return 1
+            return EXIT_FAILED
     except KappaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         last_words(str(exc))
-        return 2
+        return EXIT_FAILED if exc.restartable else EXIT_REFUSED
     print(json.dumps(report.summary(), indent=2))
     return 0
 

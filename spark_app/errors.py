@@ -1,8 +1,18 @@
 """Errors a user acts on: each message names the field or the number to change."""
 
+EXIT_FAILED = 1
+"""A driver's exit code when its job failed: a restart from the checkpoint may get further."""
+EXIT_REFUSED = 2
+"""A driver's exit code when it refused its configuration (a ``KappaError`` that is not
+``restartable``): the same spec fails the same way, so the operator does not restart it."""
+
 
 class KappaError(Exception):
     """Base of the errors the runtime reports without a traceback."""
+
+    restartable = False
+    """Whether a restart of the same spec from its checkpoint may succeed (most of these name a
+    field to change: a restart loop would only repeat them)."""
 
 
 class ConfigError(KappaError):
@@ -35,6 +45,8 @@ class WarmupError(KappaError):
 
 class IncompleteBackfillError(KappaError):
     """A backfill query ended before it admitted every split of its window."""
+
+    restartable = True  # held by its group, say, while the coordinator restarted: it resumes
 
 
 class CheckpointError(KappaError):

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from kappa_operator.local.kafka import KafkaBroker
-from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries
+from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries, path_of
 from kappa_operator.local_cluster.images import build, build_spark_operator
 from kappa_operator.local_cluster.node import GATEWAY, Node
 from kappa_operator.local_cluster.storage import (
@@ -181,6 +181,28 @@ class LocalCluster:
             "--set", f"rbac.coordinatorSecrets.namespaces={{{jobs}}}",
             "--set", "liveJobs.progressInterval=5s",
         )  # fmt: skip
+
+    def upgrade_operator(self, **values: str) -> None:
+        """`helm upgrade --reuse-values --set k=v ...` of kappa's release, as a user changes a
+        setting (``backfills.maxConcurrent``, say); returns once the new operator pod runs."""
+        sets = [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+        helm(
+            self.parts, self.kubeconfig, "upgrade", OPERATOR_RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
+            "--reuse-values", *sets, "--wait", "--timeout", "5m",
+        )  # fmt: skip
+
+    def operator_pod(self) -> str:
+        """The running operator pod's name (one replica: the chart runs one writer)."""
+        selector = "?labelSelector=app.kubernetes.io/name=kappa-operator"
+        pods = self.node.plane.admin.get(path_of("Pod", OPERATOR_NAMESPACE) + selector).body.get("items") or []
+        running = [
+            p
+            for p in pods
+            if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+        ]
+        if len(running) != 1:
+            raise ClusterError(f"{len(running)} running operator pods: {[p['metadata']['name'] for p in pods]}")
+        return str(running[0]["metadata"]["name"])
 
     def stop(self, keep_data: bool = True) -> None:
         """The node first (its pods are the storage's clients), then the storage; the catalog's

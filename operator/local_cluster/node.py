@@ -317,6 +317,18 @@ class Node:
         # created before that is unschedulable, and waits for the scheduler's next full retry
         return conds.get("Ready") == "True" and not answer.body.get("spec", {}).get("taints")
 
+    def process_memory(self, namespace: str, pod: str) -> tuple[int, int]:
+        """(resident, peak resident) bytes of ``pod``'s first container's main process, from
+        /proc on this machine (a container's processes are the host's): the peak is the
+        kernel's high-water mark since the process started, nothing sampled can miss it."""
+        found = self.plane.admin.get(path_of("Pod", namespace, pod)).body
+        container = str(found["status"]["containerStatuses"][0]["containerID"]).split("://", 1)[1]
+        tasks = self.ctr("tasks", "ls").stdout.splitlines()[1:]
+        pid = next(int(t.split()[1]) for t in tasks if t.split() and t.split()[0] == container)
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        kib = {k: int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM")}
+        return kib["VmRSS"], kib["VmHWM"]
+
     def pod_log(self, namespace: str, name: str) -> str:
         answer = self.plane.admin.get(path_of("Pod", namespace, name) + "/log")
         if answer.status != 200:

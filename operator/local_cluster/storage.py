@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +77,8 @@ class ObjectStore:
     host: str
     port: int
     proc: subprocess.Popen[bytes]
+    fault_flag: Path
+    """While this file exists the server answers 503 SlowDown (``slowing_down``)."""
 
     @property
     def endpoint(self) -> str:
@@ -88,12 +91,23 @@ class ObjectStore:
         log = workdir / "s3.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
+                [
+                    sys.executable,
+                    "-m",
+                    "kappa_operator.local_cluster.s3_server",
+                    "--host",
+                    host,
+                    "--port",
+                    str(port),
+                    "--fault-flag",
+                    str(workdir / "s3-slow-down"),
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        store = cls(host, port, proc)
+        store = cls(host, port, proc, workdir / "s3-slow-down")
+        store.fault_flag.unlink(missing_ok=True)
         try:
             _listening(host, port, 30, "the S3 API (moto)", log)
             store.client().create_bucket(Bucket=BUCKET)
@@ -128,6 +142,20 @@ class ObjectStore:
     def unavailable(self) -> contextlib.AbstractContextManager[None]:
         """The S3 API stopped for the block (its objects kept: moto's are in its memory)."""
         return stopped(self.proc)
+
+    @contextlib.contextmanager
+    def slowing_down(self) -> Iterator[list[str]]:
+        """Every request answered ``503 SlowDown`` for the block, as S3 throttles: the list
+        given is filled, at the block's end, with the refused requests (``METHOD path``)."""
+        refused = self.fault_flag.with_suffix(".refused")
+        refused.unlink(missing_ok=True)
+        seen: list[str] = []
+        self.fault_flag.touch()
+        try:
+            yield seen
+        finally:
+            self.fault_flag.unlink(missing_ok=True)
+            seen.extend(refused.read_text().splitlines() if refused.exists() else [])
 
 
 def _postgres_bin() -> Path:

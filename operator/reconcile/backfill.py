@@ -31,11 +31,11 @@ from kappa_operator.coordinator.scopes import scoped_token
 from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.common import Condition, instant
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill_queue import Admitted, Queued
+from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Queued
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.estimates import Run, calibration, executor_cores, failed_plan, measured, plan_status
 from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_state
-from kappa_operator.reconcile.restarts import next_backfill_restart, parse_time
+from kappa_operator.reconcile.restarts import REFUSED, next_backfill_restart, parse_time, refused_its_configuration
 from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
 from kappa_operator.render.spark_application import (
@@ -342,7 +342,8 @@ def _decide(
             )
         if bf.spec.dry_run:
             return _planning(bf, job, cfg, status, planning or Planning(), extra)
-        if isinstance(admission, Queued):
+        if isinstance(admission, Queued) and phase_now not in ACTIVE:
+            # one restarting (or whose application was deleted) keeps the slot it was admitted to
             return _queued(bf, status, admission, extra)
         credential = None
         if group is not None and admin_token:
@@ -437,6 +438,13 @@ def _failed_run(
             join_group=group,
             status=status("Running", "Restarting", msg, **extra, nextRestartAt=None, eta=None),
             events=(Event("Normal", "Restarting", msg),),
+        )
+    if refused_its_configuration(error):
+        message = f"{error}; {REFUSED}: fix it, then bump spec.restartNonce (checkpoint and branch kept)"
+        changed = current is None or current.phase != "Failed"
+        return BackfillPlan(
+            status=status("Failed", "ConfigRefused", message, **extra, nextRestartAt=None),
+            events=(Event("Warning", "Failed", message),) if changed else (),
         )
     decision = next_backfill_restart(bf, parse_time(now))
     if decision is None:

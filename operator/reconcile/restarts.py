@@ -9,11 +9,26 @@ and a crash loop shows as growing delays in status. A failure after the job ran
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import as_timedelta
 from kappa_operator.models.streaming_job import RestartSpec, StreamingJob
+from spark_app.errors import EXIT_REFUSED
+
+_EXIT_CODE = re.compile(r"driver container failed with ExitCode: (\d+)")
+"""How the Spark operator names a failed driver's exit code in the application's error."""
+
+REFUSED = f"not restarted: the driver refused its configuration (exit code {EXIT_REFUSED}) and would refuse it again"
+
+
+def refused_its_configuration(error: str) -> bool:
+    """Whether the driver exited because its configuration is wrong (a missing pipeline module,
+    a warm-up shorter than the pipeline's look-back, ...): only a change of spec fixes that, so
+    restarting it would only repeat the error with growing delays."""
+    found = _EXIT_CODE.search(error)
+    return found is not None and int(found.group(1)) == EXIT_REFUSED
 
 
 def parse_time(text: str) -> datetime:

@@ -19,7 +19,7 @@ from kappa_operator.models.streaming_job import StartPoint, StreamingJob
 from kappa_operator.reconcile.bootstrap import added_to_running, bootstrapping, bootstrapping_message
 from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
-from kappa_operator.reconcile.restarts import next_restart, parse_time
+from kappa_operator.reconcile.restarts import REFUSED, next_restart, parse_time, refused_its_configuration
 from kappa_operator.reconcile.snapshot_requests import Answers, Book, book
 from kappa_operator.reconcile.upgrades import (
     effective,
@@ -281,6 +281,10 @@ def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, 
         )
     if current is not None and current.phase == "Failed" and current.application_state == state:
         return JobPlan()  # the restart limit was reached: it stays failed
+    if refused_its_configuration(error):
+        msg = f"{error}; {REFUSED}: fix the StreamingJob's spec, which submits it again"
+        fields = status("Failed", False, "ConfigRefused", msg, state)
+        return JobPlan(status={**fields, "nextRestartAt": None}, events=(Event("Warning", "ConfigRefused", msg),))
     decision = next_restart(job, parse_time(now))
     if decision is None:
         made = job.status.restarts if job.status else 0

@@ -8,13 +8,14 @@ import re
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 import yaml
 
 from kappa_operator.local_cluster.cluster import CREDENTIALS, SPARK_IMAGE, LocalCluster
 from kappa_operator.local_cluster.commands import example_manifests
 from kappa_operator.local_cluster.control_plane import ROOT
 from kappa_operator.local_cluster.images import CONTEXT
-from kappa_operator.local_cluster.storage import CatalogDatabase, ObjectStore
+from kappa_operator.local_cluster.storage import ACCESS_KEY, SECRET_KEY, CatalogDatabase, ObjectStore
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
@@ -23,7 +24,7 @@ from kappa_operator.models.streaming_job import StreamingJob
 def cluster(tmp_path: Path) -> LocalCluster:
     """A cluster's description, nothing started: what the manifests are made from."""
     none = cast(Any, None)
-    store = ObjectStore("10.244.0.1", 9000, none)
+    store = ObjectStore("10.244.0.1", 9000, none, tmp_path / "s3-slow-down")
     database = CatalogDatabase("10.244.0.1", 5432, tmp_path / "db", none)
     return LocalCluster(tmp_path, none, none, store, database, none, tmp_path / "kubeconfig")
 
@@ -64,3 +65,39 @@ def test_each_images_cache_key_covers_every_file_its_dockerfile_copies() -> None
                 src == c or src.startswith(c.rstrip("/") + "/") for c in context
             )
             assert covered, f"{component}: COPY {src} is not in its cache key {context}"
+
+
+def test_the_s3_api_answers_slow_down_while_told_to_and_keeps_its_objects(tmp_path: Path) -> None:
+    """The fault the node tests give the sink: S3's throttling answer (503 SlowDown) to every
+    request for a while, then the same objects served again; what was refused is named."""
+    import socket
+
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = ObjectStore.start(tmp_path, "127.0.0.1", port)
+    try:
+        client = store.client()
+        client.put_object(Bucket="lake", Key="a", Body=b"before")
+        impatient = boto3.client(
+            "s3",
+            endpoint_url=store.endpoint,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name="us-east-1",
+            config=Config(retries={"max_attempts": 1}),
+        )
+        with store.slowing_down() as refused, pytest.raises(ClientError) as answered:
+            impatient.put_object(Bucket="lake", Key="b", Body=b"during")
+        assert answered.value.response["Error"]["Code"] == "SlowDown"
+        assert answered.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+        assert refused and all(line.startswith("PUT /lake/b") for line in refused), refused
+        client.put_object(Bucket="lake", Key="b", Body=b"after")
+        assert client.get_object(Bucket="lake", Key="a")["Body"].read() == b"before"
+        assert client.get_object(Bucket="lake", Key="b")["Body"].read() == b"after"
+    finally:
+        store.stop()

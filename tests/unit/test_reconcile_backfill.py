@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from kappa_operator.coordinator.core import GroupSpec, joined, left
@@ -29,10 +30,12 @@ from kappa_operator.reconcile.backfill import (
     saved_job,
     submitted,
 )
+from kappa_operator.reconcile.backfill_queue import Queued
 from kappa_operator.reconcile.failures import changes_nothing
 from kappa_operator.reconcile.phases import MESSAGE_MAX, driver_pod, one_line, with_last_words
 from kappa_operator.render.spark_application import Owner
 from spark_app.config import JobConfig
+from spark_app.errors import ConfigError, IncompleteBackfillError, WarmupError
 from spark_app.publish_report import PublishReport, TableReport
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -544,8 +547,10 @@ def test_a_failed_application_is_run_again_from_its_checkpoint_after_a_growing_d
         state.pop("nextRestartAt", None)
         still = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
         assert still.delete_app and still.status == {}, "its deletion under way: no second count"
-        created = plan_backfill(bf(state), JOB, None, "http://c", restart_at, admin_token="admin")
-        assert created.create_app is not None and "restarts" not in created.status, "a restart keeps its count"
+        full = Queued(5, "queued at position 5 (priority 0): backfills.maxConcurrent 4 reached")
+        created = plan_backfill(bf(state), JOB, None, "http://c", restart_at, admin_token="admin", admission=full)
+        assert created.create_app is not None, "a restart keeps the queue's slot it was admitted to"
+        assert "restarts" not in created.status, "a restart keeps its count"
         assert created.create_app["spec"] == app["spec"], "the same application, from the same checkpoint"
         assert created.status["checkpoint"] == launched.status["checkpoint"]
         state = merged_status(state, created.status)
@@ -592,6 +597,40 @@ def test_a_failed_drivers_last_words_follow_the_spark_operators_message() -> Non
     assert with_last_words(failed, None) is failed
 
 
+def test_a_driver_that_refused_its_configuration_fails_the_backfill_without_a_restart() -> None:
+    """Exit code 2 (a warm-up shorter than the pipeline's look-back, a pipeline module missing
+    from the image): a restart from the same spec would refuse it again; the Backfill is
+    Failed at once, its checkpoint and branch kept for a restartNonce after the fix. A driver
+    that failed (exit code 1) is restarted as before."""
+    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    assert app is not None
+    said = "driver container failed with ExitCode: 2, Reason: Error: window.warmup is 0s but the pipeline looks back"
+    refused = {**app, "status": {"applicationState": {"state": "FAILED", "errorMessage": said}}}
+    plan = plan_backfill(bf({"phase": "Running", "restartNonce": 0}), JOB, refused, None, NOW)
+    assert plan.status["phase"] == "Failed" and reason_of(plan.status) == "ConfigRefused", plan.status
+    assert "restarts" not in plan.status and not plan.delete_app and [e.reason for e in plan.events] == ["Failed"]
+    assert plan.status["message"].startswith(said) and "bump spec.restartNonce" in plan.status["message"]
+    crashed = {**app, "status": {"applicationState": {"state": "FAILED", "errorMessage": "ExitCode: 1"}}}
+    crashed["status"]["applicationState"]["errorMessage"] = said.replace("ExitCode: 2", "ExitCode: 1")
+    assert plan_backfill(bf({"phase": "Running"}), JOB, crashed, None, NOW).status["restarts"] == 1
+
+
+@pytest.mark.parametrize(("raised", "code"), [(ConfigError, 2), (WarmupError, 2), (IncompleteBackfillError, 1)])
+def test_spark_app_exits_2_only_for_what_a_restart_would_repeat(
+    raised: type[Exception], code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the operator reads to restart or not: a driver that ended early (held by its
+    group while the coordinator restarted) resumes from its checkpoint; a wrong spec does not."""
+    import spark_app.__main__ as entry
+
+    def refuse(_: str) -> None:
+        raise raised("as raised")
+
+    monkeypatch.setattr(entry, "load_config", refuse)
+    monkeypatch.setattr(entry, "TERMINATION_LOG", "/nonexistent/termination-log")
+    assert entry.main(["run", "--config", "job.json"]) == code
+
+
 def test_an_applications_message_is_one_line_of_bounded_length_keeping_what_failed_and_the_last_error() -> None:
     frames = "\tat io.netty.channel.nio.NioIoHandler.run(NioIoHandler.java:484)\n" * 50 + "\t... 12 more\n"
     output = (
@@ -606,3 +645,7 @@ def test_an_applications_message_is_one_line_of_bounded_length_keeping_what_fail
     assert "\n" not in line and len(line) <= MESSAGE_MAX and "NioIoHandler" not in line, "no stack frames"
     assert line.startswith("failed to run spark-submit") and line.endswith("Invalid value: 'lots'")
     assert one_line("short\n message") == "short message"
+
+
+def reason_of(status: dict[str, Any]) -> str:
+    return next(c["reason"] for c in status["conditions"] if c["type"] == "Ready")

@@ -105,3 +105,24 @@ def test_every_spark_operator_state_has_a_phase(state: str) -> None:
     assert plan.status["phase"] == ("BackingOff" if ended else STATES[state][0])
     warning = ended or STATES[state][0] == "Failed"
     assert all((e.type == "Warning") == warning for e in plan.events)
+
+
+def test_a_driver_that_refused_its_configuration_is_not_restarted_until_the_spec_changes() -> None:
+    """Exit code 2 (spark_app's EXIT_REFUSED: a missing pipeline module, a warm-up shorter
+    than the look-back): the same spec fails the same way, so no restart loop with growing
+    delays; exit code 1 (the job failed) backs off for a restart as before."""
+    j = job()
+    refused = running_app(j, "FAILED")
+    said = "driver container failed with ExitCode: 2, Reason: Error: pipeline 'pipelines.x:p': cannot import"
+    refused["status"]["applicationState"]["errorMessage"] = said
+    plan = plan_streaming_job(j, refused, NOW)
+    assert plan.status["phase"] == "Failed" and reason_of(plan.status) == "ConfigRefused", plan.status
+    assert not plan.delete_app and "fix the StreamingJob's spec" in plan.status["message"]
+    assert "cannot import" in plan.status["message"]
+    crashed = running_app(j, "FAILED")
+    crashed["status"]["applicationState"]["errorMessage"] = said.replace("ExitCode: 2", "ExitCode: 1")
+    assert plan_streaming_job(j, crashed, NOW).status["phase"] == "BackingOff"
+
+
+def reason_of(status: dict[str, Any]) -> str:
+    return next(c["reason"] for c in status["conditions"] if c["type"] == "Ready")
