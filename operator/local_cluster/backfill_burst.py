@@ -43,7 +43,7 @@ class Burst:
     max_running: int = 0
     """The most Backfills seen at once in a phase that holds a slot (sampled every second)."""
     max_drivers: int = 0
-    """The most Backfill driver pods seen at once."""
+    """The most Backfill driver pods seen running (or starting) at once."""
     rss_before: int = 0
     """The operator's resident bytes before the Backfills were applied."""
     hwm_before: int = 0
@@ -90,8 +90,8 @@ class Burst:
 
 def backfills(cluster: LocalCluster, count: int, history_hours: int = 2) -> list[dict[str, Any]]:
     """``count`` small Backfills of the example job, 10-minute windows spread over the
-    history, each with a distinct priority in a shuffled order (so the queue's order is not
-    the order they were applied in); no publish (their branches are what they leave)."""
+    history, applied lowest priority first (the queue's order is the reverse of their age, so
+    first come, first served would show); no publish (their branches are what they leave)."""
     spacing = (history_hours * 60 - 10) / max(count - 1, 1)
     out = []
     for i in range(count):
@@ -110,7 +110,7 @@ def backfills(cluster: LocalCluster, count: int, history_hours: int = 2) -> list
                 "spec": {
                     "jobRef": {"name": JOB},
                     "window": window,
-                    "priority": (i * 7) % count * 10 - 100,
+                    "priority": i * 10 - 100,
                     "alignment": {"mode": "unordered"},
                     "publish": {"enabled": False},
                 },
@@ -155,9 +155,8 @@ def run(cluster: LocalCluster, count: int, limit: int, timeout: float = 3600) ->
                     first_active.setdefault(b["metadata"]["name"], time.monotonic() - began)
             burst.max_running = max(burst.max_running, sum(p in ACTIVE for p in phases))
             drivers = admin.get(path_of("Pod", JOBS) + "?labelSelector=spark-role=driver").body.get("items") or []
-            burst.max_drivers = max(
-                burst.max_drivers, sum(p["metadata"]["name"].startswith(f"{JOB}-") for p in drivers)
-            )
+            live = [p for p in drivers if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+            burst.max_drivers = max(burst.max_drivers, sum(p["metadata"]["name"].startswith(f"{JOB}-") for p in live))
             burst.rss_samples.append(node.process_memory(OPERATOR_NAMESPACE, operator)[0])
             return len(mine) == count and all(p in ENDED for p in phases)
 

@@ -1,8 +1,9 @@
 """The Backfill queue on the real node (issue 41): Backfills applied at once against
 ``backfills.maxConcurrent`` (set with `helm upgrade`, as a user sets it) run at most that many
-at a time, start highest priority first, all end Succeeded, and the operator's memory does not
-grow with them. Smaller than the issue's 20 at 4 to keep the test command's time; the same
-scenario at 20 and 4 is `bench/node_queue.py` (bench/RESULTS.md)."""
+at a time, start highest priority first (they are applied lowest first), all end Succeeded,
+and the operator's memory does not grow with them. 4 at 2 here, to keep the test command's
+time (each Backfill is three JVMs on a 2-core node); the same scenario at 20 and 4 is
+`bench/node_queue.py` (bench/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ run (kopf's caches of a few more objects; a leak per Backfill or per reconcile i
 def test_backfills_applied_at_once_run_at_most_the_limit_at_a_time_in_priority_order_and_all_succeed(
     cluster: LocalCluster, history: GeneratedStats
 ) -> None:
-    burst = backfill_burst.run(cluster, count=6, limit=2, timeout=900)
+    burst = backfill_burst.run(cluster, count=4, limit=2, timeout=900)
     print(json.dumps(burst.summary()))
-    assert [r.phase for r in burst.runs] == ["Succeeded"] * 6, burst.runs
+    assert [r.phase for r in burst.runs] == ["Succeeded"] * 4, burst.runs
     assert burst.max_running == 2 and burst.max_drivers <= 2, burst.summary()
-    assert sum(r.queued for r in burst.runs) >= 4, "all but the first two waited"
+    assert sum(r.queued for r in burst.runs) >= 2, "all but the first two waited"
     assert not burst.out_of_order(), burst.runs
     assert burst.growth < FLAT, burst.summary()
