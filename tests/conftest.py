@@ -66,8 +66,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """A skipped test is a promise nobody checked: each one ends the run in red with its
-    reason (which names what to install), not only counted in the last line."""
+    """What tests measured (``record_property("measured", ...)``: the node's fault tests'
+    recovery times) listed; and a skipped test is a promise nobody checked: each one ends the
+    run in red with its reason (which names what to install), not only counted in the last line."""
+    measured = [
+        (report.nodeid.split("::")[-1], value)
+        for report in terminalreporter.stats.get("passed", [])
+        for key, value in report.user_properties
+        if key == "measured"
+    ]
+    if measured:  # what the fault tests measured (recovery times), in every run's output
+        terminalreporter.section("measured")
+        for test, value in measured:
+            terminalreporter.write_line(f"{test}: {value}")
     skipped = terminalreporter.stats.get("skipped", [])
     if not skipped:
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -71,7 +72,10 @@ def assert_exactly_once(catalog: Any, branch: str) -> None:
 
 
 def test_a_backfill_whose_driver_is_deleted_twice_and_an_executor_once_succeeds_with_the_clean_rows(
-    cluster: LocalCluster, history: GeneratedStats, by_kappa_run: list[dict[str, Any]]
+    cluster: LocalCluster,
+    history: GeneratedStats,
+    by_kappa_run: list[dict[str, Any]],
+    record_property: Callable[[str, object], None],
 ) -> None:
     """Kills, in order:
     1. the driver pod, while it holds its first batch with output between the batch's file
@@ -115,6 +119,7 @@ def test_a_backfill_whose_driver_is_deleted_twice_and_an_executor_once_succeeds_
     assert status["restarts"] == 2, status
     assert branch_rows(catalog, SINK, status["branch"]) == by_kappa_run
     assert_exactly_once(catalog, status["branch"])
+    record_property("measured", json.dumps({"restarts": status["restarts"]}))
 
 
 def backing_off(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
@@ -123,7 +128,10 @@ def backing_off(cluster: LocalCluster, name: str) -> dict[str, Any] | None:
 
 
 def test_the_operators_pod_deleted_the_api_server_stopped_60_s_and_s3_30_s_mid_backfill_and_mid_job(
-    cluster: LocalCluster, history: GeneratedStats, by_kappa_run: list[dict[str, Any]]
+    cluster: LocalCluster,
+    history: GeneratedStats,
+    by_kappa_run: list[dict[str, Any]],
+    record_property: Callable[[str, object], None],
 ) -> None:
     """Kills, in order, while a Backfill with two aligned sources runs beside the live
     StreamingJob (rmi, of the tests before):
@@ -188,7 +196,10 @@ def test_the_operators_pod_deleted_the_api_server_stopped_60_s_and_s3_30_s_mid_b
     kubectl(cluster, "delete", "backfill", name, "--wait=true", "--timeout=120s")
     measured = {"operator_restart_to_lag_reported_s": round(recovered, 1), "lags_s": lags}
     slowed = {"s3_503_refused": len(refused), "s3_503_refused_sink": len(sink_refused)}
-    print(json.dumps({**measured, **slowed, "s3_mid_run": s3_stopped_while, "restarts": status.get("restarts", 0)}))
+    record_property(
+        "measured",
+        json.dumps({**measured, **slowed, "s3_mid_run": s3_stopped_while, "restarts": status.get("restarts", 0)}),
+    )
 
 
 def job_progress(cluster: LocalCluster) -> str:
@@ -203,7 +214,7 @@ def job_running(cluster: LocalCluster) -> bool:
 
 
 def test_the_broker_restarted_under_a_live_job_loses_no_record_and_writes_none_twice(
-    cluster: LocalCluster, history: GeneratedStats
+    cluster: LocalCluster, history: GeneratedStats, record_property: Callable[[str, object], None]
 ) -> None:
     """Kills the Kafka broker (a controlled shutdown and a start on the same log directory)
     under the example's archive job (a topic copied into an Iceberg table, each record with its
@@ -232,7 +243,7 @@ def test_the_broker_restarted_under_a_live_job_loses_no_record_and_writes_none_t
     assert len(copied) == 2000 and max(offsets.values()) == 1, "each record once"
     assert {r["impression_id"] for r in copied} == {r["impression_id"] for r in rows[:2000]}, "none lost"
     kubectl(cluster, "delete", "streamingjob", job["metadata"]["name"], "--wait=true", "--timeout=120s")
-    print(json.dumps({"broker_restart_to_caught_up_s": round(caught_up, 1)}))
+    record_property("measured", json.dumps({"broker_restart_to_caught_up_s": round(caught_up, 1)}))
 
 
 def catalog_rows(cluster: LocalCluster, table: str) -> list[dict[str, Any]]:
@@ -248,7 +259,7 @@ def produce(cluster: LocalCluster, topic: str, rows: list[dict[str, Any]]) -> No
 
 
 def test_a_run_that_fails_on_its_own_says_why_in_one_line_and_stops_after_its_restarts(
-    cluster: LocalCluster, history: GeneratedStats
+    cluster: LocalCluster, history: GeneratedStats, record_property: Callable[[str, object], None]
 ) -> None:
     """Not killed: two suspended StreamingJobs (no live application), each Backfilled with
     spec.restart.maxAttempts 1: one whose pipeline module is not in the image (its driver's
@@ -284,7 +295,7 @@ def test_a_run_that_fails_on_its_own_says_why_in_one_line_and_stops_after_its_re
         assert status.get("restarts", 0) == restarts[name], status
         if restarts[name]:
             assert "not restarted again after 1 restarts" in message, status
-        print(json.dumps({name: message[:300]}))
+        record_property("measured", json.dumps({name: message[:300]}))
     time.sleep(20)
     for name in cases:
         again = phase_of(cluster, "Backfill", f"{name}-window", "Failed")

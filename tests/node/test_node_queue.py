@@ -8,6 +8,7 @@ time (each Backfill is three JVMs on a 2-core node); the same scenario at 20 and
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from kappa_operator.local_cluster import backfill_burst
 from kappa_operator.local_cluster.cluster import LocalCluster
@@ -19,10 +20,10 @@ run (kopf's caches of a few more objects; a leak per Backfill or per reconcile i
 
 
 def test_backfills_applied_at_once_run_at_most_the_limit_at_a_time_in_priority_order_and_all_succeed(
-    cluster: LocalCluster, history: GeneratedStats
+    cluster: LocalCluster, history: GeneratedStats, record_property: Callable[[str, object], None]
 ) -> None:
     burst = backfill_burst.run(cluster, count=4, limit=2, timeout=900)
-    print(json.dumps(burst.summary()))
+    record_property("measured", json.dumps(burst.summary()))
     assert [r.phase for r in burst.runs] == ["Succeeded"] * 4, burst.runs
     assert burst.max_running == 2 and burst.max_drivers <= 2, burst.summary()
     assert sum(r.queued for r in burst.runs) >= 2, "all but the first two waited"
