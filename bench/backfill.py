@@ -9,6 +9,8 @@ overlapping file spans, late events) in a SQLite SqlCatalog, one local SparkSess
 * ``aligned``      a backfill of the whole event-time range, alignment aligned (maxDrift 10m),
                    into the branch ``backfill-bench-aligned``;
 * ``unordered`` / ``strict``  the same backfill in those modes, each into its own branch;
+* ``bounded``      the same backfill as one Spark batch query (``alignment.mode: bounded``),
+                   into its own branch, compared with main like the aligned one;
 * ``aligned_parquet``  the aligned backfill into Spark's parquet file sink (the sink's overhead);
 * ``spark_batch``  a batch query over the same data files with the same rmi logic, to parquet
                    (the "second batch job" users would otherwise write).
@@ -159,6 +161,24 @@ def measure(spark: Any, events: Any, cfg: Any) -> dict[str, Any]:
     }
 
 
+def measure_bounded(spark: Any, cfg: Any) -> dict[str, Any]:
+    """A bounded run (one batch query per sink: no streaming progress to listen to; its run
+    report counts the rows its sources handed the pipeline)."""
+    from spark_app.runtime import run
+
+    with PeakMemory(spark) as memory:
+        started = time.monotonic()
+        report = run(cfg, spark)
+        wall = time.monotonic() - started
+    return {
+        **memory.result(),
+        "input_rows": report.input_rows,
+        "batches": report.batches,
+        "seconds": round(wall, 3),
+        "rows_per_s": round(report.input_rows / wall, 1),
+    }
+
+
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -233,6 +253,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     )
     results["aligned_parquet"]["output_rows"] = spark.read.parquet(str(parquet_dir / "out")).count()
 
+    log.info("bounded backfill ...")
+    results["bounded"] = measure_bounded(spark, backfill("bounded"))
     log.info("spark batch ...")
     t0 = time.monotonic()
     frames = {t: batch_frame(spark, props, t, (start, end)) for t in TABLES}
@@ -274,6 +296,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         if published
         else compare(spark, catalog.load_table(TABLE), props, "backfill-bench-aligned", tw, KEY)
     )
+    bounded_match = compare(spark, catalog.load_table(TABLE), props, "backfill-bench-bounded", tw, KEY).match_ratio
     spark.stop()  # after publish and compare: both run in Spark now
 
     def of(run: str, key: str) -> Any:
@@ -282,7 +305,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     def ratio(a: Any, b: Any) -> float | None:
         return round(a / b, 3) if a is not None and b else None
 
-    rps = {k: of(k, "rows_per_s") for k in ("aligned", "unordered", "strict", "spark_batch")}
+    rps = {k: of(k, "rows_per_s") for k in ("aligned", "unordered", "strict", "bounded", "spark_batch")}
     peak = {k: of(k, "peak_state_rows") for k in ("live", "aligned", "unordered")}
     wall_hours = results["aligned"]["seconds"] / 3600
     overhead = results["aligned"]["batch_overhead_s"]
@@ -304,10 +327,13 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "unordered_failed": unordered_failed,
         "late_dropped_rows": results["aligned"]["dropped_by_watermark"],
         "match_ratio": round(comparison.match_ratio, 6),
+        "bounded_match_ratio": round(bounded_match, 6),
+        "bounded_event_hours_per_wall_hour": round((end - start).total_seconds() / results["bounded"]["seconds"], 1),
         "event_hours_per_wall_hour": round((end - start).total_seconds() / 3600 / wall_hours, 1),
         "ratios": {
             "aligned_vs_unordered": ratio(rps["aligned"], rps["unordered"]),
             "aligned_vs_spark_batch": ratio(rps["aligned"], rps["spark_batch"]),
+            "bounded_vs_spark_batch": ratio(rps["bounded"], rps["spark_batch"]),
             "aligned_peak_vs_live_peak": ratio(peak["aligned"], peak["live"]),
             "unordered_peak_vs_live_peak": ratio(peak["unordered"], peak["live"]),
             "aligned_peak_vs_unordered_peak": ratio(peak["aligned"], peak["unordered"]),

@@ -456,9 +456,12 @@ NO_DRIFT_HINT = " (use mode: strict for no drift)"
 class AlignmentConfig(KappaModel):
     """Event-time alignment of the sources of a backfill (docs/concepts.md: "Alignment")."""
 
-    mode: Literal["aligned", "strict", "unordered"] = "aligned"
+    mode: Literal["aligned", "strict", "unordered", "bounded"] = "aligned"
     """`aligned`: admit a split only if lower <= global watermark + maxDrift; `strict`: the
-    same with no drift; `unordered`: no coordination (stateless pipelines, top throughput)."""
+    same with no drift; `unordered`: no coordination (stateless pipelines, top throughput);
+    `bounded`: the pipeline over batch reads of the whole read, one Spark batch query per sink
+    (batch speed, no state store; pipelines whose results wait for the watermark, or whose
+    streaming semantics differ from their batch ones, are refused: ``spark_app/bounded.py``)."""
     group: str | None = None
     """Alignment group; default: the job name. Groups can span queries and jobs."""
     max_drift: Duration = timedelta(minutes=10)
@@ -484,6 +487,11 @@ class AlignmentConfig(KappaModel):
         """Checked on the text as written, so the message is the Backfill's word for word."""
         check_positive(format_duration(value) if isinstance(value, timedelta) else value, NO_DRIFT_HINT)
         return value
+
+    @property
+    def coordinated(self) -> bool:
+        """Whether its sources are admitted in event-time order (aligned, strict)."""
+        return self.mode in ("aligned", "strict")
 
     @property
     def effective_drift(self) -> timedelta:
@@ -661,6 +669,27 @@ class JobConfig(KappaModel):
         return self
 
     @model_validator(mode="after")
+    def _bounded_reads_at_once(self) -> JobConfig:
+        """What a bounded run cannot do: it reads the whole window in one batch query."""
+        if self.alignment.mode != "bounded":
+            return self
+        if self.mode != "backfill":
+            raise ValueError("alignment.mode bounded is only meaningful with mode: backfill")
+        if self.read_rate is not None:
+            raise ValueError(
+                "readRate cannot cap a bounded run (it reads the window in one batch query): remove readRate, or "
+                "set alignment.mode to aligned or unordered"
+            )
+        for name, sink in self.sinks.items():
+            if not isinstance(sink, IcebergSink | ParquetSink):
+                raise ValueError(
+                    f"sinks.{name} is {sink.kind}: a bounded run writes Iceberg sinks (their branch, committed "
+                    "once by its batch id) and Parquet sinks (their path, overwritten); set alignment.mode to "
+                    "aligned or unordered"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _consistent(self) -> JobConfig:
         if self.mode == "backfill" and self.window is None:
             raise ValueError("mode backfill needs a window: {start, end[, warmup]}")
@@ -722,7 +751,7 @@ class JobConfig(KappaModel):
         """The rows a batch's merged admission rounds may take (0: one round per batch). Off
         under a read-rate cap, which may cut a source's admission anywhere, while a merged
         batch needs every source to complete its rounds; and when nothing is aligned."""
-        if self.read_rate is not None or self.mode != "backfill" or self.alignment.mode == "unordered":
+        if self.read_rate is not None or self.mode != "backfill" or not self.alignment.coordinated:
             return 0
         return self.alignment.batch_row_budget
 

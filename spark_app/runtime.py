@@ -498,6 +498,10 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     members = aligned_members(cfg)
     if cfg.mode == "backfill":
         cfg, edges, members = resolve_edges(spark, cfg, pipeline)
+        if cfg.alignment.mode == "bounded":
+            from spark_app.bounded import run_bounded
+
+            return run_bounded(spark, cfg, pipeline, edges, calls.stop)
     fresh = not any(Path(cfg.checkpoint.location, s).exists() for s in cfg.sinks)
     boot = start_bootstrap(spark, cfg, fresh)
     archives = archive_config(cfg, boot[0]) if boot is not None and boot[1] == "archive" else None

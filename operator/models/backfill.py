@@ -91,8 +91,10 @@ class SourceOverride(CRModel):
 class BackfillAlignment(CRModel):
     """How the sources are kept in event-time order."""
 
-    mode: Literal["aligned", "strict", "unordered"] = "aligned"
-    """aligned: within maxDrift of the group; strict: no drift; unordered: no alignment."""
+    mode: Literal["aligned", "strict", "unordered", "bounded"] = "aligned"
+    """aligned: within maxDrift of the group; strict: no drift; unordered: no alignment;
+    bounded: one Spark batch query per sink over the whole read (batch speed; pipelines whose
+    results wait for the watermark are refused)."""
     group: str | None = Field(default=None, max_length=NAME_MAX, pattern=r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")
     """Alignment group shared with other backfills of this namespace (default: this backfill's
     name): lowercase letters, digits, '-' and '_'."""

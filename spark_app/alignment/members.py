@@ -12,6 +12,6 @@ def member_id(cfg: JobConfig, sink: str, source: str) -> str:
 
 
 def aligned_members(cfg: JobConfig) -> tuple[str, ...]:
-    if cfg.mode != "backfill" or cfg.alignment.mode == "unordered":
+    if cfg.mode != "backfill" or not cfg.alignment.coordinated:
         return ()
     return tuple(member_id(cfg, sink, src) for sink in cfg.sinks for src in cfg.sources)

@@ -115,7 +115,7 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta, budget_rows
             others = tuple(m.id for m in members if m.query != q)
             for i, m in enumerate(queries[q][first:], first):
                 pos = positions[m.id]
-                if mode == "unordered":
+                if mode in ("unordered", "bounded"):  # bounded: one batch, as unordered's first
                     end = admit(m.splits, pos, None, m.limits).end
                 else:
                     wm = source_watermark(m.splits, pos)
@@ -238,7 +238,7 @@ def max_drift_fitting(delay: timedelta | None, max_split_span: timedelta, mode: 
     """The largest maxDrift for which the lateness guard passes without dropping rows: the
     delay minus the largest split span, in whole seconds down (a value to write into maxDrift;
     None: any, as without a watermark or unordered)."""
-    if delay is None or mode == "unordered":
+    if delay is None or mode in ("unordered", "bounded"):
         return None
     return timedelta(seconds=max(math.floor((delay - max_split_span).total_seconds()), 0))
 

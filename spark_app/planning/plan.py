@@ -53,6 +53,8 @@ class Shape:
     """None: not checked yet (driver-only: checked against the tables later)."""
     notices: tuple[str, ...] = ()
     from_query_plan: bool = True
+    bounded_refusal: str | None = None
+    """Why ``alignment.mode: bounded`` would refuse this pipeline (``spark_app.bounded``)."""
     horizon_known: bool = True
     """False: driver-only, and the pipeline declares no ``state_horizon()``; its look-back is
     in the query plan only (a range join's bound, a window's length), so the plan says
@@ -101,6 +103,7 @@ def source_order(frames: dict[str, DataFrame], output: DataFrame) -> tuple[str, 
 def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     """Build the pipeline over the sources (no data read, no job run) and resolve its edges as
     the runtime does. A too-short warm-up is a verdict here, not an exception."""
+    from spark_app.bounded import refusal as bounded_refusal
     from spark_app.pipeline_code import make_importable
     from spark_app.runtime import load_pipeline, outputs_for, user_message
     from spark_app.window_edges import analyzed_plan, resolve
@@ -139,6 +142,7 @@ def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
         stateful=any(forecast.stateful(p) for p in plans.values()),
         warmup=warm,
         notices=notices,
+        bounded_refusal=bounded_refusal(plans) if cfg.alignment.mode == "bounded" else None,
     )
 
 
@@ -241,7 +245,7 @@ def plan_source(cfg: JobConfig, name: str) -> SourceData:
     files = scan.files_in_window(table, sid, spec.ordering_column, bounds, src.filter)
     splits = backfill_plan(table, spec, sid)
     reader = BackfillReader(spec)
-    sliced = 0 if cfg.alignment.mode == "unordered" else sum(is_wide(f, src.split, bounds) for f in files)
+    sliced = 0 if not cfg.alignment.coordinated else sum(is_wide(f, src.split, bounds) for f in files)
     return SourceData(
         name=name,
         table=src.table,
@@ -400,18 +404,23 @@ def report(
     verdict = check_lateness(shape.delay, a.effective_drift, span, a.mode, a.allow_late_drops)
     fitting = forecast.max_drift_fitting(shape.delay, span, a.mode)
     lookback = shape.horizon.lookback if shape.stateful else timedelta(0)
-    peak = forecast.peak_state(sim, members, shape.delay, lookback, shape.stateful)
+    # bounded: no state store (its one batch's joins and shuffles are Spark's batch ones)
+    peak = 0 if a.mode == "bounded" else forecast.peak_state(sim, members, shape.delay, lookback, shape.stateful)
     plans = [source_plan(d, cfg, disorder.get(n, 0)) for n, d in sources.items()]
     warnings = list(shape.notices)
     if not warmup.ok:
         warnings.append(f"the run would be refused at start: {warmup.message}")
+    if shape.bounded_refusal is not None:
+        warnings.append(
+            f"the run would be refused at start: alignment.mode bounded: {shape.bounded_refusal}; use aligned"
+        )
     if not any(d.splits for d in sources.values()):
         assert cfg.window is not None
         warnings.append(
             f"empty window: no source holds data between {cfg.window.read_start.isoformat()} and "
             f"{cfg.window.read_end.isoformat()}; the backfill would read nothing (check window and the tables)"
         )
-    if shape.delay is not None and a.mode != "unordered" and shape.delay < verdict.required:
+    if shape.delay is not None and a.coordinated and shape.delay < verdict.required:
         warnings.append(forecast.lateness_warning(verdict.required, shape.delay, a.effective_drift, fitting))
     if shape.stateful and shape.delay is None:
         warnings.append(

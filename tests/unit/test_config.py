@@ -435,7 +435,7 @@ def test_bad_mode_lists_allowed() -> None:
 
 def test_bad_alignment_mode_lists_allowed() -> None:
     msg = config_error(variant(BACKFILL, alignment={"mode": "loose"}))
-    assert "alignment.mode: allowed: 'aligned', 'strict' or 'unordered'" in msg
+    assert "alignment.mode: allowed: 'aligned', 'strict', 'unordered' or 'bounded'" in msg
 
 
 def test_bad_source_kind_lists_allowed() -> None:

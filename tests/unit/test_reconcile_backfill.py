@@ -127,12 +127,15 @@ def test_launch_joins_the_namespaced_group_with_one_member_per_sink_and_source()
     assert cfg["trigger"]["kind"] == "availableNow"
 
 
-def test_unordered_declares_no_group_and_mounts_no_token() -> None:
+@pytest.mark.parametrize("mode", ["unordered", "bounded"])
+def test_an_unaligned_mode_declares_no_group_and_mounts_no_token(mode: str) -> None:
     data = load("rmi-backfill.yaml", uid="u", generation=1)
-    data["spec"]["alignment"]["mode"] = "unordered"
+    data["spec"]["alignment"]["mode"] = mode
     plan = plan_backfill(Backfill.model_validate(data), JOB, None, "http://c:8471", NOW, admin_token="t")
     assert plan.join_group is None and "env" not in plan.create_app["spec"]["driver"]  # type: ignore[index]
     assert plan.secret is None
+    cfg = json.loads(plan.config_map["data"]["job.json"])  # type: ignore[index]
+    assert cfg["alignment"]["mode"] == mode and "coordinator" not in cfg
 
 
 def test_completion_submits_the_publish_application_when_enabled_else_succeeds() -> None:

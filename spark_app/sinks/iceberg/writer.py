@@ -82,13 +82,16 @@ class IcebergBatchWriter:
         checkpoint: str,
         trace_path: str | None = None,
         pipelined: bool = False,
+        query_id: str | None = None,
     ) -> None:
         """``pipelined``: commit on a thread of its own while Spark runs the next batch (the
-        runtime's default, ``IcebergSink.pipelinedCommit``); then ``finish`` ends the run."""
+        runtime's default, ``IcebergSink.pipelinedCommit``); then ``finish`` ends the run.
+        ``query_id``: the id its commits carry, when no streaming query's checkpoint holds one
+        (a bounded run's, ``spark_app.bounded``)."""
         self.job, self.sink_name, self.sink, self.branch = job, sink_name, sink, branch
         self.catalog_name, self.properties = sink.catalog, catalog.properties()
         self.checkpoint, self.trace_path = checkpoint, trace_path
-        self._query_id: str | None = None
+        self._query_id: str | None = query_id
         self._commits = 0
         self._arrow_because: str | None = None
         self.log = PendingLog(pending_location(checkpoint, sink_name)) if pipelined else None

@@ -15,7 +15,9 @@ string) is read as bytes and formatted in the projection.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 from pyiceberg import types as it
@@ -150,3 +152,63 @@ def iceberg_frame(
         .select(*[_output(n, output.find_field(n)) for n in names])
         .observe(OBSERVED_ROWS + key, delivered)
     )
+
+
+def iceberg_batch_frame(spark: SparkSession, spec: SourceSpec, snapshot_id: int) -> DataFrame:
+    """The same rows as ``iceberg_frame`` delivers over a whole backfill (the files of
+    ``snapshot_id`` whose ordering range meets the read, cut to ``[read_start, read_until)``
+    and the source's filter, projected to its columns), as one bounded DataFrame read by
+    Spark's own Parquet reader with the same read schema: for ``alignment.mode: bounded``,
+    where no admission decides anything, so nothing is planned in splits or slices. Columns
+    are matched by field id while ``FIELD_ID_READ`` is on (``field_ids_read``, around the
+    query's run: the JVM source sets it for its own reader only)."""
+    window = spec.window
+    if window is None or spec.source.kind != "icebergBackfill":
+        raise ConfigError(f"source {spec.name}: a bounded read needs a backfill window and an icebergBackfill source")
+    table = load_table(spec.catalog_name, spec.catalog, spec.source.table)
+    schema = table.schema()
+    ordering_field(schema, spec.ordering_column, spec.source.table)
+    output = project(schema, spec.source.columns, spec.source.table)
+    names = [f.name for f in output.fields]
+    root = spec.ordering_column.split(".")[0]
+    extra = sorted(({root} | filter_columns(schema, spec.source.filter)) - set(names))
+    by_id = TableProperties.DEFAULT_NAME_MAPPING not in table.metadata.properties
+    columns = st.StructType(read_schema(schema, names + extra, by_id).fields[: len(names) + len(extra)])
+    from spark_app.sources.iceberg import scan
+
+    scan.require_snapshot(table, snapshot_id, "the snapshot this backfill reads")
+    bounds = (micros(window.read_start), spec.read_until)
+    files = scan.files_in_window(table, snapshot_id, spec.ordering_column, bounds, spec.source.filter)
+    if not files:
+        return spark.createDataFrame([], columns).select(*[_output(n, output.find_field(n)) for n in names])
+    reader = spark.read.schema(columns)
+    if on_s3(table.metadata.location):
+        reader = reader.options(**s3a_options({**spec.catalog, **table.io.properties}))
+    df = reader.parquet(*[f.path for f in files])  # s3:// too: s3a_options maps it to S3A
+    ordering = F.col(spec.ordering_column)
+    start = F.timestamp_micros(F.lit(micros(window.read_start)))
+    keep = (ordering >= start) & (ordering < F.timestamp_micros(F.lit(spec.read_until)))
+    row_filter = spark_filter(schema, spec.source.filter)
+    if row_filter is not None:
+        keep = keep & row_filter
+    return df.where(keep).select(*[_output(n, output.find_field(n)) for n in names])
+
+
+FIELD_ID_READ = "spark.sql.parquet.fieldId.read.enabled"
+
+
+@contextlib.contextmanager
+def field_ids_read(spark: SparkSession) -> Iterator[None]:
+    """Spark's Parquet reader matching columns by field id for the block (Spark reads the
+    setting when a query runs, not when its DataFrame is made), then as it was: a session's
+    other reads (a job's own outputs carry the ids of the columns they came from, which may
+    repeat) are left to match by name."""
+    before = spark.conf.get(FIELD_ID_READ, None)
+    spark.conf.set(FIELD_ID_READ, "true")
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(FIELD_ID_READ)
+        else:
+            spark.conf.set(FIELD_ID_READ, before)

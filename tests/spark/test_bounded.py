@@ -1,0 +1,106 @@
+"""``alignment.mode: bounded`` with real local Spark: the job's own pipeline over batch reads
+of the backfill's read, one batch query per sink. It writes the rows the aligned run writes
+(an inner range join: rmi), into a Parquet path or an Iceberg branch committed once by its
+batch id under a query id kept in the checkpoint (a rerun after the commit skips it); and it
+refuses, naming the operator, a pipeline whose results wait for the watermark (sessions)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_app.bounded import STATE_FILE
+from spark_app.config import parse_config
+from spark_app.errors import ConfigError
+from spark_app.runtime import run
+from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID
+from tests.spark.conftest import T0, Dataset, sources
+
+pytestmark = pytest.mark.spark
+
+WINDOW = {"start": (T0 + timedelta(minutes=40)).isoformat(), "end": (T0 + timedelta(minutes=80)).isoformat()}
+RMI_COLUMNS = ["playback_id", "impression_id", "profile_id", "title_id", "impression_ts", "playback_ts", "duration_s"]
+
+
+def rmi(dataset: Dataset, tmp: Path, mode: str, **fields: Any) -> Any:
+    return dataset.config(
+        tmp,
+        name=f"rmi-{mode}",
+        mode="backfill",
+        sink_time_column="playback_ts",
+        sources=sources("icebergBackfill", split={"maxBundleSpan": "2m"}),
+        window={**WINDOW, "warmup": "30m"},
+        alignment={"mode": mode, "maxDrift": "4m"},
+        **fields,
+    )
+
+
+def rows(spark: SparkSession, path: Path) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in spark.read.parquet(str(path)).select(*RMI_COLUMNS).orderBy(*RMI_COLUMNS).collect()]
+
+
+def test_a_bounded_backfill_writes_the_aligned_runs_rows_in_one_batch(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    aligned = run(rmi(dataset, tmp_path / "aligned", "aligned"), spark)
+    bounded = run(rmi(dataset, tmp_path / "bounded", "bounded"), spark)
+    expected = rows(spark, tmp_path / "aligned" / "out")
+    assert len(expected) > 50 and aligned.batches >= 5
+    assert rows(spark, tmp_path / "bounded" / "out") == expected
+    assert bounded.batches == 1 and bounded.peak_state_rows == 0
+    assert bounded.input_rows == aligned.input_rows, "the same rows read: the window, its warm-up, the filter"
+    assert bounded.lateness is not None and "bounded" in bounded.lateness.message
+
+
+def test_a_bounded_backfill_into_an_iceberg_branch_commits_once_and_a_rerun_skips_the_commit(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    cfg = rmi(dataset, tmp_path, "bounded")
+    raw = cfg.model_dump(by_alias=True, exclude_none=True)
+    raw["sinks"] = {
+        "attributed_plays": {
+            "kind": "iceberg",
+            "table": "marts.bounded_plays",
+            "timeColumn": "playback_ts",
+            "key": ["playback_id", "impression_id"],
+        }
+    }
+    cfg = parse_config(raw)
+    run(cfg, spark)
+    assert (tmp_path / "ckpt" / STATE_FILE).exists(), "snapshots and query id fixed before the write"
+    run(cfg, spark)  # a restart after the commit: the same query id and batch id, found, skipped
+    table = dataset.catalog().load_table("marts.bounded_plays")
+    branch = table.refs()[cfg.sink_branch("attributed_plays")].snapshot_id
+    commits = [
+        s.summary.additional_properties
+        for s in table.snapshots()
+        if s.summary is not None and BATCH_ID in s.summary.additional_properties
+    ]
+    assert len(commits) == 1 and commits[0][BATCH_ID] == "0" and commits[0][QUERY_ID]
+    written = table.scan(snapshot_id=branch).to_arrow().select(RMI_COLUMNS).to_pylist()
+    run(rmi(dataset, tmp_path / "aligned", "aligned"), spark)
+    naive = sorted(tuple(v.replace(tzinfo=None) if hasattr(v, "tzinfo") else v for v in r.values()) for r in written)
+    assert naive == rows(spark, tmp_path / "aligned" / "out"), "the aligned run's rows, in the branch"
+
+def test_a_pipeline_whose_results_wait_for_the_watermark_is_refused_naming_the_operator(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    cfg = dataset.config(
+        tmp_path,
+        name="sessions-bounded",
+        pipeline="spark_app.examples.sessions:pipeline",
+        output="sessions",
+        mode="backfill",
+        sink_time_column="session_start",
+        sources=sources("icebergBackfill", ("playbacks",)),
+        window={**WINDOW, "warmup": "1h"},
+        alignment={"mode": "bounded"},
+    )
+    with pytest.raises(ConfigError, match=r"session window|aggregation") as refused:
+        run(cfg, spark)
+    assert "set alignment.mode to aligned" in str(refused.value)
+    assert not (tmp_path / "out").exists(), "nothing written"
