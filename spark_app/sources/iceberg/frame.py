@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pyiceberg import types as it
@@ -117,11 +118,21 @@ def reader_for(spec: SourceSpec) -> BackfillReader | LiveReader:
     return BackfillReader(spec) if spec.source.kind == "icebergBackfill" else LiveReader(spec)
 
 
-def iceberg_frame(
-    spark: SparkSession, spec: SourceSpec, planner: BackfillReader | LiveReader | None = None
-) -> DataFrame:
-    """The source's streaming DataFrame: its columns (``spark_schema`` of the projection), the
-    rows its planner (by default the spec's) admits, in the batches it decides."""
+@dataclass(frozen=True)
+class _Read:
+    """What a read of one source takes from its table: the table, its schema, the projection
+    the pipeline gets (``names``), the columns read only to filter (``extra``), and whether
+    columns are matched by field id (``read_schema``)."""
+
+    table: Any
+    schema: Schema
+    output: Schema
+    names: list[str]
+    extra: list[str]
+    by_id: bool
+
+
+def _read_of(spec: SourceSpec) -> _Read:
     table = load_table(spec.catalog_name, spec.catalog, spec.source.table)
     schema = table.schema()
     ordering_field(schema, spec.ordering_column, spec.source.table)
@@ -129,8 +140,18 @@ def iceberg_frame(
     names = [f.name for f in output.fields]
     root = spec.ordering_column.split(".")[0]
     extra = sorted(({root} | filter_columns(schema, spec.source.filter)) - set(names))
-    key = register(spark, planner or reader_for(spec))
     by_id = TableProperties.DEFAULT_NAME_MAPPING not in table.metadata.properties
+    return _Read(table, schema, output, names, extra, by_id)
+
+
+def iceberg_frame(
+    spark: SparkSession, spec: SourceSpec, planner: BackfillReader | LiveReader | None = None
+) -> DataFrame:
+    """The source's streaming DataFrame: its columns (``spark_schema`` of the projection), the
+    rows its planner (by default the spec's) admits, in the batches it decides."""
+    r = _read_of(spec)
+    table, schema, output, names, extra, by_id = r.table, r.schema, r.output, r.names, r.extra, r.by_id
+    key = register(spark, planner or reader_for(spec))
     reader = (
         spark.readStream.format(SOURCE_CLASS).schema(read_schema(schema, names + extra, by_id)).option("planner", key)
     )
@@ -165,14 +186,8 @@ def iceberg_batch_frame(spark: SparkSession, spec: SourceSpec, snapshot_id: int)
     window = spec.window
     if window is None or spec.source.kind != "icebergBackfill":
         raise ConfigError(f"source {spec.name}: a bounded read needs a backfill window and an icebergBackfill source")
-    table = load_table(spec.catalog_name, spec.catalog, spec.source.table)
-    schema = table.schema()
-    ordering_field(schema, spec.ordering_column, spec.source.table)
-    output = project(schema, spec.source.columns, spec.source.table)
-    names = [f.name for f in output.fields]
-    root = spec.ordering_column.split(".")[0]
-    extra = sorted(({root} | filter_columns(schema, spec.source.filter)) - set(names))
-    by_id = TableProperties.DEFAULT_NAME_MAPPING not in table.metadata.properties
+    r = _read_of(spec)
+    table, schema, output, names, extra, by_id = r.table, r.schema, r.output, r.names, r.extra, r.by_id
     columns = st.StructType(read_schema(schema, names + extra, by_id).fields[: len(names) + len(extra)])
     from spark_app.sources.iceberg import scan
 
