@@ -48,7 +48,9 @@ def run(workdir: Path, count: int, limit: int) -> dict[str, Any]:
             "one_alone_s": round(alone.wall_s, 1),
             **burst.summary(),
             "ratio_wall_over_one_alone": round(burst.wall_s / alone.wall_s, 2),
-            "start_order": [r.name for r in sorted(burst.runs, key=lambda r: (r.started_s, -r.priority))],
+            "starts_s": {
+                r.name: round(r.started_s, 1) for r in sorted(burst.runs, key=lambda r: (r.started_s, -r.priority))
+            },
             "out_of_order_pairs": burst.out_of_order(),
         }
     finally:

@@ -27,5 +27,5 @@ def test_backfills_applied_at_once_run_at_most_the_limit_at_a_time_in_priority_o
     assert [r.phase for r in burst.runs] == ["Succeeded"] * 4, burst.runs
     assert burst.max_running == 2 and burst.max_drivers <= 2, burst.summary()
     assert sum(r.queued for r in burst.runs) >= 2, "all but the first two waited"
-    assert not burst.out_of_order(), burst.runs
+    assert not burst.out_of_order(backfill_burst.WAVE_S), burst.runs
     assert burst.growth < FLAT, burst.summary()
