@@ -139,10 +139,11 @@ def test_the_operators_pod_deleted_the_api_server_stopped_60_s_and_s3_30_s_mid_b
        which declares the alignment group again from the Backfill; the drivers hold their last
        bound meanwhile and report again;
     2. kube-apiserver, stopped for 60 s once the new operator runs;
-    3. the S3 API (moto's server), stopped for 15 s right after (timeouts), then answering
-       every request 503 SlowDown for 30 s, as S3 throttles, while the sink commits batch after
-       batch (its data files, the Iceberg metadata, Spark's checkpoint: all on S3; the refused
-       requests name the sink's table).
+    3. the S3 API (moto's server) answering every request 503 SlowDown for 30 s right after, as
+       S3 throttles, while the sink commits batch after batch (its data files, the Iceberg
+       metadata, Spark's checkpoint: all on S3; the refused requests name the sink's table).
+       (S3 stopped outright, SIGSTOP for 30 s, was run here before: timeouts, no driver
+       failed; docs/operations.md keeps its row, ``ObjectStore.unavailable`` its tool.)
     Then: the Backfill Succeeded with the clean run's rows, each batch committed once and
     nothing half-published (a driver that failed on the way is restarted from its
     checkpoint, spec.restart); after the operator's restart no source ran more than maxDrift
@@ -176,9 +177,7 @@ def test_the_operators_pod_deleted_the_api_server_stopped_60_s_and_s3_30_s_mid_b
     with cluster.node.plane.api_server_stopped():  # 2.
         time.sleep(60)
     s3_stopped_while = phase_of(cluster, "Backfill", name, "Running") is not None
-    with cluster.store.unavailable():  # 3.
-        time.sleep(15)
-    with cluster.store.slowing_down() as refused:
+    with cluster.store.slowing_down() as refused:  # 3.
         time.sleep(30)
     status = finished(cluster, name, timeout=900)
     assert status["phase"] == "Succeeded", status
