@@ -86,6 +86,7 @@ def test_a_bounded_backfill_into_an_iceberg_branch_commits_once_and_a_rerun_skip
     naive = sorted(tuple(v.replace(tzinfo=None) if hasattr(v, "tzinfo") else v for v in r.values()) for r in written)
     assert naive == rows(spark, tmp_path / "aligned" / "out"), "the aligned run's rows, in the branch"
 
+
 def test_a_pipeline_whose_results_wait_for_the_watermark_is_refused_naming_the_operator(
     spark: SparkSession, dataset: Dataset, tmp_path: Path
 ) -> None:
