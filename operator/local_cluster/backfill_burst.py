@@ -159,9 +159,10 @@ def run(cluster: LocalCluster, count: int, limit: int, timeout: float = 3600) ->
             items = admin.get(path_of("Backfill", JOBS)).body.get("items") or []
             mine = [b for b in items if b["metadata"]["name"].startswith(f"{JOB}-")]
             phases = [(b.get("status") or {}).get("phase") for b in mine]
+            seen = time.monotonic() - began  # one time per look: those first seen together tie
             for b, phase in zip(mine, phases, strict=True):
                 if phase in ACTIVE or phase in ENDED:
-                    first_active.setdefault(b["metadata"]["name"], time.monotonic() - began)
+                    first_active.setdefault(b["metadata"]["name"], seen)
             burst.max_running = max(burst.max_running, sum(p in ACTIVE for p in phases))
             drivers = admin.get(path_of("Pod", JOBS) + "?labelSelector=spark-role=driver").body.get("items") or []
             live = [p for p in drivers if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
