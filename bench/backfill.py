@@ -170,8 +170,11 @@ def measure_bounded(spark: Any, cfg: Any) -> dict[str, Any]:
         started = time.monotonic()
         report = run(cfg, spark)
         wall = time.monotonic() - started
+    choice = report.mode_choice
     return {
         **memory.result(),
+        "mode": None if choice is None else choice.mode,
+        "mode_reason": None if choice is None else choice.reason,
         "input_rows": report.input_rows,
         "batches": report.batches,
         "seconds": round(wall, 3),

@@ -10,11 +10,18 @@ A batch query gives the output the streaming run gives only where Spark's batch 
 are its streaming ones. Stateless steps, stream-static joins and inner stream-stream joins
 (range joins included) are: an inner join emits each match as it is found, and a batch join
 finds the same matches (a streaming run drops none as late when the lateness guard passes;
-a bounded run drops none at all). Operators that hold results until the watermark passes
-them (windowed and session aggregates, outer joins, arbitrary state with timers) and
-de-duplication within the watermark are not: which of their results the streaming run has
-written depends on its watermark, so a bounded run refuses them, naming the operator, rather
-than write something else. So do processing-time functions (``current_timestamp``)."""
+a bounded run drops none at all). A windowed or session aggregation is, once the streaming
+run's open/written rule is applied (``Closing``): the streaming run writes the results whose
+end its final watermark (the newest event time of each watermarked source column, less the
+delay, the least of them) has passed and holds the rest, and reads on while those that start
+in the window are open and the history goes on; a bounded run computes that watermark from
+the same rows, writes the same results, counts the same open ones and reads on as far.
+Operators whose results depend on when the watermark passed (outer joins, arbitrary state with
+timers, de-duplication within the watermark, chained aggregations) are not, and a bounded run
+refuses them, naming the operator; so do processing-time functions (``current_timestamp``).
+
+``alignment.mode: auto`` (the default) chooses bounded where all of this holds and no row
+arrived behind the live watermark (``choose``), aligned otherwise, and says why."""
 
 from __future__ import annotations
 
@@ -24,9 +31,11 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from spark_app.config import IcebergSink, JobConfig, ParquetSink
+from spark_app.durations import format_duration
 from spark_app.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -42,8 +51,6 @@ STATE_FILE = "bounded.json"
 id, written before any data is (a restarted run reads the same rows, commits under the same id)."""
 
 _REFUSED: tuple[tuple[str, str], ...] = (
-    (r"(?<![\w.])Aggregate\b", "an aggregation (a window or a group-by emits when the watermark passes it)"),
-    (r"\bSessionWindow\b|session_window", "a session window (emitted when the watermark passes its gap)"),
     (r"\bDeduplicateWithinWatermark\b", "dropDuplicatesWithinWatermark (its state ends with the watermark)"),
     (r"\bDeduplicate\b", "dropDuplicates on a stream (its state ends with the watermark)"),
     (r"FlatMapGroups(InPandas)?WithState\b", "arbitrary state (applyInPandasWithState / flatMapGroupsWithState)"),
@@ -53,9 +60,23 @@ _REFUSED: tuple[tuple[str, str], ...] = (
 _JOIN = re.compile(r"\bJoin (\w+)")
 
 
+_AGGREGATE = re.compile(r"(?<![\w.])Aggregate \[")
+_END = re.compile(r"\b\w+#\d+(?:-T\d+ms)?\.end AS (\w+)#\d+")  # -T<delay>ms: a watermarked column
+
+
+def end_column(plan: str) -> str | None:
+    """The output column holding a window's or session's end (``w.end AS window_end``): what
+    the watermark is compared with to tell a written result from one still open."""
+    found = _END.findall(plan)
+    return found[-1] if len(set(found)) == 1 else None
+
+
 def refusal(plans: dict[str, str]) -> str | None:
     """Why a bounded run would not write what the aligned run writes, naming the sink and
-    the operator in its analyzed plan; None: it would write the same rows."""
+    the operator in its analyzed plan; None: it would write the same rows. One windowed or
+    session aggregation per sink, with its end in the output, is the same: the aligned run
+    writes the results whose end the final watermark has passed, and so does a bounded run
+    (``Closing``); a group-by without a window end, or aggregations chained, is not."""
     for sink, plan in sorted(plans.items()):
         for pattern, what in _REFUSED:
             if re.search(pattern, plan):
@@ -63,7 +84,293 @@ def refusal(plans: dict[str, str]) -> str | None:
         outer = [kind for kind in _JOIN.findall(plan) if kind != "Inner" and kind != "Cross"]
         if outer:
             return f"sink {sink}'s pipeline has a {outer[0]} join (its unmatched rows wait for the watermark)"
+        aggregates = len(_AGGREGATE.findall(plan))
+        if aggregates > 1:
+            return f"sink {sink}'s pipeline has {aggregates} aggregations chained (each emits on the watermark)"
+        if aggregates == 1 and end_column(plan) is None:
+            return (
+                f"sink {sink}'s pipeline has an aggregation whose window or session end is not in its output "
+                "(the watermark decides which of its results are written)"
+            )
     return None
+
+
+@dataclass(frozen=True)
+class WatermarkInput:
+    """A ``withWatermark`` on a source's own column: the final watermark is that column's
+    newest value over the rows read, minus the delay."""
+
+    source: str
+    column: str
+    delay_ms: int
+
+
+@dataclass(frozen=True)
+class Closing:
+    """How a sink's results close (an aggregation that emits on the watermark): its end
+    column, and the watermarks whose least is the final one."""
+
+    end_column: str
+    watermarks: tuple[WatermarkInput, ...]
+
+    def final_watermark_us(self, newest_us: dict[tuple[str, str], int | None]) -> int | None:
+        """Spark's global watermark after the last batch (policy min, over the operators that
+        saw rows; event times in ms): results whose end is at or before it were written."""
+        marks = [
+            (newest // 1000 - w.delay_ms) * 1000
+            for w in self.watermarks
+            if (newest := newest_us.get((w.source, w.column))) is not None
+        ]
+        return max(min(marks), 0) if marks else None
+
+
+def _delay_ms(interval: Any) -> int:
+    """Spark's ``getDelayMs``: a month is 31 days."""
+    from py4j.java_gateway import get_field  # CalendarInterval's are public fields, not methods
+
+    days = int(get_field(interval, "months")) * 31 + int(get_field(interval, "days"))
+    return days * 86_400_000 + int(get_field(interval, "microseconds")) // 1000
+
+
+def closings(outputs: dict[str, Any], frames: dict[str, dict[str, Any]]) -> dict[str, Closing | str]:
+    """Per sink whose plan emits on the watermark: its ``Closing``, or why it has none (a
+    watermark not on a source's own column: its newest value is not the history's)."""
+    from spark_app.horizon import emits_on_watermark
+    from spark_app.window_edges import analyzed_plan
+
+    out: dict[str, Closing | str] = {}
+    for sink, df in outputs.items():
+        plan = analyzed_plan(df)
+        end = end_column(plan)
+        if not emits_on_watermark(plan) or end is None:
+            continue
+        own = {frame._jdf.queryExecution().analyzed().toString(): name for name, frame in frames[sink].items()}
+        found: list[WatermarkInput] = []
+        stack = [df._jdf.queryExecution().analyzed()]
+        while stack:
+            node = stack.pop()
+            if node.getClass().getSimpleName() == "EventTimeWatermark":
+                source = own.get(node.child().toString())
+                if source is None:
+                    out[sink] = f"sink {sink}'s watermark is not on a source's own column (set alignment.mode aligned)"
+                    break
+                found.append(WatermarkInput(source, str(node.eventTime().name()), _delay_ms(node.delay())))
+            children = node.children()
+            stack += [children.apply(i) for i in range(children.size())]
+        else:
+            out[sink] = Closing(end, tuple(found)) if found else f"sink {sink}'s aggregation has no watermark"
+    return out
+
+
+ARRIVAL_COLUMN = "__metadata__.ingestion_ts"
+"""When an archived row arrived (the archive's convention, ``sources/kafka.py``): with the
+event time it says which rows live read behind its watermark."""
+
+MODE_FILE = "mode.json"
+"""In the backfill's checkpoint location: the mode ``auto`` chose, written before any write,
+so a restarted run goes on in it whatever the history holds by then."""
+
+
+@dataclass(frozen=True)
+class LateArrivals:
+    """Rows of one source that may have arrived behind the live job's watermark."""
+
+    source: str
+    rows: int
+    worst: timedelta
+    """The largest ingestion time - event time among them."""
+
+
+@dataclass(frozen=True)
+class ModeChoice:
+    """The mode a backfill runs in, and why (``kappa plan``, the run report, status)."""
+
+    requested: str
+    mode: str
+    reason: str
+
+    def to_json(self) -> bytes:
+        return json.dumps({"requested": self.requested, "mode": self.mode, "reason": self.reason}).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> ModeChoice:
+        raw = json.loads(data)
+        return cls(str(raw["requested"]), str(raw["mode"]), str(raw["reason"]))
+
+
+def spec_reason(cfg: JobConfig) -> str | None:
+    """What in the spec (not the pipeline) a bounded run cannot do as the streaming run does."""
+    if cfg.read_rate is not None:
+        return "readRate caps a streaming read (a bounded run reads the window in one batch query)"
+    if cfg.alignment.allow_late_drops:
+        return "allowLateDrops: the aligned run may drop rows as late, a batch query drops none"
+    for name, sink in sorted(cfg.sinks.items()):
+        if not isinstance(sink, IcebergSink | ParquetSink):
+            return f"sink {name} is {sink.kind} (a bounded run writes Iceberg and Parquet sinks only)"
+        if sink.output_mode != "append":
+            return f"sink {name} has outputMode {sink.output_mode} (its intermediate results are streaming ones)"
+    return None
+
+
+def plan_reason(plans: dict[str, str], closes: dict[str, Closing | str]) -> str | None:
+    """Why the sinks' plans do not give the aligned run's output as one batch query."""
+    return refusal(plans) or next((c for _, c in sorted(closes.items()) if isinstance(c, str)), None)
+
+
+def choose(
+    cfg: JobConfig,
+    plans: dict[str, str],
+    late: list[LateArrivals],
+    unknown: list[str],
+    closes: dict[str, Closing | str] | None = None,
+) -> ModeChoice:
+    """``alignment.mode``: an explicit mode as set; ``auto``: bounded when its output is provably
+    the aligned run's (the spec, every operator of every sink's plan, and no row that arrived
+    behind the live watermark), aligned otherwise, with the reason either way. ``unknown``: the
+    sources without an arrival column (which of their rows live dropped cannot be told).
+    ``closes``: the sinks whose results close on the watermark (``closings``)."""
+    requested = cfg.alignment.mode
+    if requested != "auto":
+        return ModeChoice(requested, requested, "set in the spec (alignment.mode)")
+    closes = closes or {}
+    why = spec_reason(cfg) or plan_reason(plans, closes)
+    if why is not None:
+        return ModeChoice("auto", "aligned", f"not bounded: {why}")
+    if late:
+        first = late[0]
+        return ModeChoice(
+            "auto",
+            "aligned",
+            f"not bounded: {sum(x.rows for x in late):,} row(s) arrived behind the live watermark (source "
+            f"{first.source}: ingestion up to {format_duration(first.worst)} after event time); live dropped "
+            "them as late, which a batch query cannot reproduce",
+        )
+    windows = ", windows and sessions written once the final watermark passed their end" if closes else ""
+    said = (
+        f"every operator's batch result is its streaming one (stateless steps, stream-static and inner joins{windows})"
+    )
+    if unknown:
+        said += (
+            f"; {', '.join(unknown)} has no {ARRIVAL_COLUMN}, so rows live dropped as late cannot be told "
+            "(the aligned run keeps them too)"
+        )
+    else:
+        said += ", and no row arrived behind the live watermark"
+    return ModeChoice("auto", "bounded", said)
+
+
+def late_bound(spans: list[tuple[int, int, int, int]], delay_us: int) -> bool:
+    """Whether files' statistics prove that no row arrived behind the live watermark.
+    ``spans``: per file (lowest event, highest event, lowest arrival, highest arrival), µs.
+    Live's watermark when a row arrives is at most the newest event seen by then minus the
+    delay, and an event seen by then is at most its arrival plus the largest skew (event time
+    after arrival); so a row is kept when arrival - event <= delay - skew."""
+    if not spans:
+        return True
+    lag = max(hi_in - lo_ev for lo_ev, _, _, hi_in in spans)
+    skew = max(0, max(hi_ev - lo_in for _, hi_ev, lo_in, _ in spans))
+    return lag + skew <= delay_us
+
+
+_WATERMARK_COLUMN = re.compile(r"EventTimeWatermark [^,\n]*, (\w+)#")
+
+
+def late_arrivals(
+    spark: SparkSession,
+    cfg: JobConfig,
+    plans: dict[str, str],
+    used: dict[str, tuple[str, ...]],
+    delay: timedelta | None,
+) -> tuple[list[LateArrivals], list[str]]:
+    """The rows of each read source that may have arrived behind the live watermark, and the
+    sources that cannot say (no arrival column). The manifests' statistics prove most
+    windows clean without a row read (``late_bound``); a source they do not clear is counted
+    exactly with one aggregate over its two time columns."""
+    from pyspark.sql import functions as F
+
+    from spark_app.catalogs import load_table
+    from spark_app.config import IcebergBackfillSource
+    from spark_app.runtime import source_spec
+    from spark_app.sources.iceberg import scan
+    from spark_app.sources.iceberg.frame import field_ids_read, iceberg_batch_frame
+    from spark_app.sources.iceberg.stream import micros
+
+    if delay is None or cfg.window is None:  # no watermark: live drops nothing as late
+        return [], []
+    events = {c for p in plans.values() for c in _WATERMARK_COLUMN.findall(p)}
+    late: list[LateArrivals] = []
+    unknown: list[str] = []
+    for sink, sources in sorted(used.items()):
+        for name in sources:
+            src = cfg.sources[name]
+            assert isinstance(src, IcebergBackfillSource)
+            table = load_table(src.catalog, cfg.catalogs[src.catalog].properties(), src.table)
+            top = {f.name for f in table.schema().fields}
+            event = next((c for c in sorted(events) if c in top), None)
+            sid = src.snapshot_id or (table.current_snapshot().snapshot_id if table.current_snapshot() else None)
+            if event is None or sid is None:
+                unknown += [name] if event is None and name not in unknown else []
+                continue
+            window = (micros(cfg.window.read_start), micros(cfg.window.read_end))
+            order = cfg.ordering_column(name)
+            spans = scan.column_bounds(table, sid, order, window, src.filter, (event, ARRIVAL_COLUMN))
+            if spans is None:
+                unknown += [name] if name not in unknown else []
+                continue
+            limit = int(delay.total_seconds() * 1e6)
+            if all(None not in s for s in spans) and late_bound(spans, limit):  # type: ignore[arg-type]
+                continue
+            parallelism = spark.sparkContext.defaultParallelism
+            frame = iceberg_batch_frame(spark, source_spec(cfg, sink, name, parallelism, ()), sid)
+            if "__metadata__" not in frame.columns:
+                unknown += [name] if name not in unknown else []
+                continue
+            lag = F.unix_micros(F.col(ARRIVAL_COLUMN)) - F.unix_micros(F.col(event))
+            with field_ids_read(spark):
+                worst, skew = frame.select(F.max(lag), F.max(-lag)).first() or (None, None)
+                if worst is None:
+                    continue
+                bound = limit - max(0, int(skew or 0))
+                rows = frame.where(lag > bound).count() if worst > bound else 0
+            if rows:
+                late.append(LateArrivals(name, rows, timedelta(microseconds=int(worst))))
+    return late, unknown
+
+
+def chosen(
+    spark: SparkSession, cfg: JobConfig, plans: dict[str, str], edges: Edges, closes: dict[str, Closing | str]
+) -> ModeChoice:
+    """``choose`` with what it needs found (the late arrivals only when nothing else decided)."""
+    if cfg.alignment.mode != "auto" or spec_reason(cfg) or plan_reason(plans, closes):
+        return choose(cfg, plans, [], [], closes)
+    return choose(cfg, plans, *late_arrivals(spark, cfg, plans, edges.used, edges.delay), closes)
+
+
+def decided(
+    spark: SparkSession, cfg: JobConfig, plans: dict[str, str], edges: Edges, closes: dict[str, Closing | str]
+) -> ModeChoice:
+    """The run's mode: the one a previous attempt chose (``MODE_FILE``), else chosen now and
+    saved before anything is written. A run that wrote under an aligned checkpoint before
+    ``auto`` existed goes on aligned."""
+    from spark_app.storage import open_location
+
+    if cfg.alignment.mode == "bounded" and (why := plan_reason(plans, closes)) is not None:
+        raise ConfigError(
+            f"alignment.mode bounded: {why}, whose batch result differs from what the streaming run writes; "
+            "set alignment.mode to auto or aligned"
+        )
+    if cfg.alignment.mode != "auto":
+        return choose(cfg, plans, [], [])
+    location = open_location(cfg.checkpoint.location)
+    if location.stat(MODE_FILE) is not None:
+        return ModeChoice.from_json(location.read_bytes(MODE_FILE))
+    if any(location.stat(f"{sink}/metadata") is not None for sink in cfg.sinks):
+        choice = ModeChoice("auto", "aligned", "not bounded: the run goes on from its streaming checkpoint")
+    else:
+        choice = chosen(spark, cfg, plans, edges, closes)
+    location.write_bytes(MODE_FILE, choice.to_json())
+    log.info("backfill %s: alignment.mode %s runs %s: %s", cfg.name, choice.requested, choice.mode, choice.reason)
+    return choice
 
 
 @dataclass
@@ -108,28 +415,52 @@ def fixed_state(cfg: JobConfig) -> BoundedState:
     return state
 
 
-def run_bounded(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline, edges: Edges, stop_calls: Any) -> RunReport:
-    """The backfill as one batch query per sink (see the module's docstring); the run report
-    as the streaming run's, with one batch per sink."""
+def run_bounded(
+    spark: SparkSession,
+    cfg: JobConfig,
+    pipeline: Pipeline,
+    edges: Edges,
+    stop_calls: Any,
+    choice: ModeChoice,
+    closes: dict[str, Closing | str],
+) -> RunReport:
+    """The backfill as one batch query per sink (see the module's docstring; ``decided`` has
+    checked its plans); the run report as the streaming run's, with one batch per sink.
+    A sink whose results close on the watermark writes those whose end the final watermark
+    has passed, and reads on past the drain while some that start in the window are open
+    and the history goes on: the aligned run's rule, step for step (``runtime.next_read``)."""
     from spark_app.lateness import Verdict
     from spark_app.run_report import write_report as write_run_report
-    from spark_app.runtime import RunReport, outputs_for, record_finality
+    from spark_app.runtime import RunReport, next_read, record_finality
     from spark_app.sources.iceberg.frame import field_ids_read
-    from spark_app.window_edges import analyzed_plan
 
     assert cfg.window is not None
-    probe = outputs_for(spark, cfg, pipeline)  # streaming frames: the plans the aligned run would run
-    why = refusal({sink: analyzed_plan(df) for sink, df in probe.items()})
-    if why is not None:
-        raise ConfigError(
-            f"alignment.mode bounded: {why}, whose batch result differs from what the streaming run writes; "
-            "set alignment.mode to aligned (or unordered)"
-        )
     state = fixed_state(cfg)
     started = time.monotonic()
+    extended: tuple[int, ...] = ()
+    marks: dict[str, int | None] = {}
     try:
         with field_ids_read(spark):
-            progress = [_write_sink(spark, cfg, pipeline, state, name) for name in cfg.sinks]
+            while True:
+                marks = {
+                    name: _final_watermark(spark, cfg, state, close, extended, name)
+                    for name, close in closes.items()
+                    if isinstance(close, Closing)
+                }
+                if not marks or not edges.drain:
+                    break
+                still = sum(
+                    _still_open(spark, cfg, pipeline, state, name, closes[name], marks[name], extended)  # type: ignore[arg-type]
+                    for name in marks
+                )
+                edges, until = next_read(cfg, edges, extended, still, None)
+                if until is None:
+                    break
+                extended = (*extended, until)
+            progress = [
+                _write_sink(spark, cfg, pipeline, state, name, extended, closes.get(name), marks.get(name))
+                for name in cfg.sinks
+            ]
     finally:
         called = stop_calls()
     record_finality(cfg, edges)
@@ -137,35 +468,99 @@ def run_bounded(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline, edges: 
     report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.external_calls = called
     report.edges_end = cfg.window.end
-    write_run_report(cfg, report.seconds, progress)
+    report.extended_to = extended
+    report.mode_choice = choice
+    write_run_report(cfg, report.seconds, progress, choice)
     return report
 
 
-def _write_sink(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline, state: BoundedState, name: str) -> dict:
+def _frames(
+    spark: SparkSession, cfg: JobConfig, state: BoundedState, sink: str, extended: tuple[int, ...]
+) -> dict[str, Any]:
+    """Each source as one bounded DataFrame of the rows the streaming read delivers."""
+    from spark_app.runtime import source_spec
+    from spark_app.sources.iceberg.frame import iceberg_batch_frame
+
+    parallelism = spark.sparkContext.defaultParallelism
+    return {
+        src: iceberg_batch_frame(spark, source_spec(cfg, sink, src, parallelism, (), extended), state.snapshots[src])
+        for src in cfg.sources
+    }
+
+
+def _output(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline, frames: dict[str, Any], name: str) -> Any:
+    """The sink's output of the job's own pipeline over ``frames``, cut to the window."""
+    from spark_app.lookups.context import job_catalogs
+    from spark_app.sinks.warmup import restrict_to_window
+    from spark_app.sources.iceberg.stream import micros
+
+    assert cfg.window is not None
+    with job_catalogs({n: c.properties() for n, c in cfg.catalogs.items()}):
+        out = pipeline(frames, **cfg.pipeline_args)[name]
+    return restrict_to_window(out, cfg.sinks[name].time_column, micros(cfg.window.start), micros(cfg.window.end))
+
+
+def _final_watermark(
+    spark: SparkSession, cfg: JobConfig, state: BoundedState, close: Closing, extended: tuple[int, ...], name: str
+) -> int | None:
+    """The watermark the aligned run of sink ``name`` ends with, from the newest event time
+    each watermarked column holds among the rows read (one aggregate over that column)."""
+    from pyspark.sql import functions as F
+
+    frames = _frames(spark, cfg, state, name, extended)
+    newest: dict[tuple[str, str], int | None] = {}
+    for w in close.watermarks:
+        if (w.source, w.column) not in newest:
+            value = frames[w.source].agg(F.max(F.unix_micros(F.col(w.column)))).first()
+            newest[(w.source, w.column)] = None if value is None or value[0] is None else int(value[0])
+    return close.final_watermark_us(newest)
+
+
+def _still_open(
+    spark: SparkSession,
+    cfg: JobConfig,
+    pipeline: Pipeline,
+    state: BoundedState,
+    name: str,
+    close: Closing,
+    watermark_us: int | None,
+    extended: tuple[int, ...],
+) -> int:
+    """Results that start in the window and the final watermark has not passed: those the
+    aligned run holds in state when it stops reading (``window_edges.open_results``)."""
+    from spark_app.sinks.warmup import restrict_closed
+
+    out = _output(spark, cfg, pipeline, _frames(spark, cfg, state, name, extended), name)
+    return int(restrict_closed(out, close.end_column, watermark_us, still_open=True).count())
+
+
+def _write_sink(
+    spark: SparkSession,
+    cfg: JobConfig,
+    pipeline: Pipeline,
+    state: BoundedState,
+    name: str,
+    extended: tuple[int, ...],
+    close: Closing | str | None,
+    watermark_us: int | None,
+) -> dict:
     """One sink's batch query, run and written; its progress entry (one batch, the rows each
     source handed the pipeline, as the streaming run's observed metrics count them)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from spark_app.lookups.context import job_catalogs
-    from spark_app.runtime import source_spec
     from spark_app.sinks.iceberg.writer import IcebergBatchWriter
-    from spark_app.sinks.warmup import restrict_to_window
-    from spark_app.sources.iceberg.frame import iceberg_batch_frame
-    from spark_app.sources.iceberg.stream import micros
+    from spark_app.sinks.warmup import restrict_closed
 
-    assert cfg.window is not None
-    sink, parallelism = cfg.sinks[name], spark.sparkContext.defaultParallelism
+    sink = cfg.sinks[name]
     observed = {src: Observation(f"{name}:{src}") for src in cfg.sources}
     frames = {
-        src: iceberg_batch_frame(spark, source_spec(cfg, name, src, parallelism, ()), state.snapshots[src]).observe(
-            observed[src], F.count(F.lit(1)).alias("rows")
-        )
-        for src in cfg.sources
+        src: df.observe(observed[src], F.count(F.lit(1)).alias("rows"))
+        for src, df in _frames(spark, cfg, state, name, extended).items()
     }
-    with job_catalogs({n: c.properties() for n, c in cfg.catalogs.items()}):
-        out = pipeline(frames, **cfg.pipeline_args)[name]
-    out = restrict_to_window(out, sink.time_column, micros(cfg.window.start), micros(cfg.window.end))
+    out = _output(spark, cfg, pipeline, frames, name)
+    if isinstance(close, Closing):  # what the aligned run has written when it stops
+        out = restrict_closed(out, close.end_column, watermark_us)
     began = time.monotonic()
     if isinstance(sink, IcebergSink):
         checkpoint = f"{cfg.checkpoint.location.rstrip('/')}/{name}"
@@ -182,7 +577,7 @@ def _write_sink(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline, state: 
     rows = {src: int((o.get or {}).get("rows") or 0) for src, o in observed.items()}
     ms = int((time.monotonic() - began) * 1000)
     log.info("bounded: sink %s written in one batch (%d rows read, %d ms)", name, sum(rows.values()), ms)
-    return {
+    progress: dict[str, Any] = {
         "id": state.query_ids[name],
         "name": f"{cfg.name}-{name}",
         "batchId": 0,
@@ -190,3 +585,7 @@ def _write_sink(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline, state: 
         "durationMs": {"triggerExecution": ms, "addBatch": ms},
         "rowsBySource": rows,
     }
+    if watermark_us is not None:  # as a streaming progress says it (its run summary's last watermark)
+        at = datetime.fromtimestamp(watermark_us / 1e6, tz=UTC)
+        progress["eventTime"] = {"watermark": at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"}
+    return progress

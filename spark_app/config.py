@@ -456,12 +456,14 @@ NO_DRIFT_HINT = " (use mode: strict for no drift)"
 class AlignmentConfig(KappaModel):
     """Event-time alignment of the sources of a backfill (docs/concepts.md: "Alignment")."""
 
-    mode: Literal["aligned", "strict", "unordered", "bounded"] = "aligned"
-    """`aligned`: admit a split only if lower <= global watermark + maxDrift; `strict`: the
-    same with no drift; `unordered`: no coordination (stateless pipelines, top throughput);
-    `bounded`: the pipeline over batch reads of the whole read, one Spark batch query per sink
-    (batch speed, no state store; pipelines whose results wait for the watermark, or whose
-    streaming semantics differ from their batch ones, are refused: ``spark_app/bounded.py``)."""
+    mode: Literal["auto", "aligned", "strict", "unordered", "bounded"] = "auto"
+    """`auto`: `bounded` where its output is provably the aligned run's, else `aligned` (the
+    run report and status say which and why); `aligned`: admit a split only if lower <= global
+    watermark + maxDrift; `strict`: the same with no drift; `unordered`: no coordination
+    (stateless pipelines, top throughput); `bounded`: the pipeline over batch reads of the
+    whole read, one Spark batch query per sink (batch speed, no state store; windows and
+    sessions under the aligned run's open/written rule; pipelines whose streaming semantics
+    differ from their batch ones are refused: ``spark_app/bounded.py``)."""
     group: str | None = None
     """Alignment group; default: the job name. Groups can span queries and jobs."""
     max_drift: Duration = timedelta(minutes=10)
@@ -490,8 +492,9 @@ class AlignmentConfig(KappaModel):
 
     @property
     def coordinated(self) -> bool:
-        """Whether its sources are admitted in event-time order (aligned, strict)."""
-        return self.mode in ("aligned", "strict")
+        """Whether its sources are admitted in event-time order (aligned, strict; auto until
+        the run has chosen, so a coordinator group is made for it)."""
+        return self.mode in ("aligned", "strict", "auto")
 
     @property
     def effective_drift(self) -> timedelta:

@@ -60,7 +60,9 @@ class PlanReport(BaseModel):
     """Failed: what and where (the source, the reason, the fix)."""
     sources: list[SourcePlan] = []
     mode: str
-    """alignment.mode."""
+    """The alignment mode the run would run in (``auto`` resolved)."""
+    mode_reason: str | None = None
+    """Why: as set in the spec, or what ``auto`` proved or found."""
     max_drift_s: float
     lateness_required_s: float
     """The watermark delay the chosen maxDrift needs: maxDrift + the largest split span."""

@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,6 +24,9 @@ from spark_app.config import JobConfig
 from spark_app.publish_report import located
 from spark_app.storage import Location
 from spark_app.telemetry import delivered_rows
+
+if TYPE_CHECKING:
+    from spark_app.bounded import ModeChoice
 
 REPORT_NAME = "run-report.json"
 log = logging.getLogger("kappa.run_report")
@@ -56,6 +59,10 @@ class RunReport(BaseModel):
     """The driver's own run, from planning the sources to the last batch."""
     costs: BatchCosts
     finished_at: datetime
+    mode: str | None = None
+    """The alignment mode the run ran in (None: a driver older than ``auto``)."""
+    mode_reason: str | None = None
+    """Why: as set in the spec, or what ``auto`` proved or found."""
 
 
 FIT_POINTS = 300
@@ -90,13 +97,22 @@ def report_location(cfg: JobConfig) -> tuple[Location, str]:
     return located(cfg, None, REPORT_NAME)
 
 
-def write_report(cfg: JobConfig, seconds: float, progress: Sequence[dict[str, Any]]) -> RunReport | None:
+def write_report(
+    cfg: JobConfig, seconds: float, progress: Sequence[dict[str, Any]], choice: ModeChoice | None = None
+) -> RunReport | None:
     """Leave the report; a failure (storage, or a progress it cannot read) is logged, not
     raised: the backfill's output is committed already, and only the next plans' ETAs lose
     this run."""
     try:
         costs = batch_costs(progress)
-        report = RunReport(backfill=cfg.name, seconds=round(seconds, 3), costs=costs, finished_at=datetime.now(UTC))
+        report = RunReport(
+            backfill=cfg.name,
+            seconds=round(seconds, 3),
+            costs=costs,
+            finished_at=datetime.now(UTC),
+            mode=None if choice is None else choice.mode,
+            mode_reason=None if choice is None else choice.reason,
+        )
         loc, name = report_location(cfg)
         loc.write_bytes(name, report.model_dump_json(indent=2).encode())
     except Exception:

@@ -33,6 +33,7 @@ from spark_app.bootstrap.legs import Leg, archive_config, hybrid_frames
 from spark_app.bootstrap.record import BootstrapRecord
 from spark_app.bootstrap.steps import start as start_bootstrap
 from spark_app.bootstrap.steps import switch as switch_bootstrap
+from spark_app.bounded import Closing, ModeChoice
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.driver import attach, detach
 from spark_app.config import (
@@ -69,7 +70,7 @@ from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
 from spark_app.sources.kafka import connector_jars, records_gone
 from spark_app.telemetry import delivered_rows
-from spark_app.window_edges import Edges, open_results, resolve
+from spark_app.window_edges import Edges, analyzed_plan, open_results, resolve
 
 log = logging.getLogger("kappa.runtime")
 
@@ -398,6 +399,8 @@ class RunReport:
     """What the pipeline's external calls did under the run's limit (None: no limit)."""
     notices: list[str] = field(default_factory=list)
     """A live job's first start: what it found lost before it read (``records_gone``)."""
+    mode_choice: ModeChoice | None = None
+    """A backfill's mode and why (``alignment.mode: auto`` chooses)."""
 
     @property
     def read_past_end(self) -> timedelta | None:
@@ -472,6 +475,11 @@ class RunReport:
             "state_horizon": None if self.edges is None else self.edges.horizon.describe(),
             "notices": [*([] if self.edges is None else self.edges.notices), *self.notices],
             **(self.read_summary() if self.mode == "backfill" else {}),
+            **(
+                {}
+                if self.mode_choice is None
+                else {"alignment_mode": self.mode_choice.mode, "alignment_mode_reason": self.mode_choice.reason}
+            ),
         }
 
 
@@ -494,14 +502,16 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     make_importable(cfg.python_path, spark)
     pipeline = load_pipeline(cfg.pipeline)
     calls = serve_external_calls(cfg, spark)  # before the pipeline is called: its limiter() is this run's
-    edges = None
+    edges, choice = None, None
     members = aligned_members(cfg)
     if cfg.mode == "backfill":
-        cfg, edges, members = resolve_edges(spark, cfg, pipeline)
-        if cfg.alignment.mode == "bounded":
+        cfg, edges, members, choice, closes = resolve_edges(spark, cfg, pipeline)
+        if choice.mode == "bounded":
             from spark_app.bounded import run_bounded
 
-            return run_bounded(spark, cfg, pipeline, edges, calls.stop)
+            leave_group(cfg, members)
+            return run_bounded(spark, cfg, pipeline, edges, calls.stop, choice, closes)
+        cfg = cfg.model_copy(update={"alignment": cfg.alignment.model_copy(update={"mode": choice.mode})})
     fresh = not any(Path(cfg.checkpoint.location, s).exists() for s in cfg.sinks)
     boot = start_bootstrap(spark, cfg, fresh)
     archives = archive_config(cfg, boot[0]) if boot is not None and boot[1] == "archive" else None
@@ -579,8 +589,9 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     report.notices = gone
     report.external_calls = called
     report.extended_to, report.edges_end = extended, cfg.window.end if cfg.window else None
+    report.mode_choice = choice
     if cfg.mode == "backfill":
-        write_run_report(cfg, report.seconds, progress)  # its costs calibrate the next plans' ETAs
+        write_run_report(cfg, report.seconds, progress, choice)  # its costs calibrate the next plans' ETAs
     if ledger is not None:
         report.reads, report.read_cap = ledger.members(), ledger.cap()
     return report
@@ -676,13 +687,24 @@ def drain_step(
     the notice when reading stops with results open) and where to read on to (µs), if at all."""
     assert cfg.window is not None
     window = cfg.window
-    read_until = datetime.fromtimestamp((extended[-1] if extended else micros(window.read_end)) / 1e6, tz=UTC)
     still, first = 0, None
     for sink in cfg.sinks:
         n, earliest = open_results(spark, f"{cfg.checkpoint.location.rstrip('/')}/{sink}", window.start, window.end)
         still += n
         if earliest is not None and (first is None or earliest < first):
             first = earliest
+    return next_read(cfg, edges, extended, still, first)
+
+
+def next_read(
+    cfg: JobConfig, edges: Edges, extended: tuple[int, ...], still: int, first: datetime | None
+) -> tuple[Edges, int | None]:
+    """With ``still`` results open when reading stopped (``first``: the earliest start, if
+    known): the edges with the count (and the notice when reading stops with results open),
+    and where to read on to (µs), if at all. The aligned and the bounded run's one rule."""
+    assert cfg.window is not None
+    window = cfg.window
+    read_until = datetime.fromtimestamp((extended[-1] if extended else micros(window.read_end)) / 1e6, tz=UTC)
     step = next_drain_step(still, window.end, read_until, edges.history_end, edges.drain, window.max_drain)
     notices = edges.notices
     if step.notice is not None:
@@ -722,29 +744,45 @@ class DrainExtensions:
         self.location.write_bytes(self.NAME, json.dumps({"extended_to": list(extended)}).encode())
 
 
-def resolve_edges(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> tuple[JobConfig, Edges, tuple[str, ...]]:
-    """Build the pipeline once to learn its edges; the config with the drain resolved, and the
-    members this driver reports as. Members for sources no output reads are reported finished
-    (to a coordinator that was told of every configured source), so they never hold the group."""
+def resolve_edges(
+    spark: SparkSession, cfg: JobConfig, pipeline: Pipeline
+) -> tuple[JobConfig, Edges, tuple[str, ...], ModeChoice, dict[str, Closing | str]]:
+    """Build the pipeline once to learn its edges; the config with the drain resolved, the
+    members this driver reports as, the mode it runs in (``alignment.mode: auto`` decided
+    from the same plans), and how each sink's results close (a bounded run's rule). Members
+    for sources no output reads are reported finished (to a coordinator that was told of
+    every configured source), so they never hold the group."""
+    from spark_app.bounded import closings, decided
+
     frames: dict[str, dict[str, DataFrame]] = {}
-    edges = resolve(cfg, frames, outputs_for(spark, cfg, pipeline, frames=frames))
+    outputs = outputs_for(spark, cfg, pipeline, frames=frames)
+    edges = resolve(cfg, frames, outputs)
     assert cfg.window is not None
     cfg = cfg.model_copy(update={"window": cfg.window.model_copy(update={"drain": edges.drain})})
     cfg = fit_sources(cfg, cfg.alignment.lateness or edges.delay)
     all_members = aligned_members(cfg)
     read = {member_id(cfg, sink, src) for sink, srcs in edges.used.items() for src in srcs}
     members = tuple(m for m in all_members if m in read)
-    unused = tuple(m for m in all_members if m not in read)
-    if unused and cfg.coordinator is not None:
-        from spark_app.alignment.http import HttpWatermarkProvider
-
-        coord = cfg.coordinator
-        provider = HttpWatermarkProvider(coord.url, cfg.alignment_group, coord.token, coord.timeout.total_seconds())
-        for m in unused:
-            provider.report(m, None)
+    leave_group(cfg, tuple(m for m in all_members if m not in read))
     if edges.drain:
         log.info("backfill %s: reading %s past the end to close %s", cfg.name, edges.drain, edges.horizon.describe())
-    return cfg, edges, members
+    closes = closings(outputs, frames)
+    choice = decided(spark, cfg, {sink: analyzed_plan(df) for sink, df in outputs.items()}, edges, closes)
+    return cfg, edges, members, choice, closes
+
+
+def leave_group(cfg: JobConfig, members: tuple[str, ...]) -> None:
+    """Report ``members`` finished to the coordinator (told of every configured source), so
+    they never hold the group: sources no output reads, or a run that reads no split in
+    event-time order (a bounded one)."""
+    if not members or cfg.coordinator is None:
+        return
+    from spark_app.alignment.http import HttpWatermarkProvider
+
+    coord = cfg.coordinator
+    provider = HttpWatermarkProvider(coord.url, cfg.alignment_group, coord.token, coord.timeout.total_seconds())
+    for m in members:
+        provider.report(m, None)
 
 
 def record_finality(cfg: JobConfig, edges: Edges) -> None:

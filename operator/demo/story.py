@@ -167,7 +167,10 @@ def run_demo(s: DemoSettings, console: Console, spark: SparkSession | None = Non
     token = secrets.token_urlsafe(16)
     with EmbeddedCoordinator(Service(token)) as coordinator:
         bf_cfg = rmi_backfill(
-            s, BACKFILL, {"maxDrift": s.max_drift}, coordinator={"url": coordinator.url, "token": token}
+            s,
+            BACKFILL,
+            {"mode": "aligned", "maxDrift": s.max_drift},
+            coordinator={"url": coordinator.url, "token": token},
         )
         group = alignment_group(bf_cfg)
         assert group is not None, "an aligned backfill has members"

@@ -104,10 +104,11 @@ def _report(bf: Backfill, job: StreamingJob | None, publish_app: dict[str, Any] 
 
 
 def _run_report(bf: Backfill, job: StreamingJob | None, app: dict[str, Any] | None) -> RunReport | None:
-    """A planned backfill's driver report (a KB next to its checkpoint), once its application
-    completed and until it succeeded: its costs calibrate the namespace's next ETAs."""
+    """A backfill's driver report (a KB next to its checkpoint), once its application completed
+    and until it succeeded: the mode it ran in (status), and, planned, its costs calibrate the
+    namespace's next ETAs."""
     status = bf.status
-    if job is None or app is None or app_state(app) != "COMPLETED" or status is None or status.plan is None:
+    if job is None or app is None or app_state(app) != "COMPLETED" or status is None:
         return None
     if status.phase == "Succeeded":
         return None

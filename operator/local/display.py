@@ -77,6 +77,10 @@ class Display:
             )
         self.console.print(table)
         for label, rep in runs:
+            if rep.mode_choice is not None and rep.mode_choice.requested == "auto":  # status.alignmentMode
+                choice = rep.mode_choice
+                self.console.print(f"alignment mode ({escape(label)}): auto ran {choice.mode}: {escape(choice.reason)}")
+        for label, rep in runs:
             c = rep.external_calls
             if c is not None:  # spec.externalCalls: what the limit did (status.externalCalls on a cluster)
                 self.console.print(

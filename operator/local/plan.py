@@ -153,6 +153,7 @@ def run_rows(cfg: JobConfig, report: PlanReport) -> list[tuple[str, str]]:
     no_horizon = "unknown (the look-back is)" if unknown else "none (stateless, or unbounded)"
     return [
         ("mode", f"{report.mode}, maxDrift {_d(report.max_drift_s)}"),
+        ("why this mode", escape(report.mode_reason or "set in the spec (alignment.mode)")),
         ("lateness required", f"{_d(report.lateness_required_s)} (maxDrift + the largest split span)"),
         ("pipeline's lateness", f"{pipeline}: {verdict}"),
         ("guard", escape(report.lateness_message)),

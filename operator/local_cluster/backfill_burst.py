@@ -36,6 +36,8 @@ class Started:
     queued: bool
     """It waited in phase Queued (the first ones applied may find free slots)."""
     restarts: int
+    mode: str | None = None
+    """The alignment mode its driver ran (``alignment.mode: auto``, the default, resolved)."""
 
 
 @dataclass
@@ -86,6 +88,7 @@ class Burst:
             "max_driver_pods_seen": self.max_drivers,
             "succeeded": sum(r.phase == "Succeeded" for r in self.runs),
             "restarts": sum(r.restarts for r in self.runs),
+            "modes": sorted({str(r.mode) for r in self.runs}),
             "waited": sum(r.queued for r in self.runs),
             "out_of_order": len(self.out_of_order()),
             "out_of_order_beyond_a_wave": len(self.out_of_order(WAVE_S)),
@@ -100,7 +103,8 @@ class Burst:
 def backfills(cluster: LocalCluster, count: int, history_hours: int = 2) -> list[dict[str, Any]]:
     """``count`` small Backfills of the example job, 10-minute windows spread over the
     history, applied lowest priority first (the queue's order is the reverse of their age, so
-    first come, first served would show); no publish (their branches are what they leave)."""
+    first come, first served would show); no publish (their branches are what they leave);
+    the default alignment mode (auto: the example's range join runs bounded)."""
     spacing = (history_hours * 60 - 10) / max(count - 1, 1)
     out = []
     for i in range(count):
@@ -120,7 +124,6 @@ def backfills(cluster: LocalCluster, count: int, history_hours: int = 2) -> list
                     "jobRef": {"name": JOB},
                     "window": window,
                     "priority": i * 10 - 100,
-                    "alignment": {"mode": "unordered"},
                     "publish": {"enabled": False},
                 },
             }
@@ -186,6 +189,7 @@ def run(cluster: LocalCluster, count: int, limit: int, timeout: float = 3600) ->
                         first_active[body["metadata"]["name"]],
                         bool(st.get("queuedSince")),
                         int(st.get("restarts") or 0),
+                        st.get("alignmentMode"),
                     )
                 )
         return burst

@@ -91,10 +91,12 @@ class SourceOverride(CRModel):
 class BackfillAlignment(CRModel):
     """How the sources are kept in event-time order."""
 
-    mode: Literal["aligned", "strict", "unordered", "bounded"] = "aligned"
-    """aligned: within maxDrift of the group; strict: no drift; unordered: no alignment;
-    bounded: one Spark batch query per sink over the whole read (batch speed; pipelines whose
-    results wait for the watermark are refused)."""
+    mode: Literal["auto", "aligned", "strict", "unordered", "bounded"] = "auto"
+    """auto: bounded where its output is provably the aligned run's, else aligned
+    (status.alignmentMode says which and why); aligned: within maxDrift of the group; strict:
+    no drift; unordered: no alignment; bounded: one Spark batch query per sink over the whole
+    read (batch speed; pipelines whose streaming results differ from their batch ones, such as
+    outer joins or arbitrary state, are refused)."""
     group: str | None = Field(default=None, max_length=NAME_MAX, pattern=r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$")
     """Alignment group shared with other backfills of this namespace (default: this backfill's
     name): lowercase letters, digits, '-' and '_'."""
@@ -340,6 +342,10 @@ class PlanStatus(CRModel):
     planned_at: str
     error: str | None = None
     """The plan application failed: why (the backfill can still run: the guard checks at start)."""
+    mode: str | None = None
+    """The alignment mode the run would run in (alignment.mode auto resolved)."""
+    mode_reason: str | None = None
+    """Why that mode: as set in the spec, or what auto proved or found."""
 
 
 class Calibration(CRModel):
@@ -420,6 +426,10 @@ class BackfillStatus(StatusBase):
     """File opens of its admitted splits so far."""
     calibration: Calibration | None = None
     """Succeeded after a plan: its measured throughput (also kept for the namespace's next plans)."""
+    alignment_mode: str | None = None
+    """Succeeded: the alignment mode its driver ran (alignment.mode auto resolved)."""
+    alignment_mode_reason: str | None = None
+    """Why that mode: as set in the spec, or what auto proved (bounded) or found (aligned)."""
     external_calls: ExternalCallsStatus | None = None
     """The limit on its pipeline's external calls in force and the calls made (from its driver)."""
 

@@ -240,6 +240,9 @@ def plan_backfill(
     phase_now = bf.status.phase if bf.status else None
     if plan.status.get("phase") != "Succeeded" or phase_now == "Succeeded" or job is None:
         return plan
+    if run_report is not None and run_report.mode is not None:
+        said = {"alignmentMode": run_report.mode, "alignmentModeReason": run_report.mode_reason}
+        plan = replace(plan, status={**plan.status, **said})
     run = measured(bf, job, datetime.fromisoformat(now.replace("Z", "+00:00")), run_report)
     if run is None:
         return plan

@@ -240,6 +240,8 @@ def plan_status(report: PlanReport, cores: int, runs: list[Run], now: str) -> di
         sources=sources,
         planned_at=now,
         error=report.error if report.state == "Failed" else None,
+        mode=report.mode,
+        mode_reason=report.mode_reason,
     ).model_dump(by_alias=True, exclude_none=True)
 
 

@@ -308,7 +308,7 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         cfg["publish"] = {"minMatchRatio": spec.publish.min_match_ratio, "tag": tag}
     if spec.read_limit is not None:
         cfg["readRate"] = spec.read_limit.model_dump(by_alias=True, exclude_none=True)
-    if coordinator_url and a.mode in ("aligned", "strict"):
+    if coordinator_url and a.mode in ("aligned", "strict", "auto"):  # auto: aligned unless it proves bounded
         cfg["coordinator"] = {"url": coordinator_url}  # the token comes from the driver's env (a Secret)
     return parse_config(cfg, origin=f"(Backfill {bf.metadata.namespace}/{bf.metadata.name})")
 

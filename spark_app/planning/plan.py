@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from spark_app.bounded import ModeChoice
 from spark_app.config import IcebergBackfillSource, JobConfig, format_duration, parse_duration
 from spark_app.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
 from spark_app.horizon import StateHorizon, WarmupVerdict, check_warmup, drain
@@ -55,6 +56,8 @@ class Shape:
     from_query_plan: bool = True
     bounded_refusal: str | None = None
     """Why ``alignment.mode: bounded`` would refuse this pipeline (``spark_app.bounded``)."""
+    choice: ModeChoice | None = None
+    """The mode the run would run in and why (None: driver-only, no query plan to choose by)."""
     horizon_known: bool = True
     """False: driver-only, and the pipeline declares no ``state_horizon()``; its look-back is
     in the query plan only (a range join's bound, a window's length), so the plan says
@@ -103,7 +106,7 @@ def source_order(frames: dict[str, DataFrame], output: DataFrame) -> tuple[str, 
 def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     """Build the pipeline over the sources (no data read, no job run) and resolve its edges as
     the runtime does. A too-short warm-up is a verdict here, not an exception."""
-    from spark_app.bounded import refusal as bounded_refusal
+    from spark_app.bounded import chosen, closings, plan_reason
     from spark_app.pipeline_code import make_importable
     from spark_app.runtime import load_pipeline, outputs_for, user_message
     from spark_app.window_edges import analyzed_plan, resolve
@@ -134,6 +137,7 @@ def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     order = {
         sink: tuple(n for n in source_order(frames[sink], df) if n in edges.used[sink]) for sink, df in outputs.items()
     }
+    closes = closings(outputs, frames)
     return Shape(
         delay=edges.delay,
         horizon=edges.horizon,
@@ -142,7 +146,8 @@ def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
         stateful=any(forecast.stateful(p) for p in plans.values()),
         warmup=warm,
         notices=notices,
-        bounded_refusal=bounded_refusal(plans) if cfg.alignment.mode == "bounded" else None,
+        bounded_refusal=plan_reason(plans, closes) if cfg.alignment.mode == "bounded" else None,
+        choice=chosen(spark, cfg, plans, edges, closes),
     )
 
 
@@ -392,20 +397,32 @@ def members_of(cfg: JobConfig, shape: Shape, sources: dict[str, SourceData]) -> 
     ]
 
 
+def undecided(requested: str) -> ModeChoice:
+    """A plan without the query plan (driver-only): an explicit mode as set; ``auto`` planned
+    as aligned, which it is unless the run proves bounded."""
+    if requested != "auto":
+        return ModeChoice(requested, requested, "set in the spec (alignment.mode)")
+    return ModeChoice(
+        "auto", "aligned", "planned as aligned: auto chooses from the query plan at start (plan with Spark to see it)"
+    )
+
+
 def report(
     cfg: JobConfig, tag: str | None, shape: Shape, warmup: WarmupVerdict, sources: dict[str, SourceData]
 ) -> PlanReport:
     """Assemble the report from what was planned (pure)."""
     a = cfg.alignment
+    choice = shape.choice or undecided(a.mode)
+    mode = choice.mode
     members = members_of(cfg, shape, sources)
-    sim = forecast.simulate(members, a.mode, a.effective_drift, cfg.round_budget)
+    sim = forecast.simulate(members, mode, a.effective_drift, cfg.round_budget)
     disorder = forecast.out_of_order(sim, members)
     span = timedelta(microseconds=max((max_span(d.splits) for d in sources.values()), default=0))
-    verdict = check_lateness(shape.delay, a.effective_drift, span, a.mode, a.allow_late_drops)
-    fitting = forecast.max_drift_fitting(shape.delay, span, a.mode)
+    verdict = check_lateness(shape.delay, a.effective_drift, span, mode, a.allow_late_drops)
+    fitting = forecast.max_drift_fitting(shape.delay, span, mode)
     lookback = shape.horizon.lookback if shape.stateful else timedelta(0)
     # bounded: no state store (its one batch's joins and shuffles are Spark's batch ones)
-    peak = 0 if a.mode == "bounded" else forecast.peak_state(sim, members, shape.delay, lookback, shape.stateful)
+    peak = 0 if mode == "bounded" else forecast.peak_state(sim, members, shape.delay, lookback, shape.stateful)
     plans = [source_plan(d, cfg, disorder.get(n, 0)) for n, d in sources.items()]
     warnings = list(shape.notices)
     if not warmup.ok:
@@ -420,14 +437,14 @@ def report(
             f"empty window: no source holds data between {cfg.window.read_start.isoformat()} and "
             f"{cfg.window.read_end.isoformat()}; the backfill would read nothing (check window and the tables)"
         )
-    if shape.delay is not None and a.coordinated and shape.delay < verdict.required:
+    if shape.delay is not None and mode in ("aligned", "strict") and shape.delay < verdict.required:
         warnings.append(forecast.lateness_warning(verdict.required, shape.delay, a.effective_drift, fitting))
     if shape.stateful and shape.delay is None:
         warnings.append(
             "the pipeline keeps state but has no event-time watermark: its state grows with every row read "
             f"(the estimate {peak:,} is every row); add withWatermark to bound it"
         )
-    if a.mode == "unordered" and shape.stateful and sim.batches:
+    if mode == "unordered" and shape.stateful and sim.batches:
         warnings.append(
             "mode unordered admits the whole window at once: a stateful pipeline holds it all in state "
             f"({peak:,} rows estimated); use mode aligned to bound state"
@@ -447,7 +464,8 @@ def report(
         backfill=tag,
         state="Planned",
         sources=plans,
-        mode=a.mode,
+        mode=mode,
+        mode_reason=choice.reason,
         max_drift_s=a.effective_drift.total_seconds(),
         lateness_required_s=verdict.required.total_seconds(),
         pipeline_lateness_s=None if shape.delay is None else shape.delay.total_seconds(),

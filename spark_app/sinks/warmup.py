@@ -27,3 +27,14 @@ def restrict_to_window(df: DataFrame, time_column: str | None, start_us: int, en
         raise ConfigError(f"sink timeColumn {time_column!r} is not an output column ({', '.join(df.columns)})")
     us = F.unix_micros(F.col(time_column).cast("timestamp")) + (F.rand(0) * 0).cast("long")
     return df.where((us >= F.lit(start_us)) & (us < F.lit(end_us)))
+
+
+def restrict_closed(df: DataFrame, end_column: str, watermark_us: int | None, still_open: bool = False) -> DataFrame:
+    """Keep the results a streaming run has written when its watermark is ``watermark_us``
+    (their end at or before it: Spark's append-mode eviction), or, ``still_open``, those it
+    still holds. None: no watermark yet, nothing written. Non-deterministic as in
+    ``restrict_to_window``, so the comparison is not pushed below a session aggregate."""
+    if watermark_us is None:
+        return df if still_open else df.limit(0)
+    us = F.unix_micros(F.col(end_column).cast("timestamp")) + (F.rand(0) * 0).cast("long")
+    return df.where(us > F.lit(watermark_us) if still_open else us <= F.lit(watermark_us))

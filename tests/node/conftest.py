@@ -59,15 +59,17 @@ def history(cluster: LocalCluster) -> GeneratedStats:
 def by_kappa_run(
     cluster: LocalCluster, history: GeneratedStats, tmp_path_factory: pytest.TempPathFactory
 ) -> list[dict[str, Any]]:
-    """The rows the example Backfill (``objects.backfill``) writes when `kappa run` runs it on
-    this machine, from the same history, into a table of its own: what every Backfill of that
-    window on the node must write, whatever failed on the way."""
+    """The rows the example Backfill (``objects.backfill``, its mode left to auto) writes when
+    `kappa run` runs it on this machine, from the same history, into a table of its own: what
+    every Backfill of that window on the node must write, whatever failed on the way."""
     tmp = tmp_path_factory.mktemp("by-kappa-run")
     job = cluster.streaming_job(yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text()))
     job["spec"]["sinks"]["attributed_plays"]["table"] = "marts.attributed_plays_by_kappa_run"
     job["spec"]["checkpoints"] = {"location": str(tmp / "checkpoints"), "externalLocation": str(tmp / "snap")}
     (tmp / "job.yaml").write_text(yaml.safe_dump(job))
-    local = backfill("rmi-window", publish={"enabled": False})
+    # alignment.mode auto (the example's default): kappa run runs it bounded, one batch query
+    # reading the history from S3; every aligned Backfill on the node must write these rows
+    local = backfill("rmi-window", publish={"enabled": False}, alignment={"maxDrift": "10m"})
     (tmp / "backfill.yaml").write_text(yaml.safe_dump(local))
     done = subprocess.run(
         [str(Path(sys.executable).parent / "kappa"), "run", str(tmp / "backfill.yaml"),

@@ -93,8 +93,10 @@ class Dataset:
             base["sinks"][output]["timeColumn"] = sink_kind
         # Small data: with the default batchRowBudget a test's whole history would be one or two
         # batches. One round per batch keeps these tests crossing many batch boundaries (kills,
-        # replays, watermarks); tests/spark/test_admission_rounds.py runs merged rounds.
-        fields["alignment"] = {"batchRowBudget": 0, **fields.get("alignment", {})}
+        # replays, watermarks); tests/spark/test_admission_rounds.py runs merged rounds. They
+        # are tests of the streaming run: aligned unless they say (auto would run many of these
+        # pipelines bounded; tests/spark/test_mode_choice.py tests what it chooses).
+        fields["alignment"] = {"mode": "aligned", "batchRowBudget": 0, **fields.get("alignment", {})}
         base.update(fields)
         return parse_config(base)
 

@@ -2,7 +2,8 @@
 of the backfill's read, one batch query per sink. It writes the rows the aligned run writes
 (an inner range join: rmi), into a Parquet path or an Iceberg branch committed once by its
 batch id under a query id kept in the checkpoint (a rerun after the commit skips it); and it
-refuses, naming the operator, a pipeline whose results wait for the watermark (sessions)."""
+refuses, naming the operator, a pipeline whose result depends on when the watermark passed
+(a dedup within the watermark). Windows and sessions: tests/spark/test_window_edges.py."""
 
 from __future__ import annotations
 
@@ -87,21 +88,22 @@ def test_a_bounded_backfill_into_an_iceberg_branch_commits_once_and_a_rerun_skip
     assert naive == rows(spark, tmp_path / "aligned" / "out"), "the aligned run's rows, in the branch"
 
 
-def test_a_pipeline_whose_results_wait_for_the_watermark_is_refused_naming_the_operator(
+def test_a_pipeline_whose_result_depends_on_when_the_watermark_passed_is_refused_naming_the_operator(
     spark: SparkSession, dataset: Dataset, tmp_path: Path
 ) -> None:
     cfg = dataset.config(
         tmp_path,
-        name="sessions-bounded",
-        pipeline="spark_app.examples.sessions:pipeline",
-        output="sessions",
+        name="dedup-bounded",
+        pipeline="spark_app.examples.dedup:pipeline",
+        pipelineArgs={"key": "playback_id"},
+        output="deduplicated",
         mode="backfill",
-        sink_time_column="session_start",
+        sink_time_column="event_ts",
         sources=sources("icebergBackfill", ("playbacks",)),
         window={**WINDOW, "warmup": "1h"},
         alignment={"mode": "bounded"},
     )
-    with pytest.raises(ConfigError, match=r"session window|aggregation") as refused:
+    with pytest.raises(ConfigError, match=r"dropDuplicatesWithinWatermark") as refused:
         run(cfg, spark)
-    assert "set alignment.mode to aligned" in str(refused.value)
+    assert "set alignment.mode to auto or aligned" in str(refused.value)
     assert not (tmp_path / "out").exists(), "nothing written"

@@ -93,7 +93,7 @@ def backfill(props: dict[str, str], tmp: Path, **window: Any) -> Any:
             "sinks": {"sessions": {"kind": "parquet", "path": str(tmp / "out"), "timeColumn": "session_start"}},
             "checkpoint": {"location": str(tmp / "ckpt")},
             "window": {"start": START.isoformat(), "end": END.isoformat(), "warmup": "30m", **window},
-            "alignment": {"maxDrift": "5m"},
+            "alignment": {"mode": "aligned", "maxDrift": "5m"},
         }
     )
     return cfg

@@ -116,7 +116,7 @@ class Story:
                 "sinks": {rmi.OUTPUT: {"kind": "parquet", "path": str(run_dir / "out"), "timeColumn": "playback_ts"}},
                 "checkpoint": {"location": str(run_dir / "ckpt")},
                 "window": {**WINDOW, "warmup": "30m"},
-                "alignment": {"maxDrift": "4m"},
+                "alignment": {"mode": "aligned", "maxDrift": "4m"},
             }
         )
 

@@ -344,7 +344,7 @@ def test_changes_as_an_aligned_source_backfill_equals_live_and_the_version_of_th
 
     window = {"start": t0.isoformat(), "end": end.isoformat(), "warmup": "0s"}
     bf_report = run(
-        cfg("bf", "backfill", "icebergBackfill", window=window, alignment={"maxDrift": "5m"}),
+        cfg("bf", "backfill", "icebergBackfill", window=window, alignment={"mode": "aligned", "maxDrift": "5m"}),
         spark,
     )
     assert bf_report.dropped_by_watermark == 0

@@ -54,7 +54,7 @@ def backfill(
         sink_time_column=module.TIME_COLUMN,
         sources=sources("icebergBackfill", names, split=SPLIT),
         window=window,
-        alignment={"maxDrift": "4m"},
+        alignment=fields.pop("alignment", {"maxDrift": "4m"}),
         **fields,
     )
     return run(cfg, spark)
@@ -110,6 +110,34 @@ def test_sessions_are_emitted_or_counted_as_open(spark: SparkSession, dataset: D
     assert stopped.edges is not None and len(expected) - len(got_bounded) == stopped.edges.open_results
     if stopped.edges.open_results:
         assert any("window.maxDrain (40m)" in n for n in stopped.edges.notices)
+
+
+@pytest.mark.parametrize(
+    ("module", "window"),
+    [
+        pytest.param(windows, {}, id="windows"),
+        pytest.param(sessions, {}, id="sessions-read-on"),
+        pytest.param(windows, {"drain": "0s"}, id="windows-no-drain"),
+    ],
+)
+def test_bounded_writes_and_counts_open_what_the_aligned_run_does(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path, module: Any, window: dict[str, str]
+) -> None:
+    """The open/written rule in one batch query: the results whose end the final watermark
+    passed are written, row for row the aligned run's; those still open are counted the same,
+    read on as far (the same extensions), and named in the same notices."""
+    edges = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m", **window}
+    aligned = backfill(spark, dataset, tmp_path / "aligned", module, window=edges)
+    bounded = backfill(
+        spark, dataset, tmp_path / "bounded", module, window=edges, alignment={"mode": "bounded"}, name="edges-b"
+    )
+    assert written(spark, tmp_path / "bounded") == written(spark, tmp_path / "aligned")
+    assert bounded.batches == 1 and aligned.batches > 1
+    assert aligned.edges is not None and bounded.edges is not None
+    assert bounded.edges.open_results == aligned.edges.open_results
+    assert bounded.extended_to == aligned.extended_to and bounded.final == aligned.final
+    assert bounded.edges.notices == aligned.edges.notices
+    assert bounded.summary()["last_watermark"] == aligned.summary()["last_watermark"]
 
 
 def test_without_the_drain_the_last_results_are_lost(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:

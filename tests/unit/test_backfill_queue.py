@@ -386,3 +386,20 @@ def test_absurd_costs_are_dropped_and_an_eta_stays_a_duration() -> None:
     slow = Run("ns/s", 1, 1e12, 1, "2026-11-24T09:00:00Z")
     took, _ = eta(10**18, 1, [slow])
     assert took is not None and took.days <= 3650, "capped at ten years, not an OverflowError"
+
+
+def test_a_succeeded_backfill_says_the_mode_its_driver_ran_and_why() -> None:
+    """alignment.mode auto is resolved by the driver: status takes it from the run report,
+    planned or not; a driver older than auto leaves no mode, and status says none."""
+    bf, job = manifests(publish={"enabled": False})
+    costs = batch_costs([{"numInputRows": 10, "durationMs": {"triggerExecution": 500}}])
+    said = "every operator's batch result is its streaming one"
+    report = RunReport(
+        backfill="b", seconds=3, costs=costs, finished_at=datetime(2026, 11, 24, 10), mode="bounded", mode_reason=said
+    )
+    running = planned_and_running(bf, rows=10, batches=1, started="2026-11-24T09:59:40Z")
+    done = plan_backfill(running, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=report)
+    assert (done.status["alignmentMode"], done.status["alignmentModeReason"]) == ("bounded", said)
+    older = report.model_copy(update={"mode": None, "mode_reason": None})
+    done = plan_backfill(running, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=older)
+    assert "alignmentMode" not in done.status

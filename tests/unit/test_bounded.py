@@ -3,11 +3,23 @@ streaming one, and those it refuses by name; and what a bounded JobConfig may no
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from spark_app.bounded import BoundedState, refusal
+from spark_app.bounded import (
+    ARRIVAL_COLUMN,
+    BoundedState,
+    Closing,
+    LateArrivals,
+    ModeChoice,
+    WatermarkInput,
+    choose,
+    end_column,
+    late_bound,
+    refusal,
+)
 from spark_app.config import parse_config
 from spark_app.errors import ConfigError
 
@@ -68,3 +80,127 @@ def test_a_bounded_config_names_what_it_cannot_do() -> None:
     with pytest.raises(ConfigError, match=r"sinks\.out is console: a bounded run writes Iceberg sinks"):
         parse_config(config(sinks={"out": {"kind": "console"}}))
     assert parse_config(config()).round_budget == 0
+
+
+# --- alignment.mode: auto, the choice and its reasons (one test per reason) -------------------
+
+SESSIONS = "Aggregate [session_window#7], [count(1)]\n+- SessionWindow"
+LATE = [LateArrivals("playbacks", 12, timedelta(minutes=45))]
+
+
+def auto(**changes: Any) -> Any:
+    alignment = {"mode": "auto", **changes.pop("alignment", {})}
+    return parse_config(config(alignment=alignment, **changes))
+
+
+def test_auto_is_the_default_and_is_coordinated_until_it_has_chosen() -> None:
+    cfg = parse_config(config(alignment={}))
+    assert cfg.alignment.mode == "auto" and cfg.alignment.coordinated
+
+
+def test_auto_runs_bounded_when_every_operator_is_the_same_and_no_row_came_late() -> None:
+    chosen = choose(auto(), {"out": RANGE_JOIN}, [], [])
+    assert (chosen.requested, chosen.mode) == ("auto", "bounded")
+    assert "no row arrived behind the live watermark" in chosen.reason, chosen.reason
+
+
+def test_auto_runs_bounded_and_says_so_when_a_source_cannot_tell_late_arrivals() -> None:
+    chosen = choose(auto(), {"out": RANGE_JOIN}, [], ["plays"])
+    assert chosen.mode == "bounded" and f"plays has no {ARRIVAL_COLUMN}" in chosen.reason, chosen.reason
+
+
+@pytest.mark.parametrize(
+    ("plan", "named"),
+    [
+        (SESSIONS, "aggregation"),
+        ("FlatMapGroupsInPandasWithState changes(key#1)", "arbitrary state"),
+        ("Project [current_timestamp() AS now#1]", "processing-time function"),
+        (RANGE_JOIN.replace("Join Inner", "Join LeftOuter"), "LeftOuter join"),
+        ("DeduplicateWithinWatermark [playback_id#1]", "dropDuplicatesWithinWatermark"),
+    ],
+)
+def test_auto_falls_back_to_aligned_naming_the_operator(plan: str, named: str) -> None:
+    chosen = choose(auto(), {"out": plan}, [], [])
+    assert chosen.mode == "aligned" and chosen.reason.startswith("not bounded: sink out's pipeline has"), chosen
+    assert named in chosen.reason, chosen.reason
+
+
+def test_auto_falls_back_to_aligned_when_rows_arrived_behind_the_live_watermark() -> None:
+    chosen = choose(auto(), {"out": RANGE_JOIN}, LATE, [])
+    assert chosen.mode == "aligned", chosen
+    assert "12 row(s) arrived behind the live watermark (source playbacks: ingestion up to 45m" in chosen.reason
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"readRate": {"maxBytesPerSecond": 1000}}, "readRate caps a streaming read"),
+        ({"alignment": {"allowLateDrops": True}}, "allowLateDrops"),
+        ({"sinks": {"out": {"kind": "console"}}}, "sink out is console"),
+        ({"sinks": {"out": {"kind": "parquet", "path": "/o", "outputMode": "update"}}}, "outputMode update"),
+    ],
+)
+def test_auto_falls_back_to_aligned_for_what_the_spec_asks_of_a_streaming_run(
+    changes: dict[str, Any], said: str
+) -> None:
+    chosen = choose(auto(**changes), {"out": RANGE_JOIN}, [], [])
+    assert chosen.mode == "aligned" and said in chosen.reason, chosen
+
+
+@pytest.mark.parametrize("mode", ["aligned", "strict", "unordered", "bounded"])
+def test_an_explicit_mode_is_obeyed_whatever_the_plan(mode: str) -> None:
+    chosen = choose(parse_config(config(alignment={"mode": mode})), {"out": SESSIONS}, LATE, [])
+    assert (chosen.requested, chosen.mode, chosen.reason) == (mode, mode, "set in the spec (alignment.mode)")
+
+
+def test_the_choice_reads_back_as_written() -> None:
+    chosen = ModeChoice("auto", "aligned", "not bounded: x")
+    assert ModeChoice.from_json(chosen.to_json()) == chosen
+
+
+@pytest.mark.parametrize(
+    ("spans", "clean"),
+    [
+        ([], True),
+        # arrived within 10 minutes of event time, no event after its arrival: within a 30m delay
+        ([(0, 60, 0, 600)], True),
+        # a file whose newest arrival is 40 min after its oldest event: statistics cannot clear it
+        ([(0, 60, 0, 600), (0, 2400, 0, 2400)], False),
+        # 25 min late, but events up to 10 min ahead of their arrival (skewed clocks) push live's
+        # watermark further: 25 + 10 > 30
+        ([(0, 1500, 0, 1500), (2000, 2600, 2000, 2000)], False),
+    ],
+)
+def test_file_statistics_clear_a_window_of_late_arrivals_only_when_they_prove_it(
+    spans: list[tuple[int, int, int, int]], clean: bool
+) -> None:
+    seconds = [tuple(x * 1_000_000 for x in s) for s in spans]
+    assert late_bound(seconds, 30 * 60 * 1_000_000) is clean  # type: ignore[arg-type]
+
+
+# --- windows and sessions: the aligned run's open/written rule in one batch -------------------
+
+WINDOWS = """~Project [w#6-T1800000ms.start AS window_start#17, w#6-T1800000ms.end AS window_end#18, plays#7L]
++- Aggregate [window#16, title_id#1L], [window#16 AS w#6, title_id#1L, count(1) AS plays#7L]
+   +- EventTimeWatermark 3c1a, event_ts#5: timestamp, 30 minutes"""
+
+
+def test_a_windowed_aggregation_with_its_end_in_the_output_is_accepted_and_its_end_found() -> None:
+    assert refusal({"out": WINDOWS}) is None and end_column(WINDOWS) == "window_end"
+    chained = WINDOWS.replace("+- EventTimeWatermark", "+- Aggregate [x#1], [x#1]\n+- EventTimeWatermark")
+    assert "2 aggregations chained" in (refusal({"out": chained}) or "")
+
+
+def test_the_final_watermark_is_the_least_over_the_operators_that_saw_rows_in_milliseconds() -> None:
+    close = Closing(
+        "window_end", (WatermarkInput("plays", "event_ts", 1_800_000), WatermarkInput("views", "view_ts", 600_000))
+    )
+    hour = 3_600_000_000
+    # plays: newest 10:00:00.000999 -> 09:30:00.000 (ms: the µs below a ms are dropped)
+    assert close.final_watermark_us({("plays", "event_ts"): 10 * hour + 999, ("views", "view_ts"): 11 * hour}) == (
+        9 * hour + hour // 2
+    )
+    assert close.final_watermark_us({("plays", "event_ts"): None, ("views", "view_ts"): 11 * hour}) == (
+        11 * hour - 600_000_000
+    ), "an operator with no rows does not hold the watermark"
+    assert close.final_watermark_us({}) is None

@@ -202,7 +202,7 @@ def test_minimal_backfill_defaults() -> None:
     assert cfg.effective_trigger == TriggerConfig(kind="availableNow")
     assert cfg.alignment_group == "rides-backfill"
     assert cfg.ordering_column("rides") == "event_ts"
-    assert cfg.alignment.mode == "aligned"
+    assert cfg.alignment.mode == "auto"
     assert cfg.alignment.max_drift == timedelta(minutes=10)
     assert cfg.alignment.effective_drift == timedelta(minutes=10)
     assert cfg.window is not None
@@ -435,7 +435,7 @@ def test_bad_mode_lists_allowed() -> None:
 
 def test_bad_alignment_mode_lists_allowed() -> None:
     msg = config_error(variant(BACKFILL, alignment={"mode": "loose"}))
-    assert "alignment.mode: allowed: 'aligned', 'strict', 'unordered' or 'bounded'" in msg
+    assert "alignment.mode: allowed: 'auto', 'aligned', 'strict', 'unordered' or 'bounded'" in msg
 
 
 def test_bad_source_kind_lists_allowed() -> None:

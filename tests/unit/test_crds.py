@@ -675,7 +675,8 @@ def test_kubectl_style_messages_name_the_field() -> None:
     manifest = edited(BF, {"spec.alignment.mode": "fast", "spec.window.end": START})
     errors = validate(crd(BF), manifest)
     assert errors == [
-        'spec.alignment.mode: Unsupported value: "fast": supported values: "aligned", "strict", "unordered", "bounded"',
+        'spec.alignment.mode: Unsupported value: "fast": supported values: '
+        '"auto", "aligned", "strict", "unordered", "bounded"',
         'spec.window: Invalid value: "object": window.end must be after start',
     ]
 

@@ -165,7 +165,7 @@ def test_the_shapes_window_is_in_the_middle_of_the_history_with_room_to_drain(ho
     assert end - start >= timedelta(minutes=8) and start - START == (history_end - START) / 3
     cfg = shapes.job(s, windows)
     assert cfg.window is not None and cfg.window.warmup == shapes.LOOK_BACK and cfg.window.drain is None
-    assert cfg.pipeline_args == {"lateness": "600 seconds"} and cfg.alignment.mode == "aligned"
+    assert cfg.pipeline_args == {"lateness": "600 seconds"} and cfg.alignment.mode == "auto"
     assert cfg.sinks[windows.OUTPUT].time_column == windows.TIME_COLUMN
     assert shapes.DRAIN == shapes.LATENESS + shapes.LOOK_BACK
     assert cfg.alignment.max_drift < shapes.LATENESS, "room in the lateness guard for the split span"

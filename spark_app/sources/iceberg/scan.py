@@ -75,6 +75,34 @@ def files_in_window(
     return [_info(t, field.field_id, field.field_type, str(table.name())) for t in scan.plan_files()]
 
 
+def column_bounds(
+    table: Table,
+    snapshot_id: int,
+    ordering_column: str,
+    window: tuple[int | None, int | None],
+    filter_text: str | None,
+    columns: tuple[str, ...],
+) -> list[tuple[int | None, ...]] | None:
+    """Per file of the window, the lower and upper bound of each timestamp column (µs; a
+    missing statistic is None), from the manifests; None: a column is not in the table."""
+    schema = table.schema()
+    try:
+        fields = [schema.find_field(c) for c in columns]
+    except ValueError:
+        return None
+    expr = And(window_filter(ordering_column, *window), row_filter(filter_text))
+    out: list[tuple[int | None, ...]] = []
+    for task in table.scan(row_filter=expr, snapshot_id=snapshot_id).plan_files():
+        f = task.file
+        row: list[int | None] = []
+        for fld in fields:
+            for bounds in (f.lower_bounds, f.upper_bounds):
+                raw = bounds.get(fld.field_id) if bounds else None
+                row.append(None if raw is None else int(from_bytes(fld.field_type, raw)))
+        out.append(tuple(row))
+    return out
+
+
 def files_added_by(
     table: Table, snapshot: Snapshot, ordering_column: str, filter_text: str | None
 ) -> list[DataFileInfo]:
