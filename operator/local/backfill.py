@@ -154,7 +154,8 @@ def _run_backfill(
         show.runs(f"{owner}: backfill, locally", [(owner, report)])
         decisions = read_trace(trace, "admission") if trace.exists() else []
         throttled = sum(1 for d in decisions if d.get("throttled"))
-        show.print(f"{throttled}/{len(decisions)} admission decisions throttled by alignment")
+        if decisions:  # none in a bounded run: it admits nothing, it reads the window at once
+            show.print(f"{throttled}/{len(decisions)} admission decisions throttled by alignment")
         if report.lateness is not None:
             show.print(f"guard: {report.lateness.message}")
         if report.edges is not None:

@@ -273,7 +273,9 @@ def test_dry_run_plans_then_runs_and_calibrates_the_next_plans_eta(
     s = eventually(lambda: in_phase(plane, BF, ns, "first", "Planned"), "Planned", 60)
     plan = s["plan"]
     assert plan["rows"] == 2500, "2000 impressions + 500 playbacks, from manifests"
-    assert plan["expectedBatches"] >= 2 and plan["latenessOk"] is True  # merged rounds: few rows, few batches
+    # alignment.mode auto, the example's: the plan application chose bounded, one batch query
+    assert plan["mode"] == "bounded" and "no row arrived behind the live watermark" in plan["modeReason"]
+    assert plan["expectedBatches"] == 1 and plan["latenessOk"] is True
     assert {p["table"] for p in plan["sources"]} == {"ingest.impressions", "ingest.playbacks"}
     assert plan.get("eta") is None and "no calibration yet" in plan["etaBasis"]
     time.sleep(2.0)

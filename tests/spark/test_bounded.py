@@ -7,6 +7,11 @@ refuses, naming the operator, a pipeline whose result depends on when the waterm
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +24,9 @@ from spark_app.config import parse_config
 from spark_app.errors import ConfigError
 from spark_app.runtime import run
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID
-from tests.spark.conftest import T0, Dataset, sources
+from spark_app.sinks.iceberg.writer import FAULT_ENV
+from spark_app.telemetry import read_trace
+from tests.spark.conftest import T0, Dataset, Driver, sources
 
 pytestmark = pytest.mark.spark
 
@@ -57,35 +64,77 @@ def test_a_bounded_backfill_writes_the_aligned_runs_rows_in_one_batch(
     assert bounded.lateness is not None and "bounded" in bounded.lateness.message
 
 
-def test_a_bounded_backfill_into_an_iceberg_branch_commits_once_and_a_rerun_skips_the_commit(
-    spark: SparkSession, dataset: Dataset, tmp_path: Path
-) -> None:
-    cfg = rmi(dataset, tmp_path, "bounded")
+def into_iceberg(cfg: Any, table: str, **fields: Any) -> Any:
     raw = cfg.model_dump(by_alias=True, exclude_none=True)
     raw["sinks"] = {
         "attributed_plays": {
             "kind": "iceberg",
-            "table": "marts.bounded_plays",
+            "table": table,
             "timeColumn": "playback_ts",
             "key": ["playback_id", "impression_id"],
         }
     }
-    cfg = parse_config(raw)
+    return parse_config({**raw, **fields})
+
+
+def branch_rows(dataset: Dataset, cfg: Any, table: str) -> list[tuple[Any, ...]]:
+    loaded = dataset.catalog().load_table(table)
+    written = loaded.scan(snapshot_id=loaded.refs()[cfg.sink_branch("attributed_plays")].snapshot_id)
+    rows = written.to_arrow().select(RMI_COLUMNS).to_pylist()
+    return sorted(tuple(v.replace(tzinfo=None) if hasattr(v, "tzinfo") else v for v in r.values()) for r in rows)
+
+
+def test_a_bounded_run_killed_mid_write_or_after_its_commit_gives_the_same_rows_committed_once(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    """Its own driver process, killed (the process group, SIGKILL) once its files are written
+    and before its commit, then after its commit: each restart reads the same snapshots
+    (fixed in the checkpoint) and commits under the same query id, so the branch holds the
+    uninterrupted run's rows, committed once; the files of the killed write are not in it."""
+    cfg = into_iceberg(
+        rmi(dataset, tmp_path, "bounded"),
+        "marts.bounded_killed",
+        master="local[2]",
+        sparkConf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
+    )
+    driver = Driver(cfg, tmp_path)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, FAULT_ENV: "pause-before-commit:0:600"}
+    with driver.log.open("ab") as out:
+        paused = subprocess.Popen(driver.cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while "fault point reached" not in driver.log.read_text():
+        assert paused.poll() is None and time.monotonic() < deadline, driver.tail()
+        time.sleep(0.2)
+    os.killpg(paused.pid, signal.SIGKILL)
+    paused.wait()
+    table = dataset.catalog().load_table("marts.bounded_killed")
+    assert cfg.sink_branch("attributed_plays") not in table.refs(), "killed before its commit"
+    assert driver.run(**{FAULT_ENV: "kill-after-commit:0"}).returncode == -9, driver.tail()
+    assert driver.run().returncode == 0, driver.tail()
+    commits = [e for e in read_trace(tmp_path / "trace.jsonl") if e["event"] == "commit"]
+    assert [e["skipped"] for e in commits] == [False, True], "committed once, then found and skipped"
+    run(rmi(dataset, tmp_path / "clean", "bounded"), spark)
+    assert branch_rows(dataset, cfg, "marts.bounded_killed") == rows(spark, tmp_path / "clean" / "out")
+
+
+def test_a_bounded_backfill_into_an_iceberg_branch_commits_once_and_a_rerun_skips_the_commit(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    cfg = into_iceberg(rmi(dataset, tmp_path, "bounded"), "marts.bounded_plays")
     run(cfg, spark)
     assert (tmp_path / "ckpt" / STATE_FILE).exists(), "snapshots and query id fixed before the write"
     run(cfg, spark)  # a restart after the commit: the same query id and batch id, found, skipped
     table = dataset.catalog().load_table("marts.bounded_plays")
-    branch = table.refs()[cfg.sink_branch("attributed_plays")].snapshot_id
     commits = [
         s.summary.additional_properties
         for s in table.snapshots()
         if s.summary is not None and BATCH_ID in s.summary.additional_properties
     ]
     assert len(commits) == 1 and commits[0][BATCH_ID] == "0" and commits[0][QUERY_ID]
-    written = table.scan(snapshot_id=branch).to_arrow().select(RMI_COLUMNS).to_pylist()
     run(rmi(dataset, tmp_path / "aligned", "aligned"), spark)
-    naive = sorted(tuple(v.replace(tzinfo=None) if hasattr(v, "tzinfo") else v for v in r.values()) for r in written)
-    assert naive == rows(spark, tmp_path / "aligned" / "out"), "the aligned run's rows, in the branch"
+    assert branch_rows(dataset, cfg, "marts.bounded_plays") == rows(spark, tmp_path / "aligned" / "out"), (
+        "the aligned run's rows, in the branch"
+    )
 
 
 def test_a_pipeline_whose_result_depends_on_when_the_watermark_passed_is_refused_naming_the_operator(
