@@ -51,12 +51,18 @@ def rows(spark: SparkSession, path: Path) -> list[tuple[Any, ...]]:
     return [tuple(r) for r in spark.read.parquet(str(path)).select(*RMI_COLUMNS).orderBy(*RMI_COLUMNS).collect()]
 
 
+@pytest.fixture(scope="module")
+def aligned(spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The aligned run of the window, and its rows: what every bounded run here must write."""
+    tmp = tmp_path_factory.mktemp("aligned")
+    return run(rmi(dataset, tmp, "aligned"), spark), rows(spark, tmp / "out")
+
+
 def test_a_bounded_backfill_writes_the_aligned_runs_rows_in_one_batch(
-    spark: SparkSession, dataset: Dataset, tmp_path: Path
+    spark: SparkSession, dataset: Dataset, tmp_path: Path, aligned: Any
 ) -> None:
-    aligned = run(rmi(dataset, tmp_path / "aligned", "aligned"), spark)
+    aligned, expected = aligned
     bounded = run(rmi(dataset, tmp_path / "bounded", "bounded"), spark)
-    expected = rows(spark, tmp_path / "aligned" / "out")
     assert len(expected) > 50 and aligned.batches >= 5
     assert rows(spark, tmp_path / "bounded" / "out") == expected
     assert bounded.batches == 1 and bounded.peak_state_rows == 0
@@ -85,7 +91,7 @@ def branch_rows(dataset: Dataset, cfg: Any, table: str) -> list[tuple[Any, ...]]
 
 
 def test_a_bounded_run_killed_mid_write_or_after_its_commit_gives_the_same_rows_committed_once(
-    spark: SparkSession, dataset: Dataset, tmp_path: Path
+    dataset: Dataset, tmp_path: Path, aligned: Any
 ) -> None:
     """Its own driver process, killed (the process group, SIGKILL) once its files are written
     and before its commit, then after its commit: each restart reads the same snapshots
@@ -113,12 +119,11 @@ def test_a_bounded_run_killed_mid_write_or_after_its_commit_gives_the_same_rows_
     assert driver.run().returncode == 0, driver.tail()
     commits = [e for e in read_trace(tmp_path / "trace.jsonl") if e["event"] == "commit"]
     assert [e["skipped"] for e in commits] == [False, True], "committed once, then found and skipped"
-    run(rmi(dataset, tmp_path / "clean", "bounded"), spark)
-    assert branch_rows(dataset, cfg, "marts.bounded_killed") == rows(spark, tmp_path / "clean" / "out")
+    assert branch_rows(dataset, cfg, "marts.bounded_killed") == aligned[1], "the aligned run's rows"
 
 
 def test_a_bounded_backfill_into_an_iceberg_branch_commits_once_and_a_rerun_skips_the_commit(
-    spark: SparkSession, dataset: Dataset, tmp_path: Path
+    spark: SparkSession, dataset: Dataset, tmp_path: Path, aligned: Any
 ) -> None:
     cfg = into_iceberg(rmi(dataset, tmp_path, "bounded"), "marts.bounded_plays")
     run(cfg, spark)
@@ -131,10 +136,7 @@ def test_a_bounded_backfill_into_an_iceberg_branch_commits_once_and_a_rerun_skip
         if s.summary is not None and BATCH_ID in s.summary.additional_properties
     ]
     assert len(commits) == 1 and commits[0][BATCH_ID] == "0" and commits[0][QUERY_ID]
-    run(rmi(dataset, tmp_path / "aligned", "aligned"), spark)
-    assert branch_rows(dataset, cfg, "marts.bounded_plays") == rows(spark, tmp_path / "aligned" / "out"), (
-        "the aligned run's rows, in the branch"
-    )
+    assert branch_rows(dataset, cfg, "marts.bounded_plays") == aligned[1], "the aligned run's rows, in the branch"
 
 
 def test_a_pipeline_whose_result_depends_on_when_the_watermark_passed_is_refused_naming_the_operator(

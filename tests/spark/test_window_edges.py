@@ -64,6 +64,23 @@ def written(spark: SparkSession, tmp: Path) -> list[tuple[Any, ...]]:
     return reference.rows(spark.read.parquet(str(tmp / "out")))
 
 
+def bounded_does_what_aligned_did(
+    spark: SparkSession, dataset: Dataset, tmp: Path, module: Any, aligned: RunReport, **fields: Any
+) -> None:
+    """The open/written rule in one batch query (``alignment.mode: bounded``, which ``auto``
+    picks for windows and sessions): the results whose end the final watermark passed are
+    written, row for row the aligned run's in ``tmp``; those still open are counted the same,
+    read on as far (the same extensions), and named in the same notices."""
+    bounded = backfill(spark, dataset, tmp / "one-query", module, alignment={"mode": "bounded"}, name="b", **fields)
+    assert written(spark, tmp / "one-query") == written(spark, tmp)
+    assert bounded.batches == 1 and aligned.batches > 1
+    assert aligned.edges is not None and bounded.edges is not None
+    assert bounded.edges.open_results == aligned.edges.open_results
+    assert bounded.extended_to == aligned.extended_to and bounded.final == aligned.final
+    assert bounded.edges.notices == aligned.edges.notices
+    assert bounded.summary()["last_watermark"] == aligned.summary()["last_watermark"]
+
+
 def test_windows_closing_after_the_end_are_emitted(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
     report = backfill(spark, dataset, tmp_path, windows)
     plays = history(spark, dataset, "demo.playbacks")
@@ -74,6 +91,7 @@ def test_windows_closing_after_the_end_are_emitted(spark: SparkSession, dataset:
     # lateness 30m + the window's 10m: the read went on 40m past the end
     assert report.edges is not None and report.edges.drain == timedelta(minutes=40)
     assert report.final and report.summary()["final"] is True
+    bounded_does_what_aligned_did(spark, dataset, tmp_path, windows, report)
 
 
 def test_sessions_are_emitted_or_counted_as_open(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
@@ -102,49 +120,23 @@ def test_sessions_are_emitted_or_counted_as_open(spark: SparkSession, dataset: D
         assert (
             f"history ends at {history_end.isoformat()}" in notice and f"{len(long_ones)} windows or sessions" in notice
         )
-    # bounded: reading stops at end + drain, and the sessions open there are counted, naming maxDrain
-    bounded = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m", "maxDrain": "40m"}
-    stopped = backfill(spark, dataset, tmp_path / "bounded", sessions, window=bounded)
-    got_bounded = set(written(spark, tmp_path / "bounded"))
+    bounded_does_what_aligned_did(spark, dataset, tmp_path, sessions, report)
+    # capped: reading stops at end + drain, and the sessions open there are counted, naming maxDrain
+    capped = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m", "maxDrain": "40m"}
+    stopped = backfill(spark, dataset, tmp_path / "capped", sessions, window=capped)
+    got_bounded = set(written(spark, tmp_path / "capped"))
     assert got_bounded <= set(got)
     assert stopped.edges is not None and len(expected) - len(got_bounded) == stopped.edges.open_results
     if stopped.edges.open_results:
         assert any("window.maxDrain (40m)" in n for n in stopped.edges.notices)
 
 
-@pytest.mark.parametrize(
-    ("module", "window"),
-    [
-        pytest.param(windows, {}, id="windows"),
-        pytest.param(sessions, {}, id="sessions-read-on"),
-        pytest.param(windows, {"drain": "0s"}, id="windows-no-drain"),
-    ],
-)
-def test_bounded_writes_and_counts_open_what_the_aligned_run_does(
-    spark: SparkSession, dataset: Dataset, tmp_path: Path, module: Any, window: dict[str, str]
-) -> None:
-    """The open/written rule in one batch query: the results whose end the final watermark
-    passed are written, row for row the aligned run's; those still open are counted the same,
-    read on as far (the same extensions), and named in the same notices."""
-    edges = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m", **window}
-    aligned = backfill(spark, dataset, tmp_path / "aligned", module, window=edges)
-    bounded = backfill(
-        spark, dataset, tmp_path / "bounded", module, window=edges, alignment={"mode": "bounded"}, name="edges-b"
-    )
-    assert written(spark, tmp_path / "bounded") == written(spark, tmp_path / "aligned")
-    assert bounded.batches == 1 and aligned.batches > 1
-    assert aligned.edges is not None and bounded.edges is not None
-    assert bounded.edges.open_results == aligned.edges.open_results
-    assert bounded.extended_to == aligned.extended_to and bounded.final == aligned.final
-    assert bounded.edges.notices == aligned.edges.notices
-    assert bounded.summary()["last_watermark"] == aligned.summary()["last_watermark"]
-
-
 def test_without_the_drain_the_last_results_are_lost(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
     """What the drain fixes: stopping at the end (drain 0) leaves the windows that close after
     it in state, and they are never written."""
     window = {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m", "drain": "0s"}
-    backfill(spark, dataset, tmp_path, windows, window=window)
+    aligned = backfill(spark, dataset, tmp_path, windows, window=window)
+    bounded_does_what_aligned_did(spark, dataset, tmp_path, windows, aligned, window=window)
     expected = in_window(
         windows.pipeline({"playbacks": history(spark, dataset, "demo.playbacks")})[windows.OUTPUT], windows.TIME_COLUMN
     )
