@@ -286,6 +286,26 @@ def late_arrivals(
     sources that cannot say (no arrival column). The manifests' statistics prove most
     windows clean without a row read (``late_bound``); a source they do not clear is counted
     exactly with one aggregate over its two time columns."""
+    if delay is None or cfg.window is None:  # no watermark: live drops nothing as late
+        return [], []
+    events = sorted({c for p in plans.values() for c in _WATERMARK_COLUMN.findall(p)})
+    readers = {name: sink for sink, names in sorted(used.items(), reverse=True) for name in names}
+    late: list[LateArrivals] = []
+    unknown: list[str] = []
+    for name, sink in sorted(readers.items()):
+        found = _late_in(spark, cfg, sink, name, events, int(delay.total_seconds() * 1e6))
+        if found == "unknown":
+            unknown.append(name)
+        elif isinstance(found, LateArrivals):
+            late.append(found)
+    return late, unknown
+
+
+def _late_in(
+    spark: SparkSession, cfg: JobConfig, sink: str, name: str, events: list[str], limit_us: int
+) -> LateArrivals | str | None:
+    """One source's rows that may have arrived behind the live watermark (None: none;
+    "unknown": it has no arrival column, or no watermarked column of the plan)."""
     from pyspark.sql import functions as F
 
     from spark_app.catalogs import load_table
@@ -294,47 +314,35 @@ def late_arrivals(
     from spark_app.sources.iceberg import scan
     from spark_app.sources.iceberg.frame import field_ids_read, iceberg_batch_frame
     from spark_app.sources.iceberg.stream import micros
+    from spark_app.window_edges import snapshot_of
 
-    if delay is None or cfg.window is None:  # no watermark: live drops nothing as late
-        return [], []
-    events = {c for p in plans.values() for c in _WATERMARK_COLUMN.findall(p)}
-    late: list[LateArrivals] = []
-    unknown: list[str] = []
-    for sink, sources in sorted(used.items()):
-        for name in sources:
-            src = cfg.sources[name]
-            assert isinstance(src, IcebergBackfillSource)
-            table = load_table(src.catalog, cfg.catalogs[src.catalog].properties(), src.table)
-            top = {f.name for f in table.schema().fields}
-            event = next((c for c in sorted(events) if c in top), None)
-            sid = src.snapshot_id or (table.current_snapshot().snapshot_id if table.current_snapshot() else None)
-            if event is None or sid is None:
-                unknown += [name] if event is None and name not in unknown else []
-                continue
-            window = (micros(cfg.window.read_start), micros(cfg.window.read_end))
-            order = cfg.ordering_column(name)
-            spans = scan.column_bounds(table, sid, order, window, src.filter, (event, ARRIVAL_COLUMN))
-            if spans is None:
-                unknown += [name] if name not in unknown else []
-                continue
-            limit = int(delay.total_seconds() * 1e6)
-            if all(None not in s for s in spans) and late_bound(spans, limit):  # type: ignore[arg-type]
-                continue
-            parallelism = spark.sparkContext.defaultParallelism
-            frame = iceberg_batch_frame(spark, source_spec(cfg, sink, name, parallelism, ()), sid)
-            if "__metadata__" not in frame.columns:
-                unknown += [name] if name not in unknown else []
-                continue
-            lag = F.unix_micros(F.col(ARRIVAL_COLUMN)) - F.unix_micros(F.col(event))
-            with field_ids_read(spark):
-                worst, skew = frame.select(F.max(lag), F.max(-lag)).first() or (None, None)
-                if worst is None:
-                    continue
-                bound = limit - max(0, int(skew or 0))
-                rows = frame.where(lag > bound).count() if worst > bound else 0
-            if rows:
-                late.append(LateArrivals(name, rows, timedelta(microseconds=int(worst))))
-    return late, unknown
+    src = cfg.sources[name]
+    assert isinstance(src, IcebergBackfillSource) and cfg.window is not None
+    table = load_table(src.catalog, cfg.catalogs[src.catalog].properties(), src.table)
+    top = {f.name for f in table.schema().fields}
+    event = next((c for c in events if c in top), None)
+    sid = snapshot_of(table, src)
+    if event is None:
+        return "unknown"
+    if sid is None:  # an empty table: nothing arrived at all
+        return None
+    window = (micros(cfg.window.read_start), micros(cfg.window.read_end))
+    spans = scan.column_bounds(table, sid, cfg.ordering_column(name), window, src.filter, (event, ARRIVAL_COLUMN))
+    if spans is None:
+        return "unknown"
+    if all(None not in s for s in spans) and late_bound(spans, limit_us):  # type: ignore[arg-type]
+        return None
+    frame = iceberg_batch_frame(spark, source_spec(cfg, sink, name, spark.sparkContext.defaultParallelism, ()), sid)
+    if "__metadata__" not in frame.columns:
+        return "unknown"
+    lag = F.unix_micros(F.col(ARRIVAL_COLUMN)) - F.unix_micros(F.col(event))
+    with field_ids_read(spark):
+        worst, skew = frame.select(F.max(lag), F.max(-lag)).first() or (None, None)
+        if worst is None:
+            return None
+        bound = limit_us - max(0, int(skew or 0))
+        rows = frame.where(lag > bound).count() if worst > bound else 0
+    return LateArrivals(name, rows, timedelta(microseconds=int(worst))) if rows else None
 
 
 def chosen(

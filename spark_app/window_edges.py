@@ -97,7 +97,8 @@ class Edges:
         return not any(n.startswith("not yet final") for n in self.notices)
 
 
-def _sid(table: Any, src: IcebergBackfillSource) -> int | None:
+def snapshot_of(table: Any, src: IcebergBackfillSource) -> int | None:
+    """The snapshot a backfill source reads: its own, else the table's current one."""
     if src.snapshot_id is not None:
         return src.snapshot_id
     current = table.current_snapshot()
@@ -110,7 +111,7 @@ def history_files(cfg: JobConfig, name: str, lo: datetime | None, hi: datetime |
     src = cfg.sources[name]
     assert isinstance(src, IcebergBackfillSource)
     table = load_table(src.catalog, cfg.catalogs[src.catalog].properties(), src.table)
-    sid = _sid(table, src)
+    sid = snapshot_of(table, src)
     if sid is None:
         return []
     us = (None if lo is None else int(lo.timestamp() * 1e6), None if hi is None else int(hi.timestamp() * 1e6))
