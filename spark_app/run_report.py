@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from spark_app.config import JobConfig
 from spark_app.publish_report import located
 from spark_app.storage import Location
-from spark_app.telemetry import delivered_rows
+from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
 
 if TYPE_CHECKING:
     from spark_app.bounded import ModeChoice
@@ -63,6 +63,12 @@ class RunReport(BaseModel):
     """The alignment mode the run ran in (None: a driver older than ``auto``)."""
     mode_reason: str | None = None
     """Why: as set in the spec, or what ``auto`` proved or found."""
+    scanned_rows: int | None = None
+    """Rows the sources decoded from their files to deliver ``costs.rows`` (a file's rows
+    outside the window and filter count; a row kept from a file's earlier read for a later
+    time slice does not): None from a driver older than the count."""
+    reused_rows: int | None = None
+    """Rows delivered from a file's earlier read instead of decoding it again."""
 
 
 FIT_POINTS = 300
@@ -112,6 +118,8 @@ def write_report(
             finished_at=datetime.now(UTC),
             mode=None if choice is None else choice.mode,
             mode_reason=None if choice is None else choice.reason,
+            scanned_rows=scanned_rows(progress),
+            reused_rows=reused_rows(progress),
         )
         loc, name = report_location(cfg)
         loc.write_bytes(name, report.model_dump_json(indent=2).encode())

@@ -69,7 +69,7 @@ from spark_app.sources.iceberg.object_store import on_s3
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
 from spark_app.sources.kafka import connector_jars, records_gone
-from spark_app.telemetry import delivered_rows
+from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
 from spark_app.window_edges import Edges, analyzed_plan, open_results, resolve
 
 log = logging.getLogger("kappa.runtime")
@@ -425,6 +425,16 @@ class RunReport:
         return sum(delivered_rows(p) for p in self.progress)
 
     @property
+    def scanned_rows(self) -> int:
+        """Rows the sources decoded to deliver ``input_rows`` (``telemetry.scanned_rows``)."""
+        return scanned_rows(self.progress)
+
+    @property
+    def reused_rows(self) -> int:
+        """Rows delivered from a file's earlier read instead of decoding it again."""
+        return reused_rows(self.progress)
+
+    @property
     def batches(self) -> int:
         return sum(1 for p in self.progress if p.get("numInputRows", 0) > 0)
 
@@ -463,6 +473,8 @@ class RunReport:
             "seconds": round(self.seconds, 2),
             "batches": self.batches,
             "input_rows": self.input_rows,
+            "scanned_rows": self.scanned_rows,
+            "reused_rows": self.reused_rows,
             "rows_per_s": round(self.input_rows / self.seconds, 1) if self.seconds else None,
             "dropped_by_watermark": self.dropped_by_watermark,
             "peak_state_rows": self.peak_state_rows,

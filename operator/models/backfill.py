@@ -364,6 +364,8 @@ class Calibration(CRModel):
     """What a row cost one executor core."""
     seconds_outside_batches: float | None = None
     """Submission, query start, planning and publish."""
+    mode: str | None = None
+    """The alignment mode it ran in (ETAs take costs from runs of the planned mode)."""
 
 
 class BackfillStatus(StatusBase):

@@ -57,6 +57,9 @@ class Run:
     finished_at: str
     costs: Costs | None = None
     """None: its driver left no run report (an older Spark side, or storage refused it)."""
+    mode: str | None = None
+    """The alignment mode it ran in (None: its driver did not say): a bounded run's costs are a
+    batch query's, an aligned run's a stream's, and an ETA takes them from runs of its own mode."""
 
     @property
     def rate(self) -> float:
@@ -99,13 +102,16 @@ def _run(raw: dict[str, Any]) -> Run | None:
         values = [float(c[k]) for k in ("perBatchS", "coreSPerRow", "outsideS")]
         if all(math.isfinite(v) and 0 <= v < 1e9 for v in values):
             costs = Costs(int(c["batches"]), *values)
-    return Run(name, int(rows), seconds, int(cores), at, costs)
+    mode = raw.get("mode")
+    return Run(name, int(rows), seconds, int(cores), at, costs, mode if isinstance(mode, str) else None)
 
 
 def recorded(data: dict[str, str] | None, key: str, run: Run) -> dict[str, str]:
     """``data`` with ``run`` added under ``key`` (the backfill's uid: a retry overwrites) and
     only the newest ``KEEP`` runs kept (a removed key is set to None: a merge patch drops it)."""
     entry: dict[str, Any] = {"backfill": run.backfill, "rows": run.rows, "seconds": run.seconds, "cores": run.cores}
+    if run.mode is not None:
+        entry["mode"] = run.mode
     if run.costs is not None:
         c = run.costs
         entry["costs"] = {
@@ -123,15 +129,23 @@ def recorded(data: dict[str, str] | None, key: str, run: Run) -> dict[str, str]:
     return out
 
 
-def eta(rows: int, cores: int, runs: list[Run], batches: int | None = None) -> tuple[timedelta | None, str]:
+def eta(
+    rows: int, cores: int, runs: list[Run], batches: int | None = None, mode: str | None = None
+) -> tuple[timedelta | None, str]:
     """Expected duration of reading ``rows`` in ``batches`` micro-batches on ``cores`` executor
     cores, and its basis. Batch-aware from the newest runs that have costs; rows per second per
-    core from the others (or when the batch count is unknown)."""
+    core from the others (or when the batch count is unknown). With ``mode``, from runs of that
+    mode when there are any: a batch query's row costs nothing like a stream's."""
     if not runs:
         return None, (
             "no calibration yet: no planned backfill has finished in this namespace (the first one that does "
             "records its costs for the next plans)"
         )
+    same = [r for r in runs if r.mode == mode] if mode is not None else runs
+    if not same:
+        took, basis = eta(rows, cores, runs, batches)
+        return took, f"no {mode} run recorded yet, from runs of other modes: {basis}"
+    runs = same
     costed = [r for r in runs if r.costs is not None][:USED]
     if batches is not None and costed:
         return _batch_aware(rows, batches, cores, costed)
@@ -183,7 +197,8 @@ def measured(bf: Backfill, job: StreamingJob, finished: datetime, report: RunRep
     stamp = finished.strftime("%Y-%m-%dT%H:%M:%SZ")
     cores = executor_cores(job)
     name = f"{bf.metadata.namespace}/{bf.metadata.name}"
-    return Run(name, status.plan.rows, seconds, cores, stamp, run_costs(report, seconds, cores))
+    mode = None if report is None else report.mode
+    return Run(name, status.plan.rows, seconds, cores, stamp, run_costs(report, seconds, cores), mode)
 
 
 def calibration(run: Run) -> dict[str, Any]:
@@ -197,6 +212,7 @@ def calibration(run: Run) -> dict[str, Any]:
         seconds_per_batch=None if c is None else round(c.per_batch_s, 3),
         core_microseconds_per_row=None if c is None else round(c.core_s_per_row * 1e6, 3),
         seconds_outside_batches=None if c is None else round(c.outside_s, 1),
+        mode=run.mode,
     ).model_dump(by_alias=True, exclude_none=True)
 
 
@@ -206,7 +222,7 @@ def _d(seconds: float | None) -> str | None:
 
 def plan_status(report: PlanReport, cores: int, runs: list[Run], now: str) -> dict[str, Any]:
     """``status.plan`` from the plan application's report, with the ETA."""
-    took, basis = eta(report.rows_total, cores, runs, report.expected_batches)
+    took, basis = eta(report.rows_total, cores, runs, report.expected_batches, report.mode)
     sources = [
         SourcePlanStatus(
             source=s.source,

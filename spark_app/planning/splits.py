@@ -275,19 +275,61 @@ def max_span(splits: Sequence[Split]) -> int:
     return max((s.span for s in splits), default=0)
 
 
+def read_together(splits: Sequence[Split], cap: int) -> list[list[Split]]:
+    """The splits as units of packing: splits that hold time slices of one file go together (a
+    task reads a file's slices in one read, or serves the later ones from its first; tasks
+    running at once would each decode it), unless together they pass ``cap`` bytes, when they go
+    split by split. Deterministic: units in the order of their first split."""
+    ordered = sorted(splits, key=Split.sort_key)
+    parent = list(range(len(ordered)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_with: dict[str, int] = {}
+    for i, split in enumerate(ordered):
+        for p in split.pieces:
+            if p.time_range is None:
+                continue
+            j = first_with.setdefault(p.path, i)
+            a, b = root(i), root(j)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    groups: dict[int, list[Split]] = {}
+    for i, split in enumerate(ordered):
+        groups.setdefault(root(i), []).append(split)
+    units: list[list[Split]] = []
+    for group in groups.values():
+        if len(group) > 1 and sum(s.size_bytes for s in group) > cap:
+            units += [[s] for s in group]
+        else:
+            units.append(group)
+    return units
+
+
 def pack_tasks(splits: Sequence[Split], parallelism: int, task_target_bytes: int) -> list[list[Split]]:
     """Spread admitted splits over Spark tasks: at least one per core when there is enough,
-    several splits per task, balanced by bytes (greedy, deterministic)."""
+    several splits per task, balanced by bytes (greedy, deterministic), a file's time slices in
+    one task while that costs no more than a task's fair share (``read_together``)."""
     if not splits:
         return []
     total = sum(s.size_bytes for s in splits)
     n_tasks = min(len(splits), max(parallelism, -(-total // task_target_bytes)))
+    units = read_together(splits, total // n_tasks)
+    n_tasks = min(n_tasks, len(units))
     tasks: list[list[Split]] = [[] for _ in range(n_tasks)]
     loads = [0] * n_tasks
-    for s in sorted(splits, key=lambda s: (-s.size_bytes, s.sort_key())):
+
+    def size(unit: list[Split]) -> int:
+        return sum(s.size_bytes for s in unit)
+
+    for unit in sorted(units, key=lambda u: (-size(u), u[0].sort_key())):
         i = min(range(n_tasks), key=lambda k: (loads[k], k))
-        tasks[i].append(s)
-        loads[i] += s.size_bytes
+        tasks[i] += unit
+        loads[i] += size(unit)
     for t in tasks:
         t.sort(key=Split.sort_key)
     return [t for t in tasks if t]

@@ -7,7 +7,7 @@ is what Spark's Parquet reader, the slice bounds and the source's filters return
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark.sql import Row, SparkSession
@@ -33,6 +33,9 @@ class OneBatch(BackfillReader):
 
     def task_splits(self, start: dict[str, Any], end: dict[str, Any]) -> list[list[Split]]:
         return self.packed(self.splits) if start["batch"] == 0 else []
+
+    def later(self, start: dict[str, Any], end: dict[str, Any]) -> Callable[[str], list[tuple[int, int]]]:
+        return lambda _: []  # one batch: no later read of a file to keep rows for
 
 
 def read_splits(

@@ -23,10 +23,12 @@ from pyspark.sql import SparkSession
 from spark_app.config import JobConfig, parse_config
 from spark_app.errors import LatenessError
 from spark_app.examples.generator import GeneratorConfig, generate
+from spark_app.jvm import DECODED_ROWS_MAX_BYTES
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import Split, max_span
 from spark_app.runtime import run, source_spec
 from spark_app.sources.iceberg.stream import backfill_plan, backfill_plan_and_layouts
+from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0
 from tests.spark.jvm_reads import read_splits
 
@@ -187,3 +189,47 @@ def _plan_inputs(props: dict[str, str], cfg: JobConfig) -> tuple[Any, Any, int]:
     spec = source_spec(cfg, "deduplicated", "impressions", 1)
     table = SqlCatalog("default", **props).load_table("demo.impressions")
     return table, spec, table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+
+
+def _opened_rows(props: dict[str, str], trace_file: Path) -> tuple[int, int]:
+    """Rows of the files a run's tasks opened: counted once per file, and once per opening."""
+    table = SqlCatalog("default", **props).load_table("demo.impressions")
+    rows = {task.file.file_path: task.file.record_count for task in table.scan().plan_files()}
+    opened = [e["path"] for e in read_trace(trace_file, "open")]
+    assert all(e["row_groups"] is None for e in read_trace(trace_file, "open")), "precondition: whole files"
+    return sum(rows[p] for p in set(opened)), sum(rows[p] for p in opened)
+
+
+def test_a_file_read_in_several_batches_is_decoded_once(
+    spark: SparkSession, late_table: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 42 item 3: a late-tailed file is read by every batch its slices fall in, but its
+    first read keeps the rows of its later slices, so it is decoded once; Spark's input rows
+    are the rows delivered. With nothing kept (``decodedRows.maxBytes`` 0) each read decodes
+    it again, and with a bound that holds some of it, some reads do: the same rows out."""
+    extra = {"alignment": {"maxDrift": "5m", "batchRowBudget": 300}, "tracePath": str(tmp_path / "kept.jsonl")}
+    kept = run(config(late_table, tmp_path / "kept", "5m", **extra), spark)
+    once, per_open = _opened_rows(late_table, tmp_path / "kept.jsonl")
+    assert per_open > once, "precondition: files opened by several batches"
+    assert kept.scanned_rows == once
+    assert kept.reused_rows > 0
+    assert sum(p["numInputRows"] for p in kept.progress) == kept.input_rows  # the window cuts no row here
+
+    runs = {}
+    for name, bound in (("decoded", "0"), ("bounded", "12000")):
+        spark.conf.set(DECODED_ROWS_MAX_BYTES, bound)
+        try:
+            extra["tracePath"] = str(tmp_path / f"{name}.jsonl")
+            runs[name] = run(config(late_table, tmp_path / name, "5m", **extra), spark)
+        finally:
+            spark.conf.unset(DECODED_ROWS_MAX_BYTES)
+    decoded, bounded = runs["decoded"], runs["bounded"]
+    assert decoded.scanned_rows == _opened_rows(late_table, tmp_path / "decoded.jsonl")[1] > once
+    assert decoded.reused_rows == 0
+    # 12 KB holds some files' later rows, not all: between the two, and the same rows out
+    assert once < bounded.scanned_rows < decoded.scanned_rows
+    assert bounded.reused_rows > 0
+    expected = window_ids(late_table, "event_ts", 0, 60)
+    for name in ("kept", "decoded", "bounded"):
+        got = [r[0] for r in spark.read.parquet(str(tmp_path / name / "out")).select("impression_id").collect()]
+        assert sorted(got) == expected

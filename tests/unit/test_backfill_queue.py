@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -348,6 +348,33 @@ def test_a_run_report_splits_the_calibration_and_the_eta_counts_batches() -> Non
     assert by_rows is not None and by_rows.total_seconds() < sparse_s / 5, "rows alone: far too fast"
     older = Run("ns/old", 1000, 10.0, 1, "2026-11-24T08:00:00Z")  # recorded before run reports
     assert "rows/s per core" in eta(1000, 1, [older], batches=3)[1]
+
+
+def test_an_eta_comes_from_runs_of_the_planned_mode() -> None:
+    """A bounded run is one batch query, an aligned run a stream: the ETA of a plan takes the
+    costs of recorded runs of its own mode, and says so when there are none yet. The mode comes
+    from the driver's run report and survives the ConfigMap."""
+    bf, job = manifests(publish={"enabled": False})
+    progress = [{"numInputRows": 10_000, "durationMs": {"triggerExecution": 1500 + 100 * i}} for i in range(8)]
+    costs = batch_costs(progress)
+    report = RunReport(
+        backfill="b", seconds=costs.busy_s + 2, costs=costs, finished_at=datetime(2026, 11, 24, 10), mode="aligned"
+    )
+    bf = planned_and_running(bf, rows=costs.rows, batches=8, started="2026-11-24T09:59:40Z")
+    run = plan_backfill(bf, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=report).record_calibration
+    assert run is not None and run.mode == "aligned"
+    (aligned,) = runs_from(recorded({}, "uid", run))
+    assert aligned.mode == "aligned"
+    bounded = Run("ns/fast", 100_000, 5.0, 1, "2026-11-24T09:00:00Z", mode="bounded")
+    runs = [aligned, bounded]
+
+    took_bounded, basis = eta(100_000, 1, runs, batches=1, mode="bounded")
+    assert took_bounded == timedelta(seconds=5) and "ns/fast" in basis and "ns/b" not in basis
+    took_aligned, basis = eta(100_000, 1, runs, batches=8, mode="aligned")
+    assert "8 batches" in basis and "ns/fast" not in basis
+    assert took_aligned is not None and took_aligned > 2 * took_bounded
+    _, basis = eta(100_000, 1, runs, batches=8, mode="strict")
+    assert basis.startswith("no strict run recorded yet, from runs of other modes: ")
 
 
 @pytest.mark.parametrize(

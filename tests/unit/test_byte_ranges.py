@@ -49,8 +49,8 @@ def test_task_pieces_carry_the_slice_bounds() -> None:
     task = [Split(10, 20, (a,), 5, 5), Split(0, 30, (b,), 5, 5)]
     got = task_pieces(task, {"f": LAYOUT, "g": (77, ())})
     assert got == [
-        {"path": "f", "start": 4, "length": 246, "fileSize": 1000, "ranges": [[10, 20]]},
-        {"path": "g", "start": 0, "length": 77, "fileSize": 77, "ranges": []},
+        {"path": "f", "start": 4, "length": 246, "fileSize": 1000, "ranges": [[10, 20]], "keep": []},
+        {"path": "g", "start": 0, "length": 77, "fileSize": 77, "ranges": [], "keep": []},
     ]
     c = FilePiece("f", (1,), 5, 5, TimeRange("ts", 20, 30))
     assert file_reads([Split(10, 20, (a,), 5, 5), Split(20, 30, (c,), 5, 5)]) == [("f", [0, 1], [[10, 20], [20, 30]])]
@@ -70,3 +70,21 @@ def test_a_plan_segment_bounds_every_piece() -> None:
     task = [Split(0, 60, (whole,), 5, 5), Split(10, 50, (sliced,), 5, 5)]
     got = task_pieces(task, {"f": LAYOUT, "g": (77, ())}, clip=lambda _: (40, 100))
     assert [r["ranges"] for r in got] == [[[40, 100]], [[40, 50]]]
+
+
+def test_a_read_keeps_the_rows_of_the_files_other_slices_from_this_batch_on() -> None:
+    """``keep``: the file's slices this read does not deliver (the task's next read of it, other
+    tasks, later batches), merged where they touch; a whole-file read keeps nothing."""
+    slices = [FilePiece("f", (g % 2,), 1, 1, TimeRange("ts", 10 * i, 10 * i + 5)) for i, g in enumerate(range(6))]
+    ahead = [(10 * i, 10 * i + 5) for i in range(6)] + [(60, 70), (70, 80)]
+    got = task_pieces(
+        [Split(10 * i, 10 * i + 4, (p,), 1, 1) for i, p in enumerate(slices)],
+        {"f": LAYOUT, "g": (77, ())},
+        later=lambda path: ahead if path == "f" else [(0, 5)],
+    )
+    assert [r["keep"] for r in got] == [
+        [[40, 45], [50, 55], [60, 80]],
+        [[0, 5], [10, 15], [20, 25], [30, 35], [60, 80]],
+    ]
+    whole = task_pieces([Split(0, 30, (FilePiece("g", None, 5, 5),), 5, 5)], {"g": (77, ())}, later=lambda _: [(0, 5)])
+    assert whole[0]["keep"] == []

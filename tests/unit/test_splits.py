@@ -26,6 +26,7 @@ from spark_app.planning.splits import (
     pack_tasks,
     plan_fingerprint,
     plan_splits,
+    read_together,
 )
 
 S = 1_000_000  # microseconds per second
@@ -555,3 +556,43 @@ def test_pack_tasks_uses_every_core(parallelism: int) -> None:
     assert sorted(len(t) for t in tasks) == sorted(
         [8 // parallelism + (i < 8 % parallelism) for i in range(parallelism)]
     )
+
+
+@st.composite
+def sliced_split_lists(draw: st.DrawFn) -> list[Split]:
+    """Splits of whole files and of time slices of a few wide files (``w0``..``w3``)."""
+    out = []
+    for i in range(draw(st.integers(0, 30))):
+        size = draw(st.integers(1, 1000))
+        lower = draw(st.integers(0, 100))
+        wide = draw(st.sampled_from([None, "w0", "w1", "w2", "w3"]))
+        piece = (
+            FilePiece(f"s{i}", None, 1, size)
+            if wide is None
+            else FilePiece(wide, None, 1, size, TimeRange("ts", lower * 10 + i, lower * 10 + i + 1))
+        )
+        out.append(Split(lower, lower + 5, (piece,), 1, size))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(sliced_split_lists(), st.integers(1, 8), st.integers(1, 5000))
+def test_pack_tasks_keeps_a_files_slices_in_one_task_within_a_fair_share(
+    splits: list[Split], parallelism: int, target: int
+) -> None:
+    """Slices of one file in one task (read once, the rest served from that read) unless
+    together they pass a task's fair share; every split once; balanced by units."""
+    tasks = pack_tasks(splits, parallelism, target)
+    assert sorted((s for t in tasks for s in t), key=Split.sort_key) == sorted(splits, key=Split.sort_key)
+    if not splits:
+        return
+    total = sum(s.size_bytes for s in splits)
+    n_tasks = min(len(splits), max(parallelism, -(-total // target)))
+    units = read_together(splits, total // n_tasks)
+    assert len(tasks) == min(n_tasks, len(units))
+    for path in ("w0", "w1", "w2", "w3"):
+        held = [s for s in splits if s.pieces[0].path == path]
+        if held and sum(s.size_bytes for s in held) <= total // n_tasks:
+            assert len({i for i, t in enumerate(tasks) for s in t if s.pieces[0].path == path}) == 1
+    loads = [sum(s.size_bytes for s in t) for t in tasks]
+    assert max(loads) - min(loads) <= max(sum(s.size_bytes for s in u) for u in units)

@@ -60,13 +60,28 @@ def bounds_of(piece: FilePiece, clip: tuple[int, int] | None) -> tuple[int | Non
     return (clip[0] if lo is None else max(lo, clip[0])), (clip[1] if hi is None else min(hi, clip[1]))
 
 
+def merged(ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[lo, hi) ranges as the fewest disjoint ones covering the same times."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
 def task_pieces(
     task: Sequence[Split],
     layouts: Mapping[str, FileLayout],
     clip: Callable[[Split], tuple[int, int] | None] = lambda _: None,
+    later: Callable[[str], list[tuple[int, int]]] = lambda _: [],
 ) -> list[dict[str, Any]]:
     """One task's reads for the JVM: per file, the byte ranges of the row groups its pieces
-    need and the time ranges whose rows it keeps (none: all rows).
+    need, the time ranges whose rows it delivers (none: all rows), and the time ranges of the
+    file's other slices from this batch on (``later``: other reads of this task or batch, and
+    later batches), whose rows the read keeps for them (``keep``, merged; the JVM's
+    ``DecodedRows``).
 
     The pieces of one file in one task are time slices or row-group runs of it, disjoint in
     rows, and each slice's rows lie in its row groups: one read of the union of their row
@@ -93,6 +108,7 @@ def task_pieces(
         piece = FilePiece(path, None if held is None else tuple(sorted(held)), 0, 0, None if path in unsliced else _ANY)
         kept = [] if path in unsliced else sorted(ranges[path])
         chunks = [kept[i : i + SLICE_RANGES] for i in range(0, len(kept), SLICE_RANGES)] or [[]]
+        kept_later = later(path)
         for chunk in chunks:
             for start, length in piece_ranges(piece, layouts[path]):
                 out.append(
@@ -102,6 +118,7 @@ def task_pieces(
                         "length": length,
                         "fileSize": size,
                         "ranges": [list(r) for r in chunk],
+                        "keep": [list(r) for r in merged(sorted(set(kept_later) - set(chunk)))] if chunk else [],
                     }
                 )
     return out

@@ -153,7 +153,10 @@ def iceberg_frame(
     table, schema, output, names, extra, by_id = r.table, r.schema, r.output, r.names, r.extra, r.by_id
     key = register(spark, planner or reader_for(spec))
     reader = (
-        spark.readStream.format(SOURCE_CLASS).schema(read_schema(schema, names + extra, by_id)).option("planner", key)
+        spark.readStream.format(SOURCE_CLASS)
+        .schema(read_schema(schema, names + extra, by_id))
+        .option("planner", key)
+        .option("ordering", spec.ordering_column)
     )
     if on_s3(table.metadata.location):
         reader = reader.options(**s3a_options({**spec.catalog, **table.io.properties}))

@@ -11,12 +11,13 @@ goes to the trace (when configured) so it can be audited. A backfill's read-rate
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ from spark_app.planning.rounds import Turn, combined_bound, honor_floor, lookahe
 from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits
 from spark_app.sinks.iceberg.history import expired_before
 from spark_app.sources.iceberg import scan
-from spark_app.sources.iceberg.byte_ranges import file_reads, task_pieces
+from spark_app.sources.iceberg.byte_ranges import bounds_of, file_reads, task_pieces
 from spark_app.sources.iceberg.spec import SourceSpec, micros
 from spark_app.telemetry import trace
 
@@ -162,10 +163,16 @@ class _IcebergReader(ABC):
                     trace(
                         self.spec.trace_path, "open", source=self.spec.name, path=path, row_groups=groups, slices=ranges
                     )
-        return [task_pieces(t, self._layouts, self.clip) for t in tasks]
+        later = self.later(start, end)
+        return [task_pieces(t, self._layouts, self.clip, later) for t in tasks]
 
     def clip(self, split: Split) -> tuple[int, int] | None:
         return None
+
+    def later(self, start: dict, end: dict) -> Callable[[str], list[tuple[int, int]]]:
+        """The time slices of a file that reads from this batch on take (none: no read keeps
+        rows for another)."""
+        return lambda _: []
 
     def packed(self, splits: Sequence[Split]) -> list[list[Split]]:
         return pack_tasks(splits, self.spec.parallelism, self.spec.source.split.task_target_bytes)
@@ -184,6 +191,7 @@ class BackfillReader(_IcebergReader):
         super().__init__(spec)
         self._plans: dict[int, tuple[list[Split], str]] = {}
         self._clips: dict[int, tuple[int, int]] = {}
+        self._slices_by_file: dict[int, dict[str, tuple[list[int], list[tuple[int, int]]]]] = {}
         self._costs: dict[int, list[Cost]] = {}
         self._prefix: dict[int, tuple[list[int], list[int]]] = {}
         self._provider: WatermarkProvider | None = None
@@ -211,6 +219,29 @@ class BackfillReader(_IcebergReader):
             self._plans[snapshot_id] = (splits, fingerprint)
             self._costs[snapshot_id] = [read_cost(split, layouts) for split in splits]
         return self._plans[snapshot_id]
+
+    def later(self, start: dict, end: dict) -> Callable[[str], list[tuple[int, int]]]:
+        """The time slices of each file in the plan's splits from this batch's ``start`` on,
+        cut to their segments: a read in this batch keeps the rows of the others for the later
+        reads of the same file (in this batch's other reads, or in later batches)."""
+        e, splits = self._offset(start)
+        if e.snapshot_id not in self._slices_by_file:
+            index: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
+            for position, split in enumerate(splits):
+                for p in split.pieces:
+                    lo, hi = bounds_of(p, self.clip(split))
+                    if lo is not None and hi is not None and lo < hi:
+                        positions, ranges = index.setdefault(p.path, ([], []))
+                        positions.append(position)
+                        ranges.append((lo, hi))
+            self._slices_by_file[e.snapshot_id] = index
+        index = self._slices_by_file[e.snapshot_id]
+
+        def ahead(path: str) -> list[tuple[int, int]]:
+            positions, ranges = index.get(path, ([], []))
+            return ranges[bisect.bisect_left(positions, e.position) :]
+
+        return ahead
 
     def clip(self, split: Split) -> tuple[int, int] | None:
         """The plan segment a split belongs to, when the plan has several: its rows are kept

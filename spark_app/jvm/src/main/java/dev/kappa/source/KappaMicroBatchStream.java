@@ -5,7 +5,10 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.spark.broadcast.Broadcast;
 import org.apache.spark.paths.SparkPath;
@@ -20,6 +23,7 @@ import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxBytes;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxFiles;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.execution.datasources.FilePartition;
@@ -33,6 +37,7 @@ import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+import org.apache.spark.util.LongAccumulator;
 import org.apache.spark.util.SerializableConfiguration;
 import org.apache.spark.util.SerializableConfiguration$;
 import scala.Option;
@@ -44,9 +49,13 @@ import scala.jdk.javaapi.CollectionConverters;
  * into Spark's own {@link FilePartition}s and reads them with Spark's own Parquet reader
  * (vectorized, columnar, the same one {@code spark.read.parquet} uses). A time slice travels
  * as constant columns of its file, {@code _kappa_lo_i} and {@code _kappa_hi_i} (several ranges
- * of one file read in one pass), which the query the runtime builds filters on.
+ * of one file read in one pass); the reader hands on only the rows of those ranges
+ * ({@link SliceReaderFactory}), and the query the runtime builds filters on them too.
  */
-final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
+final class KappaMicroBatchStream
+    implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow, ReportsSourceMetrics {
+  /** Bytes of decoded rows an executor keeps for later slices ({@link DecodedRows}); unset: a tenth of its heap. */
+  static final String DECODED_ROWS_MAX_BYTES = "spark.kappa.source.decodedRows.maxBytes";
   static final String PREFIX = "_kappa_";
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final scala.collection.immutable.Map<String, Object> NO_METADATA =
@@ -57,6 +66,8 @@ final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmission
   private final StructType dataSchema;
   private final StructType partitionSchema;
   private final CaseInsensitiveStringMap options;
+  private final LongAccumulator scanned;
+  private final LongAccumulator reused;
 
   KappaMicroBatchStream(String key, StructType schema, CaseInsensitiveStringMap options) {
     this.key = key;
@@ -78,6 +89,15 @@ final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmission
     }
     this.dataSchema = new StructType(data.toArray(new StructField[0]));
     this.partitionSchema = new StructType(slice.toArray(new StructField[0]));
+    org.apache.spark.SparkContext sc = SparkSession.active().sparkContext();
+    this.scanned = sc.longAccumulator("kappa-iceberg[" + key + "] scanned rows");
+    this.reused = sc.longAccumulator("kappa-iceberg[" + key + "] reused rows");
+  }
+
+  /** Rows decoded from Parquet, and rows served from a file's earlier read, since the query started. */
+  @Override
+  public Map<String, String> metrics(Optional<Offset> latestConsumedOffset) {
+    return Map.of("scannedRows", Long.toString(scanned.value()), "reusedRows", Long.toString(reused.value()));
   }
 
   @Override
@@ -132,13 +152,18 @@ final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmission
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
     JsonNode tasks = parse(planner.plan(start.json(), end.json()));
-    InputPartition[] out = new InputPartition[tasks.size()];
+    FilePartition[] partitions = new FilePartition[tasks.size()];
+    long[][][][] keeps = new long[tasks.size()][][][];
+    boolean sliced = false;
     for (int i = 0; i < tasks.size(); i++) {
       JsonNode pieces = tasks.get(i);
       PartitionedFile[] files = new PartitionedFile[pieces.size()];
+      keeps[i] = new long[pieces.size()][][];
       for (int j = 0; j < pieces.size(); j++) {
         JsonNode p = pieces.get(j);
-        InternalRow slice = sliceRow(p.get("ranges"), partitionSchema.length());
+        JsonNode ranges = p.get("ranges");
+        sliced |= ranges != null && ranges.size() > 0;
+        InternalRow slice = sliceRow(ranges, partitionSchema.length());
         files[j] = new PartitionedFile(
             slice,
             SparkPath.fromUrlString(p.get("path").asText()),
@@ -148,8 +173,22 @@ final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmission
             0L,
             p.get("fileSize").asLong(),
             NO_METADATA);
+        keeps[i][j] = timeRanges(p.get("keep"));
       }
-      out[i] = new FilePartition(i, files);
+      partitions[i] = new FilePartition(i, files);
+    }
+    InputPartition[] out = new InputPartition[tasks.size()];
+    for (int i = 0; i < out.length; i++) {
+      out[i] = new SlicePartition(partitions[i], keeps[i], sliced);
+    }
+    return out;
+  }
+
+  static long[][] timeRanges(JsonNode ranges) {
+    int n = ranges == null ? 0 : ranges.size();
+    long[][] out = new long[n][];
+    for (int i = 0; i < n; i++) {
+      out[i] = new long[] {ranges.get(i).get(0).asLong(), ranges.get(i).get(1).asLong()};
     }
     return out;
   }
@@ -195,8 +234,17 @@ final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmission
     Broadcast<SerializableConfiguration> broadcast = SerializableConfiguration$.MODULE$.broadcast(spark.sparkContext(), hadoop);
     ParquetOptions parquetOptions = new ParquetOptions(
         CollectionConverters.asScala(options.asCaseSensitiveMap()).toMap(scala.$less$colon$less$.MODULE$.refl()), conf);
-    return new ParquetPartitionReaderFactory(
+    ParquetPartitionReaderFactory parquet = new ParquetPartitionReaderFactory(
         conf, broadcast, dataSchema, dataSchema, partitionSchema, new Filter[0], Option.empty(), parquetOptions);
+    String ordering = options.get("ordering");
+    if (ordering == null) {
+      throw new IllegalArgumentException("kappa-iceberg needs the option `ordering` (the event-time column)");
+    }
+    long maxBytes = Long.parseLong(conf.getConfString(DECODED_ROWS_MAX_BYTES, "-1"));
+    List<StructField> all = new ArrayList<>(Arrays.asList(dataSchema.fields()));
+    all.addAll(Arrays.asList(partitionSchema.fields()));
+    StructType readSchema = new StructType(all.toArray(new StructField[0]));
+    return new SliceReaderFactory(parquet, dataSchema, readSchema, ordering, key, maxBytes, scanned, reused);
   }
 
   @Override
@@ -214,6 +262,7 @@ final class KappaMicroBatchStream implements MicroBatchStream, SupportsAdmission
     try {
       planner.stop();
     } finally {
+      DecodedRows.dropOwner(key);
       Planners.unregister(key);
     }
   }
