@@ -40,12 +40,12 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.source_throughput import SPARK_CONF, compare_outputs, machine
+from bench.source_throughput import compare_outputs, machine
+from bench.wide_files import BOUND, late_tables
+from bench.wide_files import config as wide_config
 
 log = logging.getLogger("bench.strict_batches")
 
-T0 = datetime(2026, 11, 2, 9, tzinfo=UTC)
-BOUND = "6 hours"
 SPLITS = {
     "files": {"sliceSpan": "0s", "maxBundleSpan": "5m"},
     "slices5m": {"sliceSpan": "5m", "maxBundleSpan": "5m"},
@@ -54,31 +54,7 @@ SPLITS = {
 
 
 def config(props: dict[str, str], out: Path, mode: str, split: dict[str, str] | None, hours: float) -> Any:
-    from spark_app.config import parse_config
-
-    source = {"kind": "icebergBackfill", **({"split": split} if split is not None else {})}
-    return parse_config(
-        {
-            "name": f"strict-{out.name}",
-            "pipeline": "spark_app.examples.rmi:pipeline",
-            "pipelineArgs": {"lateness": BOUND, "attribution_window": BOUND},
-            "mode": "backfill",
-            "catalogs": {"default": {"type": "sql", **props}},
-            "sources": {t: {**source, "table": f"demo.{t}"} for t in ("impressions", "playbacks")},
-            "alignment": {"mode": mode},
-            "window": {
-                "start": T0.isoformat(),
-                "end": (T0 + timedelta(hours=hours)).isoformat(),
-                "warmup": "0s",
-                "allowShortWarmup": True,
-                "drain": "0s",
-            },
-            "sinks": {"attributed_plays": {"kind": "parquet", "path": str(out / "out")}},
-            "checkpoint": {"location": str(out / "ckpt")},
-            "sparkConf": SPARK_CONF,
-            "master": "local[2]",
-        }
-    )
+    return wide_config(props, out, {"mode": mode}, hours, split)
 
 
 def splits_of(cfg: Any, delay: timedelta) -> int:
@@ -112,27 +88,10 @@ def main() -> int:
     p.add_argument("--out", type=Path, help="keep the tables and outputs here")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    from spark_app.examples.generator import GeneratorConfig, generate
     from spark_app.runtime import build_session, run
 
     root = args.out or Path(tempfile.mkdtemp(prefix="kb-strict-"))
-    root.mkdir(parents=True, exist_ok=True)
-    props = {"uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
-    per_hour = args.clicks_per_minute * 60
-    gen = GeneratorConfig(
-        start=T0,
-        hours=args.hours,
-        impressions_per_hour=per_hour,
-        skew=1.0,
-        commit_interval=timedelta(minutes=1),
-        late_fraction=0.01,
-        min_lateness=timedelta(minutes=30),
-        max_lateness=timedelta(minutes=90),
-    )
-    stats = generate(SqlCatalog("default", **props), gen)
-    log.info("generated %s", stats)
+    props, stats = late_tables(root, args.hours, args.clicks_per_minute, 1.0)
     spark = build_session(config(props, root / "session", "strict", None, args.hours))
     jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]
     results: dict[str, dict[str, Any]] = {}

@@ -51,9 +51,14 @@ TABLES = ("impressions", "playbacks")
 ALIGNED = {"aligned_30m": "30m", "aligned_10m": "10m"}
 
 
-def config(props: dict[str, str], out: Path, alignment: dict[str, str], hours: float) -> Any:
+def config(
+    props: dict[str, str], out: Path, alignment: dict[str, str], hours: float, split: dict[str, str] | None = None
+) -> Any:
+    """The rmi backfill of the first ``hours`` into a Parquet sink under ``out``; ``split``:
+    the sources' split settings (None: none, the spans fitted to the lateness)."""
     from spark_app.config import parse_config
 
+    source = {"kind": "icebergBackfill", **({"split": split} if split is not None else {})}
     return parse_config(
         {
             "name": f"wide-{out.name.replace('_', '-')}",
@@ -61,7 +66,7 @@ def config(props: dict[str, str], out: Path, alignment: dict[str, str], hours: f
             "pipelineArgs": {"lateness": BOUND, "attribution_window": BOUND},
             "mode": "backfill",
             "catalogs": {"default": {"type": "sql", **props}},
-            "sources": {t: {"kind": "icebergBackfill", "table": f"demo.{t}"} for t in TABLES},
+            "sources": {t: {**source, "table": f"demo.{t}"} for t in TABLES},
             "alignment": alignment,
             "window": {
                 "start": T0.isoformat(),
@@ -76,6 +81,30 @@ def config(props: dict[str, str], out: Path, alignment: dict[str, str], hours: f
             "master": "local[2]",
         }
     )
+
+
+def late_tables(root: Path, hours: float, clicks_per_minute: int, impressions_per_click: float) -> tuple[dict, Any]:
+    """The issue's tables under ``root``: a commit per ingestion minute, 1% of events 30-90
+    minutes late. Returns the catalog's properties and the generator's stats."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from spark_app.examples.generator import GeneratorConfig, generate
+
+    root.mkdir(parents=True, exist_ok=True)
+    props = {"uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
+    gen = GeneratorConfig(
+        start=T0,
+        hours=hours,
+        impressions_per_hour=round(clicks_per_minute * 60 * impressions_per_click),
+        skew=impressions_per_click,
+        commit_interval=timedelta(minutes=1),
+        late_fraction=0.01,
+        min_lateness=timedelta(minutes=30),
+        max_lateness=timedelta(minutes=90),
+    )
+    stats = generate(SqlCatalog("default", **props), gen)
+    log.info("generated %s", stats)
+    return props, stats
 
 
 def fingerprint(spark: Any, path: str) -> tuple[int, int, int]:
@@ -103,27 +132,11 @@ def main() -> int:
     p.add_argument("--out", type=Path, help="keep the tables and outputs here")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
-    from pyiceberg.catalog.sql import SqlCatalog
-
     from spark_app.examples import rmi
-    from spark_app.examples.generator import GeneratorConfig, generate
     from spark_app.runtime import build_session, run
 
     root = args.out or Path(tempfile.mkdtemp(prefix="kb-wide-"))
-    root.mkdir(parents=True, exist_ok=True)
-    props = {"uri": f"sqlite:///{root}/catalog.db", "warehouse": f"file://{root}/warehouse"}
-    gen = GeneratorConfig(
-        start=T0,
-        hours=args.hours,
-        impressions_per_hour=round(args.clicks_per_minute * 60 * args.impressions_per_click),
-        skew=args.impressions_per_click,
-        commit_interval=timedelta(minutes=1),
-        late_fraction=0.01,
-        min_lateness=timedelta(minutes=30),
-        max_lateness=timedelta(minutes=90),
-    )
-    stats = generate(SqlCatalog("default", **props), gen)
-    log.info("generated %s", stats)
+    props, stats = late_tables(root, args.hours, args.clicks_per_minute, args.impressions_per_click)
     spark = build_session(config(props, root / "session", {"mode": "unordered"}, args.hours))
     spark.sparkContext.setLogLevel("WARN")
     run(config(props, root / "warmup", {"mode": "aligned", "maxDrift": "10m"}, 1 / 6), spark)

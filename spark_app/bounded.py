@@ -58,6 +58,36 @@ _REFUSED: tuple[tuple[str, str], ...] = (
     (r"\b(current_timestamp|current_date|now|localtimestamp)\(", "a processing-time function"),
 )
 _JOIN = re.compile(r"\bJoin (\w+)")
+_STREAMING_LEAF = re.compile(r"\bStreaming\w*Relation")
+_TREE = " :+-"
+"""The characters of Spark's tree drawing (``:- `` a first child, ``+- `` the last)."""
+
+
+def _depth(line: str) -> int:
+    return len(line) - len(line.lstrip(_TREE))
+
+
+def joins(plan: str) -> list[tuple[str, bool]]:
+    """Each join of an analyzed plan (its ``treeString``), and whether both its sides read a
+    stream. A stream joined with a static frame (a lookup, ``spark_app.lookups``) emits each
+    row when it arrives, matched or not, as a batch join does; only a join of two streams
+    holds unmatched rows until the watermark passes."""
+    lines = plan.splitlines()
+    out = []
+    for at, line in enumerate(lines):
+        found = _JOIN.search(line)
+        if found is None or found.start() != _depth(line):
+            continue
+        depth, sub = _depth(line), []
+        for below in lines[at + 1 :]:
+            if _depth(below) <= depth:
+                break
+            sub.append(below)
+        starts = [i for i, below in enumerate(sub) if _depth(below) == depth + 3]
+        sides = [sub[a:b] for a, b in zip(starts, [*starts[1:], len(sub)], strict=True)]
+        streaming = [any(_STREAMING_LEAF.search(x) for x in side) for side in sides]
+        out.append((found.group(1), len(streaming) == 2 and all(streaming)))
+    return out
 
 
 _AGGREGATE = re.compile(r"(?<![\w.])Aggregate \[")
@@ -81,9 +111,11 @@ def refusal(plans: dict[str, str]) -> str | None:
         for pattern, what in _REFUSED:
             if re.search(pattern, plan):
                 return f"sink {sink}'s pipeline has {what}"
-        outer = [kind for kind in _JOIN.findall(plan) if kind != "Inner" and kind != "Cross"]
-        if outer:
-            return f"sink {sink}'s pipeline has a {outer[0]} join (its unmatched rows wait for the watermark)"
+        outer = next((kind for kind, both in joins(plan) if kind not in ("Inner", "Cross") and both), None)
+        if outer is not None:
+            return (
+                f"sink {sink}'s pipeline has a {outer} join of two streams (its unmatched rows wait for the watermark)"
+            )
         aggregates = len(_AGGREGATE.findall(plan))
         if aggregates > 1:
             return f"sink {sink}'s pipeline has {aggregates} aggregations chained (each emits on the watermark)"

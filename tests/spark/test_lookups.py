@@ -159,9 +159,22 @@ def test_snapshot_lookup_backfill_equals_live_while_todays_table_differs(spark: 
         sources={"impressions": {"kind": "icebergBackfill", "table": "ingest.impressions"}},
         window={"start": (first - timedelta(seconds=1)).isoformat(), "end": (last + timedelta(seconds=1)).isoformat()},
     )
-    run(bf_cfg, spark)
+    report = run(bf_cfg, spark)
     backfilled = output(spark, tmp_path / "bf")
     assert backfilled == live
+    # auto ran the lookup as one batch query (no state, no watermark); aligned writes the same rows
+    assert report.mode_choice is not None and report.mode_choice.mode == "bounded", report.mode_choice
+    aligned_cfg = job(
+        props,
+        tmp_path / "bf-aligned",
+        "enrich-backfill-aligned",
+        "backfill",
+        sources={"impressions": {"kind": "icebergBackfill", "table": "ingest.impressions"}},
+        window={"start": (first - timedelta(seconds=1)).isoformat(), "end": (last + timedelta(seconds=1)).isoformat()},
+        alignment={"mode": "aligned"},
+    )
+    assert run(aligned_cfg, spark).mode_choice.mode == "aligned"  # type: ignore[union-attr]
+    assert output(spark, tmp_path / "bf-aligned") == backfilled
 
     # Today's code: a plain join with the table as it is now prices every impression at today's CPM.
     today = spark.read.parquet(*[t.file.file_path for t in dims.refresh().scan().plan_files()])

@@ -17,6 +17,7 @@ from spark_app.bounded import (
     WatermarkInput,
     choose,
     end_column,
+    joins,
     late_bound,
     refusal,
 )
@@ -50,6 +51,29 @@ def test_operators_whose_results_wait_for_the_watermark_are_refused_by_name(plan
 
 def test_stateless_steps_and_inner_joins_are_accepted() -> None:
     assert refusal({"out": RANGE_JOIN, "copy": "Project [a#1]\n+- Filter (b#2 > 0)"}) is None
+
+
+LOOKUP = """Project [impression_id#1, campaign#9, cpm#10]
++- Join LeftOuter, ((title_id#2 = title_id#8) AND (event_ts#3 >= valid_from#11))
+   :- Project [impression_id#1, title_id#2, event_ts#3]
+   :  +- StreamingRelationV2 dev.kappa.source.KappaSource
+   +- Project [title_id#8, campaign#9, cpm#10, valid_from#11]
+      +- Join Inner, (title_id#8 = title_id#12)
+         :- LocalRelation [title_id#8, campaign#9, cpm#10, valid_from#11]
+         +- Relation [title_id#12] parquet"""
+
+
+def test_an_outer_join_with_a_static_frame_is_accepted_and_one_of_two_streams_refused() -> None:
+    """A lookup (stream LEFT OUTER JOIN a static frame of versions) emits every row as it
+    arrives, as the batch join does; an outer join of two streams waits for the watermark."""
+    assert joins(LOOKUP) == [("LeftOuter", False), ("Inner", False)]
+    assert refusal({"priced": LOOKUP}) is None
+    nested = "Project [a#1]\n+- Filter (a#1 > 0)\n   +- " + RANGE_JOIN.replace("Join Inner", "Join LeftOuter").replace(
+        "\n", "\n      "
+    )
+    assert joins(nested) == [("LeftOuter", True)]
+    said = refusal({"out": nested})
+    assert said is not None and "LeftOuter join of two streams" in said
 
 
 def test_the_fixed_snapshots_and_query_ids_read_back_as_written() -> None:
