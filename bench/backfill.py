@@ -122,7 +122,13 @@ def config(
             "checkpoint": {"location": str(run_dir / "ckpt")},
             "trigger": {"kind": "availableNow"},
             "tracePath": str(run_dir / "trace.jsonl"),
-            **({} if live else {"window": window, "alignment": {**(alignment or {}), "stateDir": str(run_dir)}}),
+            # a streaming run unless a mode is given: `auto`, the default, may run bounded (no
+            # micro-batches for measure() to wait for); bounded runs go through measure_bounded()
+            **(
+                {}
+                if live
+                else {"window": window, "alignment": {"mode": "aligned", **(alignment or {}), "stateDir": str(run_dir)}}
+            ),
         }
     )
 

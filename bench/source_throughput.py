@@ -156,7 +156,7 @@ def choose_lateness(cfg: Any) -> tuple[timedelta, timedelta]:
 
 def batch_stats(progress: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-micro-batch times from Spark's progress events."""
-    from spark_app.telemetry import delivered_rows
+    from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
 
     data = [p for p in progress if p.get("numInputRows", 0) > 0]
     total = [p["durationMs"].get("triggerExecution", 0) for p in data]
@@ -164,7 +164,8 @@ def batch_stats(progress: list[dict[str, Any]]) -> dict[str, Any]:
     other = [t - a for t, a in zip(total, add, strict=True)]
     return {
         "input_rows": sum(delivered_rows(p) for p in progress),
-        "scanned_rows": sum(p.get("numInputRows", 0) for p in progress),
+        "scanned_rows": scanned_rows(progress),
+        "reused_rows": reused_rows(progress),
         "batches": len(data),
         "triggers": len(progress),
         "batch_ms_median": statistics.median(total) if total else None,

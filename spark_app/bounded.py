@@ -249,6 +249,11 @@ def plan_reason(plans: dict[str, str], closes: dict[str, Closing | str]) -> str 
     return refusal(plans) or next((c for _, c in sorted(closes.items()) if isinstance(c, str)), None)
 
 
+def as_set(requested: str) -> ModeChoice | None:
+    """An explicit ``alignment.mode`` is obeyed as set; None: ``auto``, which chooses."""
+    return None if requested == "auto" else ModeChoice(requested, requested, "set in the spec (alignment.mode)")
+
+
 def choose(
     cfg: JobConfig,
     plans: dict[str, str],
@@ -261,9 +266,9 @@ def choose(
     behind the live watermark), aligned otherwise, with the reason either way. ``unknown``: the
     sources without an arrival column (which of their rows live dropped cannot be told).
     ``closes``: the sinks whose results close on the watermark (``closings``)."""
-    requested = cfg.alignment.mode
-    if requested != "auto":
-        return ModeChoice(requested, requested, "set in the spec (alignment.mode)")
+    explicit = as_set(cfg.alignment.mode)
+    if explicit is not None:
+        return explicit
     closes = closes or {}
     why = spec_reason(cfg) or plan_reason(plans, closes)
     if why is not None:

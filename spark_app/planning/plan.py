@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_app.bounded import ModeChoice
+from spark_app.bounded import ModeChoice, as_set
 from spark_app.config import IcebergBackfillSource, JobConfig, format_duration, parse_duration
 from spark_app.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
 from spark_app.horizon import StateHorizon, WarmupVerdict, check_warmup, drain
@@ -400,9 +400,7 @@ def members_of(cfg: JobConfig, shape: Shape, sources: dict[str, SourceData]) -> 
 def undecided(requested: str) -> ModeChoice:
     """A plan without the query plan (driver-only): an explicit mode as set; ``auto`` planned
     as aligned, which it is unless the run proves bounded."""
-    if requested != "auto":
-        return ModeChoice(requested, requested, "set in the spec (alignment.mode)")
-    return ModeChoice(
+    return as_set(requested) or ModeChoice(
         "auto", "aligned", "planned as aligned: auto chooses from the query plan at start (plan with Spark to see it)"
     )
 
