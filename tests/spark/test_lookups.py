@@ -151,29 +151,27 @@ def test_snapshot_lookup_backfill_equals_live_while_todays_table_differs(spark: 
 
     first = min(r[2] for r in live)
     last = max(r[2] for r in live)
-    bf_cfg = job(
-        props,
-        tmp_path / "bf",
-        "enrich-backfill",
-        "backfill",
-        sources={"impressions": {"kind": "icebergBackfill", "table": "ingest.impressions"}},
-        window={"start": (first - timedelta(seconds=1)).isoformat(), "end": (last + timedelta(seconds=1)).isoformat()},
-    )
-    report = run(bf_cfg, spark)
+
+    def backfill(name: str, **fields: Any) -> Any:
+        return job(
+            props,
+            tmp_path / name,
+            f"enrich-{name}",
+            "backfill",
+            sources={"impressions": {"kind": "icebergBackfill", "table": "ingest.impressions"}},
+            window={
+                "start": (first - timedelta(seconds=1)).isoformat(),
+                "end": (last + timedelta(seconds=1)).isoformat(),
+            },
+            **fields,
+        )
+
+    report = run(backfill("bf"), spark)
     backfilled = output(spark, tmp_path / "bf")
     assert backfilled == live
     # auto ran the lookup as one batch query (no state, no watermark); aligned writes the same rows
     assert report.mode_choice is not None and report.mode_choice.mode == "bounded", report.mode_choice
-    aligned_cfg = job(
-        props,
-        tmp_path / "bf-aligned",
-        "enrich-backfill-aligned",
-        "backfill",
-        sources={"impressions": {"kind": "icebergBackfill", "table": "ingest.impressions"}},
-        window={"start": (first - timedelta(seconds=1)).isoformat(), "end": (last + timedelta(seconds=1)).isoformat()},
-        alignment={"mode": "aligned"},
-    )
-    assert run(aligned_cfg, spark).mode_choice.mode == "aligned"  # type: ignore[union-attr]
+    assert run(backfill("bf-aligned", alignment={"mode": "aligned"}), spark).mode_choice.mode == "aligned"  # type: ignore[union-attr]
     assert output(spark, tmp_path / "bf-aligned") == backfilled
 
     # Today's code: a plain join with the table as it is now prices every impression at today's CPM.

@@ -110,17 +110,20 @@ final class SliceReaderFactory implements PartitionReaderFactory {
     return new SliceRows((SlicePartition) partition);
   }
 
-  /** The event time (µs) of a row as read, or null. */
-  static Long time(InternalRow row, int[] ordering, int[] widths) {
+  /** A row without an event time: in no time range (Long.MIN_VALUE µs is before any timestamp Spark reads). */
+  static final long NO_TIME = Long.MIN_VALUE;
+
+  /** The event time (µs) of a row as read, or {@link #NO_TIME}: unboxed, it is asked of every row. */
+  static long time(InternalRow row, int[] ordering, int[] widths) {
     InternalRow level = row;
     int last = ordering.length - 1;
     for (int i = 0; i < last; i++) {
       if (level.isNullAt(ordering[i])) {
-        return null;
+        return NO_TIME;
       }
       level = level.getStruct(ordering[i], widths[i + 1]);
     }
-    return level.isNullAt(ordering[last]) ? null : level.getLong(ordering[last]);
+    return level.isNullAt(ordering[last]) ? NO_TIME : level.getLong(ordering[last]);
   }
 
   /** The piece's time ranges, from its constant columns (pairs; unused ones null). */
@@ -176,8 +179,8 @@ final class SliceReaderFactory implements PartitionReaderFactory {
               current = row;
               return true;
             }
-            Long t = time(row, ordering, widths);
-            if (t == null) {
+            long t = time(row, ordering, widths);
+            if (t == NO_TIME) {
               continue;
             }
             if (keptRows != null && DecodedRows.inAny(t, later)) {
