@@ -51,9 +51,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile``, with tests/node/ as one file: its tests share one cluster (the
-    node's bridge, ports and kubelet are the machine's: a second worker cannot start another)."""
+    node's bridge, ports and kubelet are the machine's: a second worker cannot start another).
+    Files are handed out in the collection's order (``SLOW_FIRST``): xdist's default reorders
+    them by their count of tests, which started the node's file, the longest path, 34th."""
     if config.getoption("dist") != "loadfile":
         return None
+    config.option.loadscopereorder = False
     from xdist.scheduler import LoadFileScheduling
 
     class NodeTestsTogether(LoadFileScheduling):

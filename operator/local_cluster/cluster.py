@@ -133,10 +133,9 @@ class LocalCluster:
             raise
 
     def _images(self) -> None:
-        spark = build("spark", SPARK_IMAGE)
-        for archive in (spark, build("operator", OPERATOR_IMAGE)):
+        for archive in (build("spark", SPARK_IMAGE), build("operator", OPERATOR_IMAGE)):
             self.node.load_archive(archive)
-        self.node.load_archive(build_spark_operator(SPARK_OPERATOR_IMAGE, spark, self.parts.spark_operator))
+        self.node.load_archive(build_spark_operator(SPARK_OPERATOR_IMAGE, self.parts.spark_operator))
 
     def _spark_operator(self, jobs: str) -> None:
         """The Kubeflow Spark Operator's own chart (from its module, as cluster/build.sh fetched

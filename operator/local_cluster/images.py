@@ -110,22 +110,38 @@ def build(component: str, name: str) -> Path:
     return _bud(component, key, name, dockerfile, ROOT, {"BASE": base})
 
 
-def build_spark_operator(name: str, spark_archive: Path, binary: Path) -> Path:
-    """``images/spark-operator/Dockerfile`` on our Spark image (its archive ``spark_archive``,
-    taken by image ID: a tag in buildah's storage may be an older build), with the
-    spark-operator ``binary`` built by cluster/build.sh."""
+RUNTIME = ("images/spark/Dockerfile", "images/spark/entrypoint.sh", "spark_app/jars")
+"""What the Spark image's ``runtime`` stage (Python, Java, pyspark, the jars: no spark_app) is
+made of: the spark-operator's image is rebuilt when these change, not with each spark_app."""
+
+
+def build_spark_operator(name: str, binary: Path) -> Path:
+    """``images/spark-operator/Dockerfile`` on the Spark image's ``runtime`` stage (spark-submit
+    and Spark's jars, without our code), with the spark-operator ``binary`` built by
+    cluster/build.sh."""
     folder = ROOT / "images" / "spark-operator"
-    h = hashlib.sha256(_digest_of([folder]).encode() + spark_archive.name.encode() + binary.read_bytes())
+    runtime = _digest_of([ROOT / p for p in RUNTIME])
+    h = hashlib.sha256(_digest_of([folder]).encode() + runtime.encode() + binary.read_bytes())
     key = h.hexdigest()[:16]
 
-    def spark_image() -> str:
-        return run("buildah", "pull", "-q", f"oci-archive:{spark_archive}").strip()
+    def spark_runtime() -> str:
+        """The stage's image ID, built now (its layers are the Spark image's, cached by buildah
+        when that image was just built): a tag in buildah's storage may be an older build."""
+        with tempfile.TemporaryDirectory() as tmp:
+            iid = Path(tmp) / "iid"
+            dockerfile = str(ROOT / "images" / "spark" / "Dockerfile")
+            run(
+                "buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers", "-q",
+                *trust_mounts(), "--build-arg", f"BASE={base()}", "--target", "runtime",
+                "--iidfile", str(iid), "-f", dockerfile, str(ROOT),
+            )  # fmt: skip
+            return iid.read_text().strip().removeprefix("sha256:")
 
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
         shutil.copy2(folder / "entrypoint.sh", context / "entrypoint.sh")
         shutil.copy2(binary, context / "spark-operator")
-        return _bud("spark-operator", key, name, folder / "Dockerfile", context, {"SPARK_IMAGE": spark_image})
+        return _bud("spark-operator", key, name, folder / "Dockerfile", context, {"SPARK_IMAGE": spark_runtime})
 
 
 def _bud(
@@ -151,7 +167,7 @@ def _bud(
     return archive
 
 
-LAYER_CACHE_LIMIT = int(os.environ.get("KAPPA_LAYER_CACHE_GB", "6")) << 30
+LAYER_CACHE_LIMIT = int(os.environ.get("KAPPA_LAYER_CACHE_GB", "12")) << 30
 """buildah's storage keeps every build's intermediate layers (its cache for the next build, which
 saves the pip and Maven steps when only spark_app changes); without a bound a working day of
 rebuilds left 15 GB there, and the CI run on the same disk found none free."""

@@ -34,7 +34,7 @@ class OneBatch(BackfillReader):
     def task_splits(self, start: dict[str, Any], end: dict[str, Any]) -> list[list[Split]]:
         return self.packed(self.splits) if start["batch"] == 0 else []
 
-    def later(self, start: dict[str, Any], end: dict[str, Any]) -> Callable[[str], list[tuple[int, int]]]:
+    def later(self, start: dict[str, Any]) -> Callable[[str], list[tuple[int, int]]]:
         return lambda _: []  # one batch: no later read of a file to keep rows for
 
 

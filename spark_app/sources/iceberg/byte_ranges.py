@@ -118,7 +118,7 @@ def task_pieces(
                         "length": length,
                         "fileSize": size,
                         "ranges": [list(r) for r in chunk],
-                        "keep": [list(r) for r in merged(sorted(set(kept_later) - set(chunk)))] if chunk else [],
+                        "keep": [list(r) for r in merged(list(set(kept_later) - set(chunk)))] if chunk else [],
                     }
                 )
     return out

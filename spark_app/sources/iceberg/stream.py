@@ -163,13 +163,13 @@ class _IcebergReader(ABC):
                     trace(
                         self.spec.trace_path, "open", source=self.spec.name, path=path, row_groups=groups, slices=ranges
                     )
-        later = self.later(start, end)
+        later = self.later(start)
         return [task_pieces(t, self._layouts, self.clip, later) for t in tasks]
 
     def clip(self, split: Split) -> tuple[int, int] | None:
         return None
 
-    def later(self, start: dict, end: dict) -> Callable[[str], list[tuple[int, int]]]:
+    def later(self, start: dict) -> Callable[[str], list[tuple[int, int]]]:
         """The time slices of a file that reads from this batch on take (none: no read keeps
         rows for another)."""
         return lambda _: []
@@ -220,7 +220,7 @@ class BackfillReader(_IcebergReader):
             self._costs[snapshot_id] = [read_cost(split, layouts) for split in splits]
         return self._plans[snapshot_id]
 
-    def later(self, start: dict, end: dict) -> Callable[[str], list[tuple[int, int]]]:
+    def later(self, start: dict) -> Callable[[str], list[tuple[int, int]]]:
         """The time slices of each file in the plan's splits from this batch's ``start`` on,
         cut to their segments: a read in this batch keeps the rows of the others for the later
         reads of the same file (in this batch's other reads, or in later batches)."""

@@ -203,17 +203,13 @@ final class SliceReaderFactory implements PartitionReaderFactory {
     private void keepRow(long t, InternalRow row) {
       UnsafeRow copy = dataOnly.apply(row).copy();
       keptBytes += copy.getSizeInBytes() + 24L;
-      if (keptBytes > maxBytesNow()) {
+      if (keptBytes > DecodedRows.maxBytes()) {
         keptRows = null;
         keptTimes = null;
         return;
       }
       keptTimes.add(t);
       keptRows.add(copy);
-    }
-
-    private long maxBytesNow() {
-      return DecodedRows.maxBytes();
     }
 
     private boolean openNext() {
@@ -235,7 +231,7 @@ final class SliceReaderFactory implements PartitionReaderFactory {
         }
       }
       decoding = parquet.buildReader(file);
-      boolean keeping = ranges.length > 0 && later.length > 0 && maxBytesNow() > 0;
+      boolean keeping = ranges.length > 0 && later.length > 0 && DecodedRows.maxBytes() > 0;
       keptRows = keeping ? new ArrayList<>() : null;
       keptTimes = keeping ? new ArrayList<>() : null;
       keptBytes = 0;
