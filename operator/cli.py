@@ -297,7 +297,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
     if args.command == "coordinator":
         return run_coordinator(args, console)
     if args.command == "operator":
-        return run_operator(args)
+        return operator_command(args)
     if args.command in ("checkpoints", "rewind"):
         return run_report(args, console)
     if args.command == "demo":
@@ -399,7 +399,8 @@ def _token(path: Path | None) -> str | None:
     return path.read_text().strip() if path else os.environ.get("KAPPA_COORDINATOR_TOKEN") or None
 
 
-def run_operator(args: argparse.Namespace) -> int:
+def operator_command(args: argparse.Namespace) -> int:
+    """``kappa operator``: its flags as the runner's options (the runner is ``runner.run_operator``)."""
     import logging
 
     from kappa_operator.runner import OperatorOptions, run_operator

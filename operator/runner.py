@@ -19,7 +19,7 @@ from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.events import route_kopf_logs
 from kappa_operator.handlers.context import configure, ctx
 from kappa_operator.metrics import OperatorMetrics
-from kappa_operator.reconcile.backfill_queue import Limits
+from kappa_operator.reconcile.backfill_queue import QueueLimits
 
 log = logging.getLogger("kappa.operator")
 
@@ -116,7 +116,7 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
         token=token,
         metrics=metrics,
         namespaces=tuple(opts.namespaces),
-        admission=Limits(opts.max_concurrent_backfills, opts.max_concurrent_backfills_per_namespace),
+        queue_limits=QueueLimits(opts.max_concurrent_backfills, opts.max_concurrent_backfills_per_namespace),
     )
     if opts.metrics_bind is not None:
         metrics_host, metrics_port = split_bind(opts.metrics_bind)

@@ -10,9 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig
-from spark_app.storage import Location, open_location
+from spark_app.storage import REPORT_DIR, Location, open_location
 
-REPORT_DIR = "_kappa"
 REPORT_NAME = "publish-report.json"
 
 

@@ -79,10 +79,22 @@ Pipeline = Callable[..., dict[str, DataFrame]]
 
 # --- session -----------------------------------------------------------------------------
 
+PROGRESS_RETENTION = "spark.sql.streaming.numRecentProgressUpdates"
+"""How many progress updates each query keeps in the driver's memory (``recentProgress``)."""
+
+
+def progress_retention(mode: str, archive_leg: bool) -> int:
+    """A run that ends by itself (a backfill, a bootstrap's archive leg) keeps every batch's
+    progress: its report and its completeness check read them all when it ends. A live query
+    runs for weeks: it keeps the last 10,000 (tens of MB), never its whole history (a job at
+    1 s triggers would hold a day's in the driver's heap)."""
+    return 100_000 if mode == "backfill" or archive_leg else 10_000
+
+
 _SESSION_DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.enabled": "false",
-    "spark.sql.streaming.numRecentProgressUpdates": "10000",
+    PROGRESS_RETENTION: str(progress_retention("live", archive_leg=False)),
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # What the Iceberg sink's files need (``sinks/iceberg/spark_files.py``), from the first
     # batch on, so every Parquet output of the job writes timestamps one way.
@@ -537,7 +549,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     outputs = outputs_for(spark, cfg, pipeline, reader_members, extended_to=extended, boot=boot)
     read = None if edges is None else {n for names in edges.used.values() for n in names}
     verdict = lateness_verdict(archives or cfg, outputs, read)
-    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    spark.conf.set(PROGRESS_RETENTION, str(progress_retention(cfg.mode, archives is not None)))
     ledger = start_reads(cfg)
     if cfg.mode == "backfill" or archives is not None:
         reset_rounds(archives or cfg, outputs)
@@ -566,6 +578,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
                     break
                 require_complete(archives, [p for q in current for p in query_progress(q)], bootstrap=True)
                 boot, archives = switch_bootstrap(cfg, boot[0]), None
+                spark.conf.set(PROGRESS_RETENTION, str(progress_retention(cfg.mode, archive_leg=False)))
                 outputs = outputs_for(spark, cfg, pipeline, None, boot=boot)
                 continue
             if drains is None or edges is None or timeout is not None:

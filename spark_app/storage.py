@@ -30,6 +30,10 @@ from pydantic import BaseModel, ConfigDict
 
 from spark_app.errors import CheckpointError
 
+REPORT_DIR = "_kappa"
+"""The folder beside a checkpoint where the driver writes what the operator reads (run, plan,
+publish, restore, progress and bootstrap reports, the pending commits, external calls): its name
+is defined here and only here."""
 BUFFERED_COPY_BYTES = 32 * 1024 * 1024
 """Files up to this size are read whole, then written in one call (one PUT on S3)."""
 CHUNK_BYTES = 8 * 1024 * 1024

@@ -64,7 +64,7 @@ PROGRESS_INTERVAL = 5.0
 one's place, a Planning one's application)."""
 FOLLOWED = ("Pending", "Planning", "Queued", "Running", "Publishing")
 ADMISSION = threading.Lock()
-"""One admission decision (and its submission) at a time in this process: two backfills
+"""One queue decision (and its submission) at a time in this process: two backfills
 reconciled at once must not both take the last slot. The operator runs as one replica."""
 JOB_GONE = threading.Lock()
 """Held while a backfill first finds its job deleted: the timer and an application event may
@@ -134,7 +134,7 @@ def _planning(bf: Backfill, job: StreamingJob | None, app: dict[str, Any] | None
 
 
 def candidate(body: dict[str, Any]) -> Candidate:
-    """A Backfill as admission sees it (from the object alone: the queue is rebuilt from the
+    """A Backfill as the queue sees it (from the object alone: the queue is rebuilt from the
     objects after an operator restart)."""
     meta, spec, status = body["metadata"], body.get("spec") or {}, body.get("status") or {}
     phase = status.get("phase") or "Pending"
@@ -149,13 +149,13 @@ def candidate(body: dict[str, Any]) -> Candidate:
     )
 
 
-def _admission(bf: Backfill, body: Any, app: dict[str, Any] | None) -> Admitted | Queued | None:
+def _queue_turn(bf: Backfill, body: Any, app: dict[str, Any] | None) -> Admitted | Queued | None:
     """Whether a backfill about to be submitted may start (None: no limits, or not about to)."""
     c = ctx()
-    if c.admission.unlimited or app is not None or bf.spec.dry_run:
+    if c.queue_limits.unlimited or app is not None or bf.spec.dry_run:
         return None
     everyone = [candidate(b) for b in c.cluster().list_watched(PLURAL, c.namespaces)]
-    return decide(candidate(dict(body)), everyone, c.admission)
+    return decide(candidate(dict(body)), everyone, c.queue_limits)
 
 
 def _plan(
@@ -180,7 +180,7 @@ def _plan(
         publish_app,
         report,
         planning=_planning(bf, job, app),
-        admission=_admission(bf, body, app) if job is not None else None,
+        turn=_queue_turn(bf, body, app) if job is not None else None,
         run_report=_run_report(bf, job, app),
     )
 
@@ -232,7 +232,7 @@ Apps = tuple[dict[str, Any] | None, dict[str, Any] | None]
 
 
 def _reconcile(bf: Backfill, body: Any, apps: Apps) -> None:
-    if apps[0] is None and not bf.spec.dry_run and not ctx().admission.unlimited:
+    if apps[0] is None and not bf.spec.dry_run and not ctx().queue_limits.unlimited:
         with ADMISSION:  # decide and record (Running or Queued) before another one decides
             _reconcile_one(bf, body, apps)
     else:

@@ -25,7 +25,7 @@ from kappa_operator.events import EventRecorder
 from kappa_operator.metrics import OperatorMetrics, backfill_times
 from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill_queue import Limits
+from kappa_operator.reconcile.backfill_queue import QueueLimits
 from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, changes_nothing, failure_status, with_recovery
 from kappa_operator.reconcile.phases import app_state, driver_pod, now_rfc3339, with_last_words
 from kappa_operator.reconcile.streaming_job import Event
@@ -88,8 +88,8 @@ class Context:
     its alignment group (``coordinator.scopes``)."""
     metrics: OperatorMetrics | None = None
     namespaces: tuple[str, ...] = ()
-    """The namespaces watched (empty: the whole cluster): where admission counts backfills."""
-    admission: Limits = field(default_factory=Limits)
+    """The namespaces watched (empty: the whole cluster): where the queue counts backfills."""
+    queue_limits: QueueLimits = field(default_factory=QueueLimits)
     """backfills.maxConcurrent and maxConcurrentPerNamespace."""
     _cluster: Cluster | None = None
     _events: EventRecorder | None = None

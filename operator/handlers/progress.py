@@ -28,8 +28,7 @@ from spark_app.bootstrap.record import BootstrapRecord, read_record
 from spark_app.external_calls.report import ExternalCallsReport
 from spark_app.external_calls.report import read_report_at as read_calls_at
 from spark_app.progress_report import ProgressReport, read_reports
-from spark_app.publish_report import REPORT_DIR
-from spark_app.storage import open_location
+from spark_app.storage import REPORT_DIR, open_location
 
 log = logging.getLogger("kappa.operator")
 

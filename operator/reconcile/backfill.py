@@ -225,7 +225,7 @@ def plan_backfill(
     report: PublishReport | None = None,
     *,
     planning: Planning | None = None,
-    admission: Admitted | Queued | None = None,
+    turn: Admitted | Queued | None = None,
     run_report: RunReport | None = None,
 ) -> BackfillPlan:
     """``admin_token``: the coordinator's, from which this backfill's credential (scoped to its
@@ -233,9 +233,9 @@ def plan_backfill(
     was deleted since): the backfill finishes with it. ``publish_app`` and ``report``: the
     publish application and the report it left (read only once that application ended).
     ``planning``: the plan application, its report and the namespace's calibration runs.
-    ``admission``: whether it may start now (None: no limits). ``run_report``: what its driver
+    ``turn``: whether the queue lets it start now (None: no limits). ``run_report``: what its driver
     measured of its micro-batches, once its application completed (calibrates the next ETAs)."""
-    plan = _decide(bf, job, app, coordinator_url, now, admin_token, job_saved, publish_app, report, planning, admission)
+    plan = _decide(bf, job, app, coordinator_url, now, admin_token, job_saved, publish_app, report, planning, turn)
     plan = _without_credential_when_stopped(_job_deleted_said(bf, plan, job_saved), app)
     phase_now = bf.status.phase if bf.status else None
     if plan.status.get("phase") != "Succeeded" or phase_now == "Succeeded" or job is None:
@@ -296,7 +296,7 @@ def _decide(
     publish_app: dict[str, Any] | None,
     report: PublishReport | None,
     planning: Planning | None,
-    admission: Admitted | Queued | None,
+    turn: Admitted | Queued | None,
 ) -> BackfillPlan:
     status = _Status(bf, now)
     phase_now = bf.status.phase if bf.status else None
@@ -345,9 +345,9 @@ def _decide(
             )
         if bf.spec.dry_run:
             return _planning(bf, job, cfg, status, planning or Planning(), extra)
-        if isinstance(admission, Queued) and phase_now not in ACTIVE:
+        if isinstance(turn, Queued) and phase_now not in ACTIVE:
             # one restarting (or whose application was deleted) keeps the slot it was admitted to
-            return _queued(bf, status, admission, extra)
+            return _queued(bf, status, turn, extra)
         credential = None
         if group is not None and admin_token:
             credential = token_secret(owner, scoped_token(admin_token, [group.name]))

@@ -18,7 +18,7 @@ WAITING = ("Pending", "Queued", "Planned")
 
 
 @dataclass(frozen=True)
-class Limits:
+class QueueLimits:
     max_concurrent: int | None = None
     """Across the cluster (the operator's namespaces); None: no limit."""
     max_per_namespace: int | None = None
@@ -30,7 +30,7 @@ class Limits:
 
 @dataclass(frozen=True)
 class Candidate:
-    """What admission needs of one Backfill."""
+    """What the queue needs of one Backfill."""
 
     namespace: str
     name: str
@@ -63,7 +63,7 @@ def queue_order(c: Candidate) -> tuple[int, str, str, str]:
     return -c.priority, c.created, c.namespace, c.name
 
 
-def decide(me: Candidate, others: list[Candidate], limits: Limits) -> Admitted | Queued:
+def decide(me: Candidate, others: list[Candidate], limits: QueueLimits) -> Admitted | Queued:
     """Whether ``me`` may start now. ``others``: every other Backfill the operator sees (any
     phase; ``me`` among them is ignored). The waiting ones are given slots in queue order, as
     if all started at once; ``me`` is admitted if it gets one."""
@@ -89,7 +89,7 @@ def decide(me: Candidate, others: list[Candidate], limits: Limits) -> Admitted |
     raise AssertionError("unreachable: me is in the queue")
 
 
-def _reason(me: Candidate, cluster_full: bool, limits: Limits, total: int, in_ns: int, position: int) -> str:
+def _reason(me: Candidate, cluster_full: bool, limits: QueueLimits, total: int, in_ns: int, position: int) -> str:
     if cluster_full:
         held = f"backfills.maxConcurrent {limits.max_concurrent} reached ({total} running or ahead in the queue)"
     else:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-from spark_app.storage import Location
+from spark_app.storage import REPORT_DIR, Location
 
-FAILURE = "_kappa/externalize-failure.json"
+FAILURE = f"{REPORT_DIR}/externalize-failure.json"
 """Beside a sink's snapshots while its last copy failed (the operator shows it in the job's
 status: a log line in a driver pod is not where people look); removed by the next copy that
 succeeds."""

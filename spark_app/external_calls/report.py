@@ -15,8 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from spark_app.publish_report import REPORT_DIR
-from spark_app.storage import Location, open_location
+from spark_app.storage import REPORT_DIR, Location, open_location
 
 REPORT_NAME = "external-calls.json"
 EVERY_S = 5.0

@@ -18,7 +18,7 @@ from prometheus_client import generate_latest
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
 from spark_app.config import parse_config
 from spark_app.external_calls.report import REPORT_NAME, ExternalCallsReport
-from spark_app.publish_report import REPORT_DIR
+from spark_app.storage import REPORT_DIR
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import APP, create, example, get, in_phase, spark_state, status

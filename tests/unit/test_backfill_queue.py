@@ -20,7 +20,7 @@ from kappa_operator.handlers.backfill import candidate
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import Planning, plan_backfill
-from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Candidate, Limits, Queued, decide
+from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Candidate, Queued, QueueLimits, decide
 from kappa_operator.reconcile.estimates import Run, eta, recorded, runs_from
 from spark_app.run_report import RunReport, batch_costs
 
@@ -36,15 +36,15 @@ def c(
 
 def test_no_limits_admits_everything() -> None:
     running = [c(f"r{i}", "Running") for i in range(50)]
-    assert decide(c("me"), running, Limits()) == Admitted()
+    assert decide(c("me"), running, QueueLimits()) == Admitted()
 
 
 def test_the_cluster_limit_queues_with_position_and_reason() -> None:
     others = [c("r1", "Running"), c("r2", "Publishing"), c("done", "Succeeded"), c("failed", "Failed")]
-    verdict = decide(c("me"), others, Limits(max_concurrent=2))
+    verdict = decide(c("me"), others, QueueLimits(max_concurrent=2))
     assert isinstance(verdict, Queued) and verdict.position == 1
     assert "backfills.maxConcurrent 2 reached" in verdict.reason and "position 1" in verdict.reason
-    assert decide(c("me"), others[1:], Limits(max_concurrent=2)) == Admitted(), "finished ones hold no slot"
+    assert decide(c("me"), others[1:], QueueLimits(max_concurrent=2)) == Admitted(), "finished ones hold no slot"
 
 
 def test_the_queue_is_priority_then_age_and_ahead_ones_take_the_slots_first() -> None:
@@ -54,7 +54,7 @@ def test_the_queue_is_priority_then_age_and_ahead_ones_take_the_slots_first() ->
         c("old-high", "Queued", 5, "2026-11-24T09:00:00Z"),
     ]
     everyone = [c("r1", "Running"), *waiting]
-    limits = Limits(max_concurrent=2)
+    limits = QueueLimits(max_concurrent=2)
     verdicts = {w.name: decide(w, everyone, limits) for w in waiting}
     assert verdicts["old-high"] == Admitted(), "highest priority, oldest: the free slot is its"
     assert verdicts["new-high"] == Queued(2, verdicts["new-high"].reason)  # type: ignore[union-attr]
@@ -63,7 +63,7 @@ def test_the_queue_is_priority_then_age_and_ahead_ones_take_the_slots_first() ->
 
 def test_a_full_namespace_does_not_hold_back_another_namespace() -> None:
     everyone = [c("r1", "Running", ns="a"), c("ahead", "Queued", 9, ns="a"), c("me", "Queued", 0, ns="b")]
-    limits = Limits(max_concurrent=3, max_per_namespace=1)
+    limits = QueueLimits(max_concurrent=3, max_per_namespace=1)
     held = decide(everyone[1], everyone, limits)
     assert isinstance(held, Queued) and "maxConcurrentPerNamespace 1 reached in a" in held.reason
     assert decide(everyone[2], everyone, limits) == Admitted()
@@ -75,8 +75,8 @@ def test_not_ready_backfills_take_no_place_and_running_ones_are_never_preempted(
         Candidate("a", "dry", "Planned", 100, "", ready=False),
         Candidate("a", "no-job", "Pending", 100, "", ready=False),
     ]
-    assert decide(c("me"), everyone, Limits(max_concurrent=2)) == Admitted()
-    assert isinstance(decide(c("vip", priority=1000), everyone, Limits(max_concurrent=1)), Queued)
+    assert decide(c("me"), everyone, QueueLimits(max_concurrent=2)) == Admitted()
+    assert isinstance(decide(c("vip", priority=1000), everyone, QueueLimits(max_concurrent=1)), Queued)
 
 
 @settings(max_examples=200, deadline=None)
@@ -95,7 +95,7 @@ def test_admitting_one_at_a_time_never_exceeds_the_limits_and_follows_the_queue(
         f"b{i}": Candidate(ns, f"b{i}", "Running" if running else "Queued", prio, f"2026-11-24T09:{i:02d}:00Z")
         for i, (prio, ns, running) in enumerate(backfills)
     }
-    limits = Limits(max_concurrent=limit, max_per_namespace=per_ns)
+    limits = QueueLimits(max_concurrent=limit, max_per_namespace=per_ns)
     for _ in range(len(objs)):
         for name in sorted(objs):
             me = objs[name]
@@ -131,15 +131,15 @@ def with_status(bf: Backfill, status: dict[str, Any]) -> Backfill:
 def test_a_queued_backfill_waits_with_its_position_then_runs_once_admitted() -> None:
     bf, job = manifests(priority=3)
     q = Queued(2, "queued at position 2 (priority 3): backfills.maxConcurrent 2 reached (2 running or ahead)")
-    plan = plan_backfill(bf, job, None, None, NOW, admission=q)
+    plan = plan_backfill(bf, job, None, None, NOW, turn=q)
     assert plan.create_app is None and plan.config_map is None
     assert plan.status["phase"] == "Queued" and plan.status["queuePosition"] == 2
     assert plan.status["queuedSince"] == NOW and plan.status["message"] == q.reason
     assert [e.reason for e in plan.events] == ["Queued"]
     queued = with_status(bf, plan.status)
-    again = plan_backfill(queued, job, None, None, "2026-11-24T10:05:00Z", admission=Queued(1, "position 1"))
+    again = plan_backfill(queued, job, None, None, "2026-11-24T10:05:00Z", turn=Queued(1, "position 1"))
     assert again.status["queuedSince"] == NOW and again.status["queuePosition"] == 1 and not again.events
-    started = plan_backfill(queued, job, None, None, "2026-11-24T10:09:00Z", admission=Admitted())
+    started = plan_backfill(queued, job, None, None, "2026-11-24T10:09:00Z", turn=Admitted())
     assert started.create_app is not None and started.status["phase"] == "Running"
     assert started.status["startedAt"] == "2026-11-24T10:09:00Z" and started.status["queuePosition"] is None
 
@@ -301,7 +301,7 @@ def test_the_queue_order_is_total_and_stable() -> None:
     names = [
         c(f"b{i}", "Queued", p, f"2026-11-24T09:0{t}:00Z") for i, (p, t) in enumerate(itertools.product((0, 1), (1, 2)))
     ]
-    order = [decide(b, names, Limits(max_concurrent=0)) for b in names]
+    order = [decide(b, names, QueueLimits(max_concurrent=0)) for b in names]
     positions = sorted(q.position for q in order if isinstance(q, Queued))
     assert positions == [1, 2, 3, 4]
 

@@ -25,7 +25,7 @@ from kappa_operator.reconcile.backfill import plan_backfill
 from kappa_operator.reconcile.external_calls import EVERY_S, calls_status, calls_update, due
 from kappa_operator.render.jobconfig import backfill_config, live_checkpoint, restore_config, streaming_job_config
 from spark_app.external_calls.report import REPORT_NAME, ExternalCallsReport
-from spark_app.publish_report import REPORT_DIR
+from spark_app.storage import REPORT_DIR
 from tests.crd_validation import admit
 from tests.unit.test_crds import crd
 

@@ -551,7 +551,7 @@ def test_a_failed_application_is_run_again_from_its_checkpoint_after_a_growing_d
         still = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
         assert still.delete_app and still.status == {}, "its deletion under way: no second count"
         full = Queued(5, "queued at position 5 (priority 0): backfills.maxConcurrent 4 reached")
-        created = plan_backfill(bf(state), JOB, None, "http://c", restart_at, admin_token="admin", admission=full)
+        created = plan_backfill(bf(state), JOB, None, "http://c", restart_at, admin_token="admin", turn=full)
         assert created.create_app is not None, "a restart keeps the queue's slot it was admitted to"
         assert "restarts" not in created.status, "a restart keeps its count"
         assert created.create_app["spec"] == app["spec"], "the same application, from the same checkpoint"

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pyiceberg.manifest import DataFile
 
 from spark_app.sinks.iceberg.arrow_files import pack, unpack
-from spark_app.storage import Location, open_location
+from spark_app.storage import REPORT_DIR, Location, open_location
 
 log = logging.getLogger("kappa.sink")
-PENDING_DIR = "_kappa/pending-commits"
+PENDING_DIR = f"{REPORT_DIR}/pending-commits"
 
 
 @dataclass(frozen=True)
