@@ -70,6 +70,27 @@ def test_a_bounded_backfill_writes_the_aligned_runs_rows_in_one_batch(
     assert bounded.lateness is not None and "bounded" in bounded.lateness.message
 
 
+def test_each_sources_bounded_frame_is_made_once_for_the_proof_the_watermark_and_the_write(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    from spark_app.runtime import source_spec
+    from spark_app.sources.iceberg.frame import iceberg_batch_frame
+
+    cfg = rmi(dataset, tmp_path, "bounded")
+    sid = dataset.catalog().load_table("demo.impressions").current_snapshot().snapshot_id
+    first = iceberg_batch_frame(spark, source_spec(cfg, "attributed_plays", "impressions", 2, ()), sid)
+    # another sink's spec of the source (its member and rounds file differ) reads the same rows
+    again = iceberg_batch_frame(spark, source_spec(cfg, "other", "impressions", 2, ()), sid)
+    assert again is first
+    end = int(cfg.window.read_end.timestamp() * 1_000_000)
+    drained = iceberg_batch_frame(
+        spark, source_spec(cfg, "attributed_plays", "impressions", 2, (), (end + 600_000_000,)), sid
+    )
+    assert drained is not first and drained.count() > first.count(), "a drain extension reads more"
+    playbacks = dataset.catalog().load_table("demo.playbacks").current_snapshot().snapshot_id
+    assert iceberg_batch_frame(spark, source_spec(cfg, "attributed_plays", "playbacks", 2, ()), playbacks) is not first
+
+
 def into_iceberg(cfg: Any, table: str, **fields: Any) -> Any:
     raw = cfg.model_dump(by_alias=True, exclude_none=True)
     raw["sinks"] = {

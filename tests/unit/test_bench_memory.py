@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.memory import tree_pss_bytes
+from bench.memory import reset_peak, status_kb, tree_pss_bytes
 
 MB = 1024 * 1024
 
@@ -48,3 +48,46 @@ def test_a_process_that_is_gone_counts_nothing() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     assert tree_pss_bytes(child.pid) == 0
+
+
+def test_the_excluded_process_leaves_the_tree_its_children_stay() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; x = b'x' * (96 << 20); print(1, flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == b"1"
+        whole = tree_pss_bytes(os.getpid())
+        without = tree_pss_bytes(os.getpid(), exclude=child.pid)
+        assert whole - without >= 90 * MB, "the excluded child's 96 MB is not counted"
+        assert tree_pss_bytes(os.getpid(), exclude=os.getpid()) >= 90 * MB, "the root's children still count"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_runs_peak_is_the_kernels_high_water_mark_reset_at_its_start() -> None:
+    """What ``PeakMemory`` reads for the JVM: a peak before the reset is forgotten, one after
+    it is kept though the memory is freed by then."""
+    code = (
+        "import sys, time\n"
+        "x = b'x' * (128 << 20); del x; print(1, flush=True)\n"
+        "sys.stdin.readline(); y = b'y' * (64 << 20); del y; print(2, flush=True); time.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == b"1"
+        assert status_kb(child.pid, "VmHWM") * 1024 >= 128 * MB
+        if not reset_peak(child.pid):
+            pytest.skip("clear_refs is not writable here")
+        assert status_kb(child.pid, "VmHWM") * 1024 < 100 * MB, "the earlier 128 MB peak is forgotten"
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == b"2"
+        peak = status_kb(child.pid, "VmHWM") * 1024
+        assert 64 * MB <= peak < 128 * MB, f"the 64 MB peak after the reset is kept ({peak / MB:.0f} MB)"
+    finally:
+        child.kill()
+        child.wait()
+    assert status_kb(child.pid, "VmHWM") == 0, "a process that is gone has no size"

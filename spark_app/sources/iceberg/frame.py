@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -178,7 +179,33 @@ def iceberg_frame(
     )
 
 
+_BATCH_FRAMES: OrderedDict[tuple[int, str, str, int], DataFrame] = OrderedDict()
+_BATCH_FRAMES_KEPT = 8
+_PER_QUERY = {"member", "members", "rounds_file", "state_file", "trace_path", "batch_rows", "batch_row_budget"}
+"""What a bounded frame does not depend on (the spec's parts for a streaming query's planner)."""
+
+
 def iceberg_batch_frame(spark: SparkSession, spec: SourceSpec, snapshot_id: int) -> DataFrame:
+    """``bounded_frame``, made once per session, spec and snapshot. Making one plans the
+    snapshot's files in pyiceberg and has Spark list them (~0.5 s a source at the dense
+    profile), and a bounded run asks for each source's frame more than once: to prove no row
+    was late, to find its final watermark, to write. A snapshot's files never change, so the
+    frame made first is the frame; its schema is the table's current one, hence the metadata
+    file in the key. The key's session id cannot be another session's while the entry, which
+    holds its session, is kept."""
+    r = _read_of(spec)
+    key = (id(spark), r.table.metadata_location, spec.model_dump_json(exclude=_PER_QUERY), snapshot_id)
+    if key in _BATCH_FRAMES:
+        _BATCH_FRAMES.move_to_end(key)
+        return _BATCH_FRAMES[key]
+    frame = bounded_frame(spark, spec, snapshot_id, r)
+    _BATCH_FRAMES[key] = frame
+    while len(_BATCH_FRAMES) > _BATCH_FRAMES_KEPT:
+        _BATCH_FRAMES.popitem(last=False)
+    return frame
+
+
+def bounded_frame(spark: SparkSession, spec: SourceSpec, snapshot_id: int, r: _Read | None = None) -> DataFrame:
     """The same rows as ``iceberg_frame`` delivers over a whole backfill (the files of
     ``snapshot_id`` whose ordering range meets the read, cut to ``[read_start, read_until)``
     and the source's filter, projected to its columns), as one bounded DataFrame read by
@@ -189,7 +216,7 @@ def iceberg_batch_frame(spark: SparkSession, spec: SourceSpec, snapshot_id: int)
     window = spec.window
     if window is None or spec.source.kind != "icebergBackfill":
         raise ConfigError(f"source {spec.name}: a bounded read needs a backfill window and an icebergBackfill source")
-    r = _read_of(spec)
+    r = r or _read_of(spec)
     table, schema, output, names, extra, by_id = r.table, r.schema, r.output, r.names, r.extra, r.by_id
     columns = st.StructType(read_schema(schema, names + extra, by_id).fields[: len(names) + len(extra)])
     from spark_app.sources.iceberg import scan
