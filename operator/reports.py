@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kappa_operator import rewind as io
+from kappa_operator import restore_points
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.rewind import downstream_of, downstream_rewind, restored_location
@@ -72,7 +72,7 @@ def checkpoints_table(uri: str) -> Table:
 
 def rewind_preview(rw: Rewind, job: StreamingJob, others: list[StreamingJob]) -> RenderableType:
     """What applying ``rw`` would do, read from the same snapshots and tables the operator uses."""
-    chosen = io.choose_points(rw, job)
+    chosen = restore_points.choose_points(rw, job)
     t = rw.spec.target
     target = t.time or (f"batch {t.batch_id}" if t.batch_id is not None else "reading the records it skips")
     head = Text(f"Rewind {rw.metadata.name}: {job.metadata.name} to before {target}\n", style="bold")

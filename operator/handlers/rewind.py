@@ -11,7 +11,7 @@ from typing import Any
 
 import kopf
 
-from kappa_operator import rewind as io
+from kappa_operator import restore_points
 from kappa_operator.handlers.context import (
     crash_point,
     ctx,
@@ -80,9 +80,9 @@ def _observe(rw: Rewind) -> Observed:
     chosen: Any = ()
     expired = None
     if phase == "Pending" and job is not None:
-        chosen = io.choose_points(rw, job)
+        chosen = restore_points.choose_points(rw, job)
         if not isinstance(chosen, str):
-            expired = io.kafka_refusal(job, chosen)  # before anything is stopped
+            expired = restore_points.kafka_refusal(job, chosen)  # before anything is stopped
     if phase != "Restoring":
         return Observed(job=job, app=app, chosen=chosen, expired=expired)
     mine = owner_of(rw)

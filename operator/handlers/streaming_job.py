@@ -21,7 +21,6 @@ from kappa_operator.handlers.context import (
     reported,
     with_driver_words,
 )
-from kappa_operator.job_snapshots import initial_points
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
@@ -37,6 +36,7 @@ from kappa_operator.reconcile.streaming_job import (
 )
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, initial_restore_config
 from kappa_operator.render.spark_application import Owner
+from kappa_operator.restore_points import initial_points
 from spark_app.checkpoints.requests import read_answer
 from spark_app.restore_report import read_report
 from spark_app.storage import open_location

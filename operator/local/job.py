@@ -11,7 +11,6 @@ from typing import Any
 
 from rich.markup import escape
 
-from kappa_operator.job_snapshots import restore_points, snapshot_failures
 from kappa_operator.local.engine import Local, application, log
 from kappa_operator.local.overrides import runtime_config
 from kappa_operator.models.streaming_job import StreamingJob
@@ -23,6 +22,7 @@ from kappa_operator.render.jobconfig import (
     config_hash,
     streaming_job_config,
 )
+from kappa_operator.restore_points import restore_points, snapshot_failures
 from spark_app.bootstrap.record import read_record, record_location
 from spark_app.config import JobConfig
 from spark_app.errors import KappaError

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from kappa_operator import rewind as io
+from kappa_operator import restore_points
 from kappa_operator.local.engine import Local, _status, application, log
 from kappa_operator.local.job import JobRun, run_job
 from kappa_operator.local.overrides import retarget
@@ -77,7 +77,7 @@ def run_rewind(local: Local, rw: Rewind, job: StreamingJob, others: tuple[Stream
         seen = Observed(
             job=job,
             app=resumed.app if resumed is not None else None,  # nothing of the job runs here until Resume
-            chosen=io.choose_points(rw, job) if phase == "Pending" else (),
+            chosen=restore_points.choose_points(rw, job) if phase == "Pending" else (),
             downstream=downstream_of(job, list(others)) if ended and rw.spec.downstream else (),
             restore_app=restored[0] if ended and restored is not None else None,
             report=restored[1] if ended and restored is not None else None,
@@ -182,7 +182,7 @@ def _rewind_result(local: Local, rw: Rewind, job: StreamingJob, resumed: JobRun 
 
 def _restore_hint(local: Local, rw: Rewind, job: StreamingJob) -> None:
     """Which points there are; and why a target time from production finds none locally."""
-    snapshots = [(sink, m) for sink in job.spec.sinks for m in io.snapshots_of(job, sink)]
+    snapshots = [(sink, m) for sink in job.spec.sinks for m in restore_points.snapshots_of(job, sink)]
     if not snapshots:
         return
     points = checkpoint_status(

@@ -19,6 +19,7 @@ from kappa_operator.models.common import (
     StatusBase,
     TimestampStr,
 )
+from kappa_operator.models.streaming_job import StartPoint
 
 PHASES = ("Pending", "Stopping", "Restoring", "Resuming", "Succeeded", "Failed")
 
@@ -128,17 +129,9 @@ class RewindSpec(CRModel):
         return self
 
 
-class SinkRestore(CRModel):
+class SinkRestore(StartPoint):
     """The restore point chosen for one sink's query, and what its reset did."""
 
-    sink: str
-    """The sink (one query each)."""
-    batch_id: int
-    """The snapshot's last committed batch: the query resumes at batch_id + 1."""
-    committed_at: str
-    """When that batch was committed."""
-    query_id: str
-    """The query whose later batches are undone."""
     table: str | None = None
     """The Iceberg table reset (iceberg sinks)."""
     files_removed: int | None = None

@@ -529,12 +529,16 @@ class TakenSnapshot(CRModel):
 
 
 class StartPoint(CRModel):
-    """The snapshot a sink's query starts from (``spec.initialSnapshot``)."""
+    """The snapshot a sink's query starts from (initialSnapshot; a Rewind's SinkRestore adds its reset)."""
 
     sink: str
+    """The sink (one query each)."""
     batch_id: int
+    """The snapshot's last committed batch: the query resumes at batch_id + 1."""
     committed_at: str
+    """When that batch was committed."""
     query_id: str
+    """The query the snapshot is of (a Rewind undoes its batches after batch_id)."""
 
 
 class UpgradeStatus(CRModel):

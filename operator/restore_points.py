@@ -1,15 +1,21 @@
-"""A Rewind's reads (the edge): the restore points of a job, from its snapshot manifests
-(metadata, a few KB each). Restoring them and undoing the sinks is the restore application's
-work (``spark_app.rewinding``), not the operator's."""
+"""A job's restore points, as the operator reads them: the snapshot manifests its driver wrote
+to ``spec.checkpoints.externalLocation`` (``spark_app.checkpoints.driver`` copies, the operator
+only lists them: a few KB per snapshot, never a checkpoint file); the point each sink starts
+from, for a StreamingJob's ``initialSnapshot`` or a Rewind's target; and whether Kafka still
+holds what a point would read first. Restoring them and undoing the sinks is the restore
+application's work (``spark_app.rewinding``), not the operator's."""
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
+from typing import TypeVar
 
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
-from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job import StartPoint, StreamingJob
+from kappa_operator.reconcile.checkpoints import Point
 from spark_app import kafka_offsets as kafka
+from spark_app.checkpoints.failure_note import read_failure
 from spark_app.checkpoints.layout import OffsetLogEntry, parse_offsets
 from spark_app.checkpoints.restore import choose
 from spark_app.checkpoints.snapshots import Manifest, list_snapshots
@@ -17,16 +23,66 @@ from spark_app.errors import KappaError
 from spark_app.sources.kafka_retention import Offsets, kafka_offsets, losses, read_none_of, refusal
 from spark_app.storage import open_location
 
+P = TypeVar("P", bound=StartPoint)
+
 
 def _join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts])
 
 
 def snapshots_of(job: StreamingJob, sink: str) -> list[Manifest]:
+    """The restorable snapshots of ``sink``'s query (manifest present, its pool objects listed)."""
     ext = job.spec.checkpoints.external_location
     if ext is None:
         return []
     return list_snapshots(open_location(_join(ext, sink)))
+
+
+def snapshot_failures(job: StreamingJob) -> list[str]:
+    """The driver's notes of copies failing now, per sink (a few hundred bytes each)."""
+    ext = job.spec.checkpoints.external_location
+    assert ext is not None
+    out = []
+    for sink in job.spec.sinks:
+        note = read_failure(open_location(_join(ext, sink)))
+        if note is not None:
+            out.append(f"sink {sink}: {note.get('error')} (since {note.get('at')})")
+    return out
+
+
+def restore_points(job: StreamingJob) -> list[Point]:
+    """Every sink's restorable snapshots, for the job's status and the snapshots' pruning."""
+    return [
+        Point(sink, m.batch_id, m.committed_at, m.watermark_ms)
+        for sink in job.spec.sinks
+        for m in snapshots_of(job, sink)
+    ]
+
+
+def start_point(kind: type[P], sink: str, m: Manifest) -> P:
+    """The point ``sink``'s query starts from at snapshot ``m``."""
+    committed = m.committed_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return kind(sink=sink, batch_id=m.batch_id, committed_at=committed, query_id=m.query_id)
+
+
+def _when(time: str | None) -> datetime | None:
+    return instant(time).astimezone(UTC) if time else None
+
+
+def initial_points(job: StreamingJob) -> list[StartPoint] | str:
+    """The snapshot each sink starts from (``spec.initialSnapshot``, another job's snapshots), or
+    why there is none (a message for people). Manifests only: a few KB each."""
+    initial = job.spec.initial_snapshot
+    assert initial is not None
+    out = []
+    for sink in job.spec.sinks:
+        where = _join(initial.location, sink)
+        try:
+            m = choose(list_snapshots(open_location(where)), time=_when(initial.time), batch_id=initial.batch_id)
+        except KappaError as exc:
+            return f"initialSnapshot: sink {sink} at {where}: {exc}"
+        out.append(start_point(StartPoint, sink, m))
+    return out
 
 
 def choose_points(rw: Rewind, job: StreamingJob) -> tuple[SinkRestore, ...] | str:
@@ -34,18 +90,16 @@ def choose_points(rw: Rewind, job: StreamingJob) -> tuple[SinkRestore, ...] | st
     if job.spec.checkpoints.external_location is None:
         return f"StreamingJob {job.metadata.name} has no spec.checkpoints.externalLocation: nothing to restore from"
     target = rw.spec.target
-    when = instant(target.time).astimezone(UTC) if target.time else None
     out = []
     for sink in job.spec.sinks:
         try:
             if target.before_skipped_offsets:
                 m = before_skipped(job, sink, rw)
             else:
-                m = choose(snapshots_of(job, sink), time=when, batch_id=target.batch_id)
+                m = choose(snapshots_of(job, sink), time=_when(target.time), batch_id=target.batch_id)
         except KappaError as exc:
             return f"sink {sink}: {exc}"
-        committed = m.committed_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        out.append(SinkRestore(sink=sink, batch_id=m.batch_id, committed_at=committed, query_id=m.query_id))
+        out.append(start_point(SinkRestore, sink, m))
     return tuple(out)
 
 
