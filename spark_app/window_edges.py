@@ -30,6 +30,7 @@ from spark_app.horizon import (
 from spark_app.lateness import watermark_delays
 from spark_app.planning import coverage
 from spark_app.sources.iceberg import scan
+from spark_app.sources.iceberg.spec import micros
 
 log = logging.getLogger("kappa.runtime")
 
@@ -114,7 +115,7 @@ def history_files(cfg: JobConfig, name: str, lo: datetime | None, hi: datetime |
     sid = snapshot_of(table, src)
     if sid is None:
         return []
-    us = (None if lo is None else int(lo.timestamp() * 1e6), None if hi is None else int(hi.timestamp() * 1e6))
+    us = (None if lo is None else micros(lo), None if hi is None else micros(hi))
     return scan.files_in_window(table, sid, cfg.ordering_column(name), us, src.filter)
 
 

@@ -25,7 +25,9 @@ class Wire(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
-def micros(d: timedelta) -> int:
+def duration_micros(d: timedelta) -> int:
+    """A duration in whole microseconds, as the coordinator's state keeps every time (``micros`` is an
+    instant's, ``spark_app.sources.iceberg.spec``)."""
     return d // timedelta(microseconds=1)
 
 

@@ -35,7 +35,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from kappa_operator.coordinator.api import MAX_BODY_BYTES, AnswerBody, GroupBody, ReportBody, micros
+from kappa_operator.coordinator.api import MAX_BODY_BYTES, AnswerBody, GroupBody, ReportBody, duration_micros
 from kappa_operator.coordinator.core import (
     Answer,
     Coordinator,
@@ -203,8 +203,8 @@ async def put_group(request: web.Request) -> web.Response:
     spec = GroupSpec(
         name=name,
         members=tuple(body.members),
-        max_drift_us=micros(body.max_drift),
-        idle_timeout_us=micros(body.idle_timeout) if body.idle_timeout is not None else None,
+        max_drift_us=duration_micros(body.max_drift),
+        idle_timeout_us=duration_micros(body.idle_timeout) if body.idle_timeout is not None else None,
         self_register=body.self_register,
     )
     t = now_us()

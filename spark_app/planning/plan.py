@@ -31,6 +31,7 @@ from spark_app.planning import coverage, forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import DataFileInfo, Split, is_wide, max_span
+from spark_app.sources.iceberg.spec import micros
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -220,10 +221,6 @@ def shape_from_declarations(cfg: JobConfig) -> Shape:
 # --- the sources -------------------------------------------------------------------------
 
 
-def _micros(dt: datetime) -> int:
-    return int(dt.timestamp() * US)
-
-
 def plan_source(cfg: JobConfig, name: str) -> SourceData:
     """One source's files and splits, planned by the source's own planner (``backfill_plan``),
     and the read limits its reader applies per micro-batch."""
@@ -246,7 +243,7 @@ def plan_source(cfg: JobConfig, name: str) -> SourceData:
             f"{src.table} has no snapshot: nothing to backfill, and the run would fail at start; write its history "
             "first, or leave the source out of the StreamingJob"
         )
-    bounds = (_micros(cfg.window.read_start), _micros(cfg.window.read_end))
+    bounds = (micros(cfg.window.read_start), micros(cfg.window.read_end))
     files = scan.files_in_window(table, sid, spec.ordering_column, bounds, src.filter)
     splits = backfill_plan(table, spec, sid)
     reader = BackfillReader(spec)
@@ -279,7 +276,7 @@ def history_before(cfg: JobConfig, names: list[str], lookback: timedelta) -> boo
         current = table.current_snapshot()
         sid = src.snapshot_id if src.snapshot_id is not None else (current.snapshot_id if current else None)
         if sid is not None and scan.files_in_window(
-            table, sid, cfg.ordering_column(name), (_micros(lo), _micros(hi)), src.filter
+            table, sid, cfg.ordering_column(name), (micros(lo), micros(hi)), src.filter
         ):
             return True
     return False
@@ -291,7 +288,7 @@ def history_before(cfg: JobConfig, names: list[str], lookback: timedelta) -> boo
 def source_plan(data: SourceData, cfg: JobConfig, out_of_order_us: int) -> SourcePlan:
     assert cfg.window is not None
     read = {p.path for s in data.splits for p in s.pieces}
-    lo, hi = _micros(cfg.window.start), _micros(cfg.window.end)
+    lo, hi = micros(cfg.window.start), micros(cfg.window.end)
     missing = sum(1 for f in data.files if f.lower is None or f.upper is None)
     warnings = []
     if missing:

@@ -15,6 +15,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.types import TimestampType, TimestamptzType
 
 from spark_app.errors import ConfigError
+from spark_app.sources.iceberg.spec import micros
 
 
 @dataclass(frozen=True)
@@ -25,11 +26,11 @@ class TimeWindow:
 
     @property
     def start_us(self) -> int:
-        return int(self.start.timestamp() * 1_000_000)
+        return micros(self.start)
 
     @property
     def end_us(self) -> int:
-        return int(self.end.timestamp() * 1_000_000)
+        return micros(self.end)
 
     def expression(self, table: Table) -> BooleanExpression:
         kind = self._type(table)
