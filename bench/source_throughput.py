@@ -247,7 +247,7 @@ def measure_stream(spark: Any, events: Any, cfg: Any, out: Path) -> dict[str, An
         "seconds": wall,
         "query_seconds": report.seconds,
         "outside_triggers_s": round(wall - stats["trigger_ms_sum"] / 1000, 3),
-        # What RunReport saw (its listener is removed right after the query ends).
+        # What RunResult saw (its listener is removed right after the query ends).
         "report_input_rows": report.input_rows,
         "report_batches": report.batches,
         "lateness_guard": report.lateness.message if report.lateness else None,

@@ -41,7 +41,7 @@ from spark_app.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_app.runtime import Pipeline, RunReport
+    from spark_app.runtime import Pipeline, RunResult
     from spark_app.window_edges import Edges
 
 log = logging.getLogger(__name__)
@@ -468,7 +468,7 @@ def run_bounded(
     stop_calls: Any,
     choice: ModeChoice,
     closes: dict[str, Closing | str],
-) -> RunReport:
+) -> RunResult:
     """The backfill as one batch query per sink (see the module's docstring; ``decided`` has
     checked its plans); the run report as the streaming run's, with one batch per sink.
     A sink whose results close on the watermark writes those whose end the final watermark
@@ -476,7 +476,7 @@ def run_bounded(
     and the history goes on: the aligned run's rule, step for step (``runtime.next_read``)."""
     from spark_app.lateness import Verdict
     from spark_app.run_report import write_report as write_run_report
-    from spark_app.runtime import RunReport, next_read, record_finality
+    from spark_app.runtime import RunResult, next_read, record_finality
     from spark_app.sources.iceberg.frame import field_ids_read
 
     assert cfg.window is not None
@@ -510,7 +510,7 @@ def run_bounded(
         called = stop_calls()
     record_finality(cfg, edges)
     verdict = Verdict(True, cfg.alignment.max_drift, edges.delay, "bounded: one batch query, no row is late")
-    report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
+    report = RunResult(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.external_calls = called
     report.edges_end = cfg.window.end
     report.extended_to = extended

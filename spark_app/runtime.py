@@ -389,7 +389,11 @@ def query_progress(q: StreamingQuery) -> list[dict[str, Any]]:
 
 
 @dataclass
-class RunReport:
+class RunResult:
+    """What ``run`` returns to its caller in this process: the queries' progress, the edges,
+    the lateness verdict, the reads. Not the report a backfill's driver leaves in
+    ``_kappa/run-report.json`` for the operator (``run_report.RunReport``, built from it)."""
+
     name: str
     mode: str
     seconds: float
@@ -510,7 +514,7 @@ class RunReport:
 AVAILABLE_NOW = TriggerConfig(kind="availableNow")
 
 
-def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None = None) -> RunReport:
+def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None = None) -> RunResult:
     """Run the job to the end (availableNow) or until ``timeout`` (processingTime)."""
     spark = spark or build_session(cfg)
     if cfg.window is not None:
@@ -609,7 +613,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
         require_complete(cfg, progress)
     if edges is not None:
         record_finality(cfg, edges)
-    report = RunReport(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
+    report = RunResult(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.externalized = externalized
     report.notices = gone
     report.external_calls = called

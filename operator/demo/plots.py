@@ -18,7 +18,7 @@ from typing import Any
 
 from kappa_operator.coordinator.core import Accepted
 from spark_app.planning.admission import HELD
-from spark_app.runtime import RunReport
+from spark_app.runtime import RunResult
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -55,7 +55,7 @@ def watermark_series(history: Iterable[Accepted]) -> dict[str, Any]:
     return out
 
 
-def state_series(report: RunReport) -> list[list[int]]:
+def state_series(report: RunResult) -> list[list[int]]:
     """``[batch id, state rows]`` per micro-batch of a run (all its queries)."""
     return [
         [int(p["batchId"]), sum(int(op.get("numRowsTotal", 0)) for op in p.get("stateOperators", []))]
@@ -125,7 +125,7 @@ def write(
     history: Iterable[Accepted],
     window: tuple[datetime, datetime],
     max_drift: timedelta,
-    runs: dict[str, RunReport],
+    runs: dict[str, RunResult],
 ) -> dict[str, Path]:
     """Write ``plots.json`` and the PNGs drawn from it; returns every path written."""
     series = {

@@ -34,7 +34,7 @@ from spark_app.errors import KappaError
 from spark_app.examples import sessions
 from spark_app.examples.generator import SNAPSHOT_COMMIT_INDEX, Commit, create_tables, iter_commits
 from spark_app.rewinding import run_restore
-from spark_app.runtime import RunReport, run
+from spark_app.runtime import RunResult, run
 from spark_app.sinks.iceberg.undo import UndoResult
 from spark_app.sinks.iceberg.validation import Comparison
 
@@ -57,10 +57,10 @@ class RewindResult:
     undone: UndoResult
     bad_rows: int
     """Sessions in the output before the rewind that a clean run does not have."""
-    before: RunReport
-    outage: RunReport
-    resumed: RunReport
-    clean: RunReport
+    before: RunResult
+    outage: RunResult
+    resumed: RunResult
+    clean: RunResult
     result: Comparison
     """The rewound job's output against the clean run's."""
 
@@ -143,7 +143,7 @@ def run_rewind(s: DemoSettings, steps: Steps, spark: SparkSession) -> RewindResu
     ck = live_dir / sessions.OUTPUT
     last_good: list[int] = []
 
-    def until_outage() -> RunReport:
+    def until_outage() -> RunResult:
         last_good.append(ingest(before))
         return run(cfg, spark)
 
@@ -156,7 +156,7 @@ def run_rewind(s: DemoSettings, steps: Steps, spark: SparkSession) -> RewindResu
     snapshots()
     outage_started = datetime.now(UTC)
 
-    def outage() -> RunReport:
+    def outage() -> RunResult:
         ingest(during, bad=True)
         ingest(after)
         return run(cfg, spark)

@@ -31,7 +31,7 @@ from kappa_operator.demo.steps import Steps, batches_poll, plural, quiet
 from spark_app.config import JobConfig, ParquetSink, format_duration
 from spark_app.examples import sessions, windows
 from spark_app.examples.reference import history, in_window, rows
-from spark_app.runtime import RunReport, run
+from spark_app.runtime import RunResult, run
 
 SHAPES: tuple[ModuleType, ...] = (windows, sessions)
 LOOK_BACK = timedelta(minutes=10)
@@ -97,7 +97,7 @@ class ShapeResult:
     output: str
     path: str
     """Where the backfill wrote (a parquet directory)."""
-    report: RunReport
+    report: RunResult
     window_hours: float
     batch_rows: int
     """Rows of the batch computation over the whole history whose time is in the window."""
@@ -129,7 +129,7 @@ class ShapeResult:
         }
 
 
-def open_reported(report: RunReport) -> int:
+def open_reported(report: RunResult) -> int:
     """Results the run counted as still open when reading stopped (not written, not lost)."""
     return report.edges.open_results if report.edges is not None else 0
 
@@ -137,7 +137,7 @@ def open_reported(report: RunReport) -> int:
 def compare(
     output: str,
     path: str,
-    report: RunReport,
+    report: RunResult,
     window_hours: float,
     batch: list[tuple[Any, ...]],
     written: list[tuple[Any, ...]],

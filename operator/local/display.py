@@ -17,7 +17,7 @@ from rich.table import Table
 from kappa_operator.local.overrides import Mapped
 from kappa_operator.models.backfill import PublishedTable
 from kappa_operator.models.rewind import SinkRestore
-from spark_app.runtime import RunReport
+from spark_app.runtime import RunResult
 
 PHASE_STYLE = {"Succeeded": "green", "Completed": "green", "Failed": "red", "Rewinding": "yellow"}
 
@@ -58,7 +58,7 @@ class Display:
         if lines:
             self.console.print(f"[bold]{escape(title)}[/]: " + "; ".join(escape(x) for x in lines))
 
-    def runs(self, title: str, runs: list[tuple[str, RunReport]]) -> None:
+    def runs(self, title: str, runs: list[tuple[str, RunResult]]) -> None:
         """The same columns as `kappa demo`'s table."""
         table = Table(title=title)
         for col in ("run", "rows", "batches", "wall s", "rows/s", "late drops", "peak state", "end wm"):

@@ -15,7 +15,7 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
 from spark_app.config import JobConfig
-from spark_app.runtime import RunReport
+from spark_app.runtime import RunResult
 
 if TYPE_CHECKING:
     from spark_app.publishing import PublishReport
@@ -26,7 +26,7 @@ log = logging.getLogger("kappa.run")
 class Engine(Protocol):
     """Runs a JobConfig to its end: local Spark, or a fake in unit tests."""
 
-    def run(self, cfg: JobConfig) -> RunReport: ...
+    def run(self, cfg: JobConfig) -> RunResult: ...
 
     def publish(self, cfg: JobConfig) -> PublishReport:
         """What the publish application does (``python -m spark_app publish``), in-process."""
@@ -98,7 +98,7 @@ class SparkEngine:
         catalogs = {c: CatalogConfig.model_validate(job.spec.catalogs[c]).properties() for c, _ in tables}
         open_tables(catalogs, tables)
 
-    def run(self, cfg: JobConfig) -> RunReport:
+    def run(self, cfg: JobConfig) -> RunResult:
         from spark_app.runtime import run
 
         self._rows = {}

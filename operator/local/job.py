@@ -26,7 +26,7 @@ from kappa_operator.restore_points import restore_points, snapshot_failures
 from spark_app.bootstrap.record import read_record, record_location
 from spark_app.config import JobConfig
 from spark_app.errors import KappaError
-from spark_app.runtime import RunReport, user_message
+from spark_app.runtime import RunResult, user_message
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class JobRun:
     state: str
     """COMPLETED or FAILED as an application would end; "" when it was not run."""
     message: str
-    report: RunReport | None = None
+    report: RunResult | None = None
     snapshot_error: str | None = None
     """Externalizing the checkpoint failed (no new restore points)."""
 
@@ -118,7 +118,7 @@ def _failure_hint(local: Local, message: str) -> None:
         local.show.note(f"with --local the tables live in the SQLite catalogs under {where}: create them there")
 
 
-def snapshot_job(local: Local, job: StreamingJob, report: RunReport | None) -> dict[str, Any]:
+def snapshot_job(local: Local, job: StreamingJob, report: RunResult | None) -> dict[str, Any]:
     """What the run's driver externalized, and the status fields the operator records of the
     restore points (``reconcile.checkpoints``)."""
     now = datetime.now(UTC)

@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from spark_app.errors import LatenessError
-from spark_app.runtime import RunReport, run
+from spark_app.runtime import RunResult, run
 from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0, Dataset, sources
 
@@ -41,7 +41,7 @@ def rows(spark: SparkSession, path: Path, order: list[str]) -> list[tuple[Any, .
 
 
 @pytest.fixture(scope="module")
-def rmi_live(spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunReport]:
+def rmi_live(spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunResult]:
     tmp = tmp_path_factory.mktemp("rmi-live")
     cfg = dataset.config(
         tmp, name="rmi-live", mode="live", trigger={"kind": "availableNow"}, sources=sources("icebergLive")
@@ -52,7 +52,7 @@ def rmi_live(spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.Tem
 @pytest.fixture(scope="module")
 def rmi_backfill(
     spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, RunReport]:
+) -> tuple[Path, RunResult]:
     tmp = tmp_path_factory.mktemp("rmi-backfill")
     cfg = dataset.config(
         tmp,
@@ -70,7 +70,7 @@ RMI_COLUMNS = ["playback_id", "impression_id", "profile_id", "title_id", "impres
 
 
 def test_rmi_backfill_equals_live_output_over_the_window(
-    spark: SparkSession, rmi_live: tuple[Path, RunReport], rmi_backfill: tuple[Path, RunReport]
+    spark: SparkSession, rmi_live: tuple[Path, RunResult], rmi_backfill: tuple[Path, RunResult]
 ) -> None:
     live_dir, live = rmi_live
     bf_dir, bf = rmi_backfill
@@ -86,7 +86,7 @@ def test_rmi_backfill_equals_live_output_over_the_window(
     assert bf.batches >= 5, "alignment should split the window into several micro-batches"
 
 
-def test_admissions_never_exceed_global_watermark_plus_drift(rmi_backfill: tuple[Path, RunReport]) -> None:
+def test_admissions_never_exceed_global_watermark_plus_drift(rmi_backfill: tuple[Path, RunResult]) -> None:
     tmp, _ = rmi_backfill
     decisions = read_trace(tmp / "trace.jsonl", "admission")
     assert {d["source"] for d in decisions} == {"impressions", "playbacks"}

@@ -20,7 +20,7 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from spark_app.config import JobConfig
-from spark_app.runtime import RunReport, run
+from spark_app.runtime import RunResult, run
 from spark_app.sinks.iceberg import batch_tags
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID, batch_of, find_batch
 from spark_app.sinks.iceberg.history import expire
@@ -81,7 +81,7 @@ def in_window(rows: list[tuple[Any, ...]], table: Table) -> list[tuple[Any, ...]
 @pytest.fixture(scope="module")
 def written(
     spark: SparkSession, dataset: Dataset, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, RunReport, RunReport]:
+) -> tuple[Path, RunResult, RunResult]:
     tmp = tmp_path_factory.mktemp("iceberg-sink")
     live = run(live_config(dataset, tmp / "live", "out.plays"), spark)
     bf = run(backfill_config(dataset, tmp / "bf", "out.plays"), spark)
@@ -89,7 +89,7 @@ def written(
 
 
 def test_one_snapshot_per_batch_with_query_and_batch_ids(
-    written: tuple[Path, RunReport, RunReport], dataset: Dataset
+    written: tuple[Path, RunResult, RunResult], dataset: Dataset
 ) -> None:
     tmp, _, _ = written
     table = dataset.catalog().load_table("out.plays")
@@ -108,7 +108,7 @@ def test_one_snapshot_per_batch_with_query_and_batch_ids(
 
 
 def test_live_output_equals_the_file_sink_output(
-    spark: SparkSession, written: tuple[Path, RunReport, RunReport], dataset: Dataset, tmp_path: Path
+    spark: SparkSession, written: tuple[Path, RunResult, RunResult], dataset: Dataset, tmp_path: Path
 ) -> None:
     table = dataset.catalog().load_table("out.plays")
     cfg = dataset.config(
@@ -122,7 +122,7 @@ def test_live_output_equals_the_file_sink_output(
 
 
 def test_backfill_writes_its_branch_and_leaves_main_untouched(
-    written: tuple[Path, RunReport, RunReport], dataset: Dataset
+    written: tuple[Path, RunResult, RunResult], dataset: Dataset
 ) -> None:
     tmp, _, bf = written
     table = dataset.catalog().load_table("out.plays")
@@ -150,7 +150,7 @@ def _copy(dataset: Dataset, name: str) -> Table:
 
 
 def test_publish_replaces_the_window_in_one_snapshot(
-    spark: SparkSession, written: tuple[Path, RunReport, RunReport], dataset: Dataset
+    spark: SparkSession, written: tuple[Path, RunResult, RunResult], dataset: Dataset
 ) -> None:
     table = _copy(dataset, "published")
     # make main's window wrong, as an outage would: drop a third of its window rows
@@ -192,7 +192,7 @@ def test_publish_replaces_the_window_in_one_snapshot(
 
 
 def test_publish_is_atomic_when_its_commit_fails(
-    spark: SparkSession, written: tuple[Path, RunReport, RunReport], dataset: Dataset, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, written: tuple[Path, RunResult, RunResult], dataset: Dataset, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = _copy(dataset, "atomic")
     main = table.scan().to_arrow()
@@ -252,7 +252,7 @@ def test_undo_removes_exactly_the_batches_after_n_and_keeps_another_writers_rows
 
 
 def test_kill_between_iceberg_commit_and_spark_commit_duplicates_nothing(
-    written: tuple[Path, RunReport, RunReport], dataset: Dataset, tmp_path: Path
+    written: tuple[Path, RunResult, RunResult], dataset: Dataset, tmp_path: Path
 ) -> None:
     cfg = live_config(
         dataset,
@@ -283,7 +283,7 @@ def test_kill_between_iceberg_commit_and_spark_commit_duplicates_nothing(
 
 
 def test_kill_between_sparks_commit_and_the_pipelined_iceberg_commit_loses_nothing(
-    written: tuple[Path, RunReport, RunReport], dataset: Dataset, tmp_path: Path
+    written: tuple[Path, RunResult, RunResult], dataset: Dataset, tmp_path: Path
 ) -> None:
     """The window the pipelined commit opens (issue 29): Spark logged batch 3 as done, our
     Iceberg commit of it had not started. The batch's record (``sinks.iceberg.pending``) is
@@ -322,7 +322,7 @@ def test_kill_between_sparks_commit_and_the_pipelined_iceberg_commit_loses_nothi
 
 
 def test_a_kill_then_expired_history_still_replays_nothing_and_undoes_exactly(
-    written: tuple[Path, RunReport, RunReport], dataset: Dataset, tmp_path: Path
+    written: tuple[Path, RunResult, RunResult], dataset: Dataset, tmp_path: Path
 ) -> None:
     """The table a long-running job writes: its history expired by the sink as it goes, and
     by another writer while the job is down. Neither the restarted query's replay check nor

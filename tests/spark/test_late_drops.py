@@ -27,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from spark_app.config import JobConfig, parse_config
 from spark_app.errors import LatenessError
-from spark_app.runtime import RunReport, run
+from spark_app.runtime import RunResult, run
 from tests.spark.conftest import T0
 
 pytestmark = pytest.mark.spark
@@ -86,7 +86,7 @@ def output_ids(spark: SparkSession, path: Path) -> set[str]:
     return {r[0] for r in spark.read.parquet(str(path)).select("event_id").collect()}
 
 
-def late_rows_by_sparks_rule(report: RunReport) -> int:
+def late_rows_by_sparks_rule(report: RunResult) -> int:
     """Rows of batch N at or before the watermark reported for batch N-1 (from the progress)."""
     batches = [p for p in report.progress if p.get("numInputRows", 0) > 0]
     start = T0.replace(tzinfo=None)

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_app.planning.read_rate import BURST_S
-from spark_app.runtime import RunReport, run
+from spark_app.runtime import RunResult, run
 from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0, Dataset, sources
 from tests.spark.test_backfill import RMI_COLUMNS, rows
@@ -30,7 +30,7 @@ READ_SECONDS = 30
 bucket's burst (BURST_S of rate) is a small part of the average."""
 
 
-def backfill(spark: SparkSession, dataset: Dataset, tmp: Path, name: str, **extra: Any) -> RunReport:
+def backfill(spark: SparkSession, dataset: Dataset, tmp: Path, name: str, **extra: Any) -> RunResult:
     cfg = dataset.config(
         tmp,
         name=name,

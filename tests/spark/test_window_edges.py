@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_app.errors import ConfigError, WarmupError
 from spark_app.examples import reference, sessions, windows
-from spark_app.runtime import RunReport, run
+from spark_app.runtime import RunResult, run
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark
@@ -43,7 +43,7 @@ def backfill(
     module: Any,
     names: tuple[str, ...] = ("playbacks",),
     **fields: Any,
-) -> RunReport:
+) -> RunResult:
     window = fields.pop("window", {"start": START.isoformat(), "end": END.isoformat(), "warmup": "10m"})
     cfg = dataset.config(
         tmp,
@@ -65,7 +65,7 @@ def written(spark: SparkSession, tmp: Path) -> list[tuple[Any, ...]]:
 
 
 def bounded_does_what_aligned_did(
-    spark: SparkSession, dataset: Dataset, tmp: Path, module: Any, aligned: RunReport, **fields: Any
+    spark: SparkSession, dataset: Dataset, tmp: Path, module: Any, aligned: RunResult, **fields: Any
 ) -> None:
     """The open/written rule in one batch query (``alignment.mode: bounded``, which ``auto``
     picks for windows and sessions): the results whose end the final watermark passed are

@@ -218,12 +218,12 @@ def test_kappa_run_says_what_the_limit_did() -> None:
     from rich.console import Console
 
     from kappa_operator.local.display import Display
-    from spark_app.runtime import RunReport
+    from spark_app.runtime import RunResult
 
     console = Console(record=True, width=200)
-    run = RunReport("calls", "backfill", 70.0)
+    run = RunResult("calls", "backfill", 70.0)
     run.external_calls = _report()
-    Display(console).runs("runs", [("backfill", run), ("unlimited", RunReport("free", "backfill", 1.0))])
+    Display(console).runs("runs", [("backfill", run), ("unlimited", RunResult("free", "backfill", 1.0))])
     text = console.export_text()
     assert "external calls (backfill): 1234 at most 20/s for the whole job, 17.6/s over the run, waited 88.0 s" in text
     assert "external calls (unlimited)" not in text

@@ -30,7 +30,7 @@ from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTA
 from spark_app.checkpoints import layout, list_snapshots, open_location
 from spark_app.checkpoints.driver import externalize_sinks
 from spark_app.config import JobConfig
-from spark_app.runtime import RunReport
+from spark_app.runtime import RunResult
 from tests.checkpoint_data import live_ids, sink_batches, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,11 +46,11 @@ class FakeEngine:
         self.configs: list[JobConfig] = []
         self.effect = effect
 
-    def run(self, cfg: JobConfig) -> RunReport:
+    def run(self, cfg: JobConfig) -> RunResult:
         self.configs.append(cfg)
         if self.effect is not None:
             self.effect(cfg)
-        report = RunReport(cfg.name, cfg.mode, 0.5, [])
+        report = RunResult(cfg.name, cfg.mode, 0.5, [])
         if cfg.mode == "live" and cfg.checkpoint.external is not None:  # as the driver's externalizer does
             report.externalized = externalize_sinks(cfg, datetime.now(UTC))
         return report
