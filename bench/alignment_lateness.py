@@ -161,7 +161,7 @@ def measure_mode(
     from pyiceberg.catalog.sql import SqlCatalog
 
     from spark_app.planning.splits import max_span
-    from spark_app.runtime import source_spec
+    from spark_app.sources.frames import source_spec
     from spark_app.sources.iceberg.stream import backfill_plan_and_layouts
     from tests.spark.jvm_reads import read_splits
 

@@ -60,7 +60,7 @@ def config(props: dict[str, str], out: Path, mode: str, split: dict[str, str] | 
 def splits_of(cfg: Any, delay: timedelta) -> int:
     from spark_app.catalogs import load_table
     from spark_app.planning.split_spans import fit_sources
-    from spark_app.runtime import source_spec
+    from spark_app.sources.frames import source_spec
     from spark_app.sources.iceberg.stream import backfill_plan
 
     cfg = fit_sources(cfg, delay)

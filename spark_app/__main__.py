@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             planned = run_plan(cfg, None)
             print(planned.model_dump_json(indent=2))
             return 0 if planned.state == "Planned" else 3
-        from spark_app.runtime import build_session, run, user_message
+        from spark_app.errors import user_message
+        from spark_app.runtime import build_session, run
 
         try:
             if args.command == "plan":

@@ -41,7 +41,8 @@ from spark_app.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_app.runtime import Pipeline, RunResult
+    from spark_app.runtime import RunResult
+    from spark_app.sources.frames import Pipeline
     from spark_app.window_edges import Edges
 
 log = logging.getLogger(__name__)
@@ -347,7 +348,7 @@ def _late_in(
 
     from spark_app.catalogs import load_table
     from spark_app.config import IcebergBackfillSource
-    from spark_app.runtime import source_spec
+    from spark_app.sources.frames import source_spec
     from spark_app.sources.iceberg import scan
     from spark_app.sources.iceberg.frame import field_ids_read, iceberg_batch_frame
     from spark_app.sources.iceberg.stream import micros
@@ -523,7 +524,7 @@ def _frames(
     spark: SparkSession, cfg: JobConfig, state: BoundedState, sink: str, extended: tuple[int, ...]
 ) -> dict[str, Any]:
     """Each source as one bounded DataFrame of the rows the streaming read delivers."""
-    from spark_app.runtime import source_spec
+    from spark_app.sources.frames import source_spec
     from spark_app.sources.iceberg.frame import iceberg_batch_frame
 
     parallelism = spark.sparkContext.defaultParallelism

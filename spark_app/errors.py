@@ -51,3 +51,13 @@ class IncompleteBackfillError(KappaError):
 
 class CheckpointError(KappaError):
     """A checkpoint, snapshot or report location cannot be used as asked."""
+
+
+def user_message(exc: BaseException) -> str:
+    """The message a person acts on: ours when a source raised one, else the first line."""
+    text = str(exc)
+    for cls in KappaError.__subclasses__():
+        marker = f"{cls.__name__}: "
+        if marker in text:
+            return text[text.index(marker) :].split("\n")[0]
+    return text.strip().split("\n")[0]

@@ -9,13 +9,11 @@ query), so each (output, source) pair is its own member of the alignment group.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,13 +22,10 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from spark_app.alignment import query_of
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.members import aligned_members, member_id
 from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
-from spark_app.alignment.round_record import QueryRounds, rounds_file
-from spark_app.bootstrap.legs import Leg, archive_config, hybrid_frames
-from spark_app.bootstrap.record import BootstrapRecord
+from spark_app.bootstrap.legs import archive_config
 from spark_app.bootstrap.steps import start as start_bootstrap
 from spark_app.bootstrap.steps import switch as switch_bootstrap
 from spark_app.bounded import Closing, ModeChoice
@@ -43,7 +38,6 @@ from spark_app.config import (
     IcebergSourceBase,
     JobConfig,
     KafkaSink,
-    KafkaSource,
     ParquetSink,
     TriggerConfig,
     format_duration,
@@ -53,7 +47,6 @@ from spark_app.external_calls import ExternalCallsReport
 from spark_app.external_calls import serve as serve_external_calls
 from spark_app.horizon import next_drain_step
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
-from spark_app.lookups.context import job_catalogs
 from spark_app.pipeline_code import make_importable
 from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.split_spans import fit_sources
@@ -64,17 +57,14 @@ from spark_app.sinks.iceberg.spark_files import SESSION_CONF as SPARK_WRITE_CONF
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.kafka import KafkaBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
-from spark_app.sources.iceberg.frame import iceberg_frame
+from spark_app.sources.frames import Pipeline, load_pipeline, outputs_for, reset_rounds, source_spec, state_file
 from spark_app.sources.iceberg.object_store import on_s3
-from spark_app.sources.iceberg.spec import SourceSpec
-from spark_app.sources.iceberg.stream import backfill_plan, default_state_file, micros
+from spark_app.sources.iceberg.stream import backfill_plan, micros
 from spark_app.sources.kafka import connector_jars, records_gone
 from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
 from spark_app.window_edges import Edges, analyzed_plan, open_results, resolve
 
 log = logging.getLogger("kappa.runtime")
-
-Pipeline = Callable[..., dict[str, DataFrame]]
 
 
 # --- session -----------------------------------------------------------------------------
@@ -164,130 +154,6 @@ def shuffle_partitions(cores: int) -> int:
     own (bench/RESULTS.md, issue 15: 2 partitions instead of 4 on 2 cores cut the aligned
     backfill's per-batch fixed cost from 1.21 s to 0.93 s)."""
     return max(1, cores)
-
-
-# --- sources -----------------------------------------------------------------------------
-
-
-def state_file(cfg: JobConfig) -> str:
-    if cfg.alignment.state_dir:
-        return str(Path(cfg.alignment.state_dir) / f"{cfg.alignment_group}.json")
-    return default_state_file(cfg.alignment_group, cfg.checkpoint.location)
-
-
-def reset_rounds(cfg: JobConfig, sinks: Iterable[str]) -> None:
-    """A fresh admission-round record for each query about to start (see rounds.py)."""
-    for sink in sinks:
-        QueryRounds(rounds_file(state_file(cfg), f"{cfg.name}/{sink}")).reset()
-
-
-def source_spec(
-    cfg: JobConfig,
-    sink: str,
-    name: str,
-    parallelism: int,
-    members: tuple[str, ...] | None = None,
-    extended_to: tuple[int, ...] = (),
-) -> SourceSpec:
-    """``members``: the group's members this driver reports as (default: every configured
-    (sink, source) pair; the runtime narrows it to the sources the pipeline reads).
-    ``extended_to``: the backfill's drain extensions so far (``DrainExtensions``)."""
-    src = cfg.sources[name]
-    assert isinstance(src, IcebergSourceBase)
-    return SourceSpec(
-        name=name,
-        member=member_id(cfg, sink, name),
-        source=src,
-        catalog=cfg.catalogs[src.catalog].properties(),
-        ordering_column=cfg.ordering_column(name),
-        window=cfg.window,
-        alignment=cfg.alignment,
-        group=cfg.alignment_group,
-        members=aligned_members(cfg) if members is None else members,
-        state_file=state_file(cfg),
-        rounds_file=str(rounds_file(state_file(cfg), query_of(member_id(cfg, sink, name)))),
-        batch_row_budget=cfg.round_budget,
-        coordinator=cfg.coordinator,
-        trace_path=cfg.trace_path,
-        parallelism=parallelism,
-        extended_to=extended_to,
-    )
-
-
-def source_frames(
-    spark: SparkSession,
-    cfg: JobConfig,
-    sink: str,
-    members: tuple[str, ...] | None = None,
-    extended_to: tuple[int, ...] = (),
-    boot: tuple[BootstrapRecord, Leg] | None = None,
-) -> dict[str, DataFrame]:
-    """``boot``: a bootstrapped job's record and leg (each source its archive, then its topic)."""
-    parallelism = spark.sparkContext.defaultParallelism
-    if boot is not None:
-        record, leg = boot
-        return hybrid_frames(
-            spark, cfg, sink, record, leg, lambda c, s, n: source_spec(c, s, n, parallelism)
-        )  # fmt: skip
-    frames = {}
-    for name, src in cfg.sources.items():
-        if isinstance(src, KafkaSource):
-            from spark_app.sources.kafka import kafka_frame
-
-            frames[name] = kafka_frame(spark, cfg, name, src)
-            continue
-        frames[name] = iceberg_frame(spark, source_spec(cfg, sink, name, parallelism, members, extended_to))
-    return frames
-
-
-# --- pipeline ----------------------------------------------------------------------------
-
-
-def load_pipeline(entry: str) -> Pipeline:
-    module_name, func_name = entry.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"pipeline {entry!r}: cannot import module {module_name!r} ({exc}); put it in the Spark image, or "
-            "ship it with spec.deps.pyFiles or spec.pipelineFrom (kappa run: --py-files PATH)"
-        ) from None
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise ConfigError(f"pipeline {entry!r}: module {module_name!r} has no function {func_name!r}")
-    return func  # type: ignore[no-any-return]
-
-
-def outputs_for(
-    spark: SparkSession,
-    cfg: JobConfig,
-    pipeline: Pipeline,
-    members: tuple[str, ...] | None = None,
-    frames: dict[str, dict[str, DataFrame]] | None = None,
-    extended_to: tuple[int, ...] = (),
-    boot: tuple[BootstrapRecord, Leg] | None = None,
-) -> dict[str, DataFrame]:
-    """Call the pipeline once per output, each with its own source readers (``frames``, when
-    given, receives them per sink)."""
-    outputs = {}
-    for sink in cfg.sinks:
-        inputs = source_frames(spark, cfg, sink, members, extended_to, boot)
-        if frames is not None:
-            frames[sink] = inputs
-        # the job's catalogs, for lookups of tables beside the sources (spark_app/lookups/context.py)
-        with job_catalogs({n: c.properties() for n, c in cfg.catalogs.items()}):
-            result = pipeline(inputs, **cfg.pipeline_args)
-        if not isinstance(result, dict):
-            raise ConfigError(f"pipeline {cfg.pipeline} must return {{sink name: DataFrame}}, got {type(result)}")
-        missing = sorted(set(cfg.sinks) - set(result))
-        extra = sorted(set(result) - set(cfg.sinks))
-        if missing or extra:
-            raise ConfigError(
-                f"pipeline {cfg.pipeline} returned outputs {sorted(result)} but sinks are {sorted(cfg.sinks)}: "
-                f"missing {missing}, unknown {extra}; name the sinks after the pipeline's outputs"
-            )
-        outputs[sink] = result[sink]
-    return outputs
 
 
 # --- lateness guard --------------------------------------------------------------------
@@ -860,13 +726,3 @@ def require_complete(cfg: JobConfig, progress: list[dict[str, Any]], bootstrap: 
             "start); nothing is complete. Check that every configured source is read by the pipeline and that "
             "every job of the group runs, then start the backfill again"
         )
-
-
-def user_message(exc: BaseException) -> str:
-    """The message a person acts on: ours when a source raised one, else the first line."""
-    text = str(exc)
-    for cls in KappaError.__subclasses__():
-        marker = f"{cls.__name__}: "
-        if marker in text:
-            return text[text.index(marker) :].split("\n")[0]
-    return text.strip().split("\n")[0]

@@ -25,8 +25,8 @@ from kappa_operator.render.jobconfig import (
 from kappa_operator.restore_points import restore_points, snapshot_failures
 from spark_app.bootstrap.record import read_record, record_location
 from spark_app.config import JobConfig
-from spark_app.errors import KappaError
-from spark_app.runtime import RunResult, user_message
+from spark_app.errors import KappaError, user_message
+from spark_app.runtime import RunResult
 
 
 @dataclass(frozen=True)

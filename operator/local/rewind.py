@@ -39,9 +39,8 @@ from kappa_operator.render.jobconfig import (
     SKIP_ANNOTATION,
 )
 from spark_app.config import parse_config
-from spark_app.errors import KappaError
+from spark_app.errors import KappaError, user_message
 from spark_app.restore_report import RestoreReport, SinkRestored, read_report
-from spark_app.runtime import user_message
 
 
 def forget_rewind(local: Local, rw: Rewind, job: StreamingJob) -> None:

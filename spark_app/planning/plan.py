@@ -108,8 +108,9 @@ def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     """Build the pipeline over the sources (no data read, no job run) and resolve its edges as
     the runtime does. A too-short warm-up is a verdict here, not an exception."""
     from spark_app.bounded import chosen, closings, plan_reason
+    from spark_app.errors import user_message
     from spark_app.pipeline_code import make_importable
-    from spark_app.runtime import load_pipeline, outputs_for, user_message
+    from spark_app.sources.frames import load_pipeline, outputs_for
     from spark_app.window_edges import analyzed_plan, resolve
 
     make_importable(cfg.python_path, spark)
@@ -181,7 +182,7 @@ def declared_delay(cfg: JobConfig) -> tuple[timedelta | None, str]:
 def shape_from_declarations(cfg: JobConfig) -> Shape:
     """Driver-only: what the config and the pipeline module declare, no query plan."""
     from spark_app.pipeline_code import make_importable
-    from spark_app.runtime import load_pipeline
+    from spark_app.sources.frames import load_pipeline
     from spark_app.window_edges import declared_horizon, declares_horizon
 
     assert cfg.window is not None
@@ -226,7 +227,7 @@ def plan_source(cfg: JobConfig, name: str) -> SourceData:
     and the read limits its reader applies per micro-batch."""
 
     from spark_app.catalogs import load_table
-    from spark_app.runtime import source_spec
+    from spark_app.sources.frames import source_spec
     from spark_app.sources.iceberg import scan
     from spark_app.sources.iceberg.schema import ordering_field
     from spark_app.sources.iceberg.stream import BackfillReader, backfill_plan

@@ -73,7 +73,7 @@ def test_a_bounded_backfill_writes_the_aligned_runs_rows_in_one_batch(
 def test_each_sources_bounded_frame_is_made_once_for_the_proof_the_watermark_and_the_write(
     spark: SparkSession, dataset: Dataset, tmp_path: Path
 ) -> None:
-    from spark_app.runtime import source_spec
+    from spark_app.sources.frames import source_spec
     from spark_app.sources.iceberg.frame import iceberg_batch_frame
 
     cfg = rmi(dataset, tmp_path, "bounded")

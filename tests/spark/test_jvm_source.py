@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from spark_app.config import parse_config
 from spark_app.planning.splits import FilePiece, Split, TimeRange
-from spark_app.runtime import source_spec
+from spark_app.sources.frames import source_spec
 from spark_app.sources.iceberg.spec import SourceSpec
 from tests.spark.jvm_reads import read_splits
 

@@ -47,6 +47,7 @@ from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.planning.splits import FilePiece, Split
 from spark_app.sinks.iceberg.compaction import compact
 from spark_app.sinks.iceberg.history import expire
+from spark_app.sources import frames
 from spark_app.sources.iceberg.frame import reader_for
 from spark_app.sources.iceberg.stream import BackfillReader, LiveReader, micros
 from spark_app.telemetry import read_trace
@@ -102,7 +103,7 @@ def backfill_config(ds: Dataset, tmp: Path, window: dict[str, str], **source: An
 
 def build_reader(cfg: JobConfig, name: str = "impressions") -> Any:
     """The planner the runtime builds for the source (the JVM stream's counterpart)."""
-    return reader_for(runtime.source_spec(cfg, next(iter(cfg.sinks)), name, 2))
+    return reader_for(frames.source_spec(cfg, next(iter(cfg.sinks)), name, 2))
 
 
 def walk(reader: Any, start: Offset, limit: ReadLimit = ALL, max_steps: int = 300) -> list[Offset]:
@@ -236,7 +237,7 @@ def test_snapshots_appended_under_a_running_query_are_read_exactly_once(
 ) -> None:
     ds = fresh_dataset(0.5)
     cfg = live_config(ds, tmp_path, startingPosition="earliest", readLimit={"maxSnapshots": 3})
-    outputs = runtime.outputs_for(spark, cfg, runtime.load_pipeline(cfg.pipeline))
+    outputs = frames.outputs_for(spark, cfg, frames.load_pipeline(cfg.pipeline))
     q = runtime.start_query(cfg, "copy", outputs["copy"])
     appended: list[str] = []
     try:

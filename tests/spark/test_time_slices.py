@@ -26,7 +26,8 @@ from spark_app.examples.generator import GeneratorConfig, generate
 from spark_app.jvm import DECODED_ROWS_MAX_BYTES
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import Split, max_span
-from spark_app.runtime import run, source_spec
+from spark_app.runtime import run
+from spark_app.sources.frames import source_spec
 from spark_app.sources.iceberg.stream import backfill_plan, backfill_plan_and_layouts
 from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0

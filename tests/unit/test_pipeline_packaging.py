@@ -334,7 +334,7 @@ def test_a_missing_mount_is_a_config_error_naming_python_path(tmp_path: Path) ->
 
 
 def test_a_pipeline_that_does_not_import_says_where_code_can_come_from() -> None:
-    from spark_app.runtime import load_pipeline
+    from spark_app.sources.frames import load_pipeline
 
     with pytest.raises(ConfigError, match=r"spec\.deps\.pyFiles or spec\.pipelineFrom \(kappa run: --py-files PATH\)"):
         load_pipeline("watch_time_nowhere.engagement:pipeline")

@@ -3,7 +3,7 @@
 ``PlannerBridge`` implements ``dev.kappa.source.AdmissionPlanner``: Spark's stream execution
 thread calls it (as it calls a ``foreachBatch`` function) and it answers from the planner
 object in this, the driver's, Python process: JSON in, JSON out. A planner error reaches the
-query as the Python exception's text, which ``runtime.user_message`` turns back into our
+query as the Python exception's text, which ``errors.user_message`` turns back into our
 message.
 """
 
