@@ -169,7 +169,7 @@ def closings(outputs: dict[str, Any], frames: dict[str, dict[str, Any]]) -> dict
     """Per sink whose plan emits on the watermark: its ``Closing``, or why it has none (a
     watermark not on a source's own column: its newest value is not the history's)."""
     from spark_app.horizon import emits_on_watermark
-    from spark_app.window_edges import analyzed_plan
+    from spark_app.planning.query_plan import analyzed, analyzed_plan
 
     out: dict[str, Closing | str] = {}
     for sink, df in outputs.items():
@@ -177,9 +177,9 @@ def closings(outputs: dict[str, Any], frames: dict[str, dict[str, Any]]) -> dict
         end = end_column(plan)
         if not emits_on_watermark(plan) or end is None:
             continue
-        own = {frame._jdf.queryExecution().analyzed().toString(): name for name, frame in frames[sink].items()}
+        own = {analyzed_plan(frame): name for name, frame in frames[sink].items()}
         found: list[WatermarkInput] = []
-        stack = [df._jdf.queryExecution().analyzed()]
+        stack = [analyzed(df)]
         while stack:
             node = stack.pop()
             if node.getClass().getSimpleName() == "EventTimeWatermark":

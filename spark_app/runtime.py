@@ -49,6 +49,7 @@ from spark_app.horizon import next_drain_step
 from spark_app.lateness import Verdict, check_lateness, watermark_delays
 from spark_app.pipeline_code import make_importable
 from spark_app.planning.offsets import BackfillOffset
+from spark_app.planning.query_plan import analyzed_plan
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import max_span
 from spark_app.progress_report import ProgressReporter
@@ -62,7 +63,7 @@ from spark_app.sources.iceberg.object_store import on_s3
 from spark_app.sources.iceberg.stream import backfill_plan, micros
 from spark_app.sources.kafka import connector_jars, records_gone
 from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
-from spark_app.window_edges import Edges, analyzed_plan, open_results, resolve
+from spark_app.window_edges import Edges, open_results, resolve
 
 log = logging.getLogger("kappa.runtime")
 
@@ -176,7 +177,7 @@ def plan_max_span(cfg: JobConfig, read: set[str] | None = None) -> timedelta:
 
 
 def plan_watermark_delay(df: DataFrame) -> timedelta | None:
-    delays = watermark_delays(df._jdf.queryExecution().analyzed().toString())
+    delays = watermark_delays(analyzed_plan(df))
     return min(delays) if delays else None
 
 

@@ -29,24 +29,16 @@ from spark_app.horizon import (
 )
 from spark_app.lateness import watermark_delays
 from spark_app.planning import coverage
+from spark_app.planning.query_plan import analyzed_plan, leaf_ids
 from spark_app.sources.iceberg import scan
 from spark_app.sources.iceberg.spec import micros
 
 log = logging.getLogger("kappa.runtime")
 
 
-def analyzed_plan(df: DataFrame) -> str:
-    return str(df._jdf.queryExecution().analyzed().toString())
-
-
 def _leaf_ids(df: DataFrame) -> set[int]:
     """Expression ids of the attributes the plan's leaf relations produce."""
-    leaves = df._jdf.queryExecution().analyzed().collectLeaves()
-    ids: set[int] = set()
-    for i in range(leaves.size()):
-        output = leaves.apply(i).output()
-        ids.update(int(output.apply(j).exprId().id()) for j in range(output.size()))
-    return ids
+    return set().union(*leaf_ids(df))
 
 
 def read_sources(frames: dict[str, DataFrame], output: DataFrame) -> set[str]:

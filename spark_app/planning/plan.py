@@ -29,6 +29,7 @@ from spark_app.lateness import check_lateness, spark_interval
 from spark_app.plan_report import PlanReport, SourcePlan
 from spark_app.planning import coverage, forecast
 from spark_app.planning.admission import Limits
+from spark_app.planning.query_plan import analyzed_plan, leaf_ids
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import DataFileInfo, Split, is_wide, max_span
 from spark_app.sources.iceberg.spec import micros
@@ -83,23 +84,13 @@ class SourceData:
 # --- the pipeline ----------------------------------------------------------------------
 
 
-def _leaf_ids(df: DataFrame) -> list[set[int]]:
-    """Expression ids of each leaf relation of ``df``'s analyzed plan, in the plan's order."""
-    leaves = df._jdf.queryExecution().analyzed().collectLeaves()
-    out = []
-    for i in range(leaves.size()):
-        output = leaves.apply(i).output()
-        out.append({int(output.apply(j).exprId().id()) for j in range(output.size())})
-    return out
-
-
 def source_order(frames: dict[str, DataFrame], output: DataFrame) -> tuple[str, ...]:
     """The sources ``output`` reads, in its plan's leaf order: the order in which Spark's
     micro-batch loop asks them for offsets (for up to four sources; beyond, Spark's own map
     order, which this cannot know)."""
-    own = {name: ids[0] for name, frame in frames.items() if (ids := _leaf_ids(frame))}
+    own = {name: ids[0] for name, frame in frames.items() if (ids := leaf_ids(frame))}
     order: list[str] = []
-    for leaf in _leaf_ids(output):
+    for leaf in leaf_ids(output):
         order += [name for name, ids in own.items() if ids and ids <= leaf and name not in order]
     return tuple(order)
 
@@ -111,7 +102,7 @@ def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     from spark_app.errors import user_message
     from spark_app.pipeline_code import make_importable
     from spark_app.sources.frames import load_pipeline, outputs_for
-    from spark_app.window_edges import analyzed_plan, resolve
+    from spark_app.window_edges import resolve
 
     make_importable(cfg.python_path, spark)
     pipeline = load_pipeline(cfg.pipeline)
