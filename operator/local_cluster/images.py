@@ -130,11 +130,17 @@ def build_spark_operator(name: str, binary: Path) -> Path:
         with tempfile.TemporaryDirectory() as tmp:
             iid = Path(tmp) / "iid"
             dockerfile = str(ROOT / "images" / "spark" / "Dockerfile")
-            run(
-                "buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers", "-q",
-                *trust_mounts(), "--build-arg", f"BASE={base()}", "--target", "runtime",
-                "--iidfile", str(iid), "-f", dockerfile, str(ROOT),
-            )  # fmt: skip
+            buildah_bud(
+                "--build-arg",
+                f"BASE={base()}",
+                "--target",
+                "runtime",
+                "--iidfile",
+                str(iid),
+                "-f",
+                dockerfile,
+                str(ROOT),
+            )
             return iid.read_text().strip().removeprefix("sha256:")
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,6 +148,13 @@ def build_spark_operator(name: str, binary: Path) -> Path:
         shutil.copy2(folder / "entrypoint.sh", context / "entrypoint.sh")
         shutil.copy2(binary, context / "spark-operator")
         return _bud("spark-operator", key, name, folder / "Dockerfile", context, {"SPARK_IMAGE": spark_runtime})
+
+
+def buildah_bud(*args: str) -> None:
+    """``buildah bud`` as every image here is built: chroot isolation (no daemon, no user
+    namespaces), the host's network, each step's layer kept for the next build, the host's CA
+    trust mounted (``trust_mounts``)."""
+    run("buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers", "-q", *trust_mounts(), *args)
 
 
 def _bud(
@@ -152,10 +165,7 @@ def _bud(
         return archive
     CACHE.mkdir(parents=True, exist_ok=True)
     build_args = [a for k, value in args.items() for a in ("--build-arg", f"{k}={value()}")]
-    run(
-        "buildah", "bud", "--isolation", "chroot", "--network", "host", "--layers", "-q",
-        *trust_mounts(), *build_args, "-f", str(dockerfile), "-t", name, str(context),
-    )  # fmt: skip
+    buildah_bud(*build_args, "-f", str(dockerfile), "-t", name, str(context))
     tmp = archive.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
     run("buildah", "push", "-q", name, f"oci-archive:{tmp}:{name}")
