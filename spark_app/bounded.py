@@ -476,7 +476,7 @@ def run_bounded(
     has passed, and reads on past the drain while some that start in the window are open
     and the history goes on: the aligned run's rule, step for step (``runtime.next_read``)."""
     from spark_app.lateness import Verdict
-    from spark_app.run_report import write_report as write_run_report
+    from spark_app.reports.run import write_report as write_run_report
     from spark_app.runtime import RunResult, next_read, record_finality
     from spark_app.sources.iceberg.frame import field_ids_read
 

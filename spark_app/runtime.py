@@ -52,8 +52,8 @@ from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.query_plan import analyzed_plan
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import max_span
-from spark_app.progress_report import ProgressReporter
-from spark_app.run_report import write_report as write_run_report
+from spark_app.reports.progress import ProgressReporter
+from spark_app.reports.run import write_report as write_run_report
 from spark_app.sinks.iceberg.spark_files import SESSION_CONF as SPARK_WRITE_CONF
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.kafka import KafkaBatchWriter
@@ -259,7 +259,7 @@ def query_progress(q: StreamingQuery) -> list[dict[str, Any]]:
 class RunResult:
     """What ``run`` returns to its caller in this process: the queries' progress, the edges,
     the lateness verdict, the reads. Not the report a backfill's driver leaves in
-    ``_kappa/run-report.json`` for the operator (``run_report.RunReport``, built from it)."""
+    ``_kappa/run-report.json`` for the operator (``reports.run.RunReport``, built from it)."""
 
     name: str
     mode: str

@@ -52,10 +52,10 @@ from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.render.jobconfig import backfill_config, backfill_group, group_name
 from kappa_operator.render.spark_application import Owner
 from spark_app.external_calls.report import read_report as read_calls_report
-from spark_app.plan_report import read_report as read_plan_report
-from spark_app.publish_report import PublishReport, read_report
-from spark_app.run_report import RunReport
-from spark_app.run_report import read_report as read_run_report
+from spark_app.reports.plan import read_report as read_plan_report
+from spark_app.reports.publish import PublishReport, read_report
+from spark_app.reports.run import RunReport
+from spark_app.reports.run import read_report as read_run_report
 
 KIND = "Backfill"
 PLURAL = "backfills"

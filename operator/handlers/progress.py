@@ -1,5 +1,5 @@
 """Live jobs' progress and health: every ``--progress-interval`` (``TICK`` by default) the
-operator reads what each sink query's driver last reported (``spark_app.progress_report``, a
+operator reads what each sink query's driver last reported (``spark_app.reports.progress``, a
 few hundred bytes next to the live checkpoint) and shows it in the StreamingJob's status
 (``progress``, ``kafkaLag``; ``kubectl get sj`` prints the lag and the last progress), as
 gauges, and as the ``Stalled`` and ``Lagging`` conditions (``reconcile.health``). It never
@@ -27,7 +27,7 @@ from kappa_operator.render.jobconfig import live_checkpoint
 from spark_app.bootstrap.record import BootstrapRecord, read_record
 from spark_app.external_calls.report import ExternalCallsReport
 from spark_app.external_calls.report import read_report_at as read_calls_at
-from spark_app.progress_report import ProgressReport, read_reports
+from spark_app.reports.progress import ProgressReport, read_reports
 from spark_app.storage import REPORT_DIR, open_location
 
 log = logging.getLogger("kappa.operator")

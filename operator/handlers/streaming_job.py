@@ -38,7 +38,7 @@ from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTA
 from kappa_operator.render.spark_application import Owner
 from kappa_operator.restore_points import initial_points
 from spark_app.checkpoints.requests import read_answer
-from spark_app.restore_report import read_report
+from spark_app.reports.restore import read_report
 from spark_app.storage import open_location
 
 KIND = "StreamingJob"

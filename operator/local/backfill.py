@@ -26,7 +26,7 @@ from kappa_operator.render.jobconfig import (
 )
 from spark_app.config import format_duration
 from spark_app.errors import user_message
-from spark_app.publish_report import PublishReport, read_report
+from spark_app.reports.publish import PublishReport, read_report
 from spark_app.telemetry import read_trace
 
 

@@ -31,7 +31,7 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.render.jobconfig import backfill_config
 from spark_app.config import JobConfig, format_duration
 from spark_app.errors import KappaError
-from spark_app.plan_report import PlanReport
+from spark_app.reports.plan import PlanReport
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from kappa_operator.render.jobconfig import (
 )
 from spark_app.config import parse_config
 from spark_app.errors import KappaError, user_message
-from spark_app.restore_report import RestoreReport, SinkRestored, read_report
+from spark_app.reports.restore import RestoreReport, SinkRestored, read_report
 
 
 def forget_rewind(local: Local, rw: Rewind, job: StreamingJob) -> None:

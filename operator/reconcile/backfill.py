@@ -49,9 +49,9 @@ from kappa_operator.render.spark_application import (
 from spark_app.alignment.members import aligned_members
 from spark_app.config import JobConfig
 from spark_app.errors import KappaError
-from spark_app.plan_report import PlanReport
-from spark_app.publish_report import PublishReport
-from spark_app.run_report import RunReport
+from spark_app.reports.plan import PlanReport
+from spark_app.reports.publish import PublishReport
+from spark_app.reports.run import RunReport
 
 if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
     from kappa_operator.coordinator.groups import Progress as GroupProgress

@@ -50,7 +50,7 @@ from kappa_operator.render.spark_application import (
 )
 from spark_app.config import JobConfig
 from spark_app.errors import KappaError
-from spark_app.restore_report import RestoreReport
+from spark_app.reports.restore import RestoreReport
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from spark_app.bootstrap.seam import Offsets
 from spark_app.config import IcebergBackfillSource, JobConfig
-from spark_app.publish_report import located
+from spark_app.reports import located
 from spark_app.storage import Location
 
 RECORD = "bootstrap.json"

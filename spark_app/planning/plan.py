@@ -26,12 +26,12 @@ from spark_app.config import IcebergBackfillSource, JobConfig, format_duration, 
 from spark_app.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
 from spark_app.horizon import StateHorizon, WarmupVerdict, check_warmup, drain
 from spark_app.lateness import check_lateness, spark_interval
-from spark_app.plan_report import PlanReport, SourcePlan
 from spark_app.planning import coverage, forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.query_plan import analyzed_plan, leaf_ids
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import DataFileInfo, Split, is_wide, max_span
+from spark_app.reports.plan import PlanReport, SourcePlan
 from spark_app.sources.iceberg.spec import micros
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from spark_app.config import JobConfig
 from spark_app.errors import KappaError
-from spark_app.plan_report import PlanReport, report_location
 from spark_app.planning.plan import failed, plan_backfill
+from spark_app.reports.plan import PlanReport, report_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

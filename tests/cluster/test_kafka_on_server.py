@@ -19,7 +19,7 @@ from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
 from spark_app.checkpoints.snapshots import externalize
-from spark_app.progress_report import PartitionLag, ProgressReport, report_name
+from spark_app.reports.progress import PartitionLag, ProgressReport, report_name
 from spark_app.storage import open_location
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess

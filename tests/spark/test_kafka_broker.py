@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
 from spark_app.config import JobConfig, KafkaSource, parse_config
-from spark_app.progress_report import partition_lags, read_reports
+from spark_app.reports.progress import partition_lags, read_reports
 from spark_app.runtime import run
 from spark_app.sources.kafka import connector_jars, kafka_frame
 from spark_app.storage import open_location

@@ -27,13 +27,13 @@ from spark_app.__main__ import main as spark_app_main
 from spark_app.config import JobConfig, parse_config
 from spark_app.horizon import StateHorizon
 from spark_app.lateness import check_lateness
-from spark_app.plan_report import PlanReport, read_report
 from spark_app.planning import forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.forecast import Member, simulate
 from spark_app.planning.plan import plan_backfill
 from spark_app.planning.run import run_plan
 from spark_app.planning.splits import FilePiece, Split
+from spark_app.reports.plan import PlanReport, read_report
 
 S = 1_000_000
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)

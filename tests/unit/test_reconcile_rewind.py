@@ -34,7 +34,7 @@ from kappa_operator.render.jobconfig import (
 )
 from spark_app.checkpoints.layout import parse_offsets
 from spark_app.config import OffsetRange, parse_config
-from spark_app.restore_report import RestoreReport, SinkRestored
+from spark_app.reports.restore import RestoreReport, SinkRestored
 from spark_app.sources.kafka_retention import Loss, kafka_offsets, losses, read_none_of, refusal
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig
-from spark_app.publish_report import located
+from spark_app.reports import located
 from spark_app.storage import Location
 
 log = logging.getLogger("kappa.progress_report")

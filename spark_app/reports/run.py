@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig
-from spark_app.publish_report import located
+from spark_app.reports import located
 from spark_app.storage import Location
 from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
 

@@ -1,7 +1,7 @@
 """The report a plan application leaves for the operator (``python -m spark_app plan``): what a
 Backfill will read and do, computed from Iceberg metadata (manifests, column statistics) and
 the pipeline's analyzed plan, never by reading rows. Light on purpose, like
-``publish_report``: the operator reads it without Spark or pyiceberg, and copies it (with an
+``reports.publish``: the operator reads it without Spark or pyiceberg, and copies it (with an
 ETA from its calibration) into ``status.plan``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig
-from spark_app.publish_report import located
+from spark_app.reports import located
 from spark_app.storage import Location
 
 REPORT_NAME = "plan-report.json"

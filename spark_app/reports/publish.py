@@ -10,7 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig
-from spark_app.storage import REPORT_DIR, Location, open_location
+from spark_app.reports import located
+from spark_app.storage import Location
 
 REPORT_NAME = "publish-report.json"
 
@@ -50,14 +51,6 @@ class PublishReport(BaseModel):
     """Refused or Failed: what and where (the table, the reason, the fix)."""
     started_at: datetime
     finished_at: datetime
-
-
-def located(cfg: JobConfig, configured: str | None, default_name: str) -> tuple[Location, str]:
-    """Where an application's report goes: ``configured``, else next to ``cfg``'s checkpoint."""
-    if configured is None:
-        return open_location(f"{cfg.checkpoint.location.rstrip('/')}/{REPORT_DIR}"), default_name
-    root, _, name = configured.rstrip("/").rpartition("/")
-    return open_location(root), name
 
 
 def report_location(cfg: JobConfig) -> tuple[Location, str]:

@@ -1,6 +1,6 @@
 """The report a restore application leaves for the operator (a few hundred bytes per sink:
 the batch restored, the table reset and how many files the undo removed), and where it lives.
-Light on purpose, like ``publish_report``: the operator reads it without Spark or pyiceberg."""
+Light on purpose, like ``reports.publish``: the operator reads it without Spark or pyiceberg."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig, OffsetRange
-from spark_app.publish_report import located
+from spark_app.reports import located
 from spark_app.storage import Location
 
 REPORT_NAME = "restore-report.json"
