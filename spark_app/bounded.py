@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from spark_app.runtime import RunResult
     from spark_app.sources.frames import Pipeline
-    from spark_app.window_edges import Edges
+    from spark_app.window.edges import Edges
 
 log = logging.getLogger(__name__)
 
@@ -168,8 +168,8 @@ def _delay_ms(interval: Any) -> int:
 def closings(outputs: dict[str, Any], frames: dict[str, dict[str, Any]]) -> dict[str, Closing | str]:
     """Per sink whose plan emits on the watermark: its ``Closing``, or why it has none (a
     watermark not on a source's own column: its newest value is not the history's)."""
-    from spark_app.horizon import emits_on_watermark
     from spark_app.planning.query_plan import analyzed, analyzed_plan
+    from spark_app.window.horizon import emits_on_watermark
 
     out: dict[str, Closing | str] = {}
     for sink, df in outputs.items():
@@ -352,7 +352,7 @@ def _late_in(
     from spark_app.sources.iceberg import scan
     from spark_app.sources.iceberg.frame import field_ids_read, iceberg_batch_frame
     from spark_app.sources.iceberg.stream import micros
-    from spark_app.window_edges import snapshot_of
+    from spark_app.window.edges import snapshot_of
 
     src = cfg.sources[name]
     assert isinstance(src, IcebergBackfillSource) and cfg.window is not None
@@ -475,10 +475,10 @@ def run_bounded(
     A sink whose results close on the watermark writes those whose end the final watermark
     has passed, and reads on past the drain while some that start in the window are open
     and the history goes on: the aligned run's rule, step for step (``runtime.next_read``)."""
-    from spark_app.lateness import Verdict
     from spark_app.reports.run import write_report as write_run_report
     from spark_app.runtime import RunResult, next_read, record_finality
     from spark_app.sources.iceberg.frame import field_ids_read
+    from spark_app.window.lateness import Verdict
 
     assert cfg.window is not None
     state = fixed_state(cfg)
@@ -573,7 +573,7 @@ def _still_open(
     extended: tuple[int, ...],
 ) -> int:
     """Results that start in the window and the final watermark has not passed: those the
-    aligned run holds in state when it stops reading (``window_edges.open_results``)."""
+    aligned run holds in state when it stops reading (``window.edges.open_results``)."""
     from spark_app.sinks.warmup import restrict_closed
 
     out = _output(spark, cfg, pipeline, _frames(spark, cfg, state, name, extended), name)

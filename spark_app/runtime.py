@@ -45,8 +45,6 @@ from spark_app.config import (
 from spark_app.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.external_calls import serve as serve_external_calls
-from spark_app.horizon import next_drain_step
-from spark_app.lateness import Verdict, check_lateness, watermark_delays
 from spark_app.pipeline_code import make_importable
 from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.query_plan import analyzed_plan
@@ -63,7 +61,9 @@ from spark_app.sources.iceberg.object_store import on_s3
 from spark_app.sources.iceberg.stream import backfill_plan, micros
 from spark_app.sources.kafka import connector_jars, records_gone
 from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
-from spark_app.window_edges import Edges, open_results, resolve
+from spark_app.window.edges import Edges, open_results, resolve
+from spark_app.window.horizon import next_drain_step
+from spark_app.window.lateness import Verdict, check_lateness, watermark_delays
 
 log = logging.getLogger("kappa.runtime")
 

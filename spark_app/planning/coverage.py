@@ -108,7 +108,7 @@ def assess(window: Window, extents: Sequence[Extent]) -> Coverage:
 
 def extents(cfg: JobConfig, names: Sequence[str]) -> list[Extent]:
     """The history of each backfill source in ``names`` (an edge: reads the manifests)."""
-    from spark_app.window_edges import history_files
+    from spark_app.window.edges import history_files
 
     out = []
     for name in names:

@@ -5,7 +5,7 @@ Every number comes from the code the run itself uses, so the plan predicts the r
 approximating it: the splits are ``backfill_plan`` (the source's planner: manifests, column
 statistics, and, like the run, the ordering column of files wider than ``split.sliceSpan``,
 cut into time slices); the watermark delay, state horizon, drain and warm-up verdict are
-``window_edges.resolve`` on the pipeline built over the sources (a SparkSession analyses it; no
+``window.edges.resolve`` on the pipeline built over the sources (a SparkSession analyses it; no
 Spark job runs); the lateness verdict is ``check_lateness`` with the guard's inputs; batches,
 disorder and peak state are the admission rules replayed on the splits (``forecast``).
 
@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING
 from spark_app.bounded import ModeChoice, as_set
 from spark_app.config import IcebergBackfillSource, JobConfig, format_duration, parse_duration
 from spark_app.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
-from spark_app.horizon import StateHorizon, WarmupVerdict, check_warmup, drain
-from spark_app.lateness import check_lateness, spark_interval
 from spark_app.planning import coverage, forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.query_plan import analyzed_plan, leaf_ids
@@ -33,6 +31,8 @@ from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import DataFileInfo, Split, is_wide, max_span
 from spark_app.reports.plan import PlanReport, SourcePlan
 from spark_app.sources.iceberg.spec import micros
+from spark_app.window.horizon import StateHorizon, WarmupVerdict, check_warmup, drain
+from spark_app.window.lateness import check_lateness, spark_interval
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -102,7 +102,7 @@ def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     from spark_app.errors import user_message
     from spark_app.pipeline_code import make_importable
     from spark_app.sources.frames import load_pipeline, outputs_for
-    from spark_app.window_edges import resolve
+    from spark_app.window.edges import resolve
 
     make_importable(cfg.python_path, spark)
     pipeline = load_pipeline(cfg.pipeline)
@@ -174,7 +174,7 @@ def shape_from_declarations(cfg: JobConfig) -> Shape:
     """Driver-only: what the config and the pipeline module declare, no query plan."""
     from spark_app.pipeline_code import make_importable
     from spark_app.sources.frames import load_pipeline
-    from spark_app.window_edges import declared_horizon, declares_horizon
+    from spark_app.window.edges import declared_horizon, declares_horizon
 
     assert cfg.window is not None
     make_importable(cfg.python_path)  # the driver's half: no executors to ship to
@@ -360,7 +360,7 @@ def _plan(cfg: JobConfig, spark: SparkSession | None, tag: str | None) -> PlanRe
             sources[name] = plan_source(cfg, name)
         except KappaError as exc:
             raise type(exc)(f"source {name}: {exc}") from None
-    if spark is None:  # with Spark, window_edges.resolve checked it, as the run does
+    if spark is None:  # with Spark, window.edges.resolve checked it, as the run does
         covered = coverage.check(cfg, names)
         if covered.refusal is not None:
             raise ConfigError(covered.refusal)

@@ -69,7 +69,7 @@ class PlanReport(BaseModel):
     pipeline_lateness_s: float | None
     """The pipeline's watermark delay (alignment.lateness, or from its plan); None: no watermark."""
     lateness_ok: bool
-    """The lateness guard's verdict at start (the same function, ``spark_app.lateness``)."""
+    """The lateness guard's verdict at start (the same function, ``spark_app.window.lateness``)."""
     lateness_message: str
     """The guard's message: with the fix when it fails."""
     max_drift_fitting_s: float | None

@@ -25,8 +25,6 @@ from kappa_operator.local.overrides import local_catalog
 from kappa_operator.local.plan import PlanOptions, plan_manifest
 from spark_app.__main__ import main as spark_app_main
 from spark_app.config import JobConfig, parse_config
-from spark_app.horizon import StateHorizon
-from spark_app.lateness import check_lateness
 from spark_app.planning import forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.forecast import Member, simulate
@@ -34,6 +32,8 @@ from spark_app.planning.plan import plan_backfill
 from spark_app.planning.run import run_plan
 from spark_app.planning.splits import FilePiece, Split
 from spark_app.reports.plan import PlanReport, read_report
+from spark_app.window.horizon import StateHorizon
+from spark_app.window.lateness import check_lateness
 
 S = 1_000_000
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)

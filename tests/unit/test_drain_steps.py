@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from spark_app.horizon import next_drain_step
+from spark_app.window.horizon import next_drain_step
 
 END = datetime(2026, 11, 1, 3, tzinfo=UTC)
 DRAIN = timedelta(minutes=40)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from spark_app.lateness import check_lateness, watermark_delays
+from spark_app.window.lateness import check_lateness, watermark_delays
 
 PLAN = """~Join Inner
 :  +- ~EventTimeWatermark 83b37e39-dce1, event_ts#8: timestamp, 30 minutes

@@ -14,8 +14,8 @@ import yaml
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import backfill_config, streaming_job_config
-from spark_app.horizon import emits_on_watermark
 from spark_app.sources.frames import load_pipeline
+from spark_app.window.horizon import emits_on_watermark
 from tests.crd_validation import admit, load_crd
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from spark_app.config import format_duration
-from spark_app.lateness import spark_interval
+from spark_app.window.lateness import spark_interval
 
 # Analyzed plan: window(...) is rewritten to named_struct(start, ..., end, ... + <size us>) AS window#N
 _WINDOW_ANALYZED = re.compile(r"named_struct\(start, (?:(?!named_struct).)*?\+ (\d+)\), LongType, TimestampType\)\)\)")

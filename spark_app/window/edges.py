@@ -19,7 +19,11 @@ from pyspark.sql import DataFrame
 from spark_app.catalogs import load_table
 from spark_app.config import IcebergBackfillSource, JobConfig, format_duration
 from spark_app.errors import ConfigError, WarmupError
-from spark_app.horizon import (
+from spark_app.planning import coverage
+from spark_app.planning.query_plan import analyzed_plan, leaf_ids
+from spark_app.sources.iceberg import scan
+from spark_app.sources.iceberg.spec import micros
+from spark_app.window.horizon import (
     StateHorizon,
     check_warmup,
     dedup_horizon,
@@ -27,11 +31,7 @@ from spark_app.horizon import (
     emits_on_watermark,
     plan_horizon,
 )
-from spark_app.lateness import watermark_delays
-from spark_app.planning import coverage
-from spark_app.planning.query_plan import analyzed_plan, leaf_ids
-from spark_app.sources.iceberg import scan
-from spark_app.sources.iceberg.spec import micros
+from spark_app.window.lateness import watermark_delays
 
 log = logging.getLogger("kappa.runtime")
 
