@@ -12,8 +12,14 @@ frozen pydantic model that imports neither Spark nor pyiceberg."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+from pydantic import BaseModel
+
 from spark_app.config import JobConfig
 from spark_app.storage import REPORT_DIR, Location, open_location
+
+Report = TypeVar("Report", bound=BaseModel)
 
 
 def located(cfg: JobConfig, configured: str | None, default_name: str) -> tuple[Location, str]:
@@ -22,3 +28,12 @@ def located(cfg: JobConfig, configured: str | None, default_name: str) -> tuple[
         return open_location(f"{cfg.checkpoint.location.rstrip('/')}/{REPORT_DIR}"), default_name
     root, _, name = configured.rstrip("/").rpartition("/")
     return open_location(root), name
+
+
+def read_located(model: type[Report], where: tuple[Location, str]) -> Report | None:
+    """The report at ``where`` (``located``) as ``model``; None: its run has not finished yet
+    (each report is written once, whole, at its run's end)."""
+    loc, name = where
+    if loc.stat(name) is None:
+        return None
+    return model.model_validate_json(loc.read_bytes(name))

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig
-from spark_app.reports import located
+from spark_app.reports import located, read_located
 from spark_app.storage import Location
 
 REPORT_NAME = "plan-report.json"
@@ -108,7 +108,4 @@ def report_location(cfg: JobConfig) -> tuple[Location, str]:
 
 def read_report(cfg: JobConfig) -> PlanReport | None:
     """The report of the last finished plan run of ``cfg`` (None: none finished yet)."""
-    loc, name = report_location(cfg)
-    if loc.stat(name) is None:
-        return None
-    return PlanReport.model_validate_json(loc.read_bytes(name))
+    return read_located(PlanReport, report_location(cfg))

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig
-from spark_app.reports import located
+from spark_app.reports import located, read_located
 from spark_app.storage import Location
 
 REPORT_NAME = "publish-report.json"
@@ -60,7 +60,4 @@ def report_location(cfg: JobConfig) -> tuple[Location, str]:
 
 def read_report(cfg: JobConfig) -> PublishReport | None:
     """The report of the last finished publish run of ``cfg`` (None: none finished yet)."""
-    loc, name = report_location(cfg)
-    if loc.stat(name) is None:
-        return None
-    return PublishReport.model_validate_json(loc.read_bytes(name))
+    return read_located(PublishReport, report_location(cfg))

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig, OffsetRange
-from spark_app.reports import located
+from spark_app.reports import located, read_located
 from spark_app.storage import Location
 
 REPORT_NAME = "restore-report.json"
@@ -62,7 +62,4 @@ def report_location(cfg: JobConfig) -> tuple[Location, str]:
 
 def read_report(cfg: JobConfig) -> RestoreReport | None:
     """The report of the last finished restore run of ``cfg`` (None: none finished yet)."""
-    loc, name = report_location(cfg)
-    if loc.stat(name) is None:
-        return None
-    return RestoreReport.model_validate_json(loc.read_bytes(name))
+    return read_located(RestoreReport, report_location(cfg))

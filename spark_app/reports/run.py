@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from spark_app.config import JobConfig
-from spark_app.reports import located
+from spark_app.reports import located, read_located
 from spark_app.storage import Location
 from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
 
@@ -133,7 +133,4 @@ def write_report(
 
 def read_report(cfg: JobConfig) -> RunReport | None:
     """The report of the backfill's last finished run (None: none, or from an older Spark side)."""
-    loc, name = report_location(cfg)
-    if loc.stat(name) is None:
-        return None
-    return RunReport.model_validate_json(loc.read_bytes(name))
+    return read_located(RunReport, report_location(cfg))
