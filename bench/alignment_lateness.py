@@ -125,7 +125,7 @@ def generate(root: Path, hours: float, rows_per_hour: int, commit: timedelta, se
 
 
 def job_config(props: dict[str, str], root: Path, hours: float, split: dict[str, str]) -> Any:
-    from spark_app.config import parse_config
+    from spark_app.contract.config import parse_config
 
     return parse_config(
         {

@@ -55,7 +55,7 @@ from bench.source_throughput import (
     machine,
     run_measured,
 )
-from spark_app.config import DEFAULT_BATCH_ROW_BUDGET
+from spark_app.contract.config import DEFAULT_BATCH_ROW_BUDGET
 
 log = logging.getLogger("bench.backfill")
 
@@ -95,7 +95,7 @@ def config(
     state_store: str = "hdfs",
     shuffle_partitions: int | None = None,
 ) -> Any:
-    from spark_app.config import parse_config
+    from spark_app.contract.config import parse_config
 
     live = mode == "live"
     source: dict[str, Any] = (

@@ -56,7 +56,7 @@ TARGET_RATIO = 1.1
 
 
 def job(props: dict[str, str], run_dir: Path, name: str, window: dict[str, str], url: str, limit: float | None) -> Any:
-    from spark_app.config import parse_config
+    from spark_app.contract.config import parse_config
 
     return parse_config(
         {

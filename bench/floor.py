@@ -24,7 +24,7 @@ FLOOR_ROWS_PER_BATCH = 1000
 def batch_overhead_s(progress: list[dict[str, Any]]) -> float | None:
     """Seconds a micro-batch costs at zero rows: the intercept of trigger time on input rows
     over the batches that read something (None: fewer than three such batches)."""
-    from spark_app.telemetry import delivered_rows
+    from spark_app.contract.row_counts import delivered_rows
 
     points = [
         (float(delivered_rows(p)), p["durationMs"].get("triggerExecution", 0) / 1000.0)

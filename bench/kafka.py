@@ -71,7 +71,7 @@ def fill(bootstrap: str, topic: str, n: int) -> float:
 
 
 def job_config(bootstrap: str, topic: str, out: Path, sink: dict[str, Any], trigger: dict[str, Any]) -> Any:
-    from spark_app.config import parse_config
+    from spark_app.contract.config import parse_config
 
     return parse_config(
         {

@@ -19,7 +19,7 @@ query's state operators), ``lateness_verdict_correct`` (the plan's ``lateness_ok
 guard's decision at the start of the run), ``eta_error`` = |predicted - actual| / actual wall
 seconds of the run, predicted by the operator's ETA (``kappa_operator.reconcile.estimates.eta``)
 from the calibration run as the operator records it: its rows, seconds, cores and its driver's
-run report (``spark_app.reports.run``: a cost per micro-batch and per row, a Theil-Sen line over
+run report (``spark_app.contract.reports.run``: a cost per micro-batch and per row, a Theil-Sen line over
 its batches; the rest of its wall time is outside batches), times the plan's batches and rows.
 ``rows_only_*``: the fallback for runs recorded without a report (plan rows / calibrated rows/s
 per core x cores). Overall: the max of each
@@ -90,7 +90,7 @@ def eta(calibration: dict[str, Any], target: dict[str, Any], cores: int) -> dict
     rows-only fallback (runs recorded without a report)."""
     from kappa_operator.reconcile.estimates import Run, run_costs
     from kappa_operator.reconcile.estimates import eta as operator_eta
-    from spark_app.reports.run import RunReport
+    from spark_app.contract.reports.run import RunReport
 
     calib, planned, actual = calibration["actual"], target["planned"], target["actual"]["seconds"]
     report = RunReport.model_validate(calib["run_report"])
@@ -111,9 +111,9 @@ def eta(calibration: dict[str, Any], target: dict[str, Any], cores: int) -> dict
 
 def measure(spark: Any, cfg: Any) -> dict[str, Any]:
     """Plan the backfill, then run it; the plan's predictions next to what the run did."""
-    from spark_app.errors import LatenessError
+    from spark_app.contract.errors import LatenessError
+    from spark_app.contract.reports.run import read_report
     from spark_app.planning.plan import plan_backfill
-    from spark_app.reports.run import read_report
     from spark_app.runtime import run
 
     t0 = time.monotonic()

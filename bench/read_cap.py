@@ -113,7 +113,7 @@ def file_layouts(props: dict[str, str]) -> dict[str, FileLayout]:
 
 
 def job(props: dict[str, str], run_dir: Path, name: str, window: dict[str, str], cap: int | None) -> Any:
-    from spark_app.config import parse_config
+    from spark_app.contract.config import parse_config
 
     return parse_config(
         {

@@ -120,7 +120,7 @@ def job_config(
     tables: tuple[str, ...] = TABLES,
     pipeline_args: dict[str, Any] | None = None,
 ) -> Any:
-    from spark_app.config import parse_config
+    from spark_app.contract.config import parse_config
 
     return parse_config(
         {
@@ -156,7 +156,7 @@ def choose_lateness(cfg: Any) -> tuple[timedelta, timedelta]:
 
 def batch_stats(progress: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-micro-batch times from Spark's progress events."""
-    from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
+    from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
 
     data = [p for p in progress if p.get("numInputRows", 0) > 0]
     total = [p["durationMs"].get("triggerExecution", 0) for p in data]

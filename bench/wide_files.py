@@ -56,7 +56,7 @@ def config(
 ) -> Any:
     """The rmi backfill of the first ``hours`` into a Parquet sink under ``out``; ``split``:
     the sources' split settings (None: none, the spans fitted to the lateness)."""
-    from spark_app.config import parse_config
+    from spark_app.contract.config import parse_config
 
     source = {"kind": "icebergBackfill", **({"split": split} if split is not None else {})}
     return parse_config(

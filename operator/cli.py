@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
 
 
 def bind_address(value: str) -> str:
@@ -24,7 +24,7 @@ def bind_address(value: str) -> str:
 
 def progress_interval(value: str) -> float:
     """A positive duration in the CRDs' grammar (``30s``, ``1m``), as seconds."""
-    from spark_app.durations import check_positive, duration_ms
+    from spark_app.contract.durations import check_positive, duration_ms
 
     try:
         return duration_ms(check_positive(value)) / 1000

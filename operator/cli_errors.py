@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
 
 VERBOSE_HINT = "run again with -v for the trace"
 SPARK_EXTRA = ("pyspark", "pandas", "matplotlib", "sqlalchemy", "pyiceberg_core")

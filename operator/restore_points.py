@@ -19,9 +19,9 @@ from spark_app.checkpoints.failure_note import read_failure
 from spark_app.checkpoints.layout import OffsetLogEntry, parse_offsets
 from spark_app.checkpoints.restore import choose
 from spark_app.checkpoints.snapshots import Manifest, list_snapshots
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
+from spark_app.contract.storage import open_location
 from spark_app.sources.kafka_retention import Offsets, kafka_offsets, losses, read_none_of, refusal
-from spark_app.storage import open_location
 
 P = TypeVar("P", bound=StartPoint)
 

@@ -1,4 +1,4 @@
 """The Spark side of kappa-operator: runs inside the driver and executors.
 
-Never imports kopf or kubernetes; the operator depends on `spark_app.config` only.
+Never imports kopf or kubernetes. What the operator shares with it is ``spark_app.contract``.
 """

@@ -14,8 +14,8 @@ import logging
 import os
 import sys
 
-from spark_app.config import load_config
-from spark_app.errors import EXIT_FAILED, EXIT_REFUSED, KappaError
+from spark_app.contract.config import load_config
+from spark_app.contract.errors import EXIT_FAILED, EXIT_REFUSED, KappaError
 
 TERMINATION_LOG = os.environ.get("KAPPA_TERMINATION_LOG", "/dev/termination-log")
 """Where Kubernetes takes a container's last words from (the pod's terminationMessagePath):
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             planned = run_plan(cfg, None)
             print(planned.model_dump_json(indent=2))
             return 0 if planned.state == "Planned" else 3
-        from spark_app.errors import user_message
+        from spark_app.contract.errors import user_message
         from spark_app.runtime import build_session, run
 
         try:

@@ -34,9 +34,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from spark_app.config import IcebergSink, JobConfig, ParquetSink
-from spark_app.durations import format_duration
-from spark_app.errors import ConfigError
+from spark_app.contract.alignment import ModeChoice
+from spark_app.contract.config import IcebergSink, JobConfig, ParquetSink
+from spark_app.contract.durations import format_duration
+from spark_app.contract.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -214,23 +215,6 @@ class LateArrivals:
     """The largest ingestion time - event time among them."""
 
 
-@dataclass(frozen=True)
-class ModeChoice:
-    """The mode a backfill runs in, and why (``kappa plan``, the run report, status)."""
-
-    requested: str
-    mode: str
-    reason: str
-
-    def to_json(self) -> bytes:
-        return json.dumps({"requested": self.requested, "mode": self.mode, "reason": self.reason}).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> ModeChoice:
-        raw = json.loads(data)
-        return cls(str(raw["requested"]), str(raw["mode"]), str(raw["reason"]))
-
-
 def spec_reason(cfg: JobConfig) -> str | None:
     """What in the spec (not the pipeline) a bounded run cannot do as the streaming run does."""
     if cfg.read_rate is not None:
@@ -347,7 +331,7 @@ def _late_in(
     from pyspark.sql import functions as F
 
     from spark_app.catalogs import load_table
-    from spark_app.config import IcebergBackfillSource
+    from spark_app.contract.config import IcebergBackfillSource
     from spark_app.sources.frames import source_spec
     from spark_app.sources.iceberg import scan
     from spark_app.sources.iceberg.frame import field_ids_read, iceberg_batch_frame
@@ -398,7 +382,7 @@ def decided(
     """The run's mode: the one a previous attempt chose (``MODE_FILE``), else chosen now and
     saved before anything is written. A run that wrote under an aligned checkpoint before
     ``auto`` existed goes on aligned."""
-    from spark_app.storage import open_location
+    from spark_app.contract.storage import open_location
 
     if cfg.alignment.mode == "bounded" and (why := plan_reason(plans, closes)) is not None:
         raise ConfigError(
@@ -439,9 +423,9 @@ def fixed_state(cfg: JobConfig) -> BoundedState:
     """The run's snapshots and query ids: those a previous attempt fixed, else fixed now (each
     source's ``snapshotId``, else its table's current snapshot) and saved before any write."""
     from spark_app.catalogs import load_table
-    from spark_app.config import IcebergBackfillSource
-    from spark_app.errors import SnapshotExpiredError
-    from spark_app.storage import open_location
+    from spark_app.contract.config import IcebergBackfillSource
+    from spark_app.contract.errors import SnapshotExpiredError
+    from spark_app.contract.storage import open_location
 
     location = open_location(cfg.checkpoint.location)
     if location.stat(STATE_FILE) is not None:
@@ -475,7 +459,7 @@ def run_bounded(
     A sink whose results close on the watermark writes those whose end the final watermark
     has passed, and reads on past the drain while some that start in the window are open
     and the history goes on: the aligned run's rule, step for step (``runtime.next_read``)."""
-    from spark_app.reports.run import write_report as write_run_report
+    from spark_app.contract.reports.run import write_report as write_run_report
     from spark_app.runtime import RunResult, next_read, record_finality
     from spark_app.sources.iceberg.frame import field_ids_read
     from spark_app.window.lateness import Verdict

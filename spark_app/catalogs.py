@@ -11,7 +11,7 @@ from functools import cache
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.table import Table
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 _SECRET_WORDS = ("password", "secret", "token", "credential", "key")
 _URL_PASSWORD = re.compile(r"(?<=://)([^:/@\s]+):[^@/\s]+@")

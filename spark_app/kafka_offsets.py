@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
 
 PartitionOffsets = dict[tuple[str, int], int]
 """(topic, partition) -> offset."""

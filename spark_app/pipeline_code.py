@@ -115,7 +115,7 @@ def make_importable(entries: Iterable[str] | None, spark: Any = None) -> None:
         return
     missing = [e for e in entries if (p := local_path(e)) is not None and not p.exists()]
     if missing:
-        from spark_app.errors import ConfigError
+        from spark_app.contract.errors import ConfigError
 
         raise ConfigError(
             f"pythonPath: {', '.join(missing)} not found on the driver: a ConfigMap's mount is missing "

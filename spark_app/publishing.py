@@ -21,9 +21,9 @@ from typing import Any, Literal
 from pyspark.sql import SparkSession
 
 from spark_app.catalogs import load_table
-from spark_app.config import IcebergSink, JobConfig, PublishConfig
-from spark_app.errors import KappaError
-from spark_app.reports.publish import PublishReport, TableReport, report_location
+from spark_app.contract.config import IcebergSink, JobConfig, PublishConfig
+from spark_app.contract.errors import KappaError
+from spark_app.contract.reports.publish import PublishReport, TableReport, report_location
 from spark_app.sinks.iceberg import finality
 from spark_app.sinks.iceberg.commit import branch_history
 from spark_app.sinks.iceberg.publish import publish

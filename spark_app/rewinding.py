@@ -23,12 +23,12 @@ from typing import Any
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.restore import restore
 from spark_app.checkpoints.snapshots import discard_after, list_snapshots
-from spark_app.config import IcebergSink, JobConfig, KafkaSink, OffsetRange, RestorePoint
-from spark_app.errors import KappaError
+from spark_app.contract.config import IcebergSink, JobConfig, KafkaSink, OffsetRange, RestorePoint
+from spark_app.contract.errors import KappaError
+from spark_app.contract.reports.restore import RestoreReport, SinkRestored, report_location
+from spark_app.contract.storage import Location, open_location
 from spark_app.kafka_offsets import end_offsets
-from spark_app.reports.restore import RestoreReport, SinkRestored, report_location
 from spark_app.sinks.kafka import read_produced
-from spark_app.storage import Location, open_location
 
 log = logging.getLogger("kappa.rewinding")
 

@@ -23,15 +23,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_app.alignment.local import LocalWatermarkProvider
-from spark_app.alignment.members import aligned_members, member_id
 from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
 from spark_app.bootstrap.legs import archive_config
 from spark_app.bootstrap.steps import start as start_bootstrap
 from spark_app.bootstrap.steps import switch as switch_bootstrap
-from spark_app.bounded import Closing, ModeChoice
+from spark_app.bounded import Closing
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.driver import attach, detach
-from spark_app.config import (
+from spark_app.contract.alignment import ModeChoice, aligned_members, member_id
+from spark_app.contract.config import (
     ConsoleSink,
     IcebergBackfillSource,
     IcebergSink,
@@ -42,7 +42,10 @@ from spark_app.config import (
     TriggerConfig,
     format_duration,
 )
-from spark_app.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
+from spark_app.contract.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
+from spark_app.contract.reports.progress import ProgressReporter
+from spark_app.contract.reports.run import write_report as write_run_report
+from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.external_calls import serve as serve_external_calls
 from spark_app.pipeline_code import make_importable
@@ -50,8 +53,6 @@ from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.query_plan import analyzed_plan
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import max_span
-from spark_app.reports.progress import ProgressReporter
-from spark_app.reports.run import write_report as write_run_report
 from spark_app.sinks.iceberg.spark_files import SESSION_CONF as SPARK_WRITE_CONF
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.kafka import KafkaBatchWriter
@@ -60,7 +61,6 @@ from spark_app.sources.frames import Pipeline, load_pipeline, outputs_for, reset
 from spark_app.sources.iceberg.object_store import on_s3
 from spark_app.sources.iceberg.stream import backfill_plan, micros
 from spark_app.sources.kafka import connector_jars, records_gone
-from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
 from spark_app.window.edges import Edges, open_results, resolve
 from spark_app.window.horizon import next_drain_step
 from spark_app.window.lateness import Verdict, check_lateness, watermark_delays
@@ -627,7 +627,7 @@ class DrainExtensions:
     NAME = "drain-extensions.json"
 
     def __init__(self, cfg: JobConfig) -> None:
-        from spark_app.storage import open_location
+        from spark_app.contract.storage import open_location
 
         self.location = open_location(cfg.checkpoint.location)
 

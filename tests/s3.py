@@ -17,7 +17,7 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
-from spark_app.storage import S3Options
+from spark_app.contract.storage import S3Options
 
 ACCESS_KEY = SECRET_KEY = "testing"
 REGION = "us-east-1"

@@ -30,8 +30,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kappa_operator.coordinator.names import GroupName, MemberId, WatermarkUs
-from spark_app.alignment import GroupView, query_of
-from spark_app.planning.admission import HELD, drift_bound
+from spark_app.contract.alignment import HELD, GroupView, drift_bound, query_of
 
 Event = tuple[str, str]
 """``(kind, member)``: kind is registered, reset, finished, idle or active."""

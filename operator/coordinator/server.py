@@ -51,7 +51,7 @@ from kappa_operator.coordinator.metrics import CoordinatorMetrics
 from kappa_operator.coordinator.names import check_group_name
 from kappa_operator.coordinator.scopes import verify
 from kappa_operator.coordinator.store import GroupStore
-from spark_app.planning.admission import HELD
+from spark_app.contract.alignment import HELD
 
 log = logging.getLogger("kappa.coordinator")
 

@@ -29,8 +29,8 @@ from kappa_operator.demo.jobs import DemoSettings, sessions_job
 from kappa_operator.demo.outage import compare_tables
 from kappa_operator.demo.steps import Steps, batches_poll, plural
 from spark_app.checkpoints import Manifest, choose, list_snapshots, open_location
-from spark_app.config import CheckpointConfig, ExternalCheckpoints, RestoreConfig, RestorePoint
-from spark_app.errors import KappaError
+from spark_app.contract.config import CheckpointConfig, ExternalCheckpoints, RestoreConfig, RestorePoint
+from spark_app.contract.errors import KappaError
 from spark_app.examples import sessions
 from spark_app.examples.generator import SNAPSHOT_COMMIT_INDEX, Commit, create_tables, iter_commits
 from spark_app.rewinding import run_restore

@@ -18,7 +18,7 @@ from typing import TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from spark_app.errors import KappaError, user_message
+from spark_app.contract.errors import KappaError, user_message
 
 T = TypeVar("T")
 

@@ -38,7 +38,7 @@ from kappa_operator.demo.rewind import run_rewind
 from kappa_operator.demo.steps import DemoError, Poll, Steps, batches_poll, plural, quiet
 from kappa_operator.reconcile.backfill import alignment_group
 from spark_app.catalogs import load_table
-from spark_app.config import JobConfig, format_duration
+from spark_app.contract.config import JobConfig, format_duration
 from spark_app.examples import rmi
 from spark_app.examples.generator import generate
 from spark_app.runtime import build_session, run

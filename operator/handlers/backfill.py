@@ -51,11 +51,11 @@ from kappa_operator.reconcile.external_calls import calls_status, calls_update, 
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.render.jobconfig import backfill_config, backfill_group, group_name
 from kappa_operator.render.spark_application import Owner
-from spark_app.external_calls.report import read_report as read_calls_report
-from spark_app.reports.plan import read_report as read_plan_report
-from spark_app.reports.publish import PublishReport, read_report
-from spark_app.reports.run import RunReport
-from spark_app.reports.run import read_report as read_run_report
+from spark_app.contract.reports.external_calls import read_report as read_calls_report
+from spark_app.contract.reports.plan import read_report as read_plan_report
+from spark_app.contract.reports.publish import PublishReport, read_report
+from spark_app.contract.reports.run import RunReport
+from spark_app.contract.reports.run import read_report as read_run_report
 
 KIND = "Backfill"
 PLURAL = "backfills"

@@ -29,7 +29,7 @@ from kappa_operator.reconcile.backfill_queue import QueueLimits
 from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, changes_nothing, failure_status, with_recovery
 from kappa_operator.reconcile.phases import app_state, driver_pod, now_rfc3339, with_last_words
 from kappa_operator.reconcile.streaming_job import Event
-from spark_app.storage import S3Options
+from spark_app.contract.storage import S3Options
 
 log = logging.getLogger("kappa.operator")
 F = TypeVar("F", bound=Callable[..., Any])

@@ -1,5 +1,5 @@
 """Live jobs' progress and health: every ``--progress-interval`` (``TICK`` by default) the
-operator reads what each sink query's driver last reported (``spark_app.reports.progress``, a
+operator reads what each sink query's driver last reported (``spark_app.contract.reports.progress``, a
 few hundred bytes next to the live checkpoint) and shows it in the StreamingJob's status
 (``progress``, ``kafkaLag``; ``kubectl get sj`` prints the lag and the last progress), as
 gauges, and as the ``Stalled`` and ``Lagging`` conditions (``reconcile.health``). It never
@@ -24,11 +24,11 @@ from kappa_operator.reconcile.external_calls import calls_status
 from kappa_operator.reconcile.health import health_gauges, plan_health, plan_unreadable
 from kappa_operator.reconcile.kafka_lag import lag_gauges, lag_status
 from kappa_operator.render.jobconfig import live_checkpoint
-from spark_app.bootstrap.record import BootstrapRecord, read_record
-from spark_app.external_calls.report import ExternalCallsReport
-from spark_app.external_calls.report import read_report_at as read_calls_at
-from spark_app.reports.progress import ProgressReport, read_reports
-from spark_app.storage import REPORT_DIR, open_location
+from spark_app.contract.reports.bootstrap import BootstrapRecord, read_record
+from spark_app.contract.reports.external_calls import ExternalCallsReport
+from spark_app.contract.reports.external_calls import read_report_at as read_calls_at
+from spark_app.contract.reports.progress import ProgressReport, read_reports
+from spark_app.contract.storage import REPORT_DIR, open_location
 
 log = logging.getLogger("kappa.operator")
 

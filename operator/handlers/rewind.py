@@ -45,8 +45,8 @@ from kappa_operator.reconcile.rewind import (
 from kappa_operator.reconcile.streaming_job import owner_of as job_owner
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, SKIP_ANNOTATION, restore_config
 from kappa_operator.render.spark_application import Owner
-from spark_app.errors import KappaError
-from spark_app.reports.restore import RestoreReport, read_report
+from spark_app.contract.errors import KappaError
+from spark_app.contract.reports.restore import RestoreReport, read_report
 
 KIND = "Rewind"
 PLURAL = "rewinds"

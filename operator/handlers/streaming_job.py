@@ -37,9 +37,9 @@ from kappa_operator.reconcile.streaming_job import (
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, initial_restore_config
 from kappa_operator.render.spark_application import Owner
 from kappa_operator.restore_points import initial_points
-from spark_app.checkpoints.requests import read_answer
-from spark_app.reports.restore import read_report
-from spark_app.storage import open_location
+from spark_app.contract.reports.restore import read_report
+from spark_app.contract.snapshot_requests import read_answer
+from spark_app.contract.storage import open_location
 
 KIND = "StreamingJob"
 LOOK_TICK = 5.0

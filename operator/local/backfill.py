@@ -24,9 +24,9 @@ from kappa_operator.render.jobconfig import (
     backfill_config,
     backfill_group,
 )
-from spark_app.config import format_duration
-from spark_app.errors import user_message
-from spark_app.reports.publish import PublishReport, read_report
+from spark_app.contract.config import format_duration
+from spark_app.contract.errors import user_message
+from spark_app.contract.reports.publish import PublishReport, read_report
 from spark_app.telemetry import read_trace
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from spark_app.config import JobConfig
+from spark_app.contract.config import JobConfig
 
 SUBMIT_CONF = (
     ("packages", "spark.jars.packages"),

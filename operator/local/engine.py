@@ -14,7 +14,7 @@ from kappa_operator.local.overrides import RunOptions
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.config import JobConfig
+from spark_app.contract.config import JobConfig
 from spark_app.runtime import RunResult
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def open_tables(catalogs: dict[str, dict[str, str]], tables: list[tuple[str, str
 
 def open_source_tables(cfg: JobConfig) -> None:
     """A JobConfig's Iceberg sources' tables (``open_tables``)."""
-    from spark_app.config import IcebergSourceBase
+    from spark_app.contract.config import IcebergSourceBase
 
     iceberg = [s for s in cfg.sources.values() if isinstance(s, IcebergSourceBase)]
     open_tables(
@@ -92,7 +92,7 @@ class SparkEngine:
         return self.spark
 
     def open_tables(self, job: StreamingJob, backfill: bool) -> None:
-        from spark_app.config import CatalogConfig
+        from spark_app.contract.config import CatalogConfig
 
         tables = tables_read(job, backfill)
         catalogs = {c: CatalogConfig.model_validate(job.spec.catalogs[c]).properties() for c, _ in tables}

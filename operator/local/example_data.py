@@ -20,7 +20,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from kappa_operator.local.manifests import load
 from kappa_operator.local.overrides import local_catalog
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 
 START = datetime(2026, 11, 1, 12, tzinfo=UTC)

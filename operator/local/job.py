@@ -23,9 +23,9 @@ from kappa_operator.render.jobconfig import (
     streaming_job_config,
 )
 from kappa_operator.restore_points import restore_points, snapshot_failures
-from spark_app.bootstrap.record import read_record, record_location
-from spark_app.config import JobConfig
-from spark_app.errors import KappaError, user_message
+from spark_app.contract.config import JobConfig
+from spark_app.contract.errors import KappaError, user_message
+from spark_app.contract.reports.bootstrap import read_record, record_location
 from spark_app.runtime import RunResult
 
 

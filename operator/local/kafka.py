@@ -23,7 +23,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spark_app import jars
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 SERVER_MAIN = "kafka.Kafka"
 STORAGE_MAIN = "kafka.tools.StorageTool"

@@ -20,7 +20,7 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import manifest_fields
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
 
 Resource = StreamingJob | Backfill | Rewind
 KINDS: dict[str, type[StreamingJob] | type[Backfill] | type[Rewind]] = {

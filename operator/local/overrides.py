@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from kappa_operator.local.deps import local_code
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.config import JobConfig, parse_config
+from spark_app.contract.config import JobConfig, parse_config
 
 LOCAL_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"}
 """Under the manifest's sparkConf: two cores' worth of shuffle tasks, no console progress bars

@@ -38,9 +38,9 @@ from kappa_operator.render.jobconfig import (
     PAUSED_ANNOTATION,
     SKIP_ANNOTATION,
 )
-from spark_app.config import parse_config
-from spark_app.errors import KappaError, user_message
-from spark_app.reports.restore import RestoreReport, SinkRestored, read_report
+from spark_app.contract.config import parse_config
+from spark_app.contract.errors import KappaError, user_message
+from spark_app.contract.reports.restore import RestoreReport, SinkRestored, read_report
 
 
 def forget_rewind(local: Local, rw: Rewind, job: StreamingJob) -> None:

@@ -22,7 +22,7 @@ from kappa_operator.local.rewind import run_rewind
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
 
 
 def run_manifests(found: Manifests, opts: RunOptions, show: Display, engine: Engine) -> int:

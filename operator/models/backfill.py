@@ -31,8 +31,8 @@ from kappa_operator.models.common import (
 )
 from kappa_operator.models.external_calls import BackfillExternalCalls, ExternalCallsStatus
 from kappa_operator.models.streaming_job import TABLE, RestartSpec
-from spark_app.config import DEFAULT_BATCH_ROW_BUDGET
-from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
+from spark_app.contract.config import DEFAULT_BATCH_ROW_BUDGET
+from spark_app.contract.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 
 
 class JobRef(CRModel):

@@ -28,8 +28,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic.alias_generators import to_camel
 
-from spark_app.config import NO_DRIFT_HINT, parse_duration, parse_timestamp
-from spark_app.durations import (
+from spark_app.contract.config import NO_DRIFT_HINT, parse_duration, parse_timestamp
+from spark_app.contract.durations import (
     DURATION_LENGTH_MAX,
     DURATION_MAX,
     DURATION_PATTERN,
@@ -104,7 +104,7 @@ ArgName = Annotated[str, Field(max_length=NAME_MAX)]
 
 # --- durations ------------------------------------------------------------------------------
 
-# The grammar is spark_app.durations', shared with JobConfig (a Backfill's durations are copied
+# The grammar is spark_app.contract.durations', shared with JobConfig (a Backfill's durations are copied
 # into it): the pattern here is for the API server, check_duration for the words users read.
 # Durations stay plain strings in the schema (no ``format``), so CEL rules convert them
 # explicitly; the CEL bound repeats DURATION_MAX for the server.

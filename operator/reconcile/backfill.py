@@ -46,12 +46,12 @@ from kappa_operator.render.spark_application import (
     spark_application,
     token_secret,
 )
-from spark_app.alignment.members import aligned_members
-from spark_app.config import JobConfig
-from spark_app.errors import KappaError
-from spark_app.reports.plan import PlanReport
-from spark_app.reports.publish import PublishReport
-from spark_app.reports.run import RunReport
+from spark_app.contract.alignment import aligned_members
+from spark_app.contract.config import JobConfig
+from spark_app.contract.errors import KappaError
+from spark_app.contract.reports.plan import PlanReport
+from spark_app.contract.reports.publish import PublishReport
+from spark_app.contract.reports.run import RunReport
 
 if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
     from kappa_operator.coordinator.groups import Progress as GroupProgress

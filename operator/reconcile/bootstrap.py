@@ -1,6 +1,6 @@
 """A bootstrapped StreamingJob's phase and ``status.bootstrap`` (pure).
 
-The driver records the bootstrap next to its checkpoint (``spark_app.bootstrap.record``): the
+The driver records the bootstrap next to its checkpoint (``spark_app.contract.reports.bootstrap``): the
 archives' snapshots and where each topic takes over, then the switch. The progress timer copies
 it into ``status.bootstrap``; the job's reconcile, the one writer of the phase, says
 ``Bootstrapping`` while the application runs and the switch is not recorded, ``Running`` after.
@@ -13,8 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.bootstrap.record import BootstrapRecord
-from spark_app.bootstrap.seam import EARLIEST
+from spark_app.contract.reports.bootstrap import EARLIEST, BootstrapRecord
 
 OFFSETS_SHOWN = 64
 """Partitions listed in ``status.bootstrap.offsets`` (a topic of hundreds lists its first ones)."""

@@ -22,9 +22,9 @@ from typing import Any
 
 from kappa_operator.models.backfill import Backfill, Calibration, PlanStatus, SourcePlanStatus
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.config import format_duration
-from spark_app.reports.plan import PlanReport
-from spark_app.reports.run import RunReport
+from spark_app.contract.config import format_duration
+from spark_app.contract.reports.plan import PlanReport
+from spark_app.contract.reports.run import RunReport
 
 CONFIG_MAP = "kappa-backfill-calibration"
 KEEP = 20
@@ -36,7 +36,7 @@ MAX_ETA_S = 10 * 365 * 86400
 
 @dataclass(frozen=True)
 class Costs:
-    """A run's time by kind, from its driver's micro-batches (``spark_app.reports.run``)."""
+    """A run's time by kind, from its driver's micro-batches (``spark_app.contract.reports.run``)."""
 
     batches: int
     per_batch_s: float

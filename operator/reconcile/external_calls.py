@@ -2,14 +2,14 @@
 ``status.externalCalls``, when to read it again, and the gauges.
 
 The operator never talks to the lease server in the driver: the driver leaves a report next to
-the run's checkpoint (``spark_app.external_calls.report``) and the operator reads it, every
+the run's checkpoint (``spark_app.contract.reports.external_calls``) and the operator reads it, every
 ``EVERY_S`` and only for runs that have a limit (a few hundred bytes)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from spark_app.external_calls.report import ExternalCallsReport
+from spark_app.contract.reports.external_calls import ExternalCallsReport
 
 EVERY_S = 30.0
 """How often a running job's or backfill's report is read (its observed rate is over 30 s)."""

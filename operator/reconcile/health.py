@@ -21,7 +21,7 @@ from kappa_operator.models.common import Condition, as_timedelta
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, set_conditions
 from kappa_operator.reconcile.streaming_job import Event
-from spark_app.reports.progress import ProgressReport
+from spark_app.contract.reports.progress import ProgressReport
 
 NO_PROGRESS = "NoProgress"
 PROGRESS_UNKNOWN = "ProgressUnknown"

@@ -1,5 +1,5 @@
 """What a Kafka job's status and metrics show of its consumer lag (pure): its driver's reports
-(``spark_app.reports.progress``, one per sink query) folded into one figure and the partitions
+(``spark_app.contract.reports.progress``, one per sink query) folded into one figure and the partitions
 furthest behind."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC
 from typing import Any
 
-from spark_app.reports.progress import ProgressReport
+from spark_app.contract.reports.progress import ProgressReport
 
 SHOWN = 20
 """Partitions listed in status (the furthest behind); Prometheus gets every one."""

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import as_timedelta
 from kappa_operator.models.streaming_job import RestartSpec, StreamingJob
-from spark_app.errors import EXIT_REFUSED
+from spark_app.contract.errors import EXIT_REFUSED
 
 _EXIT_CODE = re.compile(r"driver container failed with ExitCode: (\d+)")
 """How the Spark operator names a failed driver's exit code in the application's error."""

@@ -37,8 +37,8 @@ from kappa_operator.render.jobconfig import (
     skipped_offsets,
 )
 from kappa_operator.render.spark_application import BACKFILL_RESTART, Owner, config_map, job_launch, spark_application
-from spark_app.errors import KappaError
-from spark_app.reports.restore import RestoreReport, SinkRestored
+from spark_app.contract.errors import KappaError
+from spark_app.contract.reports.restore import RestoreReport, SinkRestored
 
 TERMINAL = ("Succeeded", "Failed")
 

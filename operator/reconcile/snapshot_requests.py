@@ -1,5 +1,5 @@
 """Snapshots the operator asks a running job for (pure): the trigger nonce and the snapshot
-before an upgrade, as requests to its driver (``spark_app.checkpoints.requests``) and as
+before an upgrade, as requests to its driver (``spark_app.contract.snapshot_requests``) and as
 ``status.snapshots``, the history a user picks from (a Rewind's ``target.batchId``, a new
 job's ``initialSnapshot``)."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from kappa_operator.models.common import as_timedelta
 from kappa_operator.models.streaming_job import StreamingJob, TakenSnapshot
-from spark_app.checkpoints.requests import Answer
+from spark_app.contract.snapshot_requests import Answer
 
 HISTORY = 10
 """Snapshots kept in status (the newest; the open ones always)."""

@@ -48,9 +48,9 @@ from kappa_operator.render.spark_application import (
     job_launch,
     spark_application,
 )
-from spark_app.config import JobConfig
-from spark_app.errors import KappaError
-from spark_app.reports.restore import RestoreReport
+from spark_app.contract.config import JobConfig
+from spark_app.contract.errors import KappaError
+from spark_app.contract.reports.restore import RestoreReport
 
 
 @dataclass(frozen=True)

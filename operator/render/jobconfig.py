@@ -23,9 +23,9 @@ from kappa_operator.models.streaming_job import (
     StreamingJob,
     StreamingJobSpec,
 )
-from spark_app.checkpoints.requests import REQUESTS_FILE
-from spark_app.config import JobConfig, parse_config
-from spark_app.durations import duration_ms
+from spark_app.contract.config import JobConfig, parse_config
+from spark_app.contract.durations import duration_ms
+from spark_app.contract.snapshot_requests import REQUESTS_FILE
 
 CONFIG_PATH = "/etc/kappa/job.json"
 PIPELINE_MOUNT = "/opt/kappa/pipelines"

@@ -10,8 +10,8 @@ from typing import Any
 from kappa_operator.models.common import API_VERSION, ExecutorResources, PodOverrides, Resources, overridden
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import CONFIG_PATH, pipeline_mount
-from spark_app.checkpoints.requests import REQUESTS_FILE, REQUESTS_KEY, requests_text
-from spark_app.config import JobConfig
+from spark_app.contract.config import JobConfig
+from spark_app.contract.snapshot_requests import REQUESTS_FILE, REQUESTS_KEY, requests_text
 
 SPARK_API = "sparkoperator.k8s.io/v1beta2"
 SPARK_VERSION = "4.2.0"
@@ -260,7 +260,7 @@ def spark_application(
     publish, under ``Owner.publish_app_name``; it reads the same ConfigMap), ``plan`` (a
     Backfill's plan, ``Owner.plan_app_name``, same ConfigMap) or ``restore`` (a Rewind's
     restore, its owner's only application). ``control``: mount the owner's control ConfigMap
-    into the driver (a live job: its snapshot requests, ``spark_app.checkpoints.requests``)."""
+    into the driver (a live job: its snapshot requests, ``spark_app.contract.snapshot_requests``)."""
     name = {"publish": owner.publish_app_name, "plan": owner.plan_app_name}.get(command, owner.app_name)
     mount = [{"name": "jobconfig", "mountPath": CONFIG_PATH.rsplit("/", 1)[0]}]
     code_volumes, code_mounts = pipeline_volume(launch.pipeline_config_map)

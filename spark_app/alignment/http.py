@@ -16,9 +16,8 @@ import os
 import time
 from urllib.parse import quote, urlsplit
 
-from spark_app.alignment import GroupView, ReadCount
-from spark_app.errors import KappaError
-from spark_app.planning.admission import HELD
+from spark_app.contract.alignment import HELD, GroupView, ReadCount
+from spark_app.contract.errors import KappaError
 
 log = logging.getLogger("kappa.alignment")
 

@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from spark_app.alignment import GroupView, ReadCount, global_view, query_of
+from spark_app.contract.alignment import GroupView, ReadCount, global_view, query_of
 
 
 @contextmanager

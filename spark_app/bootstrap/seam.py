@@ -12,11 +12,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
-EARLIEST = -2
-"""Spark's Kafka source's code for "the earliest offset" in a startingOffsets JSON."""
+from spark_app.contract.reports.bootstrap import EARLIEST, Offsets
 
-Offsets = dict[str, dict[int, int]]
-"""topic -> partition -> the first offset read from Kafka."""
+__all__ = ["EARLIEST", "Offsets", "describe", "starting_offsets", "switch_offsets"]
 
 
 def switch_offsets(archived: Mapping[tuple[str, int], int], partitions: Iterable[tuple[str, int]]) -> Offsets:

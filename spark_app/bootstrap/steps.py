@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from pyspark.sql import SparkSession
 
 from spark_app.bootstrap.legs import Leg
-from spark_app.bootstrap.record import BootstrapRecord, read_record, record_location, write_record
 from spark_app.bootstrap.seam import describe
-from spark_app.config import JobConfig
-from spark_app.errors import ConfigError
+from spark_app.contract.config import JobConfig
+from spark_app.contract.errors import ConfigError
+from spark_app.contract.reports.bootstrap import BootstrapRecord, read_record, record_location, write_record
 
 log = logging.getLogger("kappa.bootstrap")
 

@@ -41,7 +41,7 @@ from spark_app.checkpoints.snapshots import (
     externalize,
     list_snapshots,
 )
-from spark_app.storage import Location, S3Options, open_location
+from spark_app.contract.storage import Location, S3Options, open_location
 
 __all__ = [
     "BatchInfo",

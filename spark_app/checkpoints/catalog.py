@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 from spark_app.checkpoints import layout
 from spark_app.checkpoints.errors import CheckpointError
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
+from spark_app.contract.storage import FileStat, Location
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
-from spark_app.storage import FileStat, Location
 
 
 class CatalogModel(BaseModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_app.errors import CheckpointError
+from spark_app.contract.errors import CheckpointError
 
 __all__ = ["CheckpointError"]
 

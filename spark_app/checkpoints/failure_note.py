@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from spark_app.storage import REPORT_DIR, Location
+from spark_app.contract.storage import REPORT_DIR, Location
 
 FAILURE = f"{REPORT_DIR}/externalize-failure.json"
 """Beside a sink's snapshots while its last copy failed (the operator shows it in the job's

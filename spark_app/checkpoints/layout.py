@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_app.checkpoints.errors import IncompleteCheckpointError
-from spark_app.storage import FileStat
+from spark_app.contract.storage import FileStat
 
 METADATA = "metadata"
 OFFSETS = "offsets"

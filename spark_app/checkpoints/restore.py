@@ -27,7 +27,7 @@ from spark_app.checkpoints.errors import (
     TargetNotEmptyError,
 )
 from spark_app.checkpoints.snapshots import POOL, Manifest, missing_objects
-from spark_app.storage import FileStat, Location, copy_many
+from spark_app.contract.storage import FileStat, Location, copy_many
 
 log = logging.getLogger("kappa.checkpoints")
 

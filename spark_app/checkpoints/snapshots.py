@@ -40,7 +40,7 @@ from spark_app.checkpoints.errors import (
     IncompleteCheckpointError,
     TimelineConflictError,
 )
-from spark_app.storage import FileStat, Location, copy_many
+from spark_app.contract.storage import FileStat, Location, copy_many
 
 log = logging.getLogger("kappa.checkpoints")
 
@@ -264,7 +264,7 @@ def apply_retention(
     _, bad = read_manifests(external)
     if bad:
         raise CheckpointError(f"{external.uri}: unreadable manifest {bad[0]}; retention would not know its files")
-    from spark_app.checkpoints.requests import pinned_batches  # a module that imports this one
+    from spark_app.contract.snapshot_requests import pinned_batches  # a module that imports this one
 
     pinned = pinned_batches(external)
     kept = [m for m in list_snapshots(external) if m.batch_id not in pinned]

@@ -31,16 +31,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from spark_app.contract.reports.external_calls import ExternalCallsReport, ReportWriter, read_report
 from spark_app.external_calls.client import TELL_EVERY_S as _TELL_EVERY_S
 from spark_app.external_calls.client import ExternalCallsError, Limiter
 from spark_app.external_calls.pacing import max_lease
-from spark_app.external_calls.report import ExternalCallsReport, ReportWriter, read_report
 from spark_app.external_calls.server import LeaseServer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_app.config import JobConfig
+    from spark_app.contract.config import JobConfig
 
 __all__ = ["ExternalCallsError", "ExternalCallsReport", "Limiter", "Running", "limiter", "read_report", "serve"]
 log = logging.getLogger("kappa.external_calls")

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
 from spark_app.external_calls.pacing import GRACE_S
 
 T = TypeVar("T")

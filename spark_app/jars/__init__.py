@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 HERE = Path(__file__).resolve().parent
 BUNDLES = ("kafka-connector", "kafka-broker", "hadoop-aws")

@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 from spark_app.jars import cache_root
 
 SOURCES = Path(__file__).resolve().parent / "src" / "main" / "java"

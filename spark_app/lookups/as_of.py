@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 from spark_app.lookups.history import VALID_FROM, VALID_TO, Versions
 
 _DIM = "_kappa_dim_"

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 _CATALOGS: ContextVar[Mapping[str, Mapping[str, str]] | None] = ContextVar("kappa_job_catalogs", default=None)
 

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as st
 
 from spark_app.catalogs import load_table
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 from spark_app.lookups.context import catalog_properties
 from spark_app.lookups.intervals import FileInterval, SnapshotFiles, file_intervals, history_start_ms
 from spark_app.sources.iceberg.frame import SLICE_PREFIX, read_schema

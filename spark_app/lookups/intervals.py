@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 
 @dataclass(frozen=True)

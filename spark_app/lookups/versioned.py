@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as st
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 from spark_app.lookups.as_of import added_columns
 
 _T = "_kappa_t"

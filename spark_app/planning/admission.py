@@ -42,17 +42,6 @@ def source_watermark(splits: Sequence[Split], position: int) -> int | None:
     return splits[position].lower if position < len(splits) else None
 
 
-HELD = -(2**62)
-"""The global watermark while a declared member has not reported: below every split."""
-
-
-def drift_bound(global_watermark: int | None, drift_us: int) -> int | None:
-    """Upper bound of admissible lower bounds; None (no bound) once every member finished."""
-    if global_watermark is None:
-        return None
-    return global_watermark + drift_us
-
-
 def admit(
     splits: Sequence[Split], position: int, bound: int | None, limits: Limits, at_least_one: bool = True
 ) -> Admission:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from spark_app.config import IcebergBackfillSource, JobConfig, Window
+from spark_app.contract.config import IcebergBackfillSource, JobConfig, Window
 
 MIN_TOLERANCE = timedelta(minutes=1)
 

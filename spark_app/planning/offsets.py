@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from spark_app.errors import PlanChangedError
+from spark_app.contract.errors import PlanChangedError
 
 VERSION = 1
 

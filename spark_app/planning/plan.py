@@ -21,15 +21,16 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_app.bounded import ModeChoice, as_set
-from spark_app.config import IcebergBackfillSource, JobConfig, format_duration, parse_duration
-from spark_app.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
+from spark_app.bounded import as_set
+from spark_app.contract.alignment import ModeChoice
+from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_duration, parse_duration
+from spark_app.contract.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
+from spark_app.contract.reports.plan import PlanReport, SourcePlan
 from spark_app.planning import coverage, forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.query_plan import analyzed_plan, leaf_ids
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import DataFileInfo, Split, is_wide, max_span
-from spark_app.reports.plan import PlanReport, SourcePlan
 from spark_app.sources.iceberg.spec import micros
 from spark_app.window.horizon import StateHorizon, WarmupVerdict, check_warmup, drain
 from spark_app.window.lateness import check_lateness, spark_interval
@@ -99,7 +100,7 @@ def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     """Build the pipeline over the sources (no data read, no job run) and resolve its edges as
     the runtime does. A too-short warm-up is a verdict here, not an exception."""
     from spark_app.bounded import chosen, closings, plan_reason
-    from spark_app.errors import user_message
+    from spark_app.contract.errors import user_message
     from spark_app.pipeline_code import make_importable
     from spark_app.sources.frames import load_pipeline, outputs_for
     from spark_app.window.edges import resolve
@@ -377,7 +378,7 @@ def _plan(cfg: JobConfig, spark: SparkSession | None, tag: str | None) -> PlanRe
 
 
 def members_of(cfg: JobConfig, shape: Shape, sources: dict[str, SourceData]) -> list[forecast.Member]:
-    from spark_app.alignment.members import member_id
+    from spark_app.contract.alignment import member_id
 
     return [
         forecast.Member(member_id(cfg, sink, name), sink, name, sources[name].splits, sources[name].limits)

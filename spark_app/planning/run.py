@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from spark_app.config import JobConfig
-from spark_app.errors import KappaError
+from spark_app.contract.config import JobConfig
+from spark_app.contract.errors import KappaError
+from spark_app.contract.reports.plan import PlanReport, report_location
 from spark_app.planning.plan import failed, plan_backfill
-from spark_app.reports.plan import PlanReport, report_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 
 def restrict_to_window(df: DataFrame, time_column: str | None, start_us: int, end_us: int) -> DataFrame:

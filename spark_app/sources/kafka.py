@@ -30,8 +30,8 @@ from pyspark.sql.types import DataType, StructType
 
 from spark_app import jars
 from spark_app.catalogs import load_table
-from spark_app.config import JobConfig, KafkaSink, KafkaSource, OffsetRange
-from spark_app.errors import ConfigError, ConnectorMissingError, KappaError
+from spark_app.contract.config import JobConfig, KafkaSink, KafkaSource, OffsetRange
+from spark_app.contract.errors import ConfigError, ConnectorMissingError, KappaError
 from spark_app.jvm import GATED_KAFKA_CLASS
 from spark_app.kafka_offsets import topics_matching
 from spark_app.sources.iceberg import schema

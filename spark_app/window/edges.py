@@ -17,8 +17,8 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from spark_app.catalogs import load_table
-from spark_app.config import IcebergBackfillSource, JobConfig, format_duration
-from spark_app.errors import ConfigError, WarmupError
+from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_duration
+from spark_app.contract.errors import ConfigError, WarmupError
 from spark_app.planning import coverage
 from spark_app.planning.query_plan import analyzed_plan, leaf_ids
 from spark_app.sources.iceberg import scan

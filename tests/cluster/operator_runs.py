@@ -155,8 +155,8 @@ DATA_PLANE = (
     ("spark_app.sinks.iceberg.window.TimeWindow", "read"),
     ("spark_app.sinks.iceberg.validation", "compare_in_process"),
     ("spark_app.sinks.iceberg.publish", "publish"),
-    ("spark_app.storage.Location", "copy_to"),
-    ("spark_app.storage", "copy_many"),
+    ("spark_app.contract.storage.Location", "copy_to"),
+    ("spark_app.contract.storage", "copy_many"),
 )
 """What reads rows or copies files: in the operator's process, each raises (issue 16)."""
 

@@ -34,9 +34,9 @@ from pyiceberg.table import Table
 from kappa_operator.coordinator.scopes import verify
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
 from kappa_operator.reconcile.estimates import CONFIG_MAP
-from spark_app.config import parse_config
+from spark_app.contract.config import parse_config
+from spark_app.contract.reports.run import read_report, write_report
 from spark_app.examples.generator import GeneratorConfig, generate
-from spark_app.reports.run import read_report, write_report
 from tests.cluster.operator_runs import TOKEN, InProcess, forbid_data_plane, outside_the_operator
 from tests.cluster.spark_operator import (
     APP,

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
-from spark_app.bootstrap.record import RECORD, BootstrapRecord, write_record
-from spark_app.bootstrap.seam import EARLIEST
-from spark_app.config import IcebergBackfillSource
-from spark_app.storage import open_location
+from spark_app.contract.config import IcebergBackfillSource
+from spark_app.contract.reports.bootstrap import EARLIEST, RECORD, BootstrapRecord, write_record
+from spark_app.contract.storage import open_location
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import create, example, in_phase, reasons, spark_state, status

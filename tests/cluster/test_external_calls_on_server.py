@@ -16,9 +16,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
-from spark_app.config import parse_config
-from spark_app.external_calls.report import REPORT_NAME, ExternalCallsReport
-from spark_app.storage import REPORT_DIR
+from spark_app.contract.config import parse_config
+from spark_app.contract.reports.external_calls import REPORT_NAME, ExternalCallsReport
+from spark_app.contract.storage import REPORT_DIR
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import APP, create, example, get, in_phase, spark_state, status
@@ -29,7 +29,7 @@ SJ, BF = "StreamingJob", "Backfill"
 
 
 def leave_report(checkpoint: Path, limit: float, observed: float, calls: int) -> None:
-    """What the driver's lease server writes (``spark_app.external_calls.report``)."""
+    """What the driver's lease server writes (``spark_app.contract.reports.external_calls``)."""
     report = ExternalCallsReport(
         rate_per_second=limit,
         observed_per_second=observed,

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
-from spark_app.reports.progress import ProgressReport, report_name
+from spark_app.contract.reports.progress import ProgressReport, report_name
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import create, example, in_phase, status

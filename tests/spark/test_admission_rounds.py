@@ -18,10 +18,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
-from spark_app.alignment.members import aligned_members
-from spark_app.config import JobConfig
+from spark_app.contract.alignment import HELD, aligned_members
+from spark_app.contract.config import JobConfig
 from spark_app.examples import windows
-from spark_app.planning.admission import HELD
 from spark_app.runtime import run
 from spark_app.sinks.iceberg.writer import FAULT_ENV
 from spark_app.telemetry import read_trace

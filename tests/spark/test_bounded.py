@@ -20,8 +20,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_app.bounded import STATE_FILE
-from spark_app.config import parse_config
-from spark_app.errors import ConfigError
+from spark_app.contract.config import parse_config
+from spark_app.contract.errors import ConfigError
 from spark_app.runtime import run
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID
 from spark_app.sinks.iceberg.writer import FAULT_ENV

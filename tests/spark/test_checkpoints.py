@@ -37,7 +37,7 @@ from spark_app.checkpoints import (
     open_location,
     restore,
 )
-from spark_app.config import JobConfig, parse_config
+from spark_app.contract.config import JobConfig, parse_config
 from spark_app.examples.generator import (
     SNAPSHOT_COMMIT_INDEX,
     Commit,

@@ -20,7 +20,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
-from spark_app.config import parse_config
+from spark_app.contract.config import parse_config
 from spark_app.examples import reference, sessions
 from spark_app.runtime import run
 

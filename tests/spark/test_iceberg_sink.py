@@ -19,7 +19,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from spark_app.config import JobConfig
+from spark_app.contract.config import JobConfig
 from spark_app.runtime import RunResult, run
 from spark_app.sinks.iceberg import batch_tags
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID, batch_of, find_batch

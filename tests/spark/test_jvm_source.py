@@ -16,7 +16,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType, TimestampType, UUIDType
 from pyspark.sql import SparkSession
 
-from spark_app.config import parse_config
+from spark_app.contract.config import parse_config
 from spark_app.planning.splits import FilePiece, Split, TimeRange
 from spark_app.sources.frames import source_spec
 from spark_app.sources.iceberg.spec import SourceSpec

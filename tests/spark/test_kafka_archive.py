@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappa_operator.local.kafka import KafkaBroker
-from spark_app.config import JobConfig, KafkaSource, parse_config
+from spark_app.contract.config import JobConfig, KafkaSource, parse_config
 from spark_app.examples import rmi
 from spark_app.examples.generator import GeneratorConfig, generate
 from spark_app.runtime import run

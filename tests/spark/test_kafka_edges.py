@@ -15,12 +15,12 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
-from spark_app.config import JobConfig, parse_config
-from spark_app.errors import ConfigError
-from spark_app.reports.progress import read_reports
+from spark_app.contract.config import JobConfig, parse_config
+from spark_app.contract.errors import ConfigError
+from spark_app.contract.reports.progress import read_reports
+from spark_app.contract.storage import open_location
 from spark_app.runtime import run
 from spark_app.sources.kafka import gone_notice
-from spark_app.storage import open_location
 
 pytestmark = pytest.mark.spark
 

@@ -33,8 +33,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, ReadMaxRows
 
 from spark_app import runtime
-from spark_app.config import JobConfig
-from spark_app.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
+from spark_app.contract.config import JobConfig
+from spark_app.contract.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
 from spark_app.examples.generator import (
     SNAPSHOT_COMMIT_INDEX,
     Commit,

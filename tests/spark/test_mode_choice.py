@@ -18,8 +18,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_app.bounded import MODE_FILE, decided
+from spark_app.contract.reports.run import read_report
 from spark_app.planning.plan import plan_backfill
-from spark_app.reports.run import read_report
 from spark_app.runtime import run
 from tests.spark.conftest import T0, Dataset, sources
 

@@ -20,8 +20,8 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
-from spark_app.config import JobConfig, parse_config
-from spark_app.errors import LatenessError
+from spark_app.contract.config import JobConfig, parse_config
+from spark_app.contract.errors import LatenessError
 from spark_app.examples.generator import GeneratorConfig, generate
 from spark_app.jvm import DECODED_ROWS_MAX_BYTES
 from spark_app.planning.split_spans import fit_sources

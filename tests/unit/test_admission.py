@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_app.alignment import global_view
-from spark_app.planning.admission import HELD, Admission, Limits, admit, drift_bound, source_watermark
+from spark_app.contract.alignment import HELD, drift_bound, global_view
+from spark_app.planning.admission import Admission, Limits, admit, source_watermark
 from spark_app.planning.splits import FilePiece, Split, max_span
 
 

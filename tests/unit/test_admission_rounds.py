@@ -18,8 +18,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from spark_app.alignment import GroupView, global_view, held_outside
-from spark_app.planning.admission import HELD, Admission, Limits
+from spark_app.contract.alignment import HELD, GroupView, global_view, held_outside
+from spark_app.planning.admission import Admission, Limits
 from spark_app.planning.forecast import Member, Simulation, simulate
 from spark_app.planning.rounds import (
     Lookahead,

@@ -13,9 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_app.alignment import GroupView, WatermarkProvider, global_view
 from spark_app.alignment.local import LocalWatermarkProvider
-from spark_app.planning.admission import HELD
+from spark_app.contract.alignment import HELD, GroupView, WatermarkProvider, global_view
 
 # --- global_view ------------------------------------------------------------------------
 

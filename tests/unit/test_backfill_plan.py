@@ -24,14 +24,14 @@ from kappa_operator.cli import main as kappa
 from kappa_operator.local.overrides import local_catalog
 from kappa_operator.local.plan import PlanOptions, plan_manifest
 from spark_app.__main__ import main as spark_app_main
-from spark_app.config import JobConfig, parse_config
+from spark_app.contract.config import JobConfig, parse_config
+from spark_app.contract.reports.plan import PlanReport, read_report
 from spark_app.planning import forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.forecast import Member, simulate
 from spark_app.planning.plan import plan_backfill
 from spark_app.planning.run import run_plan
 from spark_app.planning.splits import FilePiece, Split
-from spark_app.reports.plan import PlanReport, read_report
 from spark_app.window.horizon import StateHorizon
 from spark_app.window.lateness import check_lateness
 

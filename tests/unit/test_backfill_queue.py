@@ -22,7 +22,7 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import Planning, plan_backfill
 from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Candidate, Queued, QueueLimits, decide
 from kappa_operator.reconcile.estimates import Run, eta, recorded, runs_from
-from spark_app.reports.run import RunReport, batch_costs
+from spark_app.contract.reports.run import RunReport, batch_costs
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-24T10:00:00Z"
@@ -158,7 +158,7 @@ def test_candidates_are_read_from_the_objects_alone() -> None:
 
 
 def report(**changes: Any) -> Any:
-    from spark_app.reports.plan import PlanReport, SourcePlan
+    from spark_app.contract.reports.plan import PlanReport, SourcePlan
 
     src = SourcePlan(
         source="playbacks",

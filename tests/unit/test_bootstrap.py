@@ -16,10 +16,10 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.bootstrap import bootstrap_status, switched_now
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
 from kappa_operator.render.jobconfig import streaming_job_config
-from spark_app.bootstrap.record import BootstrapRecord
 from spark_app.bootstrap.seam import EARLIEST, describe, starting_offsets, switch_offsets
-from spark_app.config import IcebergBackfillSource, parse_config
-from spark_app.errors import ConfigError
+from spark_app.contract.config import IcebergBackfillSource, parse_config
+from spark_app.contract.errors import ConfigError
+from spark_app.contract.reports.bootstrap import BootstrapRecord
 from tests.crd_validation import validate
 from tests.unit.test_crds import crd
 
@@ -177,8 +177,8 @@ def test_a_local_run_shows_the_bootstrap_its_driver_recorded(tmp_path: Path) -> 
     """Issue 44, item 6: `kappa run` of a bootstrapped job showed no status.bootstrap and no
     switch; it shows what the operator's progress timer would copy from the same record."""
     from kappa_operator.local.job import bootstrap_seen, describe_offsets
-    from spark_app.bootstrap.record import record_location, write_record
-    from spark_app.config import parse_config
+    from spark_app.contract.config import parse_config
+    from spark_app.contract.reports.bootstrap import record_location, write_record
 
     cfg = parse_config(live_config(checkpoint={"location": str(tmp_path / "ck")}))
     assert bootstrap_seen(cfg) is None, "before the driver chose"

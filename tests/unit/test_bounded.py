@@ -21,8 +21,8 @@ from spark_app.bounded import (
     late_bound,
     refusal,
 )
-from spark_app.config import parse_config
-from spark_app.errors import ConfigError
+from spark_app.contract.config import parse_config
+from spark_app.contract.errors import ConfigError
 
 RANGE_JOIN = """Project [playback_id#1, impression_id#2]
 +- Join Inner, ((profile_id#3 = profile_id#4) AND (impression_ts#5 <= playback_ts#6))

@@ -15,7 +15,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField, StringType
 
 from spark_app.catalogs import load_table, missing_table_message, redacted
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 from spark_app.sinks.iceberg.table import load_or_create
 
 SECRET = "s3cr3t-value"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_app.config import (
+from spark_app.contract.config import (
     AlignmentConfig,
     IcebergBackfillSource,
     IcebergLiveSource,
@@ -24,7 +24,7 @@ from spark_app.config import (
     parse_duration,
     parse_timestamp,
 )
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 BACKFILL: dict[str, Any] = {
     "name": "rides-backfill",

@@ -29,8 +29,8 @@ from kappa_operator.coordinator.core import (
     refresh,
     view,
 )
-from spark_app.alignment import global_view
-from spark_app.planning.admission import HELD, Limits, admit, source_watermark
+from spark_app.contract.alignment import HELD, global_view
+from spark_app.planning.admission import Limits, admit, source_watermark
 from spark_app.planning.splits import FilePiece, Split
 
 A, B, C = "job/sink/a", "job/sink/b", "job/sink/c"

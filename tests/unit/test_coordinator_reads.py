@@ -31,8 +31,8 @@ from kappa_operator.coordinator.core import (
 from kappa_operator.coordinator.groups import EmbeddedGroups, Progress
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.coordinator.store import GroupStore
-from spark_app.alignment import ReadCount
 from spark_app.alignment.http import CoordinatorRejectedError, HttpWatermarkProvider
+from spark_app.contract.alignment import ReadCount
 from tests.unit.test_coordinator_service import TOKEN, call, provider
 from tests.unit.test_coordinator_service import declare as declare_over_http
 

@@ -17,7 +17,7 @@ from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.coordinator.store import GroupStore
 from spark_app.alignment import http as alignment_http
 from spark_app.alignment.http import CoordinatorRejectedError, CoordinatorUnavailableError, HttpWatermarkProvider
-from spark_app.planning.admission import HELD
+from spark_app.contract.alignment import HELD
 
 TOKEN = "s3cret"
 MIN = 60_000_000

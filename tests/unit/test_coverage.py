@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from spark_app.config import Window
+from spark_app.contract.config import Window
 from spark_app.planning.coverage import Extent, assess, tolerance
 
 T = datetime(2026, 11, 1, tzinfo=UTC)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
+from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
 
 
 def test_the_kappa_source_counts_what_its_filters_kept() -> None:

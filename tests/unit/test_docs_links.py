@@ -11,7 +11,7 @@ from urllib.parse import unquote
 import pytest
 import yaml
 
-from spark_app.config import parse_config
+from spark_app.contract.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

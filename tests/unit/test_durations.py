@@ -1,6 +1,6 @@
 """One duration grammar (issue 30 item 6): a Backfill and the JobConfig rendered from it read the
 same strings as the same length of time, and refuse the same strings with the same words. The
-grammar itself is in spark_app/durations.py; here each side is reached the way users reach it:
+grammar itself is in spark_app/contract/durations.py; here each side is reached the way users reach it:
 the CRD models (``kappa run``/``plan`` on a manifest, the operator) and JobConfig
 (``python -m spark_app --config``)."""
 
@@ -15,8 +15,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from kappa_operator.models.backfill import BackfillAlignment, BackfillWindow
-from spark_app.config import AlignmentConfig, Window
-from spark_app.durations import DURATION_HELP, DURATION_MAX, DURATION_PATTERN, duration_ms
+from spark_app.contract.config import AlignmentConfig, Window
+from spark_app.contract.durations import DURATION_HELP, DURATION_MAX, DURATION_PATTERN, duration_ms
 
 WINDOW = {"start": "2026-11-01T00:00:00Z", "end": "2026-11-02T00:00:00Z"}
 

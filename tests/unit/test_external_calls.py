@@ -17,12 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_app import external_calls
-from spark_app.config import parse_config
-from spark_app.errors import ConfigError
+from spark_app.contract.config import parse_config
+from spark_app.contract.errors import ConfigError
+from spark_app.contract.reports.external_calls import ExternalCallsReport, ReportWriter, read_report
 from spark_app.external_calls import client as client_mod
 from spark_app.external_calls.client import ExternalCallsError, Limiter
 from spark_app.external_calls.pacing import GRACE_S, LEASE_S, WINDOW_S, CallCounts, Pacer, max_lease, window_bound
-from spark_app.external_calls.report import ExternalCallsReport, ReportWriter, read_report
 from spark_app.external_calls.server import LeaseServer
 from tests.unit.test_config import LIVE, variant
 

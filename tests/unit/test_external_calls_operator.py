@@ -24,8 +24,8 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import plan_backfill
 from kappa_operator.reconcile.external_calls import EVERY_S, calls_status, calls_update, due
 from kappa_operator.render.jobconfig import backfill_config, live_checkpoint, restore_config, streaming_job_config
-from spark_app.external_calls.report import REPORT_NAME, ExternalCallsReport
-from spark_app.storage import REPORT_DIR
+from spark_app.contract.reports.external_calls import REPORT_NAME, ExternalCallsReport
+from spark_app.contract.storage import REPORT_DIR
 from tests.crd_validation import admit
 from tests.unit.test_crds import crd
 

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from spark_app.config import parse_config
-from spark_app.errors import IncompleteBackfillError
+from spark_app.contract.config import parse_config
+from spark_app.contract.errors import IncompleteBackfillError
 from spark_app.planning.offsets import BackfillOffset
 from spark_app.runtime import require_complete
 from spark_app.window.horizon import StateHorizon, check_warmup, dedup_horizon, drain, emits_on_watermark, plan_horizon

@@ -16,8 +16,8 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import BucketTransform, HourTransform, IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
-from spark_app.config import parse_config
-from spark_app.errors import ConfigError
+from spark_app.contract.config import parse_config
+from spark_app.contract.errors import ConfigError
 from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, data_files, find_batch
 from spark_app.sinks.iceberg.table import parse_transform, partition_spec
 from spark_app.sinks.iceberg.undo import undo

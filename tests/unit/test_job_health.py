@@ -16,7 +16,7 @@ from kappa_operator.models.streaming_job import RestartSpec, StreamingJob
 from kappa_operator.reconcile.health import health_gauges, plan_health
 from kappa_operator.reconcile.restarts import backoff
 from kappa_operator.reconcile.streaming_job import plan_streaming_job, spark_ui
-from spark_app.reports.progress import PartitionLag, ProgressReport, from_progress
+from spark_app.contract.reports.progress import PartitionLag, ProgressReport, from_progress
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)

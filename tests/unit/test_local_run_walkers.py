@@ -29,7 +29,7 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
 from spark_app.checkpoints import layout, list_snapshots, open_location
 from spark_app.checkpoints.driver import externalize_sinks
-from spark_app.config import JobConfig
+from spark_app.contract.config import JobConfig
 from spark_app.runtime import RunResult
 from tests.checkpoint_data import live_ids, sink_batches, write_checkpoint
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 from spark_app.lookups.as_of import added_columns, key_pairs
 from spark_app.lookups.context import catalog_properties, job_catalogs
 from spark_app.lookups.history import normalized_path

@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from spark_app.alignment import GroupView
-from spark_app.config import AlignmentConfig, IcebergBackfillSource, Window
-from spark_app.errors import IncompleteBackfillError
-from spark_app.planning.admission import HELD
+from spark_app.contract.alignment import HELD, GroupView
+from spark_app.contract.config import AlignmentConfig, IcebergBackfillSource, Window
+from spark_app.contract.errors import IncompleteBackfillError
 from spark_app.planning.splits import FilePiece, Split
 from spark_app.sources.iceberg import stream
 from spark_app.sources.iceberg.spec import SourceSpec

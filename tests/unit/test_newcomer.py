@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from kappa_operator.cli import main
 from kappa_operator.cli_errors import explain
 from kappa_operator.demo.story import MARKER, out_refusal, prepare_out
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKFILL = str(ROOT / "examples" / "rmi-backfill.yaml")

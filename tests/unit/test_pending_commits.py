@@ -12,8 +12,8 @@ import pytest
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.typedef import Record
 
+from spark_app.contract.storage import open_location
 from spark_app.sinks.iceberg.pending import Committer, Pending, PendingLog, pending_location
-from spark_app.storage import open_location
 
 
 def data_file(name: str, rows: int) -> DataFile:

@@ -34,9 +34,9 @@ from kappa_operator.reconcile.backfill_queue import Queued
 from kappa_operator.reconcile.failures import changes_nothing
 from kappa_operator.reconcile.phases import MESSAGE_MAX, driver_pod, one_line, with_last_words
 from kappa_operator.render.spark_application import Owner
-from spark_app.config import JobConfig
-from spark_app.errors import ConfigError, IncompleteBackfillError, WarmupError
-from spark_app.reports.publish import PublishReport, TableReport
+from spark_app.contract.config import JobConfig
+from spark_app.contract.errors import ConfigError, IncompleteBackfillError, WarmupError
+from spark_app.contract.reports.publish import PublishReport, TableReport
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = "2026-11-21T10:00:00Z"

@@ -33,8 +33,8 @@ from kappa_operator.render.jobconfig import (
     streaming_job_config,
 )
 from spark_app.checkpoints.layout import parse_offsets
-from spark_app.config import OffsetRange, parse_config
-from spark_app.reports.restore import RestoreReport, SinkRestored
+from spark_app.contract.config import OffsetRange, parse_config
+from spark_app.contract.reports.restore import RestoreReport, SinkRestored
 from spark_app.sources.kafka_retention import Loss, kafka_offsets, losses, read_none_of, refusal
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from kappa_operator.render.spark_application import (
     config_map,
     spark_application,
 )
-from spark_app.config import IcebergSink, KafkaSink, KafkaSource, parse_config
+from spark_app.contract.config import IcebergSink, KafkaSink, KafkaSource, parse_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,8 +19,8 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import restore_config
 from spark_app.__main__ import main
 from spark_app.checkpoints import externalize, list_snapshots, open_location
-from spark_app.config import JobConfig
-from spark_app.reports.restore import read_report
+from spark_app.contract.config import JobConfig
+from spark_app.contract.reports.restore import read_report
 from tests.checkpoint_data import live_ids, sink_batches, tree_hash, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.types import LongType, NestedField, StringType
 
-from spark_app.config import parse_config
-from spark_app.errors import ConfigError
+from spark_app.contract.config import parse_config
+from spark_app.contract.errors import ConfigError
 from spark_app.sinks.iceberg import batch_tags
 from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, find_batch
 from spark_app.sinks.iceberg.compaction import LiveFile, plan

@@ -16,8 +16,8 @@ import yaml
 from kappa_operator.models.streaming_job import StartPoint, StreamingJob
 from kappa_operator.reconcile.streaming_job import InitialSeen, JobPlan, plan_streaming_job
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, config_hash, streaming_job_config
-from spark_app.checkpoints.requests import Answer
-from spark_app.reports.restore import RestoreReport
+from spark_app.contract.reports.restore import RestoreReport
+from spark_app.contract.snapshot_requests import Answer
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 26, 10, 0, tzinfo=UTC)

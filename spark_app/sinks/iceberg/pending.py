@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 from pyiceberg.manifest import DataFile
 
+from spark_app.contract.storage import REPORT_DIR, Location, open_location
 from spark_app.sinks.iceberg.arrow_files import pack, unpack
-from spark_app.storage import REPORT_DIR, Location, open_location
 
 log = logging.getLogger("kappa.sink")
 PENDING_DIR = f"{REPORT_DIR}/pending-commits"

@@ -32,10 +32,10 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 from pyspark.sql import SparkSession
 
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
+from spark_app.contract.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 from spark_app.sinks.iceberg.arrow_files import pack, unpack
 from spark_app.sinks.iceberg.commit import try_commit
-from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 from spark_app.sinks.iceberg.validation import Comparison, compare_snapshots
 from spark_app.sinks.iceberg.window import TimeWindow
 

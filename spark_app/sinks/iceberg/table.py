@@ -24,7 +24,7 @@ from pyiceberg.transforms import (
 )
 
 from spark_app.catalogs import missing_table_message, sql_catalog_names
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 _CALL = re.compile(r"^(?P<fn>\w+)\((?:(?P<n>\d+),)?(?P<col>\w+)\)$")
 _UNARY: dict[str, Transform] = {

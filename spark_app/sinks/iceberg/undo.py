@@ -20,7 +20,7 @@ from pyiceberg.manifest import DataFile, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from spark_app.errors import KappaError
+from spark_app.contract.errors import KappaError
 from spark_app.sinks.iceberg import batch_tags
 from spark_app.sinks.iceberg.commit import UNDO_AFTER_BATCH, UNDO_QUERY_ID, batch_of, branch_history, try_commit
 

@@ -14,7 +14,7 @@ from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import FileScanTask, Table
 from pyiceberg.types import TimestampType, TimestamptzType
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 from spark_app.sources.iceberg.spec import micros
 
 

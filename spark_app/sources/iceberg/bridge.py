@@ -19,7 +19,7 @@ from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxFiles, ReadMaxRows
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 from spark_app.jvm import PLANNER_INTERFACE, PLANNERS
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.types import TimestampType
 
-from spark_app.errors import ConfigError, SnapshotExpiredError
+from spark_app.contract.errors import ConfigError, SnapshotExpiredError
 from spark_app.planning.splits import DataFileInfo
 
 log = logging.getLogger("kappa.iceberg")

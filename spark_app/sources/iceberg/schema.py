@@ -15,7 +15,7 @@ from pyiceberg.schema import Schema
 from pyspark.sql import types as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from spark_app.errors import ConfigError
+from spark_app.contract.errors import ConfigError
 
 _PRIMITIVES: dict[type, st.DataType] = {
     it.BooleanType: st.BooleanType(),

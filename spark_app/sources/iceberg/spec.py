@@ -12,7 +12,7 @@ from itertools import pairwise
 
 from pydantic import Field
 
-from spark_app.config import (
+from spark_app.contract.config import (
     AlignmentConfig,
     CoordinatorConfig,
     IcebergBackfillSource,

@@ -32,13 +32,13 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
 )
 
-from spark_app.alignment import GroupView, ReadCount, WatermarkProvider, held_outside, query_of
 from spark_app.alignment.http import HttpWatermarkProvider
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
 from spark_app.alignment.round_record import QueryRounds
 from spark_app.catalogs import load_table
-from spark_app.errors import (
+from spark_app.contract.alignment import GroupView, ReadCount, WatermarkProvider, held_outside, query_of
+from spark_app.contract.errors import (
     IncompleteBackfillError,
     NonAppendSnapshotError,
     PlanChangedError,

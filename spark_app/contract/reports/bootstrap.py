@@ -13,12 +13,17 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.bootstrap.seam import Offsets
-from spark_app.config import IcebergBackfillSource, JobConfig
-from spark_app.reports import located
-from spark_app.storage import Location
+from spark_app.contract.config import IcebergBackfillSource, JobConfig
+from spark_app.contract.reports import located
+from spark_app.contract.storage import Location
 
 RECORD = "bootstrap.json"
+
+EARLIEST = -2
+"""Spark's Kafka source's code for "the earliest offset" in a startingOffsets JSON."""
+
+Offsets = dict[str, dict[int, int]]
+"""topic -> partition -> the first offset read from Kafka."""
 
 
 class BootstrapRecord(BaseModel):

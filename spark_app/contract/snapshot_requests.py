@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.storage import Location
+from spark_app.contract.storage import Location
 
 log = logging.getLogger("kappa.checkpoints")
 REQUESTS_FILE = "/etc/kappa/control/snapshot-requests"

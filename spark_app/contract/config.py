@@ -33,9 +33,9 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from spark_app.durations import check_positive, format_duration, parse_duration
-from spark_app.errors import ConfigError
-from spark_app.sinks.iceberg.publish_defaults import DEFAULT_MIN_MATCH_RATIO
+from spark_app.contract.durations import check_positive, format_duration, parse_duration
+from spark_app.contract.errors import ConfigError
+from spark_app.contract.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 
 
 def parse_timestamp(value: Any) -> datetime:
@@ -65,7 +65,7 @@ Duration = Annotated[
     BeforeValidator(parse_non_negative_duration),
     PlainSerializer(format_duration, return_type=str),
 ]
-"""A duration in the grammar of spark_app.durations, shared with the custom resources."""
+"""A duration in the grammar of spark_app.contract.durations, shared with the custom resources."""
 Timestamp = Annotated[
     datetime,
     BeforeValidator(parse_timestamp),

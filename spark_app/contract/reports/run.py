@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.config import JobConfig
-from spark_app.reports import located, read_located
-from spark_app.storage import Location
-from spark_app.telemetry import delivered_rows, reused_rows, scanned_rows
+from spark_app.contract.config import JobConfig
+from spark_app.contract.reports import located, read_located
+from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
+from spark_app.contract.storage import Location
 
 if TYPE_CHECKING:
-    from spark_app.bounded import ModeChoice
+    from spark_app.contract.alignment import ModeChoice
 
 REPORT_NAME = "run-report.json"
 log = logging.getLogger("kappa.run_report")

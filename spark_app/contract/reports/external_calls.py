@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from spark_app.storage import REPORT_DIR, Location, open_location
+from spark_app.contract.storage import REPORT_DIR, Location, open_location
 
 REPORT_NAME = "external-calls.json"
 EVERY_S = 5.0

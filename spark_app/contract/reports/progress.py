@@ -29,9 +29,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.config import JobConfig
-from spark_app.reports import located
-from spark_app.storage import Location
+from spark_app.contract.config import JobConfig
+from spark_app.contract.reports import located
+from spark_app.contract.storage import Location
 
 log = logging.getLogger("kappa.progress_report")
 EVERY_S = 5.0

@@ -28,7 +28,7 @@ from typing import Literal
 from pyarrow import fs as pafs
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.errors import CheckpointError
+from spark_app.contract.errors import CheckpointError
 
 REPORT_DIR = "_kappa"
 """The folder beside a checkpoint where the driver writes what the operator reads (run, plan,

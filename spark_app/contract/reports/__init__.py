@@ -16,8 +16,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from spark_app.config import JobConfig
-from spark_app.storage import REPORT_DIR, Location, open_location
+from spark_app.contract.config import JobConfig
+from spark_app.contract.storage import REPORT_DIR, Location, open_location
 
 Report = TypeVar("Report", bound=BaseModel)
 

@@ -11,9 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.config import JobConfig
-from spark_app.reports import located, read_located
-from spark_app.storage import Location
+from spark_app.contract.config import JobConfig
+from spark_app.contract.reports import located, read_located
+from spark_app.contract.storage import Location
 
 REPORT_NAME = "plan-report.json"
 
