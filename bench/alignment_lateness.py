@@ -15,7 +15,7 @@ what the guard demands), planning seconds (median of ``--repeat``), the files op
 (the ordering-column reads), and what reading the plan costs: opens and bytes of the row groups
 read when every split is its own task (the worst case: slices of one file in one task share an
 open), and the seconds to read all splits in one micro-batch through the source's JVM reader
-(``tests.spark.jvm_reads``, local[2]). Run from the repository root::
+(``harness.jvm_reads``, local[2]). Run from the repository root::
 
     .venv/bin/python -m bench.alignment_lateness --json
 
@@ -160,10 +160,10 @@ def measure_mode(
 ) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
+    from harness.jvm_reads import read_splits
     from spark_app.planning.splits import max_span
     from spark_app.sources.frames import source_spec
     from spark_app.sources.iceberg.stream import backfill_plan_and_layouts
-    from tests.spark.jvm_reads import read_splits
 
     cfg = job_config(props, root, hours, split)
     spec = source_spec(cfg, "copy", "events", 1)

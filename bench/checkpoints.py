@@ -83,8 +83,8 @@ def measure(call: Any) -> tuple[float, Any]:
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
+    from harness.s3 import MotoS3
     from spark_app.checkpoints import externalize, list_snapshots, open_location, restore
-    from tests.s3 import MotoS3
 
     out = Path(args.out)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

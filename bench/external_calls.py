@@ -48,8 +48,8 @@ from bench.source_throughput import (
     measured_parser,
     run_measured,
 )
+from harness.external_service import RecordingService, rates
 from spark_app.external_calls.pacing import window_bound
-from tests.external_service import RecordingService, rates
 
 log = logging.getLogger("bench.external_calls")
 TARGET_RATIO = 1.1

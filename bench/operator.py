@@ -19,7 +19,7 @@ built once by cluster/build.sh) starts in a temporary directory, audit off; the 
 applied, the chart is installed by the real helm (release ``kappa`` in ``kappa-system``), the
 bench namespace gets the coordinator-secrets RoleBinding the chart README documents, and
 ``kappa operator`` runs with the installed Deployment's arguments and a token of the chart's
-ServiceAccount (exactly the chart's RBAC: tests/cluster/operator_process.py). No kubelet and no
+ServiceAccount (exactly the chart's RBAC: harness/operator_process.py). No kubelet and no
 Spark operator run: a SparkApplication's existence is the end of a create. The jobs' snapshot
 and checkpoint locations are a local directory (the example's ``s3://lake`` does not resolve
 here): the progress timer reads the live jobs' reports there every 30 s, as in a cluster.
@@ -68,7 +68,7 @@ import aiohttp
 import kmock
 import yaml
 
-from tests.operator.kube import BACKFILLS, JOBS, ROOT, manifest, register
+from harness.kube_api import BACKFILLS, JOBS, ROOT, manifest, register
 
 TICK = os.sysconf("SC_CLK_TCK")
 FOLLOW_S = 35.0
@@ -649,8 +649,7 @@ def log_summary(log: Path) -> dict[str, Any]:
 def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     """The control plane, the chart installed by helm, the operator as the chart runs it, and
     the load; everything stopped and removed after (``--workdir``: kept there)."""
-    from kappa_operator.local_cluster.control_plane import ControlPlane, binaries
-    from tests.cluster.conftest import (
+    from harness.chart import (
         OPERATOR_NAMESPACE,
         RELEASE,
         Helm,
@@ -658,7 +657,8 @@ def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
         grant_coordinator_secrets,
         install,
     )
-    from tests.cluster.operator_process import running_operator
+    from harness.operator_process import running_operator
+    from kappa_operator.local_cluster.control_plane import ControlPlane, binaries
 
     parts = binaries()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kappa-bench-operator-"))

@@ -48,9 +48,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.operator import free_port
+from harness.checkpoint_data import live_ids, sink_batches, write_checkpoint
+from harness.kube_api import APPS, BACKFILLS, JOBS, Api, manifest, register, run_application, spark_state
 from spark_app.checkpoints import externalize, open_location
-from tests.checkpoint_data import live_ids, sink_batches, write_checkpoint
-from tests.operator.kube import APPS, BACKFILLS, JOBS, Api, manifest, register, run_application, spark_state
 
 REWINDS = "/apis/kappa.dev/v1alpha1/namespaces/default/rewinds"
 

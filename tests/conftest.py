@@ -17,8 +17,8 @@ import pytest
 # the product keep the JVM's defaults. Set JAVA_TOOL_OPTIONS to override.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
+from harness.s3 import MotoS3
 from kappa_operator.local.kafka import KafkaBroker
-from tests.s3 import MotoS3
 
 SLOW_FIRST = (
     "tests/node/",

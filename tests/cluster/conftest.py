@@ -27,17 +27,22 @@ A module that runs the operator uses ``never_forbidden``: any 403 the operator m
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, Parts, binaries
-from tests.cluster.operator_process import OperatorProcess, running_operator
+from harness.chart import (
+    OPERATOR_NAMESPACE,
+    RELEASE,
+    Helm,
+    Installed,
+    crd_documents,
+    grant_coordinator_secrets,
+    install,
+)
+from harness.operator_process import OperatorProcess, running_operator
+from kappa_operator.local_cluster.control_plane import ControlPlane, Parts, binaries
 from tests.cluster.operator_runs import (
     InProcess,
     Processes,
@@ -49,9 +54,6 @@ from tests.cluster.operator_runs import (
     release,
 )
 
-CHART = ROOT / "charts" / "kappa-operator"
-SPARK_CRD = ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml"
-RELEASE, OPERATOR_NAMESPACE = "kappa", "kappa-system"
 LIVE_PROGRESS_INTERVAL = 5.0
 """The release's ``liveJobs.progressInterval`` (30s by default): the tests that wait for a
 progress report to reach status (Stalled, lag, a bootstrap's switch) wait for ticks of it."""
@@ -62,12 +64,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.apiserver)
-
-
-def crd_documents() -> list[dict[str, Any]]:
-    """The generated CRDs and the SparkApplication CRD the chart targets."""
-    paths = [*sorted((ROOT / "crds").glob("*.yaml")), SPARK_CRD]
-    return [yaml.safe_load(p.read_text()) for p in paths]
 
 
 @pytest.fixture(scope="session")
@@ -97,72 +93,12 @@ def oldest_control_plane(tmp_path_factory: pytest.TempPathFactory, parts: Parts)
         plane.stop()
 
 
-@dataclass(frozen=True)
-class Helm:
-    """The real helm CLI (built from helm.sh/helm/v3 by cluster/build.sh) on the test server."""
-
-    binary: Path
-    kubeconfig: Path
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [str(self.binary), "--kubeconfig", str(self.kubeconfig), *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=300,
-        )
-        if check and done.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
-        return done
-
-
 @pytest.fixture(scope="session")
 def helm(control_plane: ControlPlane, parts: Parts) -> Helm:
     path = control_plane.write_kubeconfig(
         control_plane.workdir / "admin.kubeconfig", control_plane.admin_token, "kappa-admin"
     )
     return Helm(parts.helm, path)
-
-
-@dataclass(frozen=True)
-class Installed:
-    """The chart as installed: who the operator runs as and with which arguments."""
-
-    namespace: str
-    service_account: str
-    args: tuple[str, ...]
-    kubeconfig: Path
-
-    @property
-    def user(self) -> str:
-        return f"system:serviceaccount:{self.namespace}:{self.service_account}"
-
-
-def deployment_of(control_plane: ControlPlane, namespace: str, release: str) -> dict[str, Any]:
-    path = f"/apis/apps/v1/namespaces/{namespace}/deployments"
-    items = control_plane.admin.ok(control_plane.admin.get(path), "deployments")["items"]
-    mine = [d for d in items if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") == release]
-    assert len(mine) == 1, (
-        f"one operator Deployment of release {release}, found {[d['metadata']['name'] for d in items]}"
-    )
-    return mine[0]
-
-
-def install(control_plane: ControlPlane, helm: Helm, release: str, namespace: str, *values: str) -> Installed:
-    helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace", *values)
-    pod = deployment_of(control_plane, namespace, release)["spec"]["template"]["spec"]
-    account = pod["serviceAccountName"]
-    container = (
-        next(c for c in pod["containers"] if c["name"] == "operator")
-        if len(pod["containers"]) > 1
-        else pod["containers"][0]
-    )
-    token = control_plane.service_account_token(namespace, account)
-    config = control_plane.write_kubeconfig(
-        control_plane.workdir / f"{release}.kubeconfig", token, f"{namespace}-{account}", namespace
-    )
-    return Installed(namespace, account, tuple(container.get("args") or ()), config)
 
 
 @pytest.fixture(scope="session")
@@ -183,25 +119,6 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     name = control_plane.namespace(base[:50])
     yield name
     control_plane.delete_namespace(name)
-
-
-def grant_coordinator_secrets(plane: ControlPlane, installed: Installed, namespace: str) -> None:
-    """What the chart README tells a platform team to run for a namespace where Backfills run
-    (`kubectl create rolebinding ... --clusterrole=<fullname>-coordinator-secrets`)."""
-    name = f"{installed.service_account}-coordinator-secrets"
-    plane.apply_manifests(
-        [
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": name, "namespace": namespace},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                "subjects": [
-                    {"kind": "ServiceAccount", "name": installed.service_account, "namespace": installed.namespace}
-                ],
-            }
-        ]
-    )
 
 
 @pytest.fixture(scope="module")

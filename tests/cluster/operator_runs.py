@@ -39,12 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.operator_process import OperatorProcess, local_args, token_from_chart
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, free_port, terminating
-from tests.cluster.operator_process import OperatorProcess, local_args, token_from_chart
 
 if TYPE_CHECKING:
+    from harness.chart import Installed
     from kappa_operator.handlers.context import Context
-    from tests.cluster.conftest import Installed
 
 ROOT = Path(__file__).resolve().parents[2]
 KAPPA = ("streamingjobs", "backfills", "rewinds")

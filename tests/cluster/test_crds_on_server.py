@@ -69,7 +69,7 @@ def test_every_crd_is_established_and_the_charts_copies_apply(server: ControlPla
     copies are what `helm install` sends: applied again, they change nothing."""
     import yaml
 
-    from tests.cluster.conftest import CHART, crd_documents
+    from harness.chart import CHART, crd_documents
 
     names = {doc["metadata"]["name"] for doc in crd_documents()}
     assert {"streamingjobs.kappa.dev", "backfills.kappa.dev", "rewinds.kappa.dev"} <= names
@@ -81,7 +81,7 @@ def test_every_crd_is_established_and_the_charts_copies_apply(server: ControlPla
 def test_no_crd_bound_is_lost_to_float64() -> None:
     """kube-apiserver reads ``maximum``/``minimum`` as float64: every bound must be a number
     float64 holds exactly, or the server compares against another one (issue 27)."""
-    from tests.cluster.conftest import crd_documents
+    from harness.chart import crd_documents
 
     def bounds(node: Any, path: str = "") -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
@@ -324,7 +324,7 @@ def test_the_servers_are_the_current_one_and_the_charts_oldest(
 
     import yaml
 
-    from tests.cluster.conftest import CHART
+    from harness.chart import CHART
 
     minimum = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
     found = re.fullmatch(r">=\s*(\d+)\.(\d+)\.0-0", minimum)

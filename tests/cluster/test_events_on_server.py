@@ -8,10 +8,10 @@ from __future__ import annotations
 import kubernetes
 import pytest
 
+from harness.chart import Installed
 from kappa_operator.cluster import Cluster
 from kappa_operator.events import COMPONENT, EventRecorder, rfc3339
 from kappa_operator.local_cluster.control_plane import ControlPlane
-from tests.cluster.conftest import Installed
 from tests.cluster.spark_operator import events, reasons
 from tests.unit.test_events import T0, Clock, body
 

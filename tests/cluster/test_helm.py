@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
+from harness.chart import CHART, Helm, Installed, deployment_of, install
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
-from tests.cluster.conftest import CHART, Helm, Installed, deployment_of, install
 from tests.unit.test_crds import example
 
 

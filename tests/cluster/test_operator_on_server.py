@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.operator_process import OperatorProcess
 from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, eventually, path_of
-from tests.cluster.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")
 

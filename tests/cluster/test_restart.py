@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import requests
 
+from harness.chart import Installed, grant_coordinator_secrets
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
-from tests.cluster.conftest import Installed, grant_coordinator_secrets
 from tests.cluster.operator_runs import Processes, creates
 from tests.cluster.spark_operator import APP, create, example, get, in_phase, status
 

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+from harness.chart import Installed, grant_coordinator_secrets
+from harness.checkpoint_data import T0, live_ids, sink_batches, tree_hash, write_checkpoint
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
 from spark_app.checkpoints import externalize, list_snapshots, open_location
-from tests.checkpoint_data import T0, live_ids, sink_batches, tree_hash, write_checkpoint
-from tests.cluster.conftest import Installed, grant_coordinator_secrets
 from tests.cluster.operator_runs import Processes
 from tests.cluster.spark_operator import APP, SparkPlayer, create, example, get, status
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
+from harness.checkpoint_data import write_checkpoint
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION
 from spark_app.checkpoints.driver import CheckpointExternalizer
 from spark_app.checkpoints.snapshots import externalize, list_snapshots
 from spark_app.contract.config import parse_config
 from spark_app.contract.storage import open_location
-from tests.checkpoint_data import write_checkpoint
 from tests.cluster.spark_operator import SparkPlayer, create, example, get, spark_state, status
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")

@@ -28,6 +28,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
+from harness.s3 import MotoS3
 from spark_app.checkpoints import (
     choose,
     discard_after,
@@ -47,7 +48,6 @@ from spark_app.examples.generator import (
 )
 from spark_app.runtime import run
 from spark_app.sinks.iceberg.undo import undo
-from tests.s3 import MotoS3
 from tests.spark.conftest import T0
 
 pytestmark = pytest.mark.spark

@@ -16,11 +16,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType, TimestampType, UUIDType
 from pyspark.sql import SparkSession
 
+from harness.jvm_reads import read_splits
 from spark_app.contract.config import parse_config
 from spark_app.planning.splits import FilePiece, Split, TimeRange
 from spark_app.sources.frames import source_spec
 from spark_app.sources.iceberg.spec import SourceSpec
-from tests.spark.jvm_reads import read_splits
 
 pytestmark = pytest.mark.spark
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from tests.s3 import ACCESS_KEY, REGION, SECRET_KEY, MotoS3
+from harness.s3 import ACCESS_KEY, REGION, SECRET_KEY, MotoS3
 
 pytestmark = pytest.mark.spark
 

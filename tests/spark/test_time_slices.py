@@ -20,6 +20,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
+from harness.jvm_reads import read_splits
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.errors import LatenessError
 from spark_app.examples.generator import GeneratorConfig, generate
@@ -31,7 +32,6 @@ from spark_app.sources.frames import source_spec
 from spark_app.sources.iceberg.stream import backfill_plan, backfill_plan_and_layouts
 from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0
-from tests.spark.jvm_reads import read_splits
 
 pytestmark = pytest.mark.spark
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.s3 import MotoS3
 from spark_app.checkpoints import (
     IncompleteCheckpointError,
     Location,
@@ -44,7 +45,6 @@ from spark_app.checkpoints.restore import restore_order, restore_plan
 from spark_app.contract.errors import KappaError
 from spark_app.contract.storage import FileStat, S3Options
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
-from tests.s3 import MotoS3
 
 QUERY = "f2e84b7f-38d4-44b5-b3a9-2b63dbb34ac8"
 CONF = {

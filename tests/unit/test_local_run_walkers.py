@@ -19,6 +19,7 @@ import yaml
 from pyiceberg.catalog.sql import SqlCatalog
 from rich.console import Console
 
+from harness.checkpoint_data import live_ids, sink_batches, write_checkpoint
 from kappa_operator.local.display import Display
 from kappa_operator.local.manifests import load
 from kappa_operator.local.objects import LocalObjects
@@ -31,7 +32,6 @@ from spark_app.checkpoints import layout, list_snapshots, open_location
 from spark_app.checkpoints.driver import externalize_sinks
 from spark_app.contract.config import JobConfig
 from spark_app.runtime import RunResult
-from tests.checkpoint_data import live_ids, sink_batches, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

@@ -387,23 +387,3 @@ def test_a_bad_read_rate_is_refused_naming_the_field(read_rate: dict[str, Any], 
 def test_read_rate_on_a_live_job_is_refused() -> None:
     with pytest.raises(ConfigError, match="readRate is only meaningful with mode: backfill"):
         parse_config(variant(LIVE, readRate={"maxBytesPerSecond": 1000}))
-
-
-# --- the bench's measures (bench/read_cap.py) ------------------------------------------------
-
-
-def test_the_bench_measures_rate_and_the_worst_minute_from_the_trace() -> None:
-    from bench.read_cap import opened, reads
-
-    decisions = [
-        {"t": 0.0, "bytes": 200, "files": 2, "rate_limited": False, "read_wait_s": 0.0},
-        {"t": 1.0, "bytes": 0, "files": 0, "rate_limited": False, "read_wait_s": 0.0},
-        {"t": 30.0, "bytes": 3000, "files": 3, "rate_limited": True, "read_wait_s": 1.5},
-        {"t": 80.0, "bytes": 7000, "files": 5, "rate_limited": True, "read_wait_s": 2.5},
-    ]
-    got = reads(decisions)
-    assert (got["bytes"], got["files"], got["span_s"], got["bytes_per_s"]) == (10_200, 10, 80.0, 127.5)
-    assert got["max_60s_bytes_per_s"] == pytest.approx(10_000 / 60, abs=0.1)  # [20, 80] holds 3000 + 7000
-    assert (got["rate_limited"], got["read_wait_s"], got["admissions"]) == (2, 4.0, 3)
-    opens = [{"t": 0.0, "path": "wide", "row_groups": [1]}, {"t": 10.0, "path": "wide", "row_groups": None}]
-    assert opened(opens, LAYOUTS)["bytes"] == 1400

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from pyiceberg.catalog.sql import SqlCatalog
 
+from harness.checkpoint_data import live_ids, sink_batches, tree_hash, write_checkpoint
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import restore_config
@@ -21,7 +22,6 @@ from spark_app.__main__ import main
 from spark_app.checkpoints import externalize, list_snapshots, open_location
 from spark_app.contract.config import JobConfig
 from spark_app.contract.reports.restore import read_report
-from tests.checkpoint_data import live_ids, sink_batches, tree_hash, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = "marts.attributed_plays"

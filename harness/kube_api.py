@@ -24,7 +24,7 @@ from typing import Any
 import aiohttp
 import kmock
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 JOBS = "/apis/kappa.dev/v1alpha1/namespaces/default/streamingjobs"
 APPS = "/apis/sparkoperator.k8s.io/v1beta2/namespaces/default/sparkapplications"
 BACKFILLS = "/apis/kappa.dev/v1alpha1/namespaces/default/backfills"
