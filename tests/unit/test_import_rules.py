@@ -157,3 +157,13 @@ def test_the_rule_sees_an_import_of_the_spark_side_from_the_control_plane() -> N
     assert module_file("spark_app.runtime") is not None
     _, outside = closure("spark_app.runtime")
     assert "pyspark" in outside, "the closure follows imports to Spark"
+
+
+def test_benchmarks_and_tests_never_import_each_other() -> None:
+    """What both start is in ``harness/``; a bench's own measures are tested in ``bench/tests``."""
+    crossing = {
+        str(path.relative_to(ROOT)): sorted(m for m in imported(path) if m.split(".")[0] == other)
+        for folder, other in (("bench", "tests"), ("tests", "bench"), ("harness", "tests"), ("harness", "bench"))
+        for path in sorted((ROOT / folder).rglob("*.py"))
+    }
+    assert {k: v for k, v in crossing.items() if v} == {}
