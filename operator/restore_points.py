@@ -13,12 +13,12 @@ from typing import TypeVar
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StartPoint, StreamingJob
-from kappa_operator.reconcile.checkpoints import Point
 from spark_app import kafka_offsets as kafka
 from spark_app.checkpoints.failure_note import read_failure
 from spark_app.checkpoints.layout import OffsetLogEntry, parse_offsets
 from spark_app.checkpoints.restore import choose
 from spark_app.checkpoints.snapshots import Manifest, list_snapshots
+from spark_app.contract.config import RestorePoint
 from spark_app.contract.errors import KappaError
 from spark_app.contract.storage import open_location
 from spark_app.sources.kafka_retention import Offsets, kafka_offsets, losses, read_none_of, refusal
@@ -50,13 +50,16 @@ def snapshot_failures(job: StreamingJob) -> list[str]:
     return out
 
 
-def restore_points(job: StreamingJob) -> list[Point]:
+def restore_point(sink: str, m: Manifest) -> RestorePoint:
+    """The snapshot ``m`` of ``sink``'s query, as the point a restore would resume after."""
+    return RestorePoint(
+        sink=sink, batch_id=m.batch_id, query_id=m.query_id, committed_at=m.committed_at, watermark_ms=m.watermark_ms
+    )
+
+
+def restore_points(job: StreamingJob) -> list[RestorePoint]:
     """Every sink's restorable snapshots, for the job's status and the snapshots' pruning."""
-    return [
-        Point(sink, m.batch_id, m.committed_at, m.watermark_ms)
-        for sink in job.spec.sinks
-        for m in snapshots_of(job, sink)
-    ]
+    return [restore_point(sink, m) for sink in job.spec.sinks for m in snapshots_of(job, sink)]
 
 
 def start_point(kind: type[P], sink: str, m: Manifest) -> P:

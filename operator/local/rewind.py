@@ -19,7 +19,7 @@ from kappa_operator.local.overrides import retarget
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import PHASES, Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.checkpoints import Point, checkpoint_status
+from kappa_operator.reconcile.checkpoints import checkpoint_status
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.rewind import (
     TERMINAL,
@@ -181,17 +181,15 @@ def _rewind_result(local: Local, rw: Rewind, job: StreamingJob, resumed: JobRun 
 
 def _restore_hint(local: Local, rw: Rewind, job: StreamingJob) -> None:
     """Which points there are; and why a target time from production finds none locally."""
-    snapshots = [(sink, m) for sink in job.spec.sinks for m in restore_points.snapshots_of(job, sink)]
-    if not snapshots:
+    listed = restore_points.restore_points(job)
+    if not listed:
         return
-    points = checkpoint_status(
-        [Point(sink, m.batch_id, m.committed_at, m.watermark_ms) for sink, m in snapshots], datetime.now(UTC)
-    )["checkpoints"]
+    points = checkpoint_status(listed, datetime.now(UTC))["checkpoints"]
     local.show.points(
         f"{job.metadata.name}: newest restorable points in {job.spec.checkpoints.external_location}", points
     )
     target = rw.spec.target.time
-    if target is not None and instant(target) <= min(m.committed_at for _, m in snapshots):
+    if target is not None and instant(target) <= min(p.committed_at for p in listed if p.committed_at):
         local.show.print(
             f"Snapshots record the wall-clock time Spark committed each batch, and this machine's run committed all of "
             f"them after {target}: a target time from the production timeline precedes them all. Pick a point of "

@@ -459,8 +459,8 @@ class StreamingJobSpec(CRModel):
         return self
 
 
-class RestorePoint(CRModel):
-    """One externalized snapshot a Rewind can restore."""
+class RestorePointStatus(CRModel):
+    """One externalized snapshot a Rewind can restore (a restore point, as status lists it)."""
 
     sink: str
     """The query (one per sink)."""
@@ -529,7 +529,7 @@ class TakenSnapshot(CRModel):
 
 
 class StartPoint(CRModel):
-    """The snapshot a sink's query starts from (initialSnapshot; a Rewind's SinkRestore adds its reset)."""
+    """The restore point a sink's query starts from (initialSnapshot; a Rewind's SinkRestore adds its reset)."""
 
     sink: str
     """The sink (one query each)."""
@@ -596,7 +596,7 @@ class StreamingJobStatus(StatusBase):
     """Hash of the rendered JobConfig the application runs: a spec change restarts it."""
     last_checkpoint: str | None = None
     """Commit time of the newest restorable snapshot."""
-    checkpoints: list[RestorePoint] = []
+    checkpoints: list[RestorePointStatus] = []
     """The newest restorable snapshots (a Rewind picks one)."""
     checkpoint_location: str | None = None
     """The checkpoint the application runs from (a Rewind moves it to a restored copy)."""

@@ -3,24 +3,16 @@ restorable points (pure)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kappa_operator.models.common import as_timedelta
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
+from spark_app.contract.config import RestorePoint
 
 SHOWN = 5
 """Restore points listed in status (the newest)."""
-
-
-@dataclass(frozen=True)
-class Point:
-    sink: str
-    batch_id: int
-    committed_at: datetime
-    watermark_ms: int | None
 
 
 def snapshot_due(job: StreamingJob, now: datetime) -> bool:
@@ -39,18 +31,18 @@ def _rfc3339(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def checkpoint_status(points: list[Point], now: datetime, failures: list[str] | None = None) -> dict[str, Any]:
+def checkpoint_status(points: list[RestorePoint], now: datetime, failures: list[str] | None = None) -> dict[str, Any]:
     """``failures``: the driver's notes of snapshot copies failing now (None clears the field)."""
-    newest = sorted(points, key=lambda p: p.committed_at, reverse=True)[:SHOWN]
+    newest = sorted(points, key=lambda p: p.committed_at or datetime.min.replace(tzinfo=UTC), reverse=True)[:SHOWN]
     return {
         "snapshotError": "; ".join(failures) if failures else None,
         "lastSnapshotAt": _rfc3339(now),
-        "lastCheckpoint": _rfc3339(newest[0].committed_at) if newest else None,
+        "lastCheckpoint": _rfc3339(newest[0].committed_at) if newest and newest[0].committed_at else None,
         "checkpoints": [
             {
                 "sink": p.sink,
                 "batchId": p.batch_id,
-                "committedAt": _rfc3339(p.committed_at),
+                "committedAt": _rfc3339(p.committed_at) if p.committed_at else None,
                 "watermark": None
                 if p.watermark_ms is None or p.watermark_ms <= 0
                 else _rfc3339(datetime.fromtimestamp(p.watermark_ms / 1000, UTC)),

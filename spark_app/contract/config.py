@@ -527,13 +527,22 @@ class PublishConfig(KappaModel):
 
 
 class RestorePoint(KappaModel):
-    """One sink query's restore point, chosen by the operator from the snapshot manifests."""
+    """One sink query's restore point: an externalized snapshot, as of its last committed
+    batch. The one type for it: the operator lists them (``status.checkpoints``) and chooses
+    one for a Rewind or an initial snapshot; the restore application restores it. (The
+    custom resources show it in their own status forms, ``StartPoint`` and
+    ``RestorePointStatus``.)"""
 
     sink: str = Field(min_length=1)
     batch_id: int = Field(ge=0)
     """The snapshot's last committed batch: the query resumes at batch_id + 1."""
     query_id: str = Field(min_length=1)
     """The query whose batches after batch_id the sink undo removes."""
+    committed_at: datetime | None = None
+    """When Spark committed ``batch_id`` (what a rewind "to before T" compares); the restore
+    application does not need it."""
+    watermark_ms: int | None = None
+    """The query's event-time watermark at that batch (epoch ms; None or <= 0: none yet)."""
 
 
 class RestoreConfig(KappaModel):

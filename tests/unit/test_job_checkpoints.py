@@ -14,10 +14,11 @@ import yaml
 
 from kappa_operator.handlers.checkpoints import list_points
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.checkpoints import snapshot_due
+from kappa_operator.reconcile.checkpoints import SHOWN, checkpoint_status, snapshot_due
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, streaming_job_config
 from spark_app.checkpoints import list_snapshots, open_location
 from spark_app.checkpoints.driver import sink_locations, snapshot_query
+from spark_app.contract.config import RestorePoint
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 11, 21, 10, tzinfo=UTC)
@@ -113,3 +114,28 @@ def test_a_failing_driver_copy_is_shown_in_status_until_one_succeeds(tmp_path: P
     fields = list_points(sj, NOW)
     assert fields["snapshotError"] is None and [p["batchId"] for p in fields["checkpoints"]] == [1, 0]
     externalizer.finish()
+
+
+def test_status_lists_the_newest_restore_points_with_their_time_and_watermark() -> None:
+    t0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
+    points = [
+        RestorePoint(
+            sink="out",
+            batch_id=b,
+            query_id="q",
+            committed_at=t0 + timedelta(minutes=b),
+            watermark_ms=None if b == 0 else int((t0.timestamp() + 60 * b - 300) * 1000),
+        )
+        for b in range(SHOWN + 2)
+    ]
+    status = checkpoint_status(points, t0 + timedelta(hours=1), ["sink out: denied (since 12:00)"])
+    assert [p["batchId"] for p in status["checkpoints"]] == list(range(SHOWN + 1, 1, -1)), "the newest, newest first"
+    assert status["checkpoints"][0] == {
+        "sink": "out",
+        "batchId": SHOWN + 1,
+        "committedAt": "2026-11-01T12:06:00Z",
+        "watermark": "2026-11-01T12:01:00Z",
+    }
+    assert status["lastCheckpoint"] == "2026-11-01T12:06:00Z" and status["lastSnapshotAt"] == "2026-11-01T13:00:00Z"
+    assert status["snapshotError"] == "sink out: denied (since 12:00)"
+    assert checkpoint_status([], t0)["lastCheckpoint"] is None and checkpoint_status([], t0)["snapshotError"] is None
