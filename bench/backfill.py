@@ -138,8 +138,8 @@ def iceberg_sink(**extra: Any) -> dict[str, Any]:
 
 
 def measure(spark: Any, events: Any, cfg: Any) -> dict[str, Any]:
-    from spark_app.runtime import run
-    from spark_app.telemetry import read_trace
+    from spark_app.apps.run import run
+    from spark_app.contract.trace import read_trace
 
     events.reset()
     with PeakMemory(spark) as memory:
@@ -170,7 +170,7 @@ def measure(spark: Any, events: Any, cfg: Any) -> dict[str, Any]:
 def measure_bounded(spark: Any, cfg: Any) -> dict[str, Any]:
     """A bounded run (one batch query per sink: no streaming progress to listen to; its run
     report counts the rows its sources handed the pipeline)."""
-    from spark_app.runtime import run
+    from spark_app.apps.run import run
 
     with PeakMemory(spark) as memory:
         started = time.monotonic()
@@ -191,8 +191,8 @@ def measure_bounded(spark: Any, cfg: Any) -> dict[str, Any]:
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
+    from spark_app.apps.run import build_session
     from spark_app.examples import rmi
-    from spark_app.runtime import build_session
     from spark_app.sinks.iceberg.publish import PublishResult, ValidationFailedError, compare, publish
     from spark_app.sinks.iceberg.window import TimeWindow
 

@@ -42,8 +42,8 @@ KEY = ["playback_id", "impression_id"]
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
 
+    from spark_app.apps.run import build_session
     from spark_app.examples import rmi
-    from spark_app.runtime import build_session
 
     name, profile, out = chosen_profile(args, PROFILES)
     runs = out / "runs"

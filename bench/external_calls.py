@@ -8,7 +8,7 @@ SQLite SqlCatalog, one local SparkSession. The pipeline is ``spark_app.examples.
 a pandas UDF over the playbacks making one ``GET`` per row to a real HTTP service on loopback
 (aiohttp, in this process, recording when each request arrived), through
 ``external_calls.limiter()``. Backfilled over the whole event-time range, unordered, into
-parquet, by the project's runtime (``spark_app.runtime.run``, what ``kappa run`` and the driver
+parquet, by the project's runtime (``spark_app.apps.run.run``, what ``kappa run`` and the driver
 run):
 
 * ``unlimited``  no ``externalCalls``: the rate the job calls at by itself (the baseline);
@@ -79,7 +79,7 @@ def job(props: dict[str, str], run_dir: Path, name: str, window: dict[str, str],
 
 
 def measure_run(spark: Any, cfg: Any, service: RecordingService, limit: float | None) -> dict[str, Any]:
-    from spark_app.runtime import run
+    from spark_app.apps.run import run
 
     before = len(service.times())
     started = time.monotonic()
@@ -103,7 +103,7 @@ def measure_run(spark: Any, cfg: Any, service: RecordingService, limit: float | 
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from spark_app.runtime import build_session
+    from spark_app.apps.run import build_session
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

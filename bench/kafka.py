@@ -98,7 +98,7 @@ def job_config(bootstrap: str, topic: str, out: Path, sink: dict[str, Any], trig
 
 
 def ours(spark: Any, bootstrap: str, topic: str, out: Path) -> tuple[float, int]:
-    from spark_app.runtime import run
+    from spark_app.apps.run import run
 
     cfg = job_config(bootstrap, topic, out, {"kind": "parquet", "path": str(out / "data")}, {"kind": "availableNow"})
     started = time.monotonic()
@@ -176,7 +176,7 @@ def archive(spark: Any, broker: Any, args: argparse.Namespace, work: Path) -> di
     from confluent_kafka import Producer
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from spark_app.runtime import run
+    from spark_app.apps.run import run
 
     topic = f"archive-{uuid.uuid4().hex[:8]}"
     broker.create_topic(topic, partitions=2)
@@ -253,7 +253,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     from kappa_operator.local.kafka import KafkaBroker
     from spark_app import jars
-    from spark_app.runtime import session_jars
+    from spark_app.apps.run import session_jars
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers: this venv's
     work = Path(args.out)

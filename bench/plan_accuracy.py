@@ -111,10 +111,10 @@ def eta(calibration: dict[str, Any], target: dict[str, Any], cores: int) -> dict
 
 def measure(spark: Any, cfg: Any) -> dict[str, Any]:
     """Plan the backfill, then run it; the plan's predictions next to what the run did."""
+    from spark_app.apps.run import run
     from spark_app.contract.errors import LatenessError
     from spark_app.contract.reports.run import read_report
     from spark_app.planning.plan import plan_backfill
-    from spark_app.runtime import run
 
     t0 = time.monotonic()
     plan = plan_backfill(cfg, spark)
@@ -169,7 +169,7 @@ def measure(spark: Any, cfg: Any) -> dict[str, Any]:
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from spark_app.runtime import build_session
+    from spark_app.apps.run import build_session
 
     name, profile, out = chosen_profile(args, PROFILES)
     started = time.monotonic()

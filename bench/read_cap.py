@@ -138,8 +138,8 @@ def job(props: dict[str, str], run_dir: Path, name: str, window: dict[str, str],
 
 
 def measure_run(spark: Any, cfg: Any, run_dir: Path, layouts: dict[str, FileLayout]) -> dict[str, Any]:
-    from spark_app.runtime import run
-    from spark_app.telemetry import read_trace
+    from spark_app.apps.run import run
+    from spark_app.contract.trace import read_trace
 
     started = time.monotonic()
     report = run(cfg, spark)
@@ -161,7 +161,7 @@ def measure_run(spark: Any, cfg: Any, run_dir: Path, layouts: dict[str, FileLayo
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from spark_app.runtime import build_session, run
+    from spark_app.apps.run import build_session, run
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

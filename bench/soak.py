@@ -101,10 +101,10 @@ class Writer(threading.Thread):
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
+    from spark_app.apps.run import build_session, run
     from spark_app.contract.config import parse_config
+    from spark_app.contract.trace import read_trace
     from spark_app.examples.generator import GeneratorConfig, create_tables
-    from spark_app.runtime import build_session, run
-    from spark_app.telemetry import read_trace
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

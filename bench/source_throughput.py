@@ -142,7 +142,7 @@ def job_config(
 
 def choose_lateness(cfg: Any) -> tuple[timedelta, timedelta]:
     """The rmi watermark delay that lets the aligned run pass the guard: max(30m, drift + span)."""
-    from spark_app.runtime import plan_max_span
+    from spark_app.apps.run import plan_max_span
 
     span = plan_max_span(cfg)
     required = cfg.alignment.effective_drift + span
@@ -232,7 +232,7 @@ def events_listener() -> Any:
 
 
 def measure_stream(spark: Any, events: Any, cfg: Any, out: Path) -> dict[str, Any]:
-    from spark_app.runtime import run
+    from spark_app.apps.run import run
 
     events.reset()
     started = time.monotonic()
@@ -350,9 +350,9 @@ def rate(r: dict[str, Any]) -> float:
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
+    from spark_app.apps.run import build_session, run
     from spark_app.examples import copy as copy_example
     from spark_app.examples import rmi
-    from spark_app.runtime import build_session, run
 
     profile = dict(PROFILES["quick" if args.quick else "default"])
     if args.hours:

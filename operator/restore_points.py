@@ -3,7 +3,7 @@ to ``spec.checkpoints.externalLocation`` (``spark_app.checkpoints.driver`` copie
 only lists them: a few KB per snapshot, never a checkpoint file); the point each sink starts
 from, for a StreamingJob's ``initialSnapshot`` or a Rewind's target; and whether Kafka still
 holds what a point would read first. Restoring them and undoing the sinks is the restore
-application's work (``spark_app.rewinding``), not the operator's."""
+application's work (``spark_app.apps.restore``), not the operator's."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import TypeVar
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StartPoint, StreamingJob
-from spark_app import kafka_offsets as kafka
+from spark_app.checkpoints import kafka_offsets as kafka
 from spark_app.checkpoints.failure_note import read_failure
 from spark_app.checkpoints.layout import OffsetLogEntry, parse_offsets
 from spark_app.checkpoints.restore import choose

@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(args.config)
         if args.command == "restore":
-            from spark_app.rewinding import run_restore
+            from spark_app.apps.restore import run_restore
 
             restored = run_restore(cfg)
             print(restored.model_dump_json(indent=2))
@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             planned = run_plan(cfg, None)
             print(planned.model_dump_json(indent=2))
             return 0 if planned.state == "Planned" else 3
+        from spark_app.apps.run import build_session, run
         from spark_app.contract.errors import user_message
-        from spark_app.runtime import build_session, run
 
         try:
             if args.command == "plan":
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(planned.model_dump_json(indent=2))
                 return 0 if planned.state == "Planned" else 3
             if args.command == "publish":
-                from spark_app.publishing import run_publish
+                from spark_app.apps.publish import run_publish
 
                 published = run_publish(cfg, build_session(cfg))
                 print(published.model_dump_json(indent=2))

@@ -2,7 +2,7 @@
 tests/spark/test_checkpoints.py, with a local directory as the external location), through
 the code a cluster runs: the job's driver externalizes its checkpoint after every batch
 (``spark_app.checkpoints.driver``) and the restore application's code
-(``spark_app.rewinding``) restores and undoes.
+(``spark_app.apps.restore``) restores and undoes.
 
 Sessions are state: a backfill from the middle would not know where the sessions around the
 window began, so the safe recovery is a rewind. The story: the job runs live while its
@@ -28,13 +28,13 @@ from pyspark.sql import SparkSession
 from kappa_operator.demo.jobs import DemoSettings, sessions_job
 from kappa_operator.demo.outage import compare_tables
 from kappa_operator.demo.steps import Steps, batches_poll, plural
+from spark_app.apps.restore import run_restore
+from spark_app.apps.run import RunResult, run
 from spark_app.checkpoints import Manifest, choose, list_snapshots, open_location
 from spark_app.contract.config import CheckpointConfig, ExternalCheckpoints, RestoreConfig, RestorePoint
 from spark_app.contract.errors import KappaError
 from spark_app.examples import sessions
 from spark_app.examples.generator import SNAPSHOT_COMMIT_INDEX, Commit, create_tables, iter_commits
-from spark_app.rewinding import run_restore
-from spark_app.runtime import RunResult, run
 from spark_app.sinks.iceberg.undo import UndoResult
 from spark_app.sinks.iceberg.validation import Comparison
 

@@ -28,10 +28,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from kappa_operator.demo.jobs import START, DemoSettings, job_config
 from kappa_operator.demo.steps import Steps, batches_poll, plural, quiet
+from spark_app.apps.run import RunResult, run
 from spark_app.contract.config import JobConfig, ParquetSink, format_duration
 from spark_app.examples import sessions, windows
 from spark_app.examples.reference import history, in_window, rows
-from spark_app.runtime import RunResult, run
 
 SHAPES: tuple[ModuleType, ...] = (windows, sessions)
 LOOK_BACK = timedelta(minutes=10)

@@ -37,15 +37,15 @@ from kappa_operator.demo.report import evaluate, print_report
 from kappa_operator.demo.rewind import run_rewind
 from kappa_operator.demo.steps import DemoError, Poll, Steps, batches_poll, plural, quiet
 from kappa_operator.reconcile.backfill import alignment_group
+from spark_app.apps.run import build_session, run
 from spark_app.catalogs import load_table
 from spark_app.contract.config import JobConfig, format_duration
+from spark_app.contract.trace import read_trace
 from spark_app.examples import rmi
 from spark_app.examples.generator import generate
-from spark_app.runtime import build_session, run
 from spark_app.sinks.iceberg.publish import branch_head, publish
 from spark_app.sinks.iceberg.validation import Comparison, compare_snapshots
 from spark_app.sinks.iceberg.window import TimeWindow
-from spark_app.telemetry import read_trace
 
 BACKFILL = "rmi-outage"
 UNORDERED = "rmi-unordered"

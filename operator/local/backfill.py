@@ -1,6 +1,6 @@
 """`kappa run` of a Backfill: ``plan_backfill`` -> alignment group declared in an embedded
 coordinator -> the backfill JobConfig run to its end -> the publish application's code
-(``spark_app.publishing``, in-process on the same SparkSession) -> Publishing / Succeeded /
+(``spark_app.apps.publish``, in-process on the same SparkSession) -> Publishing / Succeeded /
 Failed as the operator decides them from its report."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from kappa_operator.render.jobconfig import (
 from spark_app.contract.config import format_duration
 from spark_app.contract.errors import user_message
 from spark_app.contract.reports.publish import PublishReport, read_report
-from spark_app.telemetry import read_trace
+from spark_app.contract.trace import read_trace
 
 
 def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:

@@ -12,7 +12,7 @@ prints:
   ``spark.jars``, ``spark.files``, ``spark.archives`` (what spark-submit's flags set), merged
   with the same keys of sparkConf and --spark-conf;
 * ``pyFiles`` become ``pythonPath`` entries, which the driver fetches, puts on its path and
-  ships to the executors (``spark_app.pipeline_code``);
+  ships to the executors (``spark_app.apps.pipeline_code``);
 * ``--py-files PATH`` (files or directories) replaces both pyFiles and the ConfigMap: test a
   working copy before zipping it, or give the directory a ConfigMap is created from.
 

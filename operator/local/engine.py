@@ -14,11 +14,11 @@ from kappa_operator.local.overrides import RunOptions
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
+from spark_app.apps.run import RunResult
 from spark_app.contract.config import JobConfig
-from spark_app.runtime import RunResult
 
 if TYPE_CHECKING:
-    from spark_app.publishing import PublishReport
+    from spark_app.apps.publish import PublishReport
 
 log = logging.getLogger("kappa.run")
 
@@ -84,7 +84,7 @@ class SparkEngine:
         self._rows: dict[tuple[str, int], int] = {}
 
     def session(self, cfg: JobConfig) -> Any:
-        from spark_app.runtime import build_session
+        from spark_app.apps.run import build_session
 
         if self.spark is None:
             self.spark = build_session(cfg)
@@ -99,13 +99,13 @@ class SparkEngine:
         open_tables(catalogs, tables)
 
     def run(self, cfg: JobConfig) -> RunResult:
-        from spark_app.runtime import run
+        from spark_app.apps.run import run
 
         self._rows = {}
         return run(cfg, self.session(cfg))
 
     def publish(self, cfg: JobConfig) -> PublishReport:
-        from spark_app.publishing import run_publish
+        from spark_app.apps.publish import run_publish
 
         return run_publish(cfg, self.session(cfg))
 

@@ -23,10 +23,10 @@ from kappa_operator.render.jobconfig import (
     streaming_job_config,
 )
 from kappa_operator.restore_points import restore_points, snapshot_failures
+from spark_app.apps.run import RunResult
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import KappaError, user_message
 from spark_app.contract.reports.bootstrap import read_record, record_location
-from spark_app.runtime import RunResult
 
 
 @dataclass(frozen=True)

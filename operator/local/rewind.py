@@ -1,5 +1,5 @@
 """`kappa run` of a Rewind: ``plan_rewind`` phase by phase; Pause is recorded (nothing of the
-job runs here), the restore application's code (``spark_app.rewinding``, what ``python -m
+job runs here), the restore application's code (``spark_app.apps.restore``, what ``python -m
 spark_app restore`` runs on a cluster) runs in-process and leaves its report where the
 operator reads it, Resume runs the job once from the restored checkpoint, downstream Rewinds
 are written out as manifests."""
@@ -105,7 +105,7 @@ def run_rewind(local: Local, rw: Rewind, job: StreamingJob, others: tuple[Stream
 def _restore(local: Local, job_json: str) -> tuple[dict[str, Any], RestoreReport | None]:
     """The restore application, run in-process: the application as it ended, and the report
     it left where the operator reads it."""
-    from spark_app.rewinding import run_restore
+    from spark_app.apps.restore import run_restore
 
     cfg = parse_config(json.loads(job_json))
     state, message = "COMPLETED", ""

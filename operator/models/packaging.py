@@ -8,7 +8,7 @@ and the extra packages and jars it needs.
   submission), ``repositories``, ``excludePackages``, ``files``, ``archives``.
 * ``spec.pipelineFrom.configMap``: a ConfigMap holding the pipeline's modules
   (``kubectl create configmap NAME --from-file=pipeline.py``), mounted into the driver, put on
-  its ``sys.path`` and shipped to the executors by the driver (``spark_app.pipeline_code``).
+  its ``sys.path`` and shipped to the executors by the driver (``spark_app.apps.pipeline_code``).
 
 The operator only names these in what it renders; it never reads the pipeline's code.
 

@@ -185,7 +185,7 @@ PIPELINE_VOLUME = "kappa-pipeline"
 def pipeline_volume(config_map_name: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The volume and the driver's mount of a ``spec.pipelineFrom`` ConfigMap (none without
     one). The driver alone mounts it: it ships the modules to the executors itself
-    (``spark_app.pipeline_code``), which works whatever PYTHONPATH the image sets, where a
+    (``spark_app.apps.pipeline_code``), which works whatever PYTHONPATH the image sets, where a
     mount in the executors would need their PYTHONPATH rewritten."""
     if config_map_name is None:
         return [], []

@@ -18,10 +18,10 @@ from pyspark.sql import functions as F
 
 from spark_app.bootstrap.seam import Offsets, describe, switch_offsets
 from spark_app.catalogs import load_table
+from spark_app.checkpoints.kafka_offsets import partitions_of, topics_matching
 from spark_app.contract.config import IcebergBackfillSource, JobConfig, KafkaSource
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.reports.bootstrap import BootstrapRecord
-from spark_app.kafka_offsets import partitions_of, topics_matching
 from spark_app.sources.iceberg.object_store import on_s3, s3a_options
 
 log = logging.getLogger("kappa.bootstrap")

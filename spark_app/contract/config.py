@@ -463,7 +463,7 @@ class AlignmentConfig(KappaModel):
     (stateless pipelines, top throughput); `bounded`: the pipeline over batch reads of the
     whole read, one Spark batch query per sink (batch speed, no state store; windows and
     sessions under the aligned run's open/written rule; pipelines whose streaming semantics
-    differ from their batch ones are refused: ``spark_app/bounded.py``)."""
+    differ from their batch ones are refused: ``spark_app/apps/bounded.py``)."""
     group: str | None = None
     """Alignment group; default: the job name. Groups can span queries and jobs."""
     max_drift: Duration = timedelta(minutes=10)
@@ -668,7 +668,7 @@ class JobConfig(KappaModel):
     """Live jobs: start from the Kafka sources' archives, then go on to Kafka (``spark_app.bootstrap``)."""
     python_path: list[str] | None = None
     """Put on the driver's ``sys.path`` before the pipeline is imported and shipped to the
-    executors (``spark_app.pipeline_code``): directories (a ConfigMap's mount: its modules,
+    executors (``spark_app.apps.pipeline_code``): directories (a ConfigMap's mount: its modules,
     and each .zip/.egg in it) and .py/.zip/.egg files or URIs (`kappa run`'s pyFiles)."""
 
     @model_validator(mode="after")

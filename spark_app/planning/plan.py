@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_app.bounded import as_set
+from spark_app.apps.bounded import as_set
 from spark_app.contract.alignment import ModeChoice
 from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_duration, parse_duration
 from spark_app.contract.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
@@ -58,7 +58,7 @@ class Shape:
     notices: tuple[str, ...] = ()
     from_query_plan: bool = True
     bounded_refusal: str | None = None
-    """Why ``alignment.mode: bounded`` would refuse this pipeline (``spark_app.bounded``)."""
+    """Why ``alignment.mode: bounded`` would refuse this pipeline (``spark_app.apps.bounded``)."""
     choice: ModeChoice | None = None
     """The mode the run would run in and why (None: driver-only, no query plan to choose by)."""
     horizon_known: bool = True
@@ -99,9 +99,9 @@ def source_order(frames: dict[str, DataFrame], output: DataFrame) -> tuple[str, 
 def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     """Build the pipeline over the sources (no data read, no job run) and resolve its edges as
     the runtime does. A too-short warm-up is a verdict here, not an exception."""
-    from spark_app.bounded import chosen, closings, plan_reason
+    from spark_app.apps.bounded import chosen, closings, plan_reason
+    from spark_app.apps.pipeline_code import make_importable
     from spark_app.contract.errors import user_message
-    from spark_app.pipeline_code import make_importable
     from spark_app.sources.frames import load_pipeline, outputs_for
     from spark_app.window.edges import resolve
 
@@ -173,7 +173,7 @@ def declared_delay(cfg: JobConfig) -> tuple[timedelta | None, str]:
 
 def shape_from_declarations(cfg: JobConfig) -> Shape:
     """Driver-only: what the config and the pipeline module declare, no query plan."""
-    from spark_app.pipeline_code import make_importable
+    from spark_app.apps.pipeline_code import make_importable
     from spark_app.sources.frames import load_pipeline
     from spark_app.window.edges import declared_horizon, declares_horizon
 

@@ -27,12 +27,12 @@ from pydantic import BaseModel, ConfigDict
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from spark_app.checkpoints.kafka_offsets import end_offsets
 from spark_app.checkpoints.layout import PRODUCED
 from spark_app.contract.config import KafkaSink
 from spark_app.contract.storage import Location, open_location
-from spark_app.kafka_offsets import end_offsets
+from spark_app.contract.trace import trace
 from spark_app.sinks.iceberg.writer import checkpoint_query_id
-from spark_app.telemetry import trace
 
 log = logging.getLogger("kappa.sink")
 

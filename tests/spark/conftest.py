@@ -20,9 +20,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
 from spark_app import jars
+from spark_app.apps.run import session_jars
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
-from spark_app.runtime import session_jars
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 
@@ -138,7 +138,7 @@ def rmi_window_reference(
     """rmi backfilled over ``test_coordinator_alignment.WINDOW``, aligned through the local
     state file, one round per batch: its output rows and micro-batches (shared by the tests
     that compare other ways of running the same backfill against it)."""
-    from spark_app.runtime import run
+    from spark_app.apps.run import run
     from tests.spark.test_coordinator_alignment import output, rmi_config
 
     tmp = tmp_path_factory.mktemp("rmi-local")

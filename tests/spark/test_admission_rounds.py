@@ -18,12 +18,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
+from spark_app.apps.run import run
 from spark_app.contract.alignment import HELD, aligned_members
 from spark_app.contract.config import JobConfig
+from spark_app.contract.trace import read_trace
 from spark_app.examples import windows
-from spark_app.runtime import run
 from spark_app.sinks.iceberg.writer import FAULT_ENV
-from spark_app.telemetry import read_trace
 from tests.spark.conftest import Dataset, Driver, sources
 from tests.spark.test_backfill_levers import ROCKSDB, WINDOWS_KEY, branch_arrow, branch_rows, windows_backfill
 from tests.spark.test_coordinator_alignment import TOKEN, WINDOW, copy_job, declare, output, run_together

@@ -17,7 +17,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
-from spark_app.runtime import run
+from spark_app.apps.run import run
 from tests.spark.conftest import T0, Dataset, sources
 from tests.spark.test_coordinator_alignment import output
 

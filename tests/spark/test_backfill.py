@@ -24,9 +24,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from spark_app.apps.run import RunResult, run
 from spark_app.contract.errors import LatenessError
-from spark_app.runtime import RunResult, run
-from spark_app.telemetry import read_trace
+from spark_app.contract.trace import read_trace
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark

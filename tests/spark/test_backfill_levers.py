@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_app.apps.run import run
 from spark_app.contract.config import JobConfig
 from spark_app.examples import reference, sessions, windows
-from spark_app.runtime import run
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark

@@ -21,12 +21,12 @@ from kappa_operator.cli import main as kappa
 from kappa_operator.local.overrides import local_catalog
 from kappa_operator.local.plan import PlanOptions, plan_manifest
 from spark_app.__main__ import main as spark_app_main
+from spark_app.apps.run import run
 from spark_app.contract.errors import LatenessError, WarmupError
 from spark_app.contract.reports.plan import PlanReport, read_report
 from spark_app.contract.reports.run import read_report as read_run_report
+from spark_app.contract.trace import read_trace
 from spark_app.planning.plan import plan_backfill
-from spark_app.runtime import run
-from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark

@@ -22,13 +22,13 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
+from spark_app.apps.run import run
 from spark_app.bootstrap.steps import FAULT_ENV
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.reports.bootstrap import read_record, record_location
 from spark_app.examples import rmi
 from spark_app.examples.generator import GeneratorConfig, generate
-from spark_app.runtime import run
 from tests.spark.conftest import T0, Driver
 from tests.spark.test_kafka_archive import COLUMNS, LATENESS, TOPICS, VALUES, Story, _json
 

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_app.bounded import STATE_FILE
+from spark_app.apps.bounded import STATE_FILE
+from spark_app.apps.run import run
 from spark_app.contract.config import parse_config
 from spark_app.contract.errors import ConfigError
-from spark_app.runtime import run
+from spark_app.contract.trace import read_trace
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID
 from spark_app.sinks.iceberg.writer import FAULT_ENV
-from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0, Dataset, Driver, sources
 
 pytestmark = pytest.mark.spark

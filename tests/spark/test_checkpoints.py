@@ -29,6 +29,7 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from harness.s3 import MotoS3
+from spark_app.apps.run import run
 from spark_app.checkpoints import (
     choose,
     discard_after,
@@ -46,7 +47,6 @@ from spark_app.examples.generator import (
     create_tables,
     iter_commits,
 )
-from spark_app.runtime import run
 from spark_app.sinks.iceberg.undo import undo
 from tests.spark.conftest import T0
 

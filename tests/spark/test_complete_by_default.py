@@ -20,9 +20,9 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
+from spark_app.apps.run import run
 from spark_app.contract.config import parse_config
 from spark_app.examples import reference, sessions
-from spark_app.runtime import run
 
 pytestmark = pytest.mark.spark
 

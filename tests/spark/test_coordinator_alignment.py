@@ -14,10 +14,10 @@ from pyspark.sql import SparkSession
 
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.coordinator.store import GroupStore
+from spark_app.apps.run import run
 from spark_app.contract.alignment import aligned_members
 from spark_app.contract.config import JobConfig
-from spark_app.runtime import run
-from spark_app.telemetry import read_trace
+from spark_app.contract.trace import read_trace
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_app.runtime import run
+from spark_app.apps.run import run
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark

@@ -13,9 +13,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from harness.external_service import RecordingService, max_in_window, rates
+from spark_app.apps.run import run
 from spark_app.external_calls import read_report
 from spark_app.external_calls.pacing import window_bound
-from spark_app.runtime import run
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark

@@ -19,8 +19,9 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
+from spark_app.apps.run import RunResult, run
 from spark_app.contract.config import JobConfig
-from spark_app.runtime import RunResult, run
+from spark_app.contract.trace import read_trace
 from spark_app.sinks.iceberg import batch_tags
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID, batch_of, find_batch
 from spark_app.sinks.iceberg.history import expire
@@ -28,7 +29,6 @@ from spark_app.sinks.iceberg.publish import ValidationFailedError, publish
 from spark_app.sinks.iceberg.undo import UndoIncompleteError, batches_after, undo
 from spark_app.sinks.iceberg.window import TimeWindow
 from spark_app.sinks.iceberg.writer import FAULT_ENV, checkpoint_query_id
-from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0, Dataset, Driver, sources
 
 pytestmark = pytest.mark.spark

@@ -24,10 +24,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kappa_operator.local.kafka import KafkaBroker
+from spark_app.apps.run import run
 from spark_app.contract.config import JobConfig, KafkaSource, parse_config
 from spark_app.examples import rmi
 from spark_app.examples.generator import GeneratorConfig, generate
-from spark_app.runtime import run
 from spark_app.sinks.iceberg.writer import FAULT_ENV
 from spark_app.sources.kafka import kafka_frame
 from tests.spark.conftest import T0, Driver

@@ -27,9 +27,9 @@ from pyspark.sql import SparkSession
 from kappa_operator.cli import main
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local.overrides import local_catalog
+from spark_app.checkpoints.kafka_offsets import end_offsets
 from spark_app.contract.config import KafkaSink
 from spark_app.contract.storage import open_location
-from spark_app.kafka_offsets import end_offsets
 from spark_app.sinks.kafka import KafkaBatchWriter, Produced, read_produced
 
 pytestmark = pytest.mark.spark

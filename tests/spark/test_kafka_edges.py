@@ -15,11 +15,11 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
+from spark_app.apps.run import run
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.reports.progress import read_reports
 from spark_app.contract.storage import open_location
-from spark_app.runtime import run
 from spark_app.sources.kafka import gone_notice
 
 pytestmark = pytest.mark.spark

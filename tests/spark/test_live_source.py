@@ -32,9 +32,10 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, ReadMaxRows
 
-from spark_app import runtime
+from spark_app.apps import run as runtime
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
+from spark_app.contract.trace import read_trace
 from spark_app.examples.generator import (
     SNAPSHOT_COMMIT_INDEX,
     Commit,
@@ -50,7 +51,6 @@ from spark_app.sinks.iceberg.history import expire
 from spark_app.sources import frames
 from spark_app.sources.iceberg.frame import reader_for
 from spark_app.sources.iceberg.stream import BackfillReader, LiveReader, micros
-from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark

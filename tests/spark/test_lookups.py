@@ -31,11 +31,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestampType
 from pyspark.sql import SparkSession
 
+from spark_app.apps.run import run
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.errors import ConfigError
 from spark_app.lookups import as_of, checked, snapshot_versions, validity_versions
 from spark_app.lookups import history as lookup_history
-from spark_app.runtime import run
 
 pytestmark = pytest.mark.spark
 

@@ -23,9 +23,9 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType, StructType, TimestamptzType
 from pyspark.sql import SparkSession
 
+from spark_app.apps.publish import run_publish
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.reports.publish import read_report, report_location
-from spark_app.publishing import run_publish
 from spark_app.sinks.iceberg.publish import FAULT_ENV
 from spark_app.sinks.iceberg.validation import compare_in_process, compare_snapshots
 from spark_app.sinks.iceberg.window import TimeWindow

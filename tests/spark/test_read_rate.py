@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_app.apps.run import RunResult, run
+from spark_app.contract.trace import read_trace
 from spark_app.planning.read_rate import BURST_S
-from spark_app.runtime import RunResult, run
-from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0, Dataset, sources
 from tests.spark.test_backfill import RMI_COLUMNS, rows
 

@@ -21,16 +21,16 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
 from harness.jvm_reads import read_splits
+from spark_app.apps.run import run
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.errors import LatenessError
+from spark_app.contract.trace import read_trace
 from spark_app.examples.generator import GeneratorConfig, generate
 from spark_app.jvm import DECODED_ROWS_MAX_BYTES
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import Split, max_span
-from spark_app.runtime import run
 from spark_app.sources.frames import source_spec
 from spark_app.sources.iceberg.stream import backfill_plan, backfill_plan_and_layouts
-from spark_app.telemetry import read_trace
 from tests.spark.conftest import T0
 
 pytestmark = pytest.mark.spark

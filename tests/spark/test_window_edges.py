@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_app.apps.run import RunResult, run
 from spark_app.contract.errors import ConfigError, WarmupError
 from spark_app.examples import reference, sessions, windows
-from spark_app.runtime import RunResult, run
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark

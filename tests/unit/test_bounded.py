@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spark_app.bounded import (
+from spark_app.apps.bounded import (
     ARRIVAL_COLUMN,
     BoundedState,
     Closing,

@@ -25,20 +25,20 @@ def test_planning_never_imports_the_runtime() -> None:
     """``kappa plan`` builds the pipeline over the sources as a run does (``sources.frames``),
     but runs nothing: the planner must not reach back into what starts queries."""
     offenders = {
-        str(path.relative_to(ROOT)): sorted(m for m in imported(path) if m.startswith("spark_app.runtime"))
+        str(path.relative_to(ROOT)): sorted(m for m in imported(path) if m.startswith("spark_app.apps.run"))
         for path in sorted((ROOT / "spark_app" / "planning").glob("*.py"))
     }
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
 def test_the_sources_frames_never_import_the_runtime() -> None:
-    assert not {m for m in imported(ROOT / "spark_app" / "sources" / "frames.py") if m.startswith("spark_app.runtime")}
+    assert not {m for m in imported(ROOT / "spark_app" / "sources" / "frames.py") if m.startswith("spark_app.apps.run")}
 
 
 def test_the_rule_sees_an_import_inside_a_function(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from spark_app.runtime import run\n    return run\n")
-    assert "spark_app.runtime" in imported(module)
+    module.write_text("def f():\n    from spark_app.apps.run import run\n    return run\n")
+    assert "spark_app.apps.run" in imported(module)
 
 
 HEAVY = ("pyspark", "py4j", "pyiceberg", "kopf", "kubernetes")
@@ -62,7 +62,7 @@ SHARED_READERS = (
     "spark_app.checkpoints.layout",
     "spark_app.checkpoints.restore",
     "spark_app.checkpoints.snapshots",
-    "spark_app.kafka_offsets",
+    "spark_app.checkpoints.kafka_offsets",
     "spark_app.sources.kafka_retention",
     "spark_app.catalogs",
     "spark_app.sinks.iceberg.undo",
@@ -150,12 +150,12 @@ def test_what_the_control_plane_imports_from_the_spark_side_never_imports_spark(
     for module in SHARED_READERS:
         reached, outside = closure(module)
         assert not outside & {"pyspark", "py4j"}, (module, sorted(outside & {"pyspark", "py4j"}))
-        assert not {m for m in reached if m.startswith("spark_app.runtime")}, module
+        assert not {m for m in reached if m.startswith("spark_app.apps.run")}, module
 
 
 def test_the_rule_sees_an_import_of_the_spark_side_from_the_control_plane() -> None:
-    assert module_file("spark_app.runtime") is not None
-    _, outside = closure("spark_app.runtime")
+    assert module_file("spark_app.apps.run") is not None
+    _, outside = closure("spark_app.apps.run")
     assert "pyspark" in outside, "the closure follows imports to Spark"
 
 

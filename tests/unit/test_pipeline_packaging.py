@@ -29,8 +29,8 @@ from kappa_operator.render.spark_application import (
     job_launch,
     spark_application,
 )
+from spark_app.apps.pipeline_code import driver_path, make_importable, shipped, zipped_modules
 from spark_app.contract.errors import ConfigError
-from spark_app.pipeline_code import driver_path, make_importable, shipped, zipped_modules
 from tests.crd_validation import load_crd, validate
 from tests.unit.test_crds import crd
 

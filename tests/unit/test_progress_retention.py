@@ -3,7 +3,7 @@ reads them), a bounded number for a live query that runs for weeks."""
 
 from __future__ import annotations
 
-from spark_app.runtime import _SESSION_DEFAULTS, PROGRESS_RETENTION, progress_retention
+from spark_app.apps.run import _SESSION_DEFAULTS, PROGRESS_RETENTION, progress_retention
 
 
 def test_a_backfill_and_a_bootstraps_archive_leg_keep_every_batch() -> None:

@@ -1,6 +1,6 @@
 """Validate a backfill branch against main over its window, then publish it: main's rows in
 the window are replaced by the branch's, in one Iceberg snapshot. Both run in Spark, in the
-application that publishes (``spark_app.publishing``): the comparison is a Spark job
+application that publishes (``spark_app.apps.publish``): the comparison is a Spark job
 (``validation``), and the files that straddle the window's edges are read and rewritten by the
 executors. The driver handles metadata only: planning, and the one commit.
 

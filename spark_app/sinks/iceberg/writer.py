@@ -21,6 +21,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_app.catalogs import catalog_for
 from spark_app.contract.config import CatalogConfig, IcebergSink
+from spark_app.contract.trace import trace
 from spark_app.sinks.iceberg import arrow_files, batch_tags, compaction, history, spark_files
 from spark_app.sinks.iceberg.arrow_files import FILES_SCHEMA, FileWriteSpec, write_data_files
 from spark_app.sinks.iceberg.commit import (
@@ -34,7 +35,6 @@ from spark_app.sinks.iceberg.commit import (
 )
 from spark_app.sinks.iceberg.pending import Committer, Pending, PendingLog, pending_location
 from spark_app.sinks.iceberg.table import ensure_main_snapshot, load_or_create
-from spark_app.telemetry import trace
 
 log = logging.getLogger("kappa.sink")
 
@@ -87,7 +87,7 @@ class IcebergBatchWriter:
         """``pipelined``: commit on a thread of its own while Spark runs the next batch (the
         runtime's default, ``IcebergSink.pipelinedCommit``); then ``finish`` ends the run.
         ``query_id``: the id its commits carry, when no streaming query's checkpoint holds one
-        (a bounded run's, ``spark_app.bounded``)."""
+        (a bounded run's, ``spark_app.apps.bounded``)."""
         self.job, self.sink_name, self.sink, self.branch = job, sink_name, sink, branch
         self.catalog_name, self.properties = sink.catalog, catalog.properties()
         self.checkpoint, self.trace_path = checkpoint, trace_path

@@ -44,6 +44,7 @@ from spark_app.contract.errors import (
     PlanChangedError,
     SnapshotExpiredError,
 )
+from spark_app.contract.trace import trace
 from spark_app.planning.admission import Admission, Limits, admit, source_watermark
 from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.planning.read_rate import Cost, FileLayout, read_cost
@@ -53,7 +54,6 @@ from spark_app.sinks.iceberg.history import expired_before
 from spark_app.sources.iceberg import scan
 from spark_app.sources.iceberg.byte_ranges import bounds_of, file_reads, task_pieces
 from spark_app.sources.iceberg.spec import SourceSpec, micros
-from spark_app.telemetry import trace
 
 log = logging.getLogger("kappa.iceberg")
 

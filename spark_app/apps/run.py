@@ -24,10 +24,11 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
+from spark_app.apps.bounded import Closing
+from spark_app.apps.pipeline_code import make_importable
 from spark_app.bootstrap.legs import archive_config
 from spark_app.bootstrap.steps import start as start_bootstrap
 from spark_app.bootstrap.steps import switch as switch_bootstrap
-from spark_app.bounded import Closing
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.driver import attach, detach
 from spark_app.contract.alignment import ModeChoice, aligned_members, member_id
@@ -48,7 +49,6 @@ from spark_app.contract.reports.run import write_report as write_run_report
 from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.external_calls import serve as serve_external_calls
-from spark_app.pipeline_code import make_importable
 from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.query_plan import analyzed_plan
 from spark_app.planning.split_spans import fit_sources
@@ -402,7 +402,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     if cfg.mode == "backfill":
         cfg, edges, members, choice, closes = resolve_edges(spark, cfg, pipeline)
         if choice.mode == "bounded":
-            from spark_app.bounded import run_bounded
+            from spark_app.apps.bounded import run_bounded
 
             leave_group(cfg, members)
             return run_bounded(spark, cfg, pipeline, edges, calls.stop, choice, closes)
@@ -648,7 +648,7 @@ def resolve_edges(
     from the same plans), and how each sink's results close (a bounded run's rule). Members
     for sources no output reads are reported finished (to a coordinator that was told of
     every configured source), so they never hold the group."""
-    from spark_app.bounded import closings, decided
+    from spark_app.apps.bounded import closings, decided
 
     frames: dict[str, dict[str, DataFrame]] = {}
     outputs = outputs_for(spark, cfg, pipeline, frames=frames)

@@ -42,7 +42,7 @@ from spark_app.contract.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_app.runtime import RunResult
+    from spark_app.apps.run import RunResult
     from spark_app.sources.frames import Pipeline
     from spark_app.window.edges import Edges
 
@@ -459,8 +459,8 @@ def run_bounded(
     A sink whose results close on the watermark writes those whose end the final watermark
     has passed, and reads on past the drain while some that start in the window are open
     and the history goes on: the aligned run's rule, step for step (``runtime.next_read``)."""
+    from spark_app.apps.run import RunResult, next_read, record_finality
     from spark_app.contract.reports.run import write_report as write_run_report
-    from spark_app.runtime import RunResult, next_read, record_finality
     from spark_app.sources.iceberg.frame import field_ids_read
     from spark_app.window.lateness import Verdict
 
