@@ -215,7 +215,7 @@ async def run(n: int, concurrency: int, timeout: float, log: Path) -> dict[str, 
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "kappa_operator.cli",
+            "kappa_operator.cli.commands",
             "operator",
             "--server",
             base,

@@ -192,7 +192,7 @@ async def operator_run(root: Path, props: dict[str, str], hours: int, state_mb: 
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "kappa_operator.cli",
+            "kappa_operator.cli.commands",
             "operator",
             "--server",
             base,

@@ -89,7 +89,7 @@ def running_operator(
     log = workdir / "operator.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kappa_operator.cli", "operator", *argv],
+            [sys.executable, "-m", "kappa_operator.cli.commands", "operator", *argv],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -14,8 +14,8 @@ import kopf
 from kappa_operator.handlers.context import log, parse, post_event, record, reported, until_stopped
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.observe.restore_points import restore_points, snapshot_failures
 from kappa_operator.reconcile.checkpoints import checkpoint_status, snapshot_due
-from kappa_operator.restore_points import restore_points, snapshot_failures
 
 TICK = 15.0
 """Seconds between checks whether a job's snapshot interval has passed."""

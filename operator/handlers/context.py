@@ -19,16 +19,16 @@ from typing import Any, NoReturn, TypeVar
 
 import kopf
 
-from kappa_operator.cluster import Cluster, ForeignObjectError
 from kappa_operator.coordinator.groups import Groups
-from kappa_operator.events import EventRecorder
-from kappa_operator.metrics import OperatorMetrics, backfill_times
+from kappa_operator.kube.api import Cluster, ForeignObjectError
+from kappa_operator.kube.events import EventRecorder
 from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill_queue import QueueLimits
 from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, changes_nothing, failure_status, with_recovery
 from kappa_operator.reconcile.phases import app_state, driver_pod, now_rfc3339, with_last_words
 from kappa_operator.reconcile.streaming_job import Event
+from kappa_operator.service.metrics import OperatorMetrics, backfill_times
 from spark_app.contract.storage import S3Options
 
 log = logging.getLogger("kappa.operator")
@@ -301,7 +301,7 @@ def post_events(body: kopf.Body | dict[str, Any], events: tuple[Event, ...]) -> 
 
 
 def post_event(body: kopf.Body | dict[str, Any], type: str, reason: str, message: str) -> None:
-    """An Event on the object (``kappa_operator.events``): returns at once, written in the
+    """An Event on the object (``kappa_operator.kube.events``): returns at once, written in the
     background, so a handler on kopf's event loop may call it too."""
     CONTEXT.events().event(body, type, reason, message)
 

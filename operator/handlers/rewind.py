@@ -11,7 +11,6 @@ from typing import Any
 
 import kopf
 
-from kappa_operator import restore_points
 from kappa_operator.handlers.context import (
     crash_point,
     ctx,
@@ -28,6 +27,7 @@ from kappa_operator.handlers.context import (
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.observe import restore_points
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.reconcile.rewind import (
     Observed,

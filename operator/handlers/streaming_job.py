@@ -23,6 +23,7 @@ from kappa_operator.handlers.context import (
 )
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.observe.restore_points import initial_points
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.reconcile.snapshot_requests import Answers
 from kappa_operator.reconcile.streaming_job import (
@@ -36,7 +37,6 @@ from kappa_operator.reconcile.streaming_job import (
 )
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, initial_restore_config
 from kappa_operator.render.spark_application import Owner
-from kappa_operator.restore_points import initial_points
 from spark_app.contract.reports.restore import read_report
 from spark_app.contract.snapshot_requests import read_answer
 from spark_app.contract.storage import open_location

@@ -14,6 +14,7 @@ from rich.markup import escape
 from kappa_operator.local.engine import Local, application, log
 from kappa_operator.local.overrides import runtime_config
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.observe.restore_points import restore_points, snapshot_failures
 from kappa_operator.reconcile.bootstrap import bootstrap_status
 from kappa_operator.reconcile.checkpoints import checkpoint_status
 from kappa_operator.reconcile.phases import now_rfc3339
@@ -22,7 +23,6 @@ from kappa_operator.render.jobconfig import (
     config_hash,
     streaming_job_config,
 )
-from kappa_operator.restore_points import restore_points, snapshot_failures
 from spark_app.apps.run import RunResult
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import KappaError, user_message

@@ -188,7 +188,7 @@ def print_plan(out: Console, cfg: JobConfig, report: PlanReport) -> None:
 
 
 def plan_command(args: argparse.Namespace, console: Console) -> int:
-    """`kappa plan` (the parser lives in ``kappa_operator.cli``)."""
+    """`kappa plan` (the parser lives in ``kappa_operator.cli.commands``)."""
     try:
         opts = PlanOptions(
             local=args.local,

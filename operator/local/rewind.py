@@ -12,13 +12,13 @@ from typing import Any
 
 import yaml
 
-from kappa_operator import restore_points
 from kappa_operator.local.engine import Local, _status, application, log
 from kappa_operator.local.job import JobRun, run_job
 from kappa_operator.local.overrides import retarget
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import PHASES, Rewind
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.observe import restore_points
 from kappa_operator.reconcile.checkpoints import checkpoint_status
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.reconcile.rewind import (

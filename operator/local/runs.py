@@ -87,7 +87,7 @@ def _remote_hints(show: Display, job: StreamingJob) -> None:
 
 
 def run_command(args: argparse.Namespace, console: Console) -> int:
-    """`kappa run` (the parser lives in ``kappa_operator.cli``)."""
+    """`kappa run` (the parser lives in ``kappa_operator.cli.commands``)."""
     show = Display(console)
     try:
         opts = RunOptions(

@@ -25,7 +25,7 @@ TOKEN_ENV = "KAPPA_COORDINATOR_TOKEN"
 #: (renaming it would start a second live application on upgrade); every other kind gets its
 #: own suffix, so a Backfill named like its StreamingJob never renders the same names. What
 #: a suffix cannot rule out (a StreamingJob named ``x-backfill``) the uid check on every write
-#: catches (``kappa_operator.cluster.ForeignObjectError``).
+#: catches (``kappa_operator.kube.api.ForeignObjectError``).
 CHILD_SUFFIX = {"StreamingJob": "", "Backfill": "-backfill"}
 DNS_LABEL_MAX = 63
 CHILD_NAME_MAX = DNS_LABEL_MAX - len("-coordinator")

@@ -27,11 +27,11 @@ import promql_parser
 import pytest
 import yaml
 
-from kappa_operator import runner
-from kappa_operator.cli import build_parser, main
-from kappa_operator.metrics import OperatorMetrics
+from kappa_operator.cli.commands import build_parser, main
 from kappa_operator.models.streaming_job import StreamingJobSpec
-from kappa_operator.runner import OperatorOptions, liveness_url, split_bind
+from kappa_operator.service import runner
+from kappa_operator.service.metrics import OperatorMetrics
+from kappa_operator.service.runner import OperatorOptions, liveness_url, split_bind
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kappa-operator"

@@ -4,7 +4,7 @@ listed by hand (issue 14, defect 9).
 test_chart.py pins the rules exactly (nothing more than needed); these tests fail when the
 operator needs something the rules do not grant:
 
-- every call `Cluster` (operator/cluster.py) makes through the Kubernetes client, read with
+- every call `Cluster` (operator/kube/api.py) makes through the Kubernetes client, read with
   `ast` and mapped to (apiGroup, resource, verb) through the client's own endpoint paths;
 - what kopf does for the handlers registered: list and watch every handled resource, patch the
   ones with changing handlers (finalizer, progress annotations, status), post events, and peer
@@ -37,8 +37,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from kappa_operator import cluster as cluster_module
-from kappa_operator import runner
+from kappa_operator.kube import api as cluster_module
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.crd import KINDS
 from kappa_operator.models.rewind import Rewind, SinkRestore
@@ -47,6 +46,7 @@ from kappa_operator.reconcile.backfill import plan_backfill
 from kappa_operator.reconcile.rewind import downstream_rewind
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
 from kappa_operator.render.spark_application import Owner, token_secret
+from kappa_operator.service import runner
 from tests.chart.test_chart import CHART, FULLNAME, KUBE_VERSION, NAMESPACE, ROOT, permissions, render
 
 Permission = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb), any object name
@@ -146,7 +146,7 @@ def missing(needed: set[Permission], grants: set[Grant]) -> list[Permission]:
     return sorted(p for p in needed if (*p, "*") not in grants)
 
 
-# --- the Kubernetes client calls of operator/cluster.py --------------------------------------
+# --- the Kubernetes client calls of operator/kube/api.py --------------------------------------
 
 
 def endpoint(api: type, method: str) -> tuple[str, str]:
@@ -257,7 +257,7 @@ def test_the_client_paths_map_to_rbac_terms() -> None:
 
 def test_cluster_calls_are_found() -> None:
     calls = cluster_calls()
-    # A sample of what operator/cluster.py does today, so a broken parser cannot pass vacuously.
+    # A sample of what operator/kube/api.py does today, so a broken parser cannot pass vacuously.
     assert ("sparkoperator.k8s.io", "sparkapplications", "create") in calls["create_app"]
     assert ("", "configmaps", "patch") in calls["apply_config_map"]
     assert ("kappa.dev", "backfills/status", "patch") in calls["patch_status"]

@@ -2,7 +2,7 @@
 (``operator`` in tests/cluster/conftest.py), always with the chart's ServiceAccount (its token,
 exactly the chart's RBAC):
 
-- :func:`in_process`: ``kappa operator`` (``kappa_operator.runner.run_operator``, what the CLI
+- :func:`in_process`: ``kappa operator`` (``kappa_operator.service.runner.run_operator``, what the CLI
   runs) in a thread of the test process, for the modules that need hooks inside it: every
   function that reads rows or copies files made to raise (:func:`forbid_data_plane`), a storage
   call made to hang, the embedded coordinator's groups and the metrics registry read directly.
@@ -212,7 +212,7 @@ TOKEN = "in-process-token"
 
 def progress_interval(args: tuple[str, ...]) -> float:
     """The chart's ``--progress-interval``, read by the operator's own command line."""
-    from kappa_operator.cli import build_parser
+    from kappa_operator.cli.commands import build_parser
 
     return float(build_parser().parse_args(["operator", *args]).progress_interval)
 
@@ -242,9 +242,9 @@ def in_process(plane: ControlPlane, installed: Installed) -> Iterator[InProcess]
     import kubernetes
     import pytest
 
-    from kappa_operator.events import KOPF_OBJECTS
     from kappa_operator.handlers.context import ctx
-    from kappa_operator.runner import OperatorOptions, run_operator
+    from kappa_operator.kube.events import KOPF_OBJECTS
+    from kappa_operator.service.runner import OperatorOptions, run_operator
 
     health = f"127.0.0.1:{free_port()}"
     options = OperatorOptions(
@@ -322,7 +322,7 @@ class Processes:
         env.update(KUBECONFIG=str(self.installed.kubeconfig), PYTHONUNBUFFERED="1")
         if fault:
             env[FAULT] = fault
-        command = ["-m", "kappa_operator.cli"]
+        command = ["-m", "kappa_operator.cli.commands"]
         if refused is not None:  # the repository on the path last: its operator/ must not shadow the stdlib's
             env["KAPPA_TEST_REFUSED"] = str(refused)
             command = [
@@ -383,6 +383,6 @@ if __name__ == "__main__":
             f.write(name + "\n")
 
     refuse_data_plane(setattr, _note)
-    from kappa_operator.cli import main
+    from kappa_operator.cli.commands import main
 
     sys.exit(main(sys.argv[1:]))

@@ -9,8 +9,8 @@ import kubernetes
 import pytest
 
 from harness.chart import Installed
-from kappa_operator.cluster import Cluster
-from kappa_operator.events import COMPONENT, EventRecorder, rfc3339
+from kappa_operator.kube.api import Cluster
+from kappa_operator.kube.events import COMPONENT, EventRecorder, rfc3339
 from kappa_operator.local_cluster.control_plane import ControlPlane
 from tests.cluster.spark_operator import events, reasons
 from tests.unit.test_events import T0, Clock, body

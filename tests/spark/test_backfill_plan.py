@@ -17,7 +17,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 from rich.console import Console
 
-from kappa_operator.cli import main as kappa
+from kappa_operator.cli.commands import main as kappa
 from kappa_operator.local.overrides import local_catalog
 from kappa_operator.local.plan import PlanOptions, plan_manifest
 from spark_app.__main__ import main as spark_app_main

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, Producer
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
-from kappa_operator.cli import main
+from kappa_operator.cli.commands import main
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local.overrides import local_catalog
 from spark_app.checkpoints.kafka_offsets import end_offsets

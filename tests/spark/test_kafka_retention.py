@@ -15,7 +15,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
-from kappa_operator.restore_points import earliest_offsets
+from kappa_operator.observe.restore_points import earliest_offsets
 from spark_app.checkpoints.layout import parse_offsets
 from spark_app.contract.config import KafkaSource, parse_config
 from spark_app.sources.kafka import kafka_frame

@@ -17,7 +17,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from kappa_operator.cli import main
+from kappa_operator.cli.commands import main
 from kappa_operator.local.overrides import local_catalog
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION
 from spark_app.checkpoints import list_snapshots, open_location

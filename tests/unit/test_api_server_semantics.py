@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from kappa_operator.events import KopfLogEvents
+from kappa_operator.kube.events import KopfLogEvents
 from kappa_operator.models.backfill import Backfill, BackfillRestart
 from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import Rewind
@@ -23,7 +23,7 @@ from kappa_operator.reconcile.failures import Failure, failure_status, with_reco
 from kappa_operator.reconcile.rewind import Observed, plan_rewind
 from kappa_operator.reconcile.streaming_job import owner_of, plan_streaming_job
 from kappa_operator.render.spark_application import DNS_LABEL_MAX, Owner, child_name
-from kappa_operator.runner import RoutineSuccess, settings
+from kappa_operator.service.runner import RoutineSuccess, settings
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW, LATER = "2026-11-23T10:00:00Z", "2026-11-23T11:00:00Z"
@@ -211,7 +211,7 @@ def test_routine_timer_successes_stay_out_of_the_log() -> None:
     assert not keep.filter(record("Timer 'follow' succeeded."))
     assert keep.filter(record("Timer 'follow' failed temporarily: boom", logging.ERROR))
     assert keep.filter(record("Handler 'reconcile_backfill' succeeded."))
-    assert not settings().posting.enabled, "kopf posts no Event itself (kappa_operator.events does)"
+    assert not settings().posting.enabled, "kopf posts no Event itself (kappa_operator.kube.events does)"
     routed = [h for h in logging.getLogger("kopf.objects").handlers if isinstance(h, KopfLogEvents)]
     assert len(routed) == 1 and routed[0].level == logging.WARNING, "kopf's failures still become Events"
 

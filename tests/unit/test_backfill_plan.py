@@ -20,7 +20,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, TimestampType
 from rich.console import Console
 
-from kappa_operator.cli import main as kappa
+from kappa_operator.cli.commands import main as kappa
 from kappa_operator.local.overrides import local_catalog
 from kappa_operator.local.plan import PlanOptions, plan_manifest
 from spark_app.__main__ import main as spark_app_main

@@ -10,7 +10,7 @@ import yaml
 from pyiceberg.catalog.sql import SqlCatalog
 
 from harness.checkpoint_data import live_ids, sink_batches, tree_hash, write_checkpoint
-from kappa_operator.cli import main
+from kappa_operator.cli.commands import main
 from spark_app.checkpoints import externalize, list_snapshots, open_location
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -190,7 +190,16 @@ def test_kappa_coordinator_runs_standalone(tmp_path: Path) -> None:
 
     port = _free_port()
     state = tmp_path / "groups.json"
-    cmd = [sys.executable, "-m", "kappa_operator.cli", "coordinator", "--port", str(port), "--state-file", str(state)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "kappa_operator.cli.commands",
+        "coordinator",
+        "--port",
+        str(port),
+        "--state-file",
+        str(state),
+    ]
     proc = subprocess.Popen(cmd, env={**os.environ, "KAPPA_COORDINATOR_TOKEN": TOKEN}, stdout=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -209,7 +218,7 @@ def test_kappa_coordinator_runs_standalone(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=10)
     no_token = subprocess.run(
-        [sys.executable, "-m", "kappa_operator.cli", "coordinator", "--port", str(port)],
+        [sys.executable, "-m", "kappa_operator.cli.commands", "coordinator", "--port", str(port)],
         env={k: v for k, v in os.environ.items() if k != "KAPPA_COORDINATOR_TOKEN"},
         capture_output=True,
         text=True,

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 import kappa_operator.demo as demo
-from kappa_operator.cli import build_parser, main
+from kappa_operator.cli.commands import build_parser, main
 from kappa_operator.demo import shapes
 from kappa_operator.demo.jobs import START
 from kappa_operator.demo.report import evaluate

@@ -12,8 +12,7 @@ from typing import Any
 import kopf
 import pytest
 
-from kappa_operator import runner
-from kappa_operator.events import (
+from kappa_operator.kube.events import (
     COMBINED,
     COMPONENT,
     KOPF_OBJECTS,
@@ -31,6 +30,7 @@ from kappa_operator.events import (
     rfc3339,
     route_kopf_logs,
 )
+from kappa_operator.service import runner
 
 T0 = 1_790_000_000.0
 REF = {"apiVersion": "kappa.dev/v1alpha1", "kind": "Backfill", "name": "rmi", "namespace": "jobs", "uid": "u-1"}

@@ -17,13 +17,13 @@ from prometheus_client import generate_latest
 from kappa_operator.handlers import backfill as bf_handler
 from kappa_operator.handlers import context
 from kappa_operator.handlers.progress import external_calls as job_calls
-from kappa_operator.metrics import OperatorMetrics
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import plan_backfill
 from kappa_operator.reconcile.external_calls import EVERY_S, calls_status, calls_update, due
 from kappa_operator.render.jobconfig import backfill_config, live_checkpoint, restore_config, streaming_job_config
+from kappa_operator.service.metrics import OperatorMetrics
 from spark_app.contract.reports.external_calls import REPORT_NAME, ExternalCallsReport
 from spark_app.contract.storage import REPORT_DIR
 from tests.crd_validation import admit

@@ -30,7 +30,8 @@ def test_the_base_dependencies_are_the_control_planes_only() -> None:
 def test_the_operator_process_imports_no_spark(tmp_path: Path) -> None:
     """What `kappa operator` loads (its handlers, reconcilers, the coordinator, the CLI)."""
     code = (
-        "import sys, kappa_operator.cli, kappa_operator.runner, kappa_operator.handlers, kappa_operator.restore_points;"
+        "import sys, kappa_operator.cli.commands, kappa_operator.service.runner, kappa_operator.handlers;"
+        "import kappa_operator.observe.restore_points;"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)

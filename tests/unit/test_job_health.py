@@ -11,11 +11,11 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kappa_operator.metrics import OperatorMetrics
 from kappa_operator.models.streaming_job import RestartSpec, StreamingJob
 from kappa_operator.reconcile.health import health_gauges, plan_health
 from kappa_operator.reconcile.restarts import backoff
 from kappa_operator.reconcile.streaming_job import plan_streaming_job, spark_ui
+from kappa_operator.service.metrics import OperatorMetrics
 from spark_app.contract.reports.progress import PartitionLag, ProgressReport, from_progress
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from prometheus_client import generate_latest
 
-from kappa_operator.metrics import OperatorMetrics
 from kappa_operator.reconcile.kafka_lag import SHOWN, lag_gauges, lag_status
+from kappa_operator.service.metrics import OperatorMetrics
 from spark_app.contract.reports.progress import PartitionLag, ProgressReport, partition_lags
 
 # Two sources of one progress event, as Spark's Kafka source and ours report them.

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kappa_operator.cli import main
+from kappa_operator.cli.commands import main
 from kappa_operator.local.manifests import ManifestError, load
 from kappa_operator.local.objects import LocalObjects
 from kappa_operator.local.overrides import (

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from kappa_operator.cli import main
-from kappa_operator.cli_errors import explain
+from kappa_operator.cli.commands import main
+from kappa_operator.cli.errors import explain
 from kappa_operator.demo.story import MARKER, out_refusal, prepare_out
 from spark_app.contract.errors import ConfigError
 
@@ -137,7 +137,7 @@ def test_a_bad_duration_says_what_a_duration_looks_like(tmp_path: Path, capsys: 
 
 def test_a_piped_command_prints_tables_wider_than_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 44, item 6: `kappa plan ... | less` cut the plan's table at 80 columns."""
-    from kappa_operator.cli import PIPED_WIDTH, out_console
+    from kappa_operator.cli.commands import PIPED_WIDTH, out_console
 
     monkeypatch.delenv("COLUMNS", raising=False)
     monkeypatch.setattr("sys.stdout.isatty", lambda: False)

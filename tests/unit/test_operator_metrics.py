@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from kappa_operator.handlers import context
-from kappa_operator.metrics import OperatorMetrics
+from kappa_operator.service.metrics import OperatorMetrics
 
 
 def scrape(m: OperatorMetrics) -> str:
@@ -58,7 +58,7 @@ def test_counted_handlers_count_runs_and_errors_by_kind() -> None:
 def test_queue_wait_elapsed_and_planned_times_for_the_dashboard() -> None:
     """Queue wait (Queued until started), run time (started until ended) and the plan's ETA:
     the queue and plan-vs-actual panels. A status write without them keeps what was seen."""
-    from kappa_operator.metrics import backfill_times, duration_seconds
+    from kappa_operator.service.metrics import backfill_times, duration_seconds
 
     assert duration_seconds("0:01:00") == 60 and duration_seconds("1 day, 2:00:05") == 93605
     assert duration_seconds(None) is None and duration_seconds("soon") is None

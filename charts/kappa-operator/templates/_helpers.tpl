@@ -85,7 +85,7 @@ A `host:port` flag value from (list host port): an IPv6 host goes in brackets ("
 The RBAC rules of the operator: exactly the API calls it makes, nothing more, except those on
 Secrets (kappa-operator.secretRules below, granted in fewer places). Tests pin this list and
 derive what it must contain from the code (tests/chart/test_rbac.py: the calls in
-operator/cluster.py, kopf's watches, patches and events, and the ownerReferences the operator
+operator/kube/api.py, kopf's watches, patches and events, and the ownerReferences the operator
 sets); change them together.
 */}}
 {{- define "kappa-operator.rbacRules" -}}
@@ -120,7 +120,7 @@ sets); change them together.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get"]
-# Events on our resources (core v1, operator/events.py): created, and a repeat of one counted
+# Events on our resources (core v1, operator/kube/events.py): created, and a repeat of one counted
 # on it (patch of count and lastTimestamp), as client-go's recorder does.
 - apiGroups: [""]
   resources: ["events"]

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import kopf
 
-from kappa_operator import patch_refusals
 from kappa_operator.coordinator.groups import EmbeddedGroups
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
-from kappa_operator.events import route_kopf_logs
 from kappa_operator.handlers.context import configure, ctx
-from kappa_operator.metrics import OperatorMetrics
+from kappa_operator.kube import patch_refusals
+from kappa_operator.kube.events import route_kopf_logs
 from kappa_operator.reconcile.backfill_queue import QueueLimits
+from kappa_operator.service.metrics import OperatorMetrics
 
 log = logging.getLogger("kappa.operator")
 
@@ -82,7 +82,7 @@ def settings() -> kopf.OperatorSettings:
     # finalizer could never be removed. Status is bounded only by the object (1.5 MiB).
     s.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.lastHandled")
     s.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
-    # Every Event goes through kappa_operator.events (type Normal or Warning, reported by
+    # Every Event goes through kappa_operator.kube.events (type Normal or Warning, reported by
     # kappa-operator, repeats counted on one Event): kopf posts none itself. Its warnings and
     # errors about an object (a handler that raised, a patch the server refused) still become
     # Warning Events there; routine successes stay out (not one per timer tick).

@@ -251,7 +251,7 @@ def print_error(exc: BaseException, args: argparse.Namespace, code: int) -> int:
     with ``-v``. Returns ``code``."""
     from rich.markup import escape
 
-    from kappa_operator.cli_errors import explain
+    from kappa_operator.cli.errors import explain
 
     if getattr(args, "verbose", False):
         Console(stderr=True).print_exception()
@@ -403,7 +403,7 @@ def operator_command(args: argparse.Namespace) -> int:
     """``kappa operator``: its flags as the runner's options (the runner is ``runner.run_operator``)."""
     import logging
 
-    from kappa_operator.runner import OperatorOptions, run_operator
+    from kappa_operator.service.runner import OperatorOptions, run_operator
 
     level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -427,9 +427,9 @@ def operator_command(args: argparse.Namespace) -> int:
 def run_report(args: argparse.Namespace, console: Console) -> int:
     import yaml
 
+    from kappa_operator.cli.tables import checkpoints_table, rewind_preview
     from kappa_operator.models.rewind import Rewind
     from kappa_operator.models.streaming_job import StreamingJob
-    from kappa_operator.reports import checkpoints_table, rewind_preview
 
     try:
         if args.command == "checkpoints":

@@ -10,9 +10,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from kappa_operator import restore_points
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.observe import restore_points
 from kappa_operator.reconcile.rewind import downstream_of, downstream_rewind, restored_location
 from spark_app.catalogs import load_table
 from spark_app.checkpoints import CheckpointError, list_batches, list_snapshots, open_location

@@ -322,7 +322,7 @@ class Cluster:
             owner,
         )
 
-    # --- Events (kappa_operator.events decides what to write) ----------------------------
+    # --- Events (kappa_operator.kube.events decides what to write) ----------------------------
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         self.core.create_namespaced_event(namespace, body)

@@ -39,7 +39,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kappa_operator.cluster import Cluster
+    from kappa_operator.kube.api import Cluster
 
 log = logging.getLogger("kappa.operator")
 
