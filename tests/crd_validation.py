@@ -42,7 +42,7 @@ object has a value at the same place (properties and map entries; not list items
 request may change of an object (the status subresource) is left to the caller.
 
 Not emulated: the CEL extension libraries of Kubernetes (strings, lists, quantity, url, ...;
-a rule using one raises), cost limits (tests/unit/test_crds.py checks what drives them: every
+a rule using one raises), cost limits (tests/unit/kappa_operator/models/test_crds.py checks what drives them: every
 string and collection a rule reads is bounded), validation ratcheting of unchanged invalid
 values on update, ``x-kubernetes-list-type``/``map-type`` semantics and embedded resources.
 """

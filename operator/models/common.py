@@ -7,7 +7,7 @@ explain` says what the field is for. Cross-field rules are declared once, as CEL
 (``x-kubernetes-validations``) for the API server, and checked again in Python so `kappa run`
 refuses the same manifests offline.
 
-The API server and the models must agree on what is valid (tests/unit/test_schema_agreement.py
+The API server and the models must agree on what is valid (tests/unit/kappa_operator/models/test_schema_agreement.py
 runs a table of manifests through both). Hence:
 
 * Durations and timestamps have a pattern (syntax), a ``maxLength`` and a CEL rule calling

@@ -3,7 +3,7 @@ StreamingJob's live limit and the one its Backfills get, a Backfill's own, and w
 shows of the limit in force and the calls made.
 
 Numbers only, bounded: a StreamingJob's spec is kept twice in annotations and its worst case is
-near the size budget (``tests/unit/test_schema_agreement.py``)."""
+near the size budget (``tests/unit/kappa_operator/models/test_schema_agreement.py``)."""
 
 from __future__ import annotations
 

@@ -382,115 +382,239 @@ AVAILABLE_NOW = TriggerConfig(kind="availableNow")
 
 
 def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None = None) -> RunResult:
-    """Run the job to the end (availableNow) or until ``timeout`` (processingTime)."""
+    """Run the job to the end (availableNow) or until ``timeout`` (processingTime), in named
+    stages: resolve what the run is (``resolve_run``: the window's edges and the mode), then
+    either the bounded run, or the streaming legs (``Legs``) one after another, each saying
+    what comes next, with what they hold owned and released by ``RunResources``; the result
+    is built once at the end (``finish``)."""
     spark = spark or build_session(cfg)
-    if cfg.window is not None:
-        columns = sorted({cfg.ordering_column(n) for n in cfg.sources})
-        log.info(
-            "backfill window %s .. %s (warm-up %s) on ordering column(s) %s: the window, warm-up and drain apply "
-            "to these columns (an ingestion-time column selects by ingestion, not event time; docs/ordering.md)",
-            cfg.window.start,
-            cfg.window.end,
-            cfg.window.warmup,
-            ", ".join(columns),
-        )
+    log_window(cfg)
     make_importable(cfg.python_path, spark)
     pipeline = load_pipeline(cfg.pipeline)
     calls = serve_external_calls(cfg, spark)  # before the pipeline is called: its limiter() is this run's
-    edges, choice = None, None
-    members = aligned_members(cfg)
-    if cfg.mode == "backfill":
-        cfg, edges, members, choice, closes = resolve_edges(spark, cfg, pipeline)
-        if choice.mode == "bounded":
-            from spark_app.apps.bounded import run_bounded
+    resolved = resolve_run(spark, cfg, pipeline)
+    if resolved.choice is not None and resolved.choice.mode == "bounded":
+        from spark_app.apps.bounded import run_bounded
 
-            leave_group(cfg, members)
-            return run_bounded(spark, cfg, pipeline, edges, calls.stop, choice, closes)
-        cfg = cfg.model_copy(update={"alignment": cfg.alignment.model_copy(update={"mode": choice.mode})})
-    fresh = not any(Path(cfg.checkpoint.location, s).exists() for s in cfg.sinks)
-    boot = start_bootstrap(spark, cfg, fresh)
-    archives = archive_config(cfg, boot[0]) if boot is not None and boot[1] == "archive" else None
-    if archives is not None:  # the archive leg aligns the archives as a backfill aligns its history
-        members = aligned_members(archives)
-    if members and fresh and cfg.coordinator is None:
-        LocalWatermarkProvider(state_file(cfg), members).reset()
-    drains = DrainExtensions(cfg) if edges is not None and edges.drain else None
-    extended = () if drains is None or fresh else drains.load()
-    reader_members = members if cfg.mode == "backfill" else None
-    outputs = outputs_for(spark, cfg, pipeline, reader_members, extended_to=extended, boot=boot)
-    read = None if edges is None else {n for names in edges.used.values() for n in names}
-    verdict = lateness_verdict(archives or cfg, outputs, read)
-    spark.conf.set(PROGRESS_RETENTION, str(progress_retention(cfg.mode, archives is not None)))
-    ledger = start_reads(cfg)
-    if cfg.mode == "backfill" or archives is not None:
-        reset_rounds(archives or cfg, outputs)
+        leave_group(resolved.cfg, resolved.members)
+        return run_bounded(spark, resolved.cfg, pipeline, resolved.edges, calls.stop, resolved.choice, resolved.closes)
+    legs = Legs.plan(spark, resolved)
+    verdict = lateness_verdict(legs.archives or legs.cfg, legs.outputs, resolved.read)
+    ledger = start_reads(legs.cfg)
     started = time.monotonic()
-    queries: list[StreamingQuery] = []
-    writers: list[IcebergBatchWriter] = []
-    externalizer = attach(spark, cfg)
-    gone = records_gone(cfg) if cfg.mode == "live" and fresh and boot is None else []
-    for notice in gone:
-        log.warning("job %s: %s", cfg.name, notice)
-    listener = ProgressListener(ProgressReporter(cfg, gone)) if cfg.mode == "live" else None
-    if listener is not None:
-        spark.streams.addListener(listener)
-    try:
-        while True:
-            # the archive leg runs its batches back to back and ends when every archive is read
-            leg_cfg = cfg if archives is None else cfg.model_copy(update={"trigger": AVAILABLE_NOW})
-            current = [start_query(leg_cfg, name, df, writers) for name, df in outputs.items()]
-            queries += current
-            try:
-                await_queries(current, None if timeout is None else started + timeout)
-            finally:  # every batch Spark logged is in Iceberg before anything reads the sinks
-                finish_writers(writers)
-            if archives is not None and boot is not None:  # the archive leg ended (or ran out of time)
-                if any(q.isActive for q in current):
-                    break
-                require_complete(archives, [p for q in current for p in query_progress(q)], bootstrap=True)
-                boot, archives = switch_bootstrap(cfg, boot[0]), None
-                spark.conf.set(PROGRESS_RETENTION, str(progress_retention(cfg.mode, archive_leg=False)))
-                outputs = outputs_for(spark, cfg, pipeline, None, boot=boot)
-                continue
-            if drains is None or edges is None or timeout is not None:
-                break
-            require_complete(cfg, [p for q in current for p in query_progress(q)])
-            edges, until = drain_step(spark, cfg, edges, extended)
-            if until is None:
-                break
-            extended = (*extended, until)
-            drains.save(extended)  # intent first: a restart reads on from the same plan
-            outputs = outputs_for(spark, cfg, pipeline, reader_members, extended_to=extended)
-            reset_rounds(cfg, outputs)
-    finally:
-        for q in queries:
+    deadline = None if timeout is None else started + timeout
+    with RunResources(spark, legs.cfg, calls, fresh=legs.fresh, bootstrapping=legs.boot is not None) as held:
+        leg: Leg | None = legs.first()
+        while leg is not None:
+            ended = held.run_leg(leg, deadline)
+            leg = legs.next(ended, timed=timeout is not None)
+    return finish(legs, held, verdict, ledger, time.monotonic() - started)
+
+
+def log_window(cfg: JobConfig) -> None:
+    if cfg.window is None:
+        return
+    columns = sorted({cfg.ordering_column(n) for n in cfg.sources})
+    log.info(
+        "backfill window %s .. %s (warm-up %s) on ordering column(s) %s: the window, warm-up and drain apply "
+        "to these columns (an ingestion-time column selects by ingestion, not event time; docs/ordering.md)",
+        cfg.window.start,
+        cfg.window.end,
+        cfg.window.warmup,
+        ", ".join(columns),
+    )
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a run is, settled before any query starts: the config (a backfill's drain
+    resolved and its mode chosen), its edges, the members its sources report as, and the mode
+    ``auto`` chose with how each sink's results close (a bounded run's rule)."""
+
+    cfg: JobConfig
+    pipeline: Pipeline
+    members: tuple[str, ...]
+    edges: Edges | None = None
+    choice: ModeChoice | None = None
+    closes: dict[str, Closing | str] = field(default_factory=dict)
+
+    @property
+    def read(self) -> set[str] | None:
+        """The sources some output reads (None: not a backfill)."""
+        return None if self.edges is None else {n for names in self.edges.used.values() for n in names}
+
+
+def resolve_run(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> Resolved:
+    if cfg.mode != "backfill":
+        return Resolved(cfg, pipeline, aligned_members(cfg))
+    cfg, edges, members, choice, closes = resolve_edges(spark, cfg, pipeline)
+    if choice.mode != "bounded":
+        cfg = cfg.model_copy(update={"alignment": cfg.alignment.model_copy(update={"mode": choice.mode})})
+    return Resolved(cfg, pipeline, members, edges, choice, closes)
+
+
+@dataclass(frozen=True)
+class Leg:
+    """One pass of the job's queries over ``outputs``: a bootstrap's archive leg
+    (``archive``, availableNow whatever the trigger), or the job itself (``job``: a live
+    job, a backfill's window, or a backfill reading on past its drain)."""
+
+    kind: str
+    cfg: JobConfig
+    outputs: dict[str, DataFrame]
+
+
+@dataclass
+class Legs:
+    """The legs of a streaming run and the rule between them: a bootstrap's archive leg is
+    followed by the job on Kafka; a backfill's window, by reading on while results that start
+    in it are still open and the history goes on (``drain_step``); anything else ends."""
+
+    spark: SparkSession
+    cfg: JobConfig
+    pipeline: Pipeline
+    edges: Edges | None
+    choice: ModeChoice | None
+    reader_members: tuple[str, ...] | None
+    fresh: bool
+    boot: Any
+    archives: JobConfig | None
+    drains: DrainExtensions | None
+    extended: tuple[int, ...]
+    outputs: dict[str, DataFrame]
+
+    @classmethod
+    def plan(cls, spark: SparkSession, resolved: Resolved) -> Legs:
+        cfg, members = resolved.cfg, resolved.members
+        fresh = not any(Path(cfg.checkpoint.location, s).exists() for s in cfg.sinks)
+        boot = start_bootstrap(spark, cfg, fresh)
+        archives = archive_config(cfg, boot[0]) if boot is not None and boot[1] == "archive" else None
+        if archives is not None:  # the archive leg aligns the archives as a backfill aligns its history
+            members = aligned_members(archives)
+        if members and fresh and cfg.coordinator is None:
+            LocalWatermarkProvider(state_file(cfg), members).reset()
+        drains = DrainExtensions(cfg) if resolved.edges is not None and resolved.edges.drain else None
+        extended = () if drains is None or fresh else drains.load()
+        reader_members = members if cfg.mode == "backfill" else None
+        outputs = outputs_for(spark, cfg, resolved.pipeline, reader_members, extended_to=extended, boot=boot)
+        spark.conf.set(PROGRESS_RETENTION, str(progress_retention(cfg.mode, archives is not None)))
+        return cls(
+            spark, cfg, resolved.pipeline, resolved.edges, resolved.choice, reader_members, fresh, boot, archives,
+            drains, extended, outputs,
+        )  # fmt: skip
+
+    def first(self) -> Leg:
+        if self.cfg.mode == "backfill" or self.archives is not None:
+            reset_rounds(self.archives or self.cfg, self.outputs)
+        if self.archives is not None:  # its batches back to back, ending when every archive is read
+            return Leg("archive", self.cfg.model_copy(update={"trigger": AVAILABLE_NOW}), self.outputs)
+        return Leg("job", self.cfg, self.outputs)
+
+    def next(self, ended: list[StreamingQuery], timed: bool) -> Leg | None:
+        """What runs after the leg whose queries ``ended`` (their batches committed); None: the run ends."""
+        if self.archives is not None and self.boot is not None:  # the archive leg ended (or ran out of time)
+            if any(q.isActive for q in ended):
+                return None
+            require_complete(self.archives, [p for q in ended for p in query_progress(q)], bootstrap=True)
+            self.boot, self.archives = switch_bootstrap(self.cfg, self.boot[0]), None
+            self.spark.conf.set(PROGRESS_RETENTION, str(progress_retention(self.cfg.mode, archive_leg=False)))
+            self.outputs = outputs_for(self.spark, self.cfg, self.pipeline, None, boot=self.boot)
+            return Leg("job", self.cfg, self.outputs)
+        if self.drains is None or self.edges is None or timed:
+            return None
+        require_complete(self.cfg, [p for q in ended for p in query_progress(q)])
+        self.edges, until = drain_step(self.spark, self.cfg, self.edges, self.extended)
+        if until is None:
+            return None
+        self.extended = (*self.extended, until)
+        self.drains.save(self.extended)  # intent first: a restart reads on from the same plan
+        self.outputs = outputs_for(self.spark, self.cfg, self.pipeline, self.reader_members, extended_to=self.extended)
+        reset_rounds(self.cfg, self.outputs)
+        return Leg("job", self.cfg, self.outputs)
+
+
+class RunResources:
+    """What a streaming run holds while its queries run, taken in one place and released in
+    one place (``__exit__``, whatever ended the run): the queries, the Iceberg sinks' writers,
+    the checkpoint externalizer, a live job's progress listener, and the external-calls
+    service. What releasing them reports (the snapshots taken, the calls made) stays here for
+    the result."""
+
+    def __init__(self, spark: SparkSession, cfg: JobConfig, calls: Any, fresh: bool, bootstrapping: bool) -> None:
+        self.spark, self.cfg, self.calls = spark, cfg, calls
+        self.queries: list[StreamingQuery] = []
+        self.writers: list[IcebergBatchWriter] = []
+        self.externalized: dict[str, list[int]] = {}
+        self.called: ExternalCallsReport | None = None
+        self.gone = records_gone(cfg) if cfg.mode == "live" and fresh and not bootstrapping else []
+        for notice in self.gone:
+            log.warning("job %s: %s", cfg.name, notice)
+        self.externalizer: Any = None
+        self.listener = ProgressListener(ProgressReporter(cfg, self.gone)) if cfg.mode == "live" else None
+
+    def __enter__(self) -> RunResources:
+        self.externalizer = attach(self.spark, self.cfg)
+        if self.listener is not None:
+            self.spark.streams.addListener(self.listener)
+        return self
+
+    def run_leg(self, leg: Leg, deadline: float | None) -> list[StreamingQuery]:
+        current = [start_query(leg.cfg, name, df, self.writers) for name, df in leg.outputs.items()]
+        self.queries += current
+        try:
+            await_queries(current, deadline)
+        finally:  # every batch Spark logged is in Iceberg before anything reads the sinks
+            finish_writers(self.writers)
+        return current
+
+    def __exit__(self, *exc: object) -> None:
+        for q in self.queries:
             if q.isActive:
                 q.stop()
-        externalized = detach(spark, externalizer)
-        called = calls.stop()  # after the executors' last counts: the report's final numbers
-        if listener is not None:
-            drain_listener_bus(spark)
-            spark.streams.removeListener(listener)
-            for q in queries:  # listeners get progress asynchronously: the last may not have come
+        self.externalized = detach(self.spark, self.externalizer)
+        self.called = self.calls.stop()  # after the executors' last counts: the report's final numbers
+        if self.listener is not None:
+            drain_listener_bus(self.spark)
+            self.spark.streams.removeListener(self.listener)
+            for q in self.queries:  # listeners get progress asynchronously: the last may not have come
                 for last in query_progress(q)[-1:]:
-                    listener.reporter.observe(last)
-            listener.reporter.flush()  # the last batch's report, whenever the one before was written
-    progress = [p for q in queries for p in query_progress(q)]
+                    self.listener.reporter.observe(last)
+            self.listener.reporter.flush()  # the last batch's report, whenever the one before was written
+
+    @property
+    def progress(self) -> list[dict[str, Any]]:
+        return [p for q in self.queries for p in query_progress(q)]
+
+
+def finish(
+    legs: Legs, held: RunResources, verdict: Verdict | None, ledger: ReadLedger | None, seconds: float
+) -> RunResult:
+    """A backfill that did not read its window fails here; what is not final is put on its
+    sinks' tables; the run report (whose costs calibrate the next plans' ETAs) and the result
+    are built once."""
+    cfg, progress = legs.cfg, held.progress
     if cfg.mode == "backfill":
         require_complete(cfg, progress)
-    if edges is not None:
-        record_finality(cfg, edges)
-    report = RunResult(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
-    report.externalized = externalized
-    report.notices = gone
-    report.external_calls = called
-    report.extended_to, report.edges_end = extended, cfg.window.end if cfg.window else None
-    report.mode_choice = choice
+    if legs.edges is not None:
+        record_finality(cfg, legs.edges)
     if cfg.mode == "backfill":
-        write_run_report(cfg, report.seconds, progress, choice)  # its costs calibrate the next plans' ETAs
-    if ledger is not None:
-        report.reads, report.read_cap = ledger.members(), ledger.cap()
-    return report
+        write_run_report(cfg, seconds, progress, legs.choice)
+    return RunResult(
+        cfg.name,
+        cfg.mode,
+        seconds,
+        progress,
+        verdict,
+        legs.edges,
+        externalized=held.externalized,
+        reads={} if ledger is None else ledger.members(),
+        read_cap=(None, None) if ledger is None else ledger.cap(),
+        extended_to=legs.extended,
+        edges_end=cfg.window.end if cfg.window else None,
+        external_calls=held.called,
+        notices=held.gone,
+        mode_choice=legs.choice,
+    )
 
 
 def drain_listener_bus(spark: SparkSession, timeout_ms: int = 10_000) -> None:

@@ -5,6 +5,6 @@ path (``reports``).
 
 Both halves import this package; it imports neither Spark nor pyiceberg (nor kopf or the
 Kubernetes client), so the control plane can depend on it without a JVM, and a change here is
-a change of the contract between them (``tests/unit/test_import_rules.py`` holds both rules).
+a change of the contract between them (``tests/unit/project/test_import_rules.py`` holds both rules).
 Like the Flink Kubernetes Operator's ``-api`` module.
 """

@@ -12,7 +12,7 @@ later) and lasts ``k / rate``; its tokens may be used from its start until ``gra
 end, never before, never after. Consecutive slots do not overlap, so over any window of ``W``
 seconds the tokens usable are at most ``rate * W + max_lease + rate * grace``: with
 ``max_lease`` and ``grace`` at ``LEASE_S`` and ``GRACE_S`` seconds of the rate, that is 8% over
-1 s and under 2% over 5 s (``tests/unit/test_external_calls.py`` checks the bound on random
+1 s and under 2% over 5 s (``tests/unit/spark_app/external_calls/test_external_calls.py`` checks the bound on random
 schedules). Idle time earns no credit: a service the job left alone for an hour does not get
 an hour of calls at once.
 

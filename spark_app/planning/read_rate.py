@@ -7,7 +7,7 @@ that does not fit is admitted alone once the bucket holds ``min(cost, capacity)`
 goes negative, and nothing more is admitted until the debt is repaid. Over any interval of
 ``W`` seconds the admitted cost is then at most ``rate * W + max(capacity, largest split)``:
 with the capacity at ``BURST_S`` seconds of rate and splits below a few seconds of rate, the
-average over a minute stays within a few percent of the cap (``tests/unit/test_read_rate.py``
+average over a minute stays within a few percent of the cap (``tests/unit/spark_app/planning/test_read_rate.py``
 checks the bound on random schedules).
 
 The cap only ever cuts a *prefix* of what alignment admitted: it delays splits, never

@@ -3,7 +3,7 @@ item 1): ``Bootstrapping`` while its application runs on the archives, then, onc
 record (``_kappa/bootstrap.json``, written here as the driver writes it) says Kafka took over,
 ``status.bootstrap`` with the switch and its offsets, phase ``Running`` and a ``Switched`` Event.
 The record's making, the seam and a kill at the switch are tested on a real broker and real
-Spark in tests/spark/test_bootstrap.py; the decisions in tests/unit/test_bootstrap.py."""
+Spark in tests/spark/test_bootstrap.py; the decisions in tests/unit/spark_app/bootstrap/test_bootstrap.py."""
 
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
 """The real kube-apiserver is the oracle for what our CRDs accept (issue 27, Fix 1, 2, 3, 5, 6).
 
-Every manifest of tests/unit/test_schema_agreement.py and tests/unit/test_crds.py goes to the
-server too (a dry-run create): the server and the models must give the same verdict and name
-the same field. Then what the offline validator could never show: that the CRDs install at all,
-that a value at every numeric bound is stored and one past it refused, that a JSON null in an
-optional field is stored as absent (so immutability and the other rules hold for null and
-absent alike), and that an object whose rules ran is still deletable.
-"""
+Every manifest of tests/unit/kappa_operator/models/test_schema_agreement.py and
+tests/unit/kappa_operator/models/test_crds.py goes to the server too (a dry-run create): the
+server and the models must give the same verdict and name the same field. Then what the offline
+validator could never show: that the CRDs install at all, that a value at every numeric bound is
+stored and one past it refused, that a JSON null in an optional field is stored as absent (so
+immutability and the other rules hold for null and absent alike), and that an object whose rules
+ran is still deletable."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 
 from kappa_operator.local_cluster.control_plane import ControlPlane, Response, path_of
 from kappa_operator.models.common import INT32_MAX, INT64_BOUND
-from tests.unit.test_crds import REJECTED, edited, example
+from tests.unit.crd_documents import REJECTED, edited, example
 from tests.unit.test_schema_agreement import (
     BF,
     CASES,

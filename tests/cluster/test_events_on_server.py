@@ -1,7 +1,7 @@
 """The operator's Event recorder writing through the Kubernetes client to the real
 kube-apiserver, as the chart's ServiceAccount (issue 27, Fix 7): a failure retried three times
 is one Warning Event, counted, reported by kappa-operator. The decisions behind it are in
-tests/unit/test_events.py."""
+tests/unit/kappa_operator/kube/test_kubernetes_events.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 and each driver's report (``_kappa/external-calls.json`` next to its checkpoint) shown in
 ``status.externalCalls`` and as gauges. The limit's keeping is tested with real Spark calling
 a real service in tests/spark/test_external_calls.py; the decisions in
-tests/unit/test_external_calls_operator.py."""
+tests/unit/kappa_operator/reconcile/test_external_calls_operator.py."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import yaml
 
 from harness.chart import CHART, Helm, Installed, deployment_of, install
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
-from tests.unit.test_crds import example
+from tests.unit.crd_documents import example
 
 
 def test_lint_is_clean(helm: Helm) -> None:

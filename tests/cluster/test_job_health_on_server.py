@@ -3,7 +3,7 @@ driver's progress report becomes ``status.progress``, the job's watermark and la
 the ``Stalled`` condition with a Warning Event, the gauges, and the Spark UI address the Spark
 operator published. The report's making is tested on a real broker and real Spark in
 tests/spark/test_kafka_broker.py; the decisions (Stalled cleared by a new batch too) in
-tests/unit/test_job_health.py."""
+tests/unit/kappa_operator/reconcile/test_job_health.py."""
 
 from __future__ import annotations
 

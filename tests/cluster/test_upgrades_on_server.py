@@ -2,7 +2,7 @@
 kube-apiserver (issue 30 item 3). The tests play the Spark operator (application states) and
 the driver: the driver's own code (``CheckpointExternalizer``) answers the requests of the
 control ConfigMap the operator wrote, from a file holding what Kubernetes would mount, over a
-Spark checkpoint on disk. The decisions are tested in tests/unit/test_upgrades.py; the driver's
+Spark checkpoint on disk. The decisions are tested in tests/unit/kappa_operator/reconcile/test_upgrades.py; the driver's
 answers with real Spark in tests/spark/test_snapshot_requests.py."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * What {@link DecodedRows} promises, checked in its own JVM (run by tests/unit/test_jvm_decoded_rows.py):
+ * What {@link DecodedRows} promises, checked in its own JVM (run by tests/spark/test_jvm_decoded_rows.py):
  * a read is served only when every row it needs is kept, served rows never change (a retried
  * task reads the same ones), an entry goes once all its rows were served, and under the bound
  * the rows needed last are the ones not kept.

@@ -8,7 +8,7 @@ reference run of the same pipeline, on pipeline shapes the rmi-based tests do no
 * the number of shuffle (state) partitions, now one per core by default: the sessions
   pipeline's output with 1 and with 3 partitions is the same;
 * the Iceberg sink committing on the table it loaded for the batch (one metadata read per
-  batch): covered by the kill test's replay, and by ``tests/unit/test_sink_loader.py``.
+  batch): covered by the kill test's replay, and by ``tests/unit/spark_app/sinks/test_iceberg_sink.py``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ SCRATCH = "/tmp/k"
 NOT_HERE = {
     "kappa demo": "the demo itself: tests/spark/test_demo.py runs it (its own settings, same code)",
     "kappa operator": "runs until stopped, against a cluster: tests/cluster/test_operator_on_server.py",
-    "kappa coordinator": "a long-running service: tests/unit/test_coordinator_*.py and the cluster tests",
+    "kappa coordinator": "a long-running service: tests/unit/kappa_operator/coordinator/ and the cluster tests",
     "kappa kafka start": "a foreground broker: tests/conftest.py's kafka_broker fixture runs the same class",
     "kappa cluster": "a whole cluster, as root: tests/node starts the same LocalCluster",
 }

@@ -1,0 +1,654 @@
+"""The Backfill decision (pure): job resolution, launch, state, progress and ETA."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kappa_operator.coordinator.core import GroupSpec, joined, left
+from kappa_operator.coordinator.groups import Progress as Seen
+from kappa_operator.coordinator.groups import owned
+from kappa_operator.coordinator.scopes import verify
+from kappa_operator.models.backfill import Backfill
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.backfill import (
+    DONE,
+    NONCE,
+    SAVED_JOB,
+    byte_rate,
+    follow_step,
+    plan_backfill,
+    progress,
+    progress_status,
+    progress_update,
+    published,
+    saved_job,
+    submitted,
+)
+from kappa_operator.reconcile.backfill_queue import Queued
+from kappa_operator.reconcile.failures import changes_nothing
+from kappa_operator.reconcile.phases import MESSAGE_MAX, driver_pod, one_line, with_last_words
+from kappa_operator.render.spark_application import Owner
+from spark_app.contract.config import JobConfig
+from spark_app.contract.errors import ConfigError, IncompleteBackfillError, WarmupError
+from spark_app.contract.reports.publish import PublishReport, TableReport
+
+ROOT = Path(__file__).resolve().parents[4]
+NOW = "2026-11-21T10:00:00Z"
+START, END = datetime(2026, 11, 1, 14, tzinfo=UTC), datetime(2026, 11, 1, 18, tzinfo=UTC)
+
+
+def load(name: str, **meta: Any) -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "examples" / name).read_text())
+    data["metadata"].update(meta)
+    return data
+
+
+def bf(status: dict[str, Any] | None = None, **spec: Any) -> Backfill:
+    data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=2)
+    data["spec"].update(spec)
+    if status is not None:
+        data["status"] = status
+    return Backfill.model_validate(data)
+
+
+NO_RESTART = {"restart": {"maxAttempts": 0}}
+"""A backfill that stays Failed at its application's first failure (spec.restart)."""
+
+
+JOB = StreamingJob.model_validate(load("rmi-streamingjob.yaml", uid="sj"))
+
+
+def test_a_missing_job_waits_with_a_warning_once() -> None:
+    plan = plan_backfill(bf(), None, None, None, NOW)
+    assert plan.status["phase"] == "Pending" and plan.retry_after and plan.create_app is None
+    assert [e.type for e in plan.events] == ["Warning"]
+    again = plan_backfill(bf(plan.status), None, None, None, NOW)
+    assert again.events == ()
+
+
+def test_launch_renders_the_history_run_into_the_branch() -> None:
+    plan = plan_backfill(bf(), JOB, None, "http://c:8471", NOW, admin_token="admin")
+    assert plan.create_app is not None and plan.config_map is not None and plan.secret is not None
+    spec = plan.create_app["spec"]
+    assert spec["restartPolicy"] == {"type": "Never"}
+    assert plan.create_app["metadata"]["name"] == "rmi-outage-backfill", "never the StreamingJob's name"
+    secret = plan.secret["metadata"]["name"]
+    assert spec["driver"]["env"][0]["valueFrom"]["secretKeyRef"]["name"] == secret == "rmi-outage-backfill-coordinator"
+    assert plan.secret["metadata"]["ownerReferences"][0]["uid"] == "bf-uid-1234"
+    scope = verify("admin", plan.secret["stringData"]["token"])
+    assert scope is not None and scope.groups == {"default.rmi-outage"}, "a credential for its own group only"
+    assert plan.status["phase"] == "Running" and plan.status["branch"] == "backfill-rmi-outage"
+    assert plan.status["checkpoint"].endswith("/backfills/rmi-outage-bf-uid-1")
+
+
+def with_state(app: dict[str, Any], state: str) -> dict[str, Any]:
+    return {**app, "status": {"applicationState": {"state": state}}}
+
+
+def test_application_states_become_backfill_phases() -> None:
+    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    assert app is not None
+    for state, phase in (("RUNNING", "Running"), ("COMPLETED", "Publishing"), ("FAILED", "Failed")):
+        plan = plan_backfill(bf(**NO_RESTART), JOB, with_state(app, state), None, NOW)
+        assert plan.status["phase"] == phase
+    backing_off = plan_backfill(bf(), JOB, with_state(app, "FAILED"), None, NOW)
+    assert backing_off.status["phase"] == "Running" and backing_off.status["restarts"] == 1, "spec.restart"
+    done = plan_backfill(bf({"phase": "Succeeded"}), JOB, None, None, NOW)
+    assert done.create_app is None, "a finished backfill whose application is gone is not rerun"
+
+
+def test_the_first_event_of_a_just_submitted_application_changes_nothing() -> None:
+    """Created by us, not yet taken by the Spark operator: no second Submitted Event and a
+    status that changes nothing (not written); its first state is said once."""
+    created = plan_backfill(bf(), JOB, None, None, NOW)
+    assert created.create_app is not None
+    status = {**created.status, "restartNonce": created.status.get("restartNonce", 0)}
+    seen = plan_backfill(bf(status), JOB, {**created.create_app, "status": {}}, None, NOW)
+    assert seen.events == () and seen.create_app is None and not seen.delete_app
+    assert changes_nothing(status, seen.status)
+    taken = plan_backfill(bf(status), JOB, with_state(created.create_app, "SUBMITTED"), None, NOW)
+    assert taken.status["applicationState"] == "SUBMITTED" and [e.reason for e in taken.events] == ["Submitted"]
+
+
+def test_launch_joins_the_namespaced_group_with_one_member_per_sink_and_source() -> None:
+    plan = plan_backfill(bf(), JOB, None, "http://c:8471", NOW, admin_token="t")
+    group = plan.join_group
+    assert group is not None and group.name == "default.rmi-outage"
+    assert set(group.members) == {f"rmi-outage/{k}/{s}" for k in JOB.spec.sinks for s in JOB.spec.sources}
+    assert group.max_drift_us == 10 * 60 * 1_000_000
+    cfg = json.loads(plan.config_map["data"]["job.json"])  # type: ignore[index]
+    assert cfg["alignment"]["group"] == group.name and cfg["coordinator"]["url"] == "http://c:8471"
+    assert cfg["trigger"]["kind"] == "availableNow"
+
+
+@pytest.mark.parametrize("mode", ["unordered", "bounded"])
+def test_an_unaligned_mode_declares_no_group_and_mounts_no_token(mode: str) -> None:
+    data = load("rmi-backfill.yaml", uid="u", generation=1)
+    data["spec"]["alignment"]["mode"] = mode
+    plan = plan_backfill(Backfill.model_validate(data), JOB, None, "http://c:8471", NOW, admin_token="t")
+    assert plan.join_group is None and "env" not in plan.create_app["spec"]["driver"]  # type: ignore[index]
+    assert plan.secret is None
+    cfg = json.loads(plan.config_map["data"]["job.json"])  # type: ignore[index]
+    assert cfg["alignment"]["mode"] == mode and "coordinator" not in cfg
+
+
+def test_completion_submits_the_publish_application_when_enabled_else_succeeds() -> None:
+    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert app is not None
+    publishing = plan_backfill(bf({"phase": "Running"}), JOB, with_state(app, "COMPLETED"), "http://c", NOW)
+    pub = publishing.create_publish_app
+    assert pub is not None and publishing.status["phase"] == "Publishing" and publishing.leave_group is None
+    owner = Owner("Backfill", "rmi-outage", "default", "bf-uid-1234")
+    assert pub["metadata"]["name"] == owner.publish_app_name == "rmi-outage-backfill-publish"
+    assert pub["metadata"]["ownerReferences"][0]["uid"] == "bf-uid-1234"
+    assert pub["spec"]["arguments"][0] == "publish", "python -m spark_app publish --config ..."
+    assert pub["spec"]["volumes"] == app["spec"]["volumes"], "the same JobConfig"
+    assert "env" not in pub["spec"]["driver"], "no coordinator credential: publishing reports to nobody"
+    assert publishing.status["publishApplicationName"] == owner.publish_app_name
+    assert publishing.create_app is None and not publishing.delete_app
+    data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=2)
+    data["spec"]["publish"]["enabled"] = False
+    no_publish = Backfill.model_validate(data)
+    done = plan_backfill(no_publish, JOB, with_state(app, "COMPLETED"), "http://c", NOW)
+    assert done.status["phase"] == "Succeeded" and done.create_publish_app is None
+    assert done.leave_group is not None and done.leave_group.name == "default.rmi-outage"
+    conds = {c["type"]: c["status"] for c in done.status["conditions"]}
+    assert conds == {"Ready": "True", "Progressing": "False", "Succeeded": "True", "Failed": "False"}
+    assert done.status["progress"] == "100%" and done.status["eta"] is None, "no stale ETA after completion"
+
+
+def test_the_publish_settings_travel_in_the_job_config() -> None:
+    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert app is not None
+    pub = plan_backfill(bf({"phase": "Running"}), JOB, with_state(app, "COMPLETED"), "http://c", NOW)
+    assert pub.create_publish_app is not None
+    cfg = plan_backfill(bf(), JOB, None, "http://c", NOW).config_map
+    assert cfg is not None
+    job = JobConfig.model_validate_json(cfg["data"]["job.json"])
+    assert job.publish is not None and job.publish.tag == "default/rmi-outage"
+    assert job.publish.min_match_ratio == bf().spec.publish.min_match_ratio
+
+
+def report(state: str = "Published", error: str | None = None, **table: Any) -> PublishReport:
+    t = TableReport(
+        table="rmi.out",
+        branch="backfill-rmi-outage",
+        match_ratio=0.5,
+        main_rows=6,
+        branch_rows=8,
+        matched=4,
+        rows_removed=3,
+        rows_added=5,
+        snapshot_id=7,
+        differing_keys=['{"playback_id": "p1"}'],
+        **table,
+    )
+    return PublishReport(
+        backfill="default/rmi-outage",
+        state=state,  # type: ignore[arg-type]
+        tables=[t] if state != "Failed" else [],
+        error=error,
+        started_at=START,
+        finished_at=END,
+    )
+
+
+def apps() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The backfill's application (completed) and the publish application it leads to."""
+    run = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert run is not None
+    pub = plan_backfill(bf({"phase": "Running"}), JOB, with_state(run, "COMPLETED"), "http://c", NOW)
+    assert pub.create_publish_app is not None
+    return with_state(run, "COMPLETED"), pub.create_publish_app
+
+
+def publishing(app_state: str, rep: PublishReport | None) -> Any:
+    run, pub = apps()
+    status = {"phase": "Publishing", "restartNonce": 0}
+    return plan_backfill(bf(status), JOB, run, "http://c", NOW, publish_app=with_state(pub, app_state), report=rep)
+
+
+def test_publishing_follows_its_application_and_ends_on_its_report() -> None:
+    running = publishing("RUNNING", None)
+    assert running.status["phase"] == "Publishing" and running.create_publish_app is None
+    assert running.status["publishApplicationState"] == "RUNNING" and "is RUNNING" in running.status["message"]
+
+    ok = publishing("COMPLETED", report())
+    assert ok.status["phase"] == "Succeeded" and ok.status["matchRatio"] == 0.5 and ok.leave_group is not None
+    (table,) = ok.status["published"]
+    assert (table["rowsRemoved"], table["rowsAdded"], table["snapshotId"]) == (3, 5, 7)
+    assert (table["mainRows"], table["branchRows"], table["matched"]) == (6, 8, 4)
+    assert table["differingKeys"] == ['{"playback_id": "p1"}']
+    assert ok.events[0].reason == "Published" and ok.status["final"] is True
+
+    refused = publishing("FAILED", report("Refused", "rmi.out: branch matches main at 0.5 < required 0.999"))
+    assert refused.status["phase"] == "Failed" and refused.leave_group is None
+    assert any(c["reason"] == "ValidationFailed" for c in refused.status["conditions"])
+    assert "0.999" in refused.status["message"] and refused.events[0].type == "Warning"
+
+    crashed = publishing("FAILED", report("Failed", "publish of backfill rmi-outage failed: OSError: catalog down"))
+    assert crashed.status["phase"] == "Failed" and "catalog down" in crashed.status["message"]
+    assert "rmi-outage-backfill-publish" in crashed.status["message"]
+    assert crashed.events[0].reason == "PublishFailed"
+
+    silent = publishing("FAILED", None)
+    assert silent.status["phase"] == "Failed" and "without a report" in silent.status["message"]
+
+
+def test_a_publish_in_progress_resumes_after_a_restart() -> None:
+    """An operator restarted in Publishing, the publish application gone or never created:
+    it is submitted (again); publishing twice commits once (the Spark side's tests)."""
+    run = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert run is not None
+    plan = plan_backfill(bf({"phase": "Publishing", "restartNonce": 0}), JOB, with_state(run, "COMPLETED"), None, NOW)
+    assert plan.create_publish_app is not None and plan.create_app is None and plan.status["phase"] == "Publishing"
+
+
+def test_a_refused_publish_stays_failed_until_the_restart_nonce_changes() -> None:
+    run, pub = apps()
+    refused = publishing("COMPLETED", report("Refused", "below the gate"))
+    failed = bf(refused.status | {"restartNonce": 0})
+    again = plan_backfill(failed, JOB, run, None, NOW, publish_app=with_state(pub, "COMPLETED"))
+    assert again.create_publish_app is None and again.status["phase"] == "Failed", "no publish loop on events"
+
+    data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=3)
+    data["spec"]["restartNonce"] = 1
+    data["status"] = refused.status | {"restartNonce": 0}
+    retry = Backfill.model_validate(data)
+    delete = plan_backfill(retry, JOB, run, None, NOW, publish_app=with_state(pub, "COMPLETED"))
+    assert delete.delete_app and delete.delete_publish_app, "both applications of the old attempt go"
+    resubmit = plan_backfill(retry, JOB, None, None, NOW)
+    assert resubmit.create_app is not None, "then the query runs again from its checkpoint, and publishes again"
+
+
+def test_published_with_a_not_final_branch_says_so() -> None:
+    """The run could not close every result (history too short, sessions still open): the
+    publish succeeds but status, message and an event say what is not final."""
+    note = "not yet final: 4 windows or sessions of out that start in the window ..."
+    done = published(bf({"phase": "Publishing"}), report(not_final=[note]), None, NOW)
+    assert done.status["phase"] == "Succeeded" and done.status["final"] is False
+    assert f"rmi.out: {note}" in done.status["message"]
+    assert [(e.type, e.reason) for e in done.events] == [("Normal", "Published"), ("Warning", "NotFinal")]
+
+
+def test_a_failed_backfill_stays_failed_until_the_restart_nonce_changes() -> None:
+    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    assert app is not None and app["metadata"]["annotations"][NONCE] == "0"
+    running = bf({"phase": "Running", "restartNonce": 0}, **NO_RESTART)
+    failed = plan_backfill(running, JOB, with_state(app, "FAILED"), None, NOW)
+    assert failed.status["phase"] == "Failed" and "restartNonce" in failed.status["message"]
+    assert failed.join_group is None, "a failed backfill keeps its group but does not re-declare it"
+    gone = plan_backfill(bf({"phase": "Failed", "restartNonce": 0}), JOB, None, None, NOW)
+    assert gone.create_app is None and gone.status["phase"] == "Failed"
+
+    data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=3)
+    data["spec"]["restartNonce"] = 1
+    data["status"] = {"phase": "Failed", "restartNonce": 0, "restarts": 3}
+    retry = Backfill.model_validate(data)
+    delete = plan_backfill(retry, JOB, with_state(app, "FAILED"), None, NOW)
+    assert delete.delete_app and delete.create_app is None, "the old application goes first"
+    again = plan_backfill(retry, JOB, None, None, NOW)
+    assert again.create_app is not None and again.create_app["metadata"]["annotations"][NONCE] == "1"
+    assert again.status["restartNonce"] == 1 and again.status["checkpoint"].endswith("rmi-outage-bf-uid-1")
+    assert again.events[0].message.startswith("resubmitted")
+    assert again.status["restarts"] == 0, "a new restartNonce has its own spec.restart attempts"
+
+
+# --- the StreamingJob deleted under a submitted backfill ---------------------------------------
+
+
+def kept_copy() -> StreamingJob:
+    """The job as a backfill's ConfigMap keeps it (what the handler reads once the job is gone)."""
+    return StreamingJob.model_validate(json.loads(saved_job(JOB)))
+
+
+def merged(*statuses: dict[str, Any]) -> dict[str, Any]:
+    """Status as the server keeps it: each write is a merge patch over the one before."""
+    out: dict[str, Any] = {}
+    for s in statuses:
+        out = {**out, **s}
+    return out
+
+
+def bumped(status: dict[str, Any], nonce: int = 1) -> Backfill:
+    """The backfill after a person bumped spec.restartNonce to ``nonce``."""
+    data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=3)
+    data["spec"]["restartNonce"] = nonce
+    data["status"] = status
+    return Backfill.model_validate(data)
+
+
+def test_a_failed_backfill_whose_job_was_deleted_resumes_from_the_kept_copy() -> None:
+    """Its message said "bump spec.restartNonce to resume": with the job gone, the bump deletes
+    the failed application, then submits from the copy kept at submission (same checkpoint and
+    branch, a new credential, its group joined), instead of waiting in Pending for the job."""
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    assert launched.create_app is not None
+    failed = plan_backfill(
+        bf(launched.status, **NO_RESTART), JOB, with_state(launched.create_app, "FAILED"), "http://c", NOW
+    )
+    assert failed.status["phase"] == "Failed" and failed.delete_secret, "no driver left to present the credential"
+
+    copy = kept_copy()
+    retry = bumped(merged(launched.status, failed.status))
+    delete = plan_backfill(retry, copy, with_state(launched.create_app, "FAILED"), "http://c", NOW, "admin", True)
+    assert delete.delete_app and delete.create_app is None and delete.status["phase"] == "Running"
+    assert delete.status["jobDeleted"] is True
+    assert [(e.type, e.reason) for e in delete.events] == [("Warning", "JobDeleted"), ("Normal", "Restarting")]
+
+    again = plan_backfill(bumped(merged(launched.status, delete.status)), copy, None, "http://c", NOW, "admin", True)
+    assert again.create_app is not None and again.create_app["metadata"]["annotations"][NONCE] == "1"
+    assert again.status["phase"] == "Running" and again.status["restartNonce"] == 1
+    assert again.status["checkpoint"] == launched.status["checkpoint"], "resumes from its own checkpoint"
+    assert again.create_app["spec"] == launched.create_app["spec"], "rendered from the copy as it was"
+    assert again.config_map is not None and again.config_map["data"][SAVED_JOB] == saved_job(JOB), "copy kept"
+    assert again.secret is not None and again.join_group == launched.join_group and not again.delete_secret
+    assert [e.reason for e in again.events] == ["Submitted"], "the deletion was said once, before"
+    assert "kept at submission" in again.events[0].message
+
+
+def test_a_backfill_stuck_pending_by_the_old_operator_resumes_from_the_kept_copy() -> None:
+    """A failed backfill bumped while its job was gone was left Pending (JobNotFound) by the
+    previous operator, its failed application still there: it was submitted (restartNonce is
+    recorded), so the kept copy is used and it restarts rather than waiting."""
+    stuck = bumped({"phase": "Pending", "restartNonce": 0, "message": "StreamingJob rmi not found in default"})
+    assert submitted(stuck) and follow_step(stuck, job_listed=False) == "reconcile"
+    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert app is not None
+    restart = plan_backfill(stuck, kept_copy(), with_state(app, "FAILED"), "http://c", NOW, "admin", True)
+    assert restart.delete_app and restart.status["phase"] == "Running"
+
+
+def test_a_backfill_whose_job_and_application_are_gone_fails_and_lets_go() -> None:
+    """Nobody asked for this run (same restartNonce): it is not started from the copy, it fails
+    with JobDeleted once, leaves its group and drops its credential; a bump resumes it."""
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    gone = plan_backfill(bf(launched.status), kept_copy(), None, "http://c", NOW, "admin", True)
+    assert gone.status["phase"] == "Failed" and gone.create_app is None
+    assert gone.leave_group == launched.join_group and gone.delete_secret
+    assert [(e.type, e.reason) for e in gone.events] == [("Warning", "JobDeleted")], "one Warning, not two"
+    assert gone.status["jobDeleted"] is True and "bump spec.restartNonce" in gone.status["message"]
+    assert any(c["reason"] == "JobDeleted" for c in gone.status["conditions"])
+
+    now = merged(launched.status, gone.status)
+    stays = plan_backfill(bf(now), kept_copy(), None, "http://c", NOW, "admin", True)
+    assert stays.status["phase"] == "Failed" and stays.create_app is None and stays.events == ()
+    resumed = plan_backfill(bumped(now), kept_copy(), None, "http://c", NOW, "admin", True)
+    assert resumed.create_app is not None and resumed.join_group is not None and resumed.secret is not None
+
+
+def test_a_running_backfill_says_once_that_its_job_was_deleted_and_goes_on() -> None:
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW)
+    assert launched.create_app is not None
+    running = with_state(launched.create_app, "RUNNING")
+    told = plan_backfill(bf(launched.status), kept_copy(), running, "http://c", NOW, job_saved=True)
+    assert told.status["phase"] == "Running" and told.status["jobDeleted"] is True
+    assert told.delete_app is False and told.leave_group is None and not told.delete_secret
+    (warning,) = [e for e in told.events if e.reason == "JobDeleted"]
+    assert warning.type == "Warning" and "going on with the configuration kept at submission" in warning.message
+    again = plan_backfill(
+        bf(merged(launched.status, told.status)), kept_copy(), running, "http://c", NOW, job_saved=True
+    )
+    assert all(e.reason != "JobDeleted" for e in again.events)
+    with_job = plan_backfill(bf(launched.status), JOB, running, "http://c", NOW)
+    assert "jobDeleted" not in with_job.status and all(e.reason != "JobDeleted" for e in with_job.events)
+
+
+def test_a_failed_backfill_drops_its_credential_only_once_nothing_runs() -> None:
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    assert launched.create_app is not None
+    app = launched.create_app
+    running = bf(launched.status, **NO_RESTART)
+    assert not plan_backfill(running, JOB, with_state(app, "RUNNING"), "http://c", NOW).delete_secret
+    backing_off = plan_backfill(bf(launched.status), JOB, with_state(app, "FAILED"), "http://c", NOW)
+    assert not backing_off.delete_secret, "its restart presents it again"
+    assert plan_backfill(running, JOB, with_state(app, "FAILED"), "http://c", NOW).delete_secret
+    failing = plan_backfill(running, JOB, with_state(app, "FAILING"), "http://c", NOW)
+    assert failing.status["phase"] == "Failed" and not failing.delete_secret, "its driver may still be up"
+    assert plan_backfill(bf({"phase": "Failed", "restartNonce": 0}), JOB, None, None, NOW).delete_secret
+    data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=2)
+    data["spec"]["sources"] = {"nope": {"filter": "x > 1"}}
+    data["status"] = launched.status
+    invalid = plan_backfill(Backfill.model_validate(data), JOB, with_state(app, "RUNNING"), "http://c", NOW)
+    assert invalid.status["phase"] == "Failed" and not invalid.delete_secret, "a running driver keeps it"
+    restarting = plan_backfill(bumped(launched.status), JOB, with_state(app, "FAILED"), "http://c", NOW)
+    assert restarting.delete_app and not restarting.delete_secret, "resubmission re-applies it"
+
+
+def test_the_periodic_look_reacts_to_a_deleted_job_within_a_tick() -> None:
+    running = bf({"phase": "Running", "restartNonce": 0})
+    assert follow_step(running, job_listed=True) == "progress"
+    assert follow_step(running, job_listed=False) == "reconcile", "not when its application next changes"
+    told = bf({"phase": "Running", "restartNonce": 0, "jobDeleted": True})
+    assert follow_step(told, job_listed=False) == "progress", "said once; then only progress"
+    never = bf({"phase": "Pending"})
+    assert not submitted(never) and follow_step(never, job_listed=False) == "wait"
+    assert follow_step(never, job_listed=True) == "reconcile"
+    for phase in ("Queued", "Planning", "Publishing"):
+        assert follow_step(bf({"phase": phase}), job_listed=False) == "reconcile"
+    assert follow_step(bf(), job_listed=False) == "reconcile"
+    assert not submitted(bf({"phase": "Succeeded", "restartNonce": 0})), "a succeeded one needs no job"
+
+
+def test_an_unknown_source_override_fails_with_the_field_and_no_application() -> None:
+    data = load("rmi-backfill.yaml", uid="u", generation=1)
+    data["spec"]["sources"] = {"nope": {"filter": "x > 1"}}
+    plan = plan_backfill(Backfill.model_validate(data), JOB, None, None, NOW)
+    assert plan.status["phase"] == "Failed" and plan.create_app is None
+    assert "spec.sources" in plan.status["message"] and "nope" in plan.status["message"]
+
+
+def test_group_membership_is_shared_not_replaced() -> None:
+    a = GroupSpec(name="g", members=("a/s/x", "a/s/y"), max_drift_us=600)
+    b = GroupSpec(name="g", members=("b/s/x",), max_drift_us=300)
+    both = joined(joined(None, a), b)
+    assert both.members == ("a/s/x", "a/s/y", "b/s/x") and both.max_drift_us == 300
+    assert joined(both, a) == both, "joining again is a no-op (a restarted operator re-joins)"
+    rest = left(both, owned(both.members, "a"))
+    assert rest is not None and rest.members == ("b/s/x",)
+    assert left(rest, owned(rest.members, "b")) is None
+
+
+def test_progress_and_eta() -> None:
+    now = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    assert progress(START, END, None, None, now).ratio == 0.0
+    half = progress(START, END, START + timedelta(hours=2), None, now)
+    assert half.percent == "50%" and half.eta is None
+    later = progress(START, END, START + timedelta(hours=3), (now, 0.5), now + timedelta(minutes=10))
+    assert later.percent == "75%" and later.eta == timedelta(minutes=10)  # 25% per 10 min
+    assert progress(START, END, END + timedelta(hours=1), None, now).ratio == 1.0
+
+
+def test_progress_status_uses_the_previous_observation_for_the_eta() -> None:
+    t0 = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    us = int((START + timedelta(hours=1)).timestamp() * 1e6)
+    first = progress_status(bf({"phase": "Running"}), us, 90_000_000, t0)
+    assert first["progress"] == "25%" and first["alignmentLag"] == "90s" and first["eta"] is None
+    us2 = int((START + timedelta(hours=2)).timestamp() * 1e6)
+    second = progress_status(bf({"phase": "Running", **first}), us2, 0, t0 + timedelta(minutes=5))
+    assert second["progress"] == "50%" and second["eta"] == "0:10:00"
+    assert progress_status(bf(), -(2**62), None, t0)["globalWatermark"] is None, "held: no watermark yet"
+
+
+def test_the_read_rate_is_shown_and_a_change_of_rate_alone_is_written() -> None:
+    t0 = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    us = int((START + timedelta(hours=1)).timestamp() * 1e6)
+    older = Seen(us, 0, False)  # a Spark side that does not report reads: no read fields at all
+    assert not {"readRate", "readBytes"} & set(progress_status(bf({"phase": "Running"}), us, 0, t0, older))
+    first = Seen(us, 0, False, read_bytes=5_000_000, read_files=3)  # one sample: totals, no rate yet
+    shown = progress_update(bf({"phase": "Running"}), us, 0, t0, first)
+    assert shown is not None
+    assert (shown["readBytes"], shown["readFiles"], shown["readRate"]) == (5_000_000, 3, None)
+    fast = Seen(us, 0, False, read_bytes=9_000_000, read_files=5, read_bytes_per_s=48_200_000.0, read_files_per_s=3.1)
+    again = progress_update(bf({"phase": "Running", **shown}), us, 0, t0 + timedelta(seconds=5), fast)
+    assert again is not None, "the same progress but a new read rate is written"
+    assert again["readRate"] == "48.2 MB/s, 3.10 files/s" and again["readBytesPerSecond"] == 48_200_000.0
+    assert progress_update(bf({"phase": "Running", **again}), us, 0, t0 + timedelta(seconds=10), fast) is None
+    assert [byte_rate(x) for x in (999, 1000, 2_500_000, 7.5e9, 1.2e13)] == [
+        "999 B/s",
+        "1.0 kB/s",
+        "2.5 MB/s",
+        "7.5 GB/s",
+        "12000.0 GB/s",
+    ]
+
+
+def test_what_was_read_is_shown_while_held_and_once_finished() -> None:
+    """A held group (a member not reported yet) or a finished one has no progress to show, but
+    its reads still move; a finished backfill shows no read rate left over from its last sample."""
+    t0 = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    running = bf({"phase": "Running", "readBytes": 5_000_000, "readFiles": 3, "readRate": "1.0 MB/s, 1.00 files/s"})
+    finished = Seen(None, None, True, read_bytes=9_000_000, read_files=5, read_bytes_per_s=0.0, read_files_per_s=0.0)
+    fields = progress_update(running, None, None, t0, finished)
+    assert fields is not None and "progress" not in fields, "no progress while there is no watermark"
+    assert (fields["readBytes"], fields["readRate"]) == (9_000_000, "0 B/s, 0.00 files/s")
+    assert progress_update(bf({"phase": "Running", **fields}), None, None, t0, finished) is None, "unchanged"
+    assert progress_update(running, None, None, t0, Seen(None, None, False)) is None, "no reads reported"
+    assert {"readRate", "readBytesPerSecond"} <= {k for k, v in DONE.items() if v is None}
+
+
+# --- a failed application run again by itself (spec.restart) ---------------------------------
+
+
+def merged_status(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in {**before, **after}.items() if v is not None}
+
+
+def test_a_failed_application_is_run_again_from_its_checkpoint_after_a_growing_delay_then_stays_failed() -> None:
+    """Its driver pod deleted or its node lost: a new application from the same checkpoint and
+    branch after 10 s, 20 s, 40 s; the fourth failure in a row stays Failed. Each step is in
+    status before any I/O, so a second look at the same failed application counts nothing
+    twice, and the timer finds a restart that is due."""
+    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    app, state = launched.create_app, launched.status
+    assert app is not None
+    clock = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    for attempt, delay in ((1, 10), (2, 20), (3, 40)):
+        now = clock.strftime("%Y-%m-%dT%H:%M:%SZ")
+        off = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", now)
+        assert off.status["phase"] == "Running" and off.status["restarts"] == attempt, off.status
+        assert off.status["eta"] is None, "nothing runs: no ETA"
+        assert off.delete_app is False and off.create_app is None and not off.delete_secret
+        due = clock + timedelta(seconds=delay)
+        assert off.status["nextRestartAt"] == due.strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert [e.reason for e in off.events] == ["BackingOff"]
+        state = merged_status(state, off.status)
+        assert follow_step(bf(state), job_listed=True) == "reconcile", "the timer looks at a backing-off one"
+        again = plan_backfill(bf(state), JOB, with_state(app, "FAILING"), "http://c", now)
+        assert again.status == {} and not again.delete_app, "the same failure, seen again, waits"
+        restart_at = due.strftime("%Y-%m-%dT%H:%M:%SZ")
+        deleting = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
+        assert deleting.delete_app and deleting.status["phase"] == "Running"
+        assert f"restart {attempt} " in deleting.status["message"]
+        state = merged_status(state, deleting.status)
+        state.pop("nextRestartAt", None)
+        still = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
+        assert still.delete_app and still.status == {}, "its deletion under way: no second count"
+        full = Queued(5, "queued at position 5 (priority 0): backfills.maxConcurrent 4 reached")
+        created = plan_backfill(bf(state), JOB, None, "http://c", restart_at, admin_token="admin", turn=full)
+        assert created.create_app is not None, "a restart keeps the queue's slot it was admitted to"
+        assert "restarts" not in created.status, "a restart keeps its count"
+        assert created.create_app["spec"] == app["spec"], "the same application, from the same checkpoint"
+        assert created.status["checkpoint"] == launched.status["checkpoint"]
+        state = merged_status(state, created.status)
+        assert state["restarts"] == attempt
+        clock = due + timedelta(minutes=1)
+    now = clock.strftime("%Y-%m-%dT%H:%M:%SZ")
+    failed = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", now)
+    assert failed.status["phase"] == "Failed" and failed.delete_secret
+    assert "not restarted again after 3 restarts" in failed.status["message"]
+    assert "bump spec.restartNonce" in failed.status["message"]
+    state = merged_status(state, failed.status)
+    later = (clock + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", later).create_app is None
+
+
+def test_a_failure_after_the_application_ran_reset_after_is_a_first_failure_again() -> None:
+    status = {"phase": "Running", "restartNonce": 0, "restarts": 3, "startedAt": "2026-11-21T09:00:00Z"}
+    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    assert app is not None
+    off = plan_backfill(bf(status), JOB, with_state(app, "FAILED"), None, NOW)
+    assert off.status["restarts"] == 1, "it ran an hour (resetAfter 30m): the failure is a first one"
+    soon = {**status, "startedAt": "2026-11-21T09:50:00Z"}
+    assert plan_backfill(bf(soon), JOB, with_state(app, "FAILED"), None, NOW).status["phase"] == "Failed"
+
+
+def test_a_failed_drivers_last_words_follow_the_spark_operators_message() -> None:
+    """The Spark operator says only the exit code; the driver's termination message (its
+    error, written by spark_app) is what a person acts on."""
+    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    assert app is not None
+    failed = {
+        **app,
+        "status": {
+            "applicationState": {"state": "FAILED", "errorMessage": "driver container failed with ExitCode: 1"},
+            "driverInfo": {"podName": "rmi-outage-backfill-driver"},
+        },
+    }
+    assert driver_pod(failed) == "rmi-outage-backfill-driver"
+    assert driver_pod(with_state(app, "RUNNING")) is None, "a running driver is not asked"
+    words = "job rmi failed: ModuleNotFoundError: No module named 'pipelines'"
+    seen = with_last_words(failed, words)
+    plan = plan_backfill(bf(**NO_RESTART), JOB, seen, None, NOW)
+    assert plan.status["message"].startswith(f"driver container failed with ExitCode: 1: {words}")
+    assert with_last_words(failed, None) is failed
+
+
+def test_a_driver_that_refused_its_configuration_fails_the_backfill_without_a_restart() -> None:
+    """Exit code 2 (a warm-up shorter than the pipeline's look-back, a pipeline module missing
+    from the image): a restart from the same spec would refuse it again; the Backfill is
+    Failed at once, its checkpoint and branch kept for a restartNonce after the fix. A driver
+    that failed (exit code 1) is restarted as before."""
+    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    assert app is not None
+    said = "driver container failed with ExitCode: 2, Reason: Error: window.warmup is 0s but the pipeline looks back"
+    refused = {**app, "status": {"applicationState": {"state": "FAILED", "errorMessage": said}}}
+    plan = plan_backfill(bf({"phase": "Running", "restartNonce": 0}), JOB, refused, None, NOW)
+    assert plan.status["phase"] == "Failed" and reason_of(plan.status) == "ConfigRefused", plan.status
+    assert "restarts" not in plan.status and not plan.delete_app and [e.reason for e in plan.events] == ["Failed"]
+    assert plan.status["message"].startswith(said) and "bump spec.restartNonce" in plan.status["message"]
+    crashed = {**app, "status": {"applicationState": {"state": "FAILED", "errorMessage": "ExitCode: 1"}}}
+    crashed["status"]["applicationState"]["errorMessage"] = said.replace("ExitCode: 2", "ExitCode: 1")
+    assert plan_backfill(bf({"phase": "Running"}), JOB, crashed, None, NOW).status["restarts"] == 1
+
+
+@pytest.mark.parametrize(("raised", "code"), [(ConfigError, 2), (WarmupError, 2), (IncompleteBackfillError, 1)])
+def test_spark_app_exits_2_only_for_what_a_restart_would_repeat(
+    raised: type[Exception], code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the operator reads to restart or not: a driver that ended early (held by its
+    group while the coordinator restarted) resumes from its checkpoint; a wrong spec does not."""
+    import spark_app.__main__ as entry
+
+    def refuse(_: str) -> None:
+        raise raised("as raised")
+
+    monkeypatch.setattr(entry, "load_config", refuse)
+    monkeypatch.setattr(entry, "TERMINATION_LOG", "/nonexistent/termination-log")
+    assert entry.main(["run", "--config", "job.json"]) == code
+
+
+def test_an_applications_message_is_one_line_of_bounded_length_keeping_what_failed_and_the_last_error() -> None:
+    frames = "\tat io.netty.channel.nio.NioIoHandler.run(NioIoHandler.java:484)\n" * 50 + "\t... 12 more\n"
+    output = (
+        "failed to run spark-submit for SparkApplication default/x:\n"
+        + "26/11/27 08:18:20 INFO Client: a log line of spark-submit\n" * 100
+        + "Exception in thread main KubernetesClientException: Failure executing: POST\n"
+        + frames
+        + "Caused by: java.lang.IllegalArgumentException: Invalid value: 'lots'\n"
+        + frames
+    )
+    line = one_line(output)
+    assert "\n" not in line and len(line) <= MESSAGE_MAX and "NioIoHandler" not in line, "no stack frames"
+    assert line.startswith("failed to run spark-submit") and line.endswith("Invalid value: 'lots'")
+    assert one_line("short\n message") == "short message"
+
+
+def reason_of(status: dict[str, Any]) -> str:
+    return next(c["reason"] for c in status["conditions"] if c["type"] == "Ready")

@@ -1,0 +1,169 @@
+"""Which module may import which: read from the sources' import statements (at any depth, a
+function's own imports included), so a shortcut taken inside a function breaks a test too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def imported(path: Path) -> set[str]:
+    """Every module ``path`` imports, at module level or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def test_planning_never_imports_the_runtime() -> None:
+    """``kappa plan`` builds the pipeline over the sources as a run does (``sources.frames``),
+    but runs nothing: the planner must not reach back into what starts queries."""
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(m for m in imported(path) if m.startswith("spark_app.apps.run"))
+        for path in sorted((ROOT / "spark_app" / "planning").glob("*.py"))
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_sources_frames_never_import_the_runtime() -> None:
+    assert not {m for m in imported(ROOT / "spark_app" / "sources" / "frames.py") if m.startswith("spark_app.apps.run")}
+
+
+def test_the_rule_sees_an_import_inside_a_function(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from spark_app.apps.run import run\n    return run\n")
+    assert "spark_app.apps.run" in imported(module)
+
+
+HEAVY = ("pyspark", "py4j", "pyiceberg", "kopf", "kubernetes")
+"""What the contract never imports: Spark (and its bridge), pyiceberg, and the operator's
+Kubernetes libraries."""
+
+ROW_FILTER_PARSER = {"pyiceberg.expressions.parser", "pyiceberg.expressions.parser.parse"}
+"""The one exception: a source's ``filter`` is checked by pyiceberg's own expression parser
+(imported inside the validator, when a filter is given), so the operator refuses at apply
+time the filter the driver could not parse. It loads no catalog and no Spark."""
+
+RUNS_SPARK = ("local", "demo", "local_cluster")
+"""The operator's folders that run Spark or seed its data on this machine (``kappa run``, the
+demo, the dev cluster's example tables): not the control plane."""
+
+SHARED_READERS = (
+    "spark_app.checkpoints",
+    "spark_app.checkpoints.catalog",
+    "spark_app.checkpoints.errors",
+    "spark_app.checkpoints.failure_note",
+    "spark_app.checkpoints.layout",
+    "spark_app.checkpoints.restore",
+    "spark_app.checkpoints.snapshots",
+    "spark_app.checkpoints.kafka_offsets",
+    "spark_app.sources.kafka_retention",
+    "spark_app.catalogs",
+    "spark_app.sinks.iceberg.undo",
+)
+"""Outside the contract, what the control plane still imports from the Spark side: the
+externalized checkpoint's readers (status.snapshots, a Rewind's point, Kafka retention) and,
+for `kappa checkpoints` and a Rewind's dry run, the Iceberg history reader. Free of Spark
+(``test_what_the_control_plane_imports_from_the_spark_side_never_imports_spark``), not yet in
+the contract: they share modules with the writers the driver runs."""
+
+
+def module_file(module: str) -> Path | None:
+    parts = module.split(".")
+    top = {"spark_app": "spark_app", "kappa_operator": "operator"}.get(parts[0])
+    if top is None:
+        return None
+    base = ROOT / top / Path(*parts[1:]) if parts[1:] else ROOT / top
+    for candidate in (base / "__init__.py", base.with_suffix(".py")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def closure(module: str) -> tuple[set[str], set[str]]:
+    """The project's modules ``module`` reaches through imports at any depth (its packages'
+    ``__init__`` included), and the outside packages they import."""
+    seen: set[str] = set()
+    outside: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = module_file(name)
+        if name in seen or path is None:
+            if path is None and name.split(".")[0] not in ("spark_app", "kappa_operator"):
+                outside.add(name.split(".")[0])
+            continue
+        seen.add(name)
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        todo += [m for m in imported(path) | set(parents) if module_file(m) or not m.startswith("spark_app")]
+    return seen, outside
+
+
+def contract_modules() -> list[str]:
+    root = ROOT / "spark_app" / "contract"
+    return sorted(
+        "spark_app.contract" + ".".join(("", *p.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+        for p in root.rglob("*.py")
+    )
+
+
+def test_the_contract_imports_only_itself_and_neither_spark_nor_pyiceberg() -> None:
+    found = contract_modules()
+    assert "spark_app.contract.config" in found and "spark_app.contract.reports.run" in found
+    for module in found:
+        reached, _ = closure(module)
+        assert {m for m in reached if not m.startswith("spark_app.contract")} <= {"spark_app"}, module
+        heavy = {m for r in reached for m in imported(module_file(r)) if m.split(".")[0] in HEAVY}  # type: ignore[arg-type]
+        assert heavy <= ROW_FILTER_PARSER, (module, sorted(heavy))
+
+
+def control_plane_files() -> list[Path]:
+    return [
+        p
+        for p in sorted((ROOT / "operator").rglob("*.py"))
+        if p.relative_to(ROOT / "operator").parts[0] not in RUNS_SPARK
+    ]
+
+
+def test_the_control_plane_imports_the_contract_and_only_the_named_readers_from_the_spark_side() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(
+            m
+            for m in imported(path)
+            if m.startswith("spark_app.")
+            and module_file(m)
+            and not m.startswith("spark_app.contract")
+            and m not in SHARED_READERS
+        )
+        for path in control_plane_files()
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_what_the_control_plane_imports_from_the_spark_side_never_imports_spark() -> None:
+    for module in SHARED_READERS:
+        reached, outside = closure(module)
+        assert not outside & {"pyspark", "py4j"}, (module, sorted(outside & {"pyspark", "py4j"}))
+        assert not {m for m in reached if m.startswith("spark_app.apps.run")}, module
+
+
+def test_the_rule_sees_an_import_of_the_spark_side_from_the_control_plane() -> None:
+    assert module_file("spark_app.apps.run") is not None
+    _, outside = closure("spark_app.apps.run")
+    assert "pyspark" in outside, "the closure follows imports to Spark"
+
+
+def test_benchmarks_and_tests_never_import_each_other() -> None:
+    """What both start is in ``harness/``; a bench's own measures are tested in ``bench/tests``."""
+    crossing = {
+        str(path.relative_to(ROOT)): sorted(m for m in imported(path) if m.split(".")[0] == other)
+        for folder, other in (("bench", "tests"), ("tests", "bench"), ("harness", "tests"), ("harness", "bench"))
+        for path in sorted((ROOT / folder).rglob("*.py"))
+    }
+    assert {k: v for k, v in crossing.items() if v} == {}
