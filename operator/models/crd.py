@@ -36,8 +36,13 @@ class Kind:
     columns: tuple[dict[str, Any], ...]
 
 
-AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
-CALLS = {"name": "Calls/s", "type": "number", "jsonPath": ".status.externalCalls.observedPerSecond", "priority": 1}
+def column(name: str, json_path: str, type_: str = "string", wide: bool = False) -> dict[str, Any]:
+    """A printer column of ``kubectl get``; ``wide``: shown only with ``-o wide`` (priority 1)."""
+    return {"name": name, "type": type_, "jsonPath": json_path, **({"priority": 1} if wide else {})}
+
+
+AGE = column("Age", ".metadata.creationTimestamp", "date")
+CALLS = column("Calls/s", ".status.externalCalls.observedPerSecond", "number", wide=True)
 """The pipeline's external calls per second under ``spec.externalCalls`` (``-o wide``)."""
 KINDS = (
     Kind(
@@ -48,16 +53,16 @@ KINDS = (
         StreamingJobStatus,
         "A live PySpark Structured Streaming job run as a SparkApplication.",
         (
-            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-            {"name": "State", "type": "string", "jsonPath": ".status.applicationState"},
-            {"name": "Watermark", "type": "string", "jsonPath": ".status.watermark"},
-            {"name": "Kafka Lag", "type": "integer", "jsonPath": ".status.kafkaLag.total"},
-            {"name": "Last Checkpoint", "type": "string", "jsonPath": ".status.lastCheckpoint"},
-            {"name": "Last Progress", "type": "date", "jsonPath": ".status.lastProgressAt", "priority": 1},
-            {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
+            column("Phase", ".status.phase"),
+            column("State", ".status.applicationState"),
+            column("Watermark", ".status.watermark"),
+            column("Kafka Lag", ".status.kafkaLag.total", "integer"),
+            column("Last Checkpoint", ".status.lastCheckpoint"),
+            column("Last Progress", ".status.lastProgressAt", "date", wide=True),
+            column("Restarts", ".status.restarts", "integer", wide=True),
             CALLS,
-            {"name": "Suspended", "type": "boolean", "jsonPath": ".spec.suspend", "priority": 1},
-            {"name": "Application", "type": "string", "jsonPath": ".status.applicationName", "priority": 1},
+            column("Suspended", ".spec.suspend", "boolean", wide=True),
+            column("Application", ".status.applicationName", wide=True),
             AGE,
         ),
     ),
@@ -69,18 +74,18 @@ KINDS = (
         BackfillStatus,
         "Re-run a StreamingJob's pipeline over its Iceberg history for a window, aligned, into a branch.",
         (
-            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-            {"name": "Progress", "type": "string", "jsonPath": ".status.progress"},
-            {"name": "Global Watermark", "type": "string", "jsonPath": ".status.globalWatermark"},
-            {"name": "Lag", "type": "string", "jsonPath": ".status.alignmentLag"},
-            {"name": "ETA", "type": "string", "jsonPath": ".status.eta"},
-            {"name": "Batches", "type": "integer", "jsonPath": ".status.plan.expectedBatches"},
-            {"name": "Planned ETA", "type": "string", "jsonPath": ".status.plan.eta"},
-            {"name": "Queue", "type": "integer", "jsonPath": ".status.queuePosition", "priority": 1},
-            {"name": "Read Rate", "type": "string", "jsonPath": ".status.readRate", "priority": 1},
-            {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority", "priority": 1},
-            {"name": "Job", "type": "string", "jsonPath": ".spec.jobRef.name", "priority": 1},
-            {"name": "Branch", "type": "string", "jsonPath": ".status.branch", "priority": 1},
+            column("Phase", ".status.phase"),
+            column("Progress", ".status.progress"),
+            column("Global Watermark", ".status.globalWatermark"),
+            column("Lag", ".status.alignmentLag"),
+            column("ETA", ".status.eta"),
+            column("Batches", ".status.plan.expectedBatches", "integer"),
+            column("Planned ETA", ".status.plan.eta"),
+            column("Queue", ".status.queuePosition", "integer", wide=True),
+            column("Read Rate", ".status.readRate", wide=True),
+            column("Priority", ".spec.priority", "integer", wide=True),
+            column("Job", ".spec.jobRef.name", wide=True),
+            column("Branch", ".status.branch", wide=True),
             CALLS,
             AGE,
         ),
@@ -93,12 +98,12 @@ KINDS = (
         RewindStatus,
         "Restart a StreamingJob from a checkpoint taken before an outage, and undo what its sinks wrote since.",
         (
-            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-            {"name": "Job", "type": "string", "jsonPath": ".spec.jobRef.name"},
-            {"name": "Target Time", "type": "string", "jsonPath": ".spec.target.time"},
-            {"name": "Target Batch", "type": "integer", "jsonPath": ".spec.target.batchId"},
-            {"name": "Restored Batch", "type": "integer", "jsonPath": ".status.restoredBatch"},
-            {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
+            column("Phase", ".status.phase"),
+            column("Job", ".spec.jobRef.name"),
+            column("Target Time", ".spec.target.time"),
+            column("Target Batch", ".spec.target.batchId", "integer"),
+            column("Restored Batch", ".status.restoredBatch", "integer"),
+            column("Message", ".status.message", wide=True),
             AGE,
         ),
     ),
