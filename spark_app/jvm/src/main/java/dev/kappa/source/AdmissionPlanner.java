@@ -19,8 +19,9 @@ public interface AdmissionPlanner {
 
   /**
    * The tasks that read the batch [start, end): a JSON list of tasks, each a list of pieces
-   * {"path", "start", "length", "fileSize", "lo", "hi"} (byte range of whole row groups; lo/hi
-   * the time slice in microseconds, or null for all rows).
+   * {"path", "start", "length", "fileSize", "ranges", "keep"} (byte range of whole row groups;
+   * ranges: the time slices [lo, hi) in microseconds whose rows the piece delivers, empty for all
+   * rows; keep: the time ranges of the file's later slices whose rows the read keeps).
    */
   String plan(String start, String end);
 

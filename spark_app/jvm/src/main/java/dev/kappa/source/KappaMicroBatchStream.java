@@ -122,7 +122,12 @@ final class KappaMicroBatchStream
 
   @Override
   public ReadLimit getDefaultReadLimit() {
-    JsonNode limit = parse(planner.defaultReadLimit());
+    return readLimit(planner.defaultReadLimit());
+  }
+
+  /** The planner's read limit, {"kind": "all"|"maxFiles"|"maxRows"|"maxBytes", "value": n}, as Spark's. */
+  static ReadLimit readLimit(String json) {
+    JsonNode limit = parse(json);
     long value = limit.path("value").asLong();
     switch (limit.path("kind").asText("all")) {
       case "maxFiles":
@@ -151,7 +156,15 @@ final class KappaMicroBatchStream
 
   @Override
   public InputPartition[] planInputPartitions(Offset start, Offset end) {
-    JsonNode tasks = parse(planner.plan(start.json(), end.json()));
+    return partitions(planner.plan(start.json(), end.json()), partitionSchema.length());
+  }
+
+  /**
+   * The planner's tasks ({@link AdmissionPlanner#plan}) as Spark's partitions: one
+   * {@link SlicePartition} per task, its pieces' time ranges as {@code sliceColumns} constant columns.
+   */
+  static InputPartition[] partitions(String json, int sliceColumns) {
+    JsonNode tasks = parse(json);
     FilePartition[] partitions = new FilePartition[tasks.size()];
     long[][][][] keeps = new long[tasks.size()][][][];
     boolean sliced = false;
@@ -163,7 +176,7 @@ final class KappaMicroBatchStream
         JsonNode p = pieces.get(j);
         JsonNode ranges = p.get("ranges");
         sliced |= ranges != null && ranges.size() > 0;
-        InternalRow slice = sliceRow(ranges, partitionSchema.length());
+        InternalRow slice = sliceRow(ranges, sliceColumns);
         files[j] = new PartitionedFile(
             slice,
             SparkPath.fromUrlString(p.get("path").asText()),
