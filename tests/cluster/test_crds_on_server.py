@@ -18,8 +18,9 @@ import pytest
 
 from kappa_operator.local_cluster.control_plane import ControlPlane, Response, path_of
 from kappa_operator.models.common import INT32_MAX, INT64_BOUND
-from tests.unit.crd_documents import REJECTED, edited, example
-from tests.unit.test_schema_agreement import (
+from tests.unit.crd_documents import edited, example
+from tests.unit.kappa_operator.models.test_crds import REJECTED
+from tests.unit.kappa_operator.models.test_schema_agreement import (
     BF,
     CASES,
     RW,

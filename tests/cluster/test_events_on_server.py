@@ -13,7 +13,7 @@ from kappa_operator.kube.api import Cluster
 from kappa_operator.kube.events import COMPONENT, EventRecorder, rfc3339
 from kappa_operator.local_cluster.control_plane import ControlPlane
 from tests.cluster.spark_operator import events, reasons
-from tests.unit.test_events import T0, Clock, body
+from tests.unit.kappa_operator.kube.test_kubernetes_events import T0, Clock, body
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")
 

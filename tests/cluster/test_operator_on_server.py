@@ -323,7 +323,7 @@ def test_pod_settings_reach_the_spark_applications_the_server_stores(control_pla
     """Issue 30 item 2 on the real API server, whose spark-operator CRD prunes what its schema
     does not know and refuses what it does not accept: a StreamingJob's pod settings arrive in
     its SparkApplication field by field, and a Backfill's overrides in the backfill's."""
-    from tests.unit.test_render import POD_SETTINGS
+    from tests.unit.kappa_operator.render.test_render import POD_SETTINGS
 
     ns, admin = watched, control_plane.admin
     job = load(
