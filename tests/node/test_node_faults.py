@@ -89,7 +89,9 @@ def test_a_backfill_whose_driver_is_deleted_twice_and_an_executor_once_succeeds_
     name, app = "rmi-faults", "rmi-faults-backfill"
     catalog = cluster.host_catalog()
     fault = {"env": [{"name": FAULT_ENV, "value": "pause-before-commit:1"}]}
-    body = backfill(name, driver=fault, readLimit=LESS_SLOW_READ)
+    # restarted after 4 s, then 8 s (spec.restart; 10 s and 20 s by default): what is tested is
+    # that it restarts from its checkpoint, not how long it waits first
+    body = backfill(name, driver=fault, readLimit=LESS_SLOW_READ, restart={"initialBackoff": "4s"})
     kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body))
     eventually(lambda: "fault point reached" in driver_log(cluster, app), "a batch written", timeout=420, every=2)
     first = app_pods(cluster, app, "driver")
