@@ -156,7 +156,9 @@ def test_the_operators_pod_deleted_the_api_server_stopped_60_s_and_s3_30_s_mid_b
     catalog = cluster.host_catalog()
     kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(backfill(name, readLimit=SLOW_READ)))
     eventually(lambda: app_pods(cluster, app, "executor"), "the Backfill's executor", timeout=300, every=2)
-    eventually(lambda: branch_commits(catalog, SINK, f"backfill-{name}"), "its first commit", timeout=300, every=1)
+    # mid-run: its sources report to the coordinator (status shows the group's lag); the first
+    # commit comes only after the warm-up's files are read at SLOW_READ, minutes later
+    eventually(lambda: reported_lag(cluster, name), "the group's lag reported", timeout=300, every=1)
     operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
     delete_pod(cluster, OPERATOR_NAMESPACE, operator["metadata"]["name"])  # 1.
     started = time.monotonic()
@@ -201,6 +203,13 @@ def test_the_operators_pod_deleted_the_api_server_stopped_60_s_and_s3_30_s_mid_b
         "measured",
         json.dumps({**measured, **slowed, "s3_mid_run": s3_stopped_while, "restarts": status.get("restarts", 0)}),
     )
+
+
+def reported_lag(cluster: LocalCluster, name: str) -> str | None:
+    """The Backfill's ``status.alignmentLag`` while it runs: its drivers' reports reached the
+    coordinator, and the operator put the group's view on the object."""
+    status = phase_of(cluster, "Backfill", name, "Running") or {}
+    return status.get("alignmentLag")
 
 
 def job_progress(cluster: LocalCluster) -> str:
