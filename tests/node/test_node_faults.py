@@ -35,11 +35,10 @@ from tests.node.objects import (
 )
 
 SINK = "marts.attributed_plays"
-SLOW_READ = {"maxFilesPerSecond": 0.1}
-"""A Backfill read at a file every 10 s (spec.readLimit, which admits less, later, and changes
-no row): its ~20 files take minutes, so a fault lands mid-run on a loaded machine too."""
-LESS_SLOW_READ = {"maxFilesPerSecond": 0.2}
-"""Twice that, where the faults come at the test's own points (a paused batch, commits)."""
+SLOW_READ = {"maxFilesPerSecond": 0.2}
+"""A Backfill read at a file every 5 s (spec.readLimit, which admits less, later, and changes no
+row): the ~40 files of its window, warm-up and drain take over 3 min, so the faults land mid-run.
+What paces both tests: at 0.1 the operator-restart test took 9 min, its faults done after 2."""
 
 
 def app_pods(cluster: LocalCluster, app: str, role: str) -> list[dict[str, Any]] | None:
@@ -91,7 +90,7 @@ def test_a_backfill_whose_driver_is_deleted_twice_and_an_executor_once_succeeds_
     fault = {"env": [{"name": FAULT_ENV, "value": "pause-before-commit:1"}]}
     # restarted after 4 s, then 8 s (spec.restart; 10 s and 20 s by default): what is tested is
     # that it restarts from its checkpoint, not how long it waits first
-    body = backfill(name, driver=fault, readLimit=LESS_SLOW_READ, restart={"initialBackoff": "4s"})
+    body = backfill(name, driver=fault, readLimit=SLOW_READ, restart={"initialBackoff": "4s"})
     kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body))
     eventually(lambda: "fault point reached" in driver_log(cluster, app), "a batch written", timeout=420, every=2)
     first = app_pods(cluster, app, "driver")
@@ -157,7 +156,7 @@ def test_the_operators_pod_deleted_the_api_server_stopped_60_s_and_s3_30_s_mid_b
     kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(backfill(name, readLimit=SLOW_READ)))
     eventually(lambda: app_pods(cluster, app, "executor"), "the Backfill's executor", timeout=300, every=2)
     # mid-run: its sources report to the coordinator (status shows the group's lag); the first
-    # commit comes only after the warm-up's files are read at SLOW_READ, minutes later
+    # commit comes only after the warm-up's files are read at SLOW_READ, a minute or more later
     eventually(lambda: reported_lag(cluster, name), "the group's lag reported", timeout=300, every=1)
     operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
     delete_pod(cluster, OPERATOR_NAMESPACE, operator["metadata"]["name"])  # 1.
