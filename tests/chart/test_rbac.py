@@ -53,7 +53,7 @@ Permission = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb), a
 Grant = tuple[str, str, str, str]  # a Permission and the object name it is limited to ("*": any)
 NOW = "2026-11-21T10:00:00Z"
 OPERATOR = ROOT / "operator"
-CLUSTER = OPERATOR / "cluster.py"
+CLUSTER = OPERATOR / "kube" / "api.py"
 
 #: `Cluster` methods that take the plural of our resource from their caller, and the plurals
 #: they are called with. test_plural_table_matches_the_callers keeps it honest.
