@@ -21,7 +21,11 @@ timers, de-duplication within the watermark, chained aggregations) are not, and 
 refuses them, naming the operator; so do processing-time functions (``current_timestamp``).
 
 ``alignment.mode: auto`` (the default) chooses bounded where all of this holds and no row
-arrived behind the live watermark (``choose``), aligned otherwise, and says why."""
+arrived behind the live watermark (``choose``), aligned otherwise, and says why. That last
+proof reads the rows' two time columns where the manifests cannot clear them; for the sources
+the first (Iceberg) sink reads, the bounded write observes them on the rows it reads anyway
+and checks before its commit (``Proof``): late rows found there remove its files and the run
+goes on aligned (``LateRowsFound``), so the proof costs the run no pass of its own."""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -259,14 +263,7 @@ def choose(
     if why is not None:
         return ModeChoice("auto", "aligned", f"not bounded: {why}")
     if late:
-        first = late[0]
-        return ModeChoice(
-            "auto",
-            "aligned",
-            f"not bounded: {sum(x.rows for x in late):,} row(s) arrived behind the live watermark (source "
-            f"{first.source}: ingestion up to {format_duration(first.worst)} after event time); live dropped "
-            "them as late, which a batch query cannot reproduce",
-        )
+        return late_choice(late)
     windows = ", windows and sessions written once the final watermark passed their end" if closes else ""
     said = (
         f"every operator's batch result is its streaming one (stateless steps, stream-static and inner joins{windows})"
@@ -279,6 +276,18 @@ def choose(
     else:
         said += ", and no row arrived behind the live watermark"
     return ModeChoice("auto", "bounded", said)
+
+
+def late_choice(late: list[LateArrivals]) -> ModeChoice:
+    """``auto``'s choice where rows arrived behind the live watermark: aligned, saying how many."""
+    first = late[0]
+    return ModeChoice(
+        "auto",
+        "aligned",
+        f"not bounded: {sum(x.rows for x in late):,} row(s) arrived behind the live watermark (source "
+        f"{first.source}: ingestion up to {format_duration(first.worst)} after event time); live dropped "
+        "them as late, which a batch query cannot reproduce",
+    )
 
 
 def late_bound(spans: list[tuple[int, int, int, int]], delay_us: int) -> bool:
@@ -297,44 +306,135 @@ def late_bound(spans: list[tuple[int, int, int, int]], delay_us: int) -> bool:
 _WATERMARK_COLUMN = re.compile(r"EventTimeWatermark [^,\n]*, (\w+)#")
 
 
+@dataclass(frozen=True)
+class LatenessProbe:
+    """How one source's rows are proven not late, row by row (``late_bound``'s rule): the
+    largest arrival - event time among the rows read against the watermark delay less the
+    largest skew (event time after arrival). Its two maxima are one aggregate over the rows:
+    a pass of its own (``measured``), or observed on the bounded run's write (``metrics``),
+    which then proves it before its commit at no cost of its own."""
+
+    source: str
+    event: str
+    limit_us: int
+
+    def lag(self) -> Any:
+        from pyspark.sql import functions as F
+
+        return F.unix_micros(F.col(ARRIVAL_COLUMN)) - F.unix_micros(F.col(self.event))
+
+    def metrics(self) -> list[Any]:
+        from pyspark.sql import functions as F
+
+        return [F.max(self.lag()).alias("worst_lag_us"), F.max(-self.lag()).alias("worst_lead_us")]
+
+    def late(self, frame: Any, worst: int | None, lead: int | None) -> LateArrivals | None:
+        """The late rows of ``frame``, given its two maxima (counted only when some may be)."""
+        if worst is None:  # no row read
+            return None
+        bound = self.limit_us - max(0, int(lead or 0))
+        rows = frame.where(self.lag() > bound).count() if worst > bound else 0
+        return LateArrivals(self.source, rows, timedelta(microseconds=int(worst))) if rows else None
+
+    def measured(self, frame: Any) -> LateArrivals | None:
+        worst, lead = frame.select(*self.metrics()).first() or (None, None)
+        return self.late(frame, worst, lead)
+
+
 def late_arrivals(
     spark: SparkSession,
     cfg: JobConfig,
     plans: dict[str, str],
     used: dict[str, tuple[str, ...]],
     delay: timedelta | None,
-) -> tuple[list[LateArrivals], list[str]]:
-    """The rows of each read source that may have arrived behind the live watermark, and the
-    sources that cannot say (no arrival column). The manifests' statistics prove most
-    windows clean without a row read (``late_bound``); a source they do not clear is counted
-    exactly with one aggregate over its two time columns."""
-    if delay is None or cfg.window is None:  # no watermark: live drops nothing as late
-        return [], []
-    events = sorted({c for p in plans.values() for c in _WATERMARK_COLUMN.findall(p)})
-    readers = {name: sink for sink, names in sorted(used.items(), reverse=True) for name in names}
+    observed: frozenset[str] = frozenset(),
+) -> tuple[list[LateArrivals], list[str], tuple[str, ...]]:
+    """The rows of each read source that may have arrived behind the live watermark, the
+    sources that cannot say (no arrival column), and those of ``observed`` left to the write
+    to prove. The manifests' statistics prove most windows clean without a row read
+    (``late_bound``); a source they do not clear is counted exactly with one aggregate over
+    its two time columns, unless the write observes it (``LatenessProbe``)."""
+    from spark_app.sources.iceberg.frame import field_ids_read
+
     late: list[LateArrivals] = []
     unknown: list[str] = []
-    for name, sink in sorted(readers.items()):
-        found = _late_in(spark, cfg, sink, name, events, int(delay.total_seconds() * 1e6))
-        if found == "unknown":
+    proving: list[str] = []
+    for name, found in _probes(spark, cfg, plans, used, delay, observed).items():
+        if isinstance(found, str):
             unknown.append(name)
-        elif isinstance(found, LateArrivals):
-            late.append(found)
-    return late, unknown
+        elif name in observed:
+            proving.append(name)
+        else:
+            with field_ids_read(spark):
+                counted = found.measured(_proof_frame(spark, cfg, used, name))
+            if counted is not None:
+                late.append(counted)
+    return late, unknown, tuple(proving)
 
 
-def _late_in(
-    spark: SparkSession, cfg: JobConfig, sink: str, name: str, events: list[str], limit_us: int
-) -> LateArrivals | str | None:
-    """One source's rows that may have arrived behind the live watermark (None: none;
-    "unknown": it has no arrival column, or no watermarked column of the plan)."""
-    from pyspark.sql import functions as F
+def lateness_probes(
+    spark: SparkSession, cfg: JobConfig, plans: dict[str, str], edges: Edges, names: tuple[str, ...]
+) -> dict[str, LatenessProbe]:
+    """The probes of ``names`` (a choice's ``proving``), for the write to observe."""
+    found = _probes(spark, cfg, plans, edges.used, edges.delay, frozenset(names), only=frozenset(names))
+    return {name: probe for name, probe in found.items() if isinstance(probe, LatenessProbe)}
 
+
+def _probes(
+    spark: SparkSession,
+    cfg: JobConfig,
+    plans: dict[str, str],
+    used: dict[str, tuple[str, ...]],
+    delay: timedelta | None,
+    observed: frozenset[str],
+    only: frozenset[str] | None = None,
+) -> dict[str, LatenessProbe | str]:
+    """Per read source that needs its rows to be proven: its probe, or "unknown" (no arrival
+    column, or no watermarked column of the plan). Absent: proven already (no watermark, an
+    empty table, or its manifests' statistics; not asked of an ``observed`` source, whose proof
+    costs the write nothing)."""
+    if delay is None or cfg.window is None:  # no watermark: live drops nothing as late
+        return {}
+    events = sorted({c for p in plans.values() for c in _WATERMARK_COLUMN.findall(p)})
+    out: dict[str, LatenessProbe | str] = {}
+    for name in sorted({n for names in used.values() for n in names}):
+        if only is not None and name not in only:
+            continue
+        found = _probe(spark, cfg, used, name, events, int(delay.total_seconds() * 1e6), name not in observed)
+        if found is not None:
+            out[name] = found
+    return out
+
+
+def _proof_frame(spark: SparkSession, cfg: JobConfig, used: dict[str, tuple[str, ...]], name: str) -> Any:
+    """The bounded frame of a source, as a sink reading it reads it (the write's own, cached)."""
     from spark_app.catalogs import load_table
     from spark_app.contract.config import IcebergBackfillSource
     from spark_app.sources.frames import source_spec
+    from spark_app.sources.iceberg.frame import iceberg_batch_frame
+    from spark_app.window.edges import snapshot_of
+
+    src = cfg.sources[name]
+    assert isinstance(src, IcebergBackfillSource)
+    sink = next(sink for sink, names in sorted(used.items(), reverse=True) if name in names)
+    sid = snapshot_of(load_table(src.catalog, cfg.catalogs[src.catalog].properties(), src.table), src)
+    assert sid is not None, "an empty table needs no proof"
+    return iceberg_batch_frame(spark, source_spec(cfg, sink, name, spark.sparkContext.defaultParallelism, ()), sid)
+
+
+def _probe(
+    spark: SparkSession,
+    cfg: JobConfig,
+    used: dict[str, tuple[str, ...]],
+    name: str,
+    events: list[str],
+    limit_us: int,
+    manifests: bool,
+) -> LatenessProbe | str | None:
+    """One source's probe (None: nothing of it can be late; "unknown": it cannot say)."""
+    from spark_app.catalogs import load_table
+    from spark_app.contract.config import IcebergBackfillSource
     from spark_app.sources.iceberg import scan
-    from spark_app.sources.iceberg.frame import field_ids_read, iceberg_batch_frame
     from spark_app.sources.iceberg.stream import micros
     from spark_app.window.edges import snapshot_of
 
@@ -348,32 +448,53 @@ def _late_in(
         return "unknown"
     if sid is None:  # an empty table: nothing arrived at all
         return None
-    window = (micros(cfg.window.read_start), micros(cfg.window.read_end))
-    spans = scan.column_bounds(table, sid, cfg.ordering_column(name), window, src.filter, (event, ARRIVAL_COLUMN))
-    if spans is None:
+    try:
+        table.schema().find_field(ARRIVAL_COLUMN)
+    except ValueError:
         return "unknown"
-    if all(None not in s for s in spans) and late_bound(spans, limit_us):  # type: ignore[arg-type]
-        return None
-    frame = iceberg_batch_frame(spark, source_spec(cfg, sink, name, spark.sparkContext.defaultParallelism, ()), sid)
-    if "__metadata__" not in frame.columns:
-        return "unknown"
-    lag = F.unix_micros(F.col(ARRIVAL_COLUMN)) - F.unix_micros(F.col(event))
-    with field_ids_read(spark):
-        worst, skew = frame.select(F.max(lag), F.max(-lag)).first() or (None, None)
-        if worst is None:
+    if manifests:
+        window = (micros(cfg.window.read_start), micros(cfg.window.read_end))
+        order = cfg.ordering_column(name)
+        spans = scan.column_bounds(table, sid, order, window, src.filter, (event, ARRIVAL_COLUMN))
+        if spans is not None and all(None not in s for s in spans) and late_bound(spans, limit_us):  # type: ignore[arg-type]
             return None
-        bound = limit_us - max(0, int(skew or 0))
-        rows = frame.where(lag > bound).count() if worst > bound else 0
-    return LateArrivals(name, rows, timedelta(microseconds=int(worst))) if rows else None
+    if "__metadata__" not in _proof_frame(spark, cfg, used, name).columns:
+        return "unknown"
+    return LatenessProbe(name, event, limit_us)
+
+
+def observable(cfg: JobConfig, edges: Edges) -> frozenset[str]:
+    """The sources a bounded run's write can prove before any commit: those its first sink
+    reads, when that sink is Iceberg (its files wait for the commit; a Parquet sink's files
+    are its output as soon as they are written)."""
+    first = next(iter(cfg.sinks))
+    return frozenset(edges.used.get(first, ())) if isinstance(cfg.sinks[first], IcebergSink) else frozenset()
 
 
 def chosen(
-    spark: SparkSession, cfg: JobConfig, plans: dict[str, str], edges: Edges, closes: dict[str, Closing | str]
+    spark: SparkSession,
+    cfg: JobConfig,
+    plans: dict[str, str],
+    edges: Edges,
+    closes: dict[str, Closing | str],
+    observed: frozenset[str] = frozenset(),
 ) -> ModeChoice:
-    """``choose`` with what it needs found (the late arrivals only when nothing else decided)."""
+    """``choose`` with what it needs found (the late arrivals only when nothing else decided);
+    ``observed``: sources whose proof a bounded run's write makes (its choice's ``proving``)."""
     if cfg.alignment.mode != "auto" or spec_reason(cfg) or plan_reason(plans, closes):
         return choose(cfg, plans, [], [], closes)
-    return choose(cfg, plans, *late_arrivals(spark, cfg, plans, edges.used, edges.delay), closes)
+    late, unknown, proving = late_arrivals(spark, cfg, plans, edges.used, edges.delay, observed)
+    choice = choose(cfg, plans, late, unknown, closes)
+    return replace(choice, proving=proving) if choice.mode == "bounded" else choice
+
+
+class LateRowsFound(Exception):
+    """A bounded run's write found rows that arrived behind the live watermark, before its
+    commit: the run goes on aligned (``choice``), nothing of the bounded write kept."""
+
+    def __init__(self, choice: ModeChoice) -> None:
+        super().__init__(choice.reason)
+        self.choice = choice
 
 
 def decided(
@@ -397,10 +518,32 @@ def decided(
     if any(location.stat(f"{sink}/metadata") is not None for sink in cfg.sinks):
         choice = ModeChoice("auto", "aligned", "not bounded: the run goes on from its streaming checkpoint")
     else:
-        choice = chosen(spark, cfg, plans, edges, closes)
+        choice = chosen(spark, cfg, plans, edges, closes, observable(cfg, edges))
     location.write_bytes(MODE_FILE, choice.to_json())
-    log.info("backfill %s: alignment.mode %s runs %s: %s", cfg.name, choice.requested, choice.mode, choice.reason)
+    pending = f" (the write proves it for {', '.join(choice.proving)} before it commits)" if choice.proving else ""
+    log.info(
+        "backfill %s: alignment.mode %s runs %s: %s%s", cfg.name, choice.requested, choice.mode, choice.reason, pending
+    )
     return choice
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What the first sink's write proves before its commit: its probes' maxima, observed on
+    the rows it reads."""
+
+    probes: dict[str, LatenessProbe]
+
+    def check(self, read: dict[str, Any], observed: dict[str, Any]) -> None:
+        """``LateRowsFound`` if a probed source's rows arrived behind the live watermark."""
+        late = []
+        for src, probe in sorted(self.probes.items()):
+            got = observed[src].get or {}
+            found = probe.late(read[src], got.get("worst_lag_us"), got.get("worst_lead_us"))
+            if found is not None:
+                late.append(found)
+        if late:
+            raise LateRowsFound(late_choice(late))
 
 
 @dataclass
@@ -453,14 +596,20 @@ def run_bounded(
     stop_calls: Any,
     choice: ModeChoice,
     closes: dict[str, Closing | str],
+    probes: dict[str, LatenessProbe],
 ) -> RunResult:
     """The backfill as one batch query per sink (see the module's docstring; ``decided`` has
     checked its plans); the run report as the streaming run's, with one batch per sink.
     A sink whose results close on the watermark writes those whose end the final watermark
     has passed, and reads on past the drain while some that start in the window are open
-    and the history goes on: the aligned run's rule, step for step (``runtime.next_read``)."""
+    and the history goes on: the aligned run's rule, step for step (``runtime.next_read``).
+
+    ``probes``: the sources (``choice.proving``) the first sink's write proves were not late,
+    from what it observes on the rows it reads, before its commit; if some were, its files are
+    removed, the mode file says aligned and ``LateRowsFound`` tells the caller to run aligned."""
     from spark_app.apps.run import RunResult, next_read, record_finality
     from spark_app.contract.reports.run import write_report as write_run_report
+    from spark_app.contract.storage import open_location
     from spark_app.sources.iceberg.frame import field_ids_read
     from spark_app.window.lateness import Verdict
 
@@ -487,18 +636,36 @@ def run_bounded(
                 if until is None:
                     break
                 extended = (*extended, until)
+            proof = Proof(probes) if probes else None
             progress = [
-                _write_sink(spark, cfg, pipeline, state, name, extended, closes.get(name), marks.get(name))
-                for name in cfg.sinks
+                _write_sink(
+                    spark,
+                    cfg,
+                    pipeline,
+                    state,
+                    name,
+                    extended,
+                    closes.get(name),
+                    marks.get(name),
+                    proof if at == 0 else None,
+                )
+                for at, name in enumerate(cfg.sinks)
             ]
-    finally:
-        called = stop_calls()
+    except LateRowsFound as found:  # nothing committed: the run goes on aligned, its calls still served
+        open_location(cfg.checkpoint.location).write_bytes(MODE_FILE, found.choice.to_json())
+        log.info("backfill %s: the bounded write found late rows, runs aligned: %s", cfg.name, found.choice.reason)
+        raise
+    except BaseException:
+        stop_calls()
+        raise
+    called = stop_calls()
     record_finality(cfg, edges)
     verdict = Verdict(True, cfg.alignment.max_drift, edges.delay, "bounded: one batch query, no row is late")
     report = RunResult(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.external_calls = called
     report.edges_end = cfg.window.end
     report.extended_to = extended
+    choice = replace(choice, proving=())  # proven by the commit
     report.mode_choice = choice
     write_run_report(cfg, report.seconds, progress, choice)
     return report
@@ -573,9 +740,11 @@ def _write_sink(
     extended: tuple[int, ...],
     close: Closing | str | None,
     watermark_us: int | None,
+    proof: Proof | None = None,
 ) -> dict:
     """One sink's batch query, run and written; its progress entry (one batch, the rows each
-    source handed the pipeline, as the streaming run's observed metrics count them)."""
+    source handed the pipeline, as the streaming run's observed metrics count them). With a
+    ``proof``, the same observation carries its probes' maxima, checked before the commit."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -583,10 +752,14 @@ def _write_sink(
     from spark_app.sinks.warmup import restrict_closed
 
     sink = cfg.sinks[name]
+    probes = proof.probes if proof is not None else {}
     observed = {src: Observation(f"{name}:{src}") for src in cfg.sources}
+    read = _frames(spark, cfg, state, name, extended)
     frames = {
-        src: df.observe(observed[src], F.count(F.lit(1)).alias("rows"))
-        for src, df in _frames(spark, cfg, state, name, extended).items()
+        src: df.observe(
+            observed[src], F.count(F.lit(1)).alias("rows"), *(probes[src].metrics() if src in probes else ())
+        )
+        for src, df in read.items()
     }
     out = _output(spark, cfg, pipeline, frames, name)
     if isinstance(close, Closing):  # what the aligned run has written when it stops
@@ -597,6 +770,7 @@ def _write_sink(
         writer = IcebergBatchWriter(
             cfg.name, name, sink, cfg.catalogs[sink.catalog], cfg.sink_branch(name), checkpoint, cfg.trace_path,
             query_id=state.query_ids[name],
+            before_commit=None if proof is None else lambda: proof.check(read, observed),
         )  # fmt: skip
         writer(out, 0)
     else:  # the backfill's own path (the operator gives it one): a rerun writes it again

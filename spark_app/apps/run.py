@@ -24,7 +24,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
-from spark_app.apps.bounded import Closing
+from spark_app.apps.bounded import Closing, LatenessProbe
 from spark_app.apps.pipeline_code import make_importable
 from spark_app.bootstrap.legs import archive_config
 from spark_app.bootstrap.steps import start as start_bootstrap
@@ -394,10 +394,19 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     calls = serve_external_calls(cfg, spark)  # before the pipeline is called: its limiter() is this run's
     resolved = resolve_run(spark, cfg, pipeline)
     if resolved.choice is not None and resolved.choice.mode == "bounded":
-        from spark_app.apps.bounded import run_bounded
+        from spark_app.apps.bounded import LateRowsFound, run_bounded
 
+        assert resolved.edges is not None
+        # Out of the group at once: no split is read in event-time order. If the write finds
+        # late rows, the aligned run's members rejoin (a first report resets the member).
         leave_group(resolved.cfg, resolved.members)
-        return run_bounded(spark, resolved.cfg, pipeline, resolved.edges, calls.stop, resolved.choice, resolved.closes)
+        try:
+            return run_bounded(
+                spark, resolved.cfg, pipeline, resolved.edges, calls.stop, resolved.choice, resolved.closes,
+                resolved.probes,
+            )  # fmt: skip
+        except LateRowsFound as found:  # its write proved some rows late, before any commit
+            resolved = resolved.run_as(found.choice)
     legs = Legs.plan(spark, resolved)
     verdict = lateness_verdict(legs.archives or legs.cfg, legs.outputs, resolved.read)
     ledger = start_reads(legs.cfg)
@@ -437,6 +446,14 @@ class Resolved:
     edges: Edges | None = None
     choice: ModeChoice | None = None
     closes: dict[str, Closing | str] = field(default_factory=dict)
+    probes: dict[str, LatenessProbe] = field(default_factory=dict)
+    """The sources a bounded run's write proves not late (``choice.proving``)."""
+
+    def run_as(self, choice: ModeChoice) -> Resolved:
+        """The run in the mode ``choice`` says, chosen after the start (a bounded write that
+        found late rows)."""
+        mode = self.cfg.alignment.model_copy(update={"mode": choice.mode})
+        return replace(self, cfg=self.cfg.model_copy(update={"alignment": mode}), choice=choice, probes={})
 
     @property
     def read(self) -> set[str] | None:
@@ -447,10 +464,9 @@ class Resolved:
 def resolve_run(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline) -> Resolved:
     if cfg.mode != "backfill":
         return Resolved(cfg, pipeline, aligned_members(cfg))
-    cfg, edges, members, choice, closes = resolve_edges(spark, cfg, pipeline)
-    if choice.mode != "bounded":
-        cfg = cfg.model_copy(update={"alignment": cfg.alignment.model_copy(update={"mode": choice.mode})})
-    return Resolved(cfg, pipeline, members, edges, choice, closes)
+    cfg, edges, members, choice, closes, probes = resolve_edges(spark, cfg, pipeline)
+    resolved = Resolved(cfg, pipeline, members, edges, choice, closes, probes)
+    return resolved if choice.mode == "bounded" else resolved.run_as(choice)
 
 
 @dataclass(frozen=True)
@@ -766,13 +782,13 @@ class DrainExtensions:
 
 def resolve_edges(
     spark: SparkSession, cfg: JobConfig, pipeline: Pipeline
-) -> tuple[JobConfig, Edges, tuple[str, ...], ModeChoice, dict[str, Closing | str]]:
+) -> tuple[JobConfig, Edges, tuple[str, ...], ModeChoice, dict[str, Closing | str], dict[str, LatenessProbe]]:
     """Build the pipeline once to learn its edges; the config with the drain resolved, the
     members this driver reports as, the mode it runs in (``alignment.mode: auto`` decided
     from the same plans), and how each sink's results close (a bounded run's rule). Members
     for sources no output reads are reported finished (to a coordinator that was told of
     every configured source), so they never hold the group."""
-    from spark_app.apps.bounded import closings, decided
+    from spark_app.apps.bounded import closings, decided, lateness_probes
 
     frames: dict[str, dict[str, DataFrame]] = {}
     outputs = outputs_for(spark, cfg, pipeline, frames=frames)
@@ -787,8 +803,10 @@ def resolve_edges(
     if edges.drain:
         log.info("backfill %s: reading %s past the end to close %s", cfg.name, edges.drain, edges.horizon.describe())
     closes = closings(outputs, frames)
-    choice = decided(spark, cfg, {sink: analyzed_plan(df) for sink, df in outputs.items()}, edges, closes)
-    return cfg, edges, members, choice, closes
+    plans = {sink: analyzed_plan(df) for sink, df in outputs.items()}
+    choice = decided(spark, cfg, plans, edges, closes)
+    proving = choice.proving if choice.mode == "bounded" else ()
+    return cfg, edges, members, choice, closes, lateness_probes(spark, cfg, plans, edges, proving) if proving else {}
 
 
 def leave_group(cfg: JobConfig, members: tuple[str, ...]) -> None:

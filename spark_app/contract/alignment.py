@@ -132,11 +132,18 @@ class ModeChoice:
     requested: str
     mode: str
     reason: str
+    proving: tuple[str, ...] = ()
+    """Sources whose rows the bounded run's own write proves were not late before it commits
+    (observed on the rows it reads: no pass of their own); the reason holds once it commits."""
 
     def to_json(self) -> bytes:
-        return json.dumps({"requested": self.requested, "mode": self.mode, "reason": self.reason}).encode()
+        raw: dict[str, object] = {"requested": self.requested, "mode": self.mode, "reason": self.reason}
+        if self.proving:
+            raw["proving"] = list(self.proving)
+        return json.dumps(raw).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> ModeChoice:
         raw = json.loads(data)
-        return cls(str(raw["requested"]), str(raw["mode"]), str(raw["reason"]))
+        proving = tuple(str(x) for x in raw.get("proving", ()))
+        return cls(str(raw["requested"]), str(raw["mode"]), str(raw["reason"]), proving)

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_app.apps.bounded import STATE_FILE
+from spark_app.apps.bounded import STATE_FILE, BoundedState
 from spark_app.apps.run import run
 from spark_app.contract.config import parse_config
 from spark_app.contract.errors import ConfigError
@@ -42,7 +42,7 @@ def rmi(dataset: Dataset, tmp: Path, mode: str, **fields: Any) -> Any:
         sink_time_column="playback_ts",
         sources=sources("icebergBackfill", split={"maxBundleSpan": "2m"}),
         window={**WINDOW, "warmup": "30m"},
-        alignment={"mode": mode, "maxDrift": "4m"},
+        alignment={"mode": mode, "maxDrift": fields.pop("drift", "4m")},
         **fields,
     )
 
@@ -179,3 +179,61 @@ def test_a_pipeline_whose_result_depends_on_when_the_watermark_passed_is_refused
         run(cfg, spark)
     assert "set alignment.mode to auto or aligned" in str(refused.value)
     assert not (tmp_path / "out").exists(), "nothing written"
+
+
+def test_a_bounded_read_of_many_local_files_is_indexed_without_a_listing_job(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Past 32 paths Spark lists files in a distributed job; the manifests named them already."""
+    from spark_app.sources.iceberg.frame import LISTING_THRESHOLD, listed_on_driver
+
+    spark.range(0, 40, 1, 40).write.parquet(str(tmp_path / "files"))  # a file per partition
+    paths = sorted(str(p) for p in (tmp_path / "files").glob("*.parquet"))
+    assert len(paths) == 40
+    tracker = spark.sparkContext.statusTracker()
+
+    def jobs_to_index(group: str, driver_listing: bool) -> int:
+        spark.sparkContext.setJobGroup(group, group)
+        try:
+            if driver_listing:
+                with listed_on_driver(spark, len(paths)):
+                    spark.read.schema("id long").parquet(*paths)
+            else:
+                spark.read.schema("id long").parquet(*paths)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        return len(tracker.getJobIdsForGroup(group))
+
+    assert jobs_to_index("listing-default", driver_listing=False) == 1, "Spark's own listing job, past 32 paths"
+    before = spark.conf.get(LISTING_THRESHOLD, None)
+    assert jobs_to_index("listing-driver", driver_listing=True) == 0
+    assert spark.conf.get(LISTING_THRESHOLD, None) == before, "the setting as it was after the block"
+
+
+def test_auto_whose_write_finds_late_rows_commits_nothing_and_runs_aligned_to_the_aligned_runs_rows(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path
+) -> None:
+    """``auto`` leaves the proof that no row was late to the bounded write's own observation
+    (no pass of its own). With an 8-minute watermark some of the dataset's late events (up to
+    10 minutes) were late live: the write finds them before its commit, removes its files, and
+    the run goes on aligned, writing what an aligned run writes, dropped rows and all (a drift
+    of 1m keeps the aligned run's own lateness guard satisfied: 1m + the files' 6m43s span)."""
+    from spark_app.apps.bounded import MODE_FILE
+    from spark_app.sinks.iceberg import batch_tags
+
+    late = {"pipelineArgs": {"lateness": "8 minutes"}, "drift": "1m"}
+    cfg = into_iceberg(rmi(dataset, tmp_path / "auto", "auto", **late), "marts.auto_late")
+    report = run(cfg, spark)
+    choice = report.mode_choice
+    assert choice is not None and choice.mode == "aligned", choice
+    assert "arrived behind the live watermark (source" in choice.reason and not choice.proving, choice.reason
+    assert report.batches > 1, "the streaming run's micro-batches"
+    assert '"mode": "aligned"' in (tmp_path / "auto" / "ckpt" / MODE_FILE).read_text(), "a restart runs aligned"
+    table = dataset.catalog().load_table("marts.auto_late")
+    state = BoundedState.from_json((tmp_path / "auto" / "ckpt" / STATE_FILE).read_bytes())
+    bounded_write = batch_tags.tag(state.query_ids["attributed_plays"], 0)
+    data = Path(table.location().removeprefix("file://")) / "data"
+    assert not [d for d in data.iterdir() if d.name.startswith(bounded_write)], "the bounded write's files removed"
+    reference = into_iceberg(rmi(dataset, tmp_path / "aligned", "aligned", **late), "marts.aligned_late")
+    run(reference, spark)
+    assert branch_rows(dataset, cfg, "marts.auto_late") == branch_rows(dataset, reference, "marts.aligned_late")

@@ -83,11 +83,15 @@ class IcebergBatchWriter:
         trace_path: str | None = None,
         pipelined: bool = False,
         query_id: str | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         """``pipelined``: commit on a thread of its own while Spark runs the next batch (the
         runtime's default, ``IcebergSink.pipelinedCommit``); then ``finish`` ends the run.
         ``query_id``: the id its commits carry, when no streaming query's checkpoint holds one
-        (a bounded run's, ``spark_app.apps.bounded``)."""
+        (a bounded run's, ``spark_app.apps.bounded``). ``before_commit``: called once a batch's
+        files are written; if it raises, they are removed and nothing is committed (a bounded
+        run's proof, observed on the write)."""
+        self.before_commit = before_commit
         self.job, self.sink_name, self.sink, self.branch = job, sink_name, sink, branch
         self.catalog_name, self.properties = sink.catalog, catalog.properties()
         self.checkpoint, self.trace_path = checkpoint, trace_path
@@ -208,6 +212,13 @@ class IcebergBatchWriter:
         prepared = time.monotonic()
         directory, written, needs = self.write(df, table, batch_id)
         wrote = time.monotonic()
+        if self.before_commit is not None:
+            try:
+                self.before_commit()
+            except BaseException:
+                if directory is not None:
+                    spark_files.discard(df.sparkSession, directory, self.properties, table)
+                raise
         if not written:
             if directory is not None:
                 spark_files.discard(df.sparkSession, directory, self.properties, table)

@@ -13,7 +13,10 @@ from spark_app.apps.bounded import (
     BoundedState,
     Closing,
     LateArrivals,
+    LatenessProbe,
+    LateRowsFound,
     ModeChoice,
+    Proof,
     WatermarkInput,
     choose,
     end_column,
@@ -180,6 +183,51 @@ def test_an_explicit_mode_is_obeyed_whatever_the_plan(mode: str) -> None:
 def test_the_choice_reads_back_as_written() -> None:
     chosen = ModeChoice("auto", "aligned", "not bounded: x")
     assert ModeChoice.from_json(chosen.to_json()) == chosen
+    assert b"proving" not in chosen.to_json(), "a choice with nothing left to prove is written as before"
+    pending = ModeChoice("auto", "bounded", "every operator ...", ("impressions", "playbacks"))
+    assert ModeChoice.from_json(pending.to_json()) == pending
+
+
+class Observed:
+    def __init__(self, metrics: dict[str, Any] | None) -> None:
+        self.get = metrics
+
+
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        None,  # nothing observed: no row read
+        {"rows": 0, "worst_lag_us": None, "worst_lead_us": None},
+        # 20 min late at the worst, 5 min ahead at the worst: 20 + 5 <= 30, every row kept live
+        {"rows": 9, "worst_lag_us": 1_200_000_000, "worst_lead_us": 300_000_000},
+        # no event ahead of its arrival (lead negative): the bound is the delay itself
+        {"rows": 9, "worst_lag_us": 1_800_000_000, "worst_lead_us": -60_000_000},
+    ],
+)
+def test_the_writes_proof_passes_on_observed_maxima_within_the_delay(metrics: dict[str, Any] | None) -> None:
+    proof = Proof({"plays": LatenessProbe("plays", "event_ts", 1_800_000_000)})
+    proof.check({"plays": None}, {"plays": Observed(metrics)})  # no frame needed: nothing to count
+
+
+def test_the_writes_proof_counts_the_late_rows_and_refuses_bounded_naming_them() -> None:
+    class Frame:
+        def where(self, condition: Any) -> Frame:
+            return self
+
+        def count(self) -> int:
+            return 7
+
+    class Probe(LatenessProbe):
+        def lag(self) -> Any:  # the column needs a session; the count is the frame's
+            return 0
+
+    proof = Proof({"plays": Probe("plays", "event_ts", 1_800_000_000)})
+    observed = {"rows": 9, "worst_lag_us": 2_400_000_000, "worst_lead_us": 0}
+    with pytest.raises(LateRowsFound) as found:
+        proof.check({"plays": Frame()}, {"plays": Observed(observed)})
+    choice = found.value.choice
+    assert (choice.requested, choice.mode) == ("auto", "aligned")
+    assert "7 row(s) arrived behind the live watermark (source plays: ingestion up to 40m" in choice.reason
 
 
 @pytest.mark.parametrize(
