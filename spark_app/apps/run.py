@@ -26,7 +26,7 @@ from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
 from spark_app.apps.bounded import Closing, LatenessProbe
 from spark_app.apps.pipeline_code import make_importable
-from spark_app.bootstrap.legs import archive_config
+from spark_app.bootstrap.legs import BootstrapLeg, archive_config
 from spark_app.bootstrap.steps import start as start_bootstrap
 from spark_app.bootstrap.steps import switch as switch_bootstrap
 from spark_app.catalogs import load_table
@@ -44,6 +44,7 @@ from spark_app.contract.config import (
     format_duration,
 )
 from spark_app.contract.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
+from spark_app.contract.reports.bootstrap import BootstrapRecord
 from spark_app.contract.reports.progress import ProgressReporter
 from spark_app.contract.reports.run import write_report as write_run_report
 from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
@@ -493,7 +494,7 @@ class Legs:
     choice: ModeChoice | None
     reader_members: tuple[str, ...] | None
     fresh: bool
-    boot: Any
+    boot: tuple[BootstrapRecord, BootstrapLeg] | None
     archives: JobConfig | None
     drains: DrainExtensions | None
     extended: tuple[int, ...]

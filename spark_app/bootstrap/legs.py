@@ -24,7 +24,7 @@ from spark_app.contract.reports.bootstrap import BootstrapRecord
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import BackfillReader
 
-Leg = Literal["archive", "live"]
+BootstrapLeg = Literal["archive", "live"]
 
 NO_END = datetime(9999, 1, 1, tzinfo=UTC)
 """The archive leg's window has no end: the archive is read to its pinned snapshot's newest row."""
@@ -68,7 +68,7 @@ def hybrid_frames(
     cfg: JobConfig,
     sink: str,
     record: BootstrapRecord,
-    leg: Leg,
+    leg: BootstrapLeg,
     spec_of: Callable[[JobConfig, str, str], SourceSpec],
 ) -> dict[str, DataFrame]:
     """Each source of ``sink``'s query: its archive, then its topic from the switch offsets."""

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
-from spark_app.bootstrap.legs import Leg
+from spark_app.bootstrap.legs import BootstrapLeg
 from spark_app.bootstrap.seam import describe
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import ConfigError
@@ -22,7 +22,7 @@ FAULT_ENV = "KAPPA_BOOTSTRAP_FAULT"
 """``kill-before-switch`` / ``kill-after-switch``: the driver dies there like a killed pod (tests)."""
 
 
-def start(spark: SparkSession, cfg: JobConfig, fresh: bool) -> tuple[BootstrapRecord, Leg] | None:
+def start(spark: SparkSession, cfg: JobConfig, fresh: bool) -> tuple[BootstrapRecord, BootstrapLeg] | None:
     """The bootstrap this run continues, and its leg; None for a job that does not bootstrap.
 
     A job that bootstrapped once keeps its two-stream plan for good, even if ``bootstrap`` is
@@ -49,7 +49,7 @@ def start(spark: SparkSession, cfg: JobConfig, fresh: bool) -> tuple[BootstrapRe
     return record, "live" if record.switched else "archive"
 
 
-def switch(cfg: JobConfig, record: BootstrapRecord) -> tuple[BootstrapRecord, Leg]:
+def switch(cfg: JobConfig, record: BootstrapRecord) -> tuple[BootstrapRecord, BootstrapLeg]:
     """The archive leg ended with every archive read: from now on (and after any restart) the
     topics are read, from the switch offsets Spark already holds in the checkpoint."""
     _fault("kill-before-switch")

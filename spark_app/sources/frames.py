@@ -11,7 +11,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_app.alignment.round_record import QueryRounds, rounds_file
-from spark_app.bootstrap.legs import Leg, hybrid_frames
+from spark_app.bootstrap.legs import BootstrapLeg, hybrid_frames
 from spark_app.contract.alignment import aligned_members, member_id, query_of
 from spark_app.contract.config import IcebergSourceBase, JobConfig, KafkaSource
 from spark_app.contract.errors import ConfigError
@@ -79,7 +79,7 @@ def source_frames(
     sink: str,
     members: tuple[str, ...] | None = None,
     extended_to: tuple[int, ...] = (),
-    boot: tuple[BootstrapRecord, Leg] | None = None,
+    boot: tuple[BootstrapRecord, BootstrapLeg] | None = None,
 ) -> dict[str, DataFrame]:
     """``boot``: a bootstrapped job's record and leg (each source its archive, then its topic)."""
     parallelism = spark.sparkContext.defaultParallelism
@@ -124,7 +124,7 @@ def outputs_for(
     members: tuple[str, ...] | None = None,
     frames: dict[str, dict[str, DataFrame]] | None = None,
     extended_to: tuple[int, ...] = (),
-    boot: tuple[BootstrapRecord, Leg] | None = None,
+    boot: tuple[BootstrapRecord, BootstrapLeg] | None = None,
 ) -> dict[str, DataFrame]:
     """Call the pipeline once per output, each with its own source readers (``frames``, when
     given, receives them per sink)."""
