@@ -263,7 +263,7 @@ def listed_on_driver(spark: SparkSession, files: int) -> contextlib.AbstractCont
     """Spark's file index made without a listing job: the manifests already named each file, so
     all Spark needs is each one's status. Past ``parallelPartitionDiscovery.threshold`` paths
     (32) Spark lists them in a distributed job, which for a local or HDFS path costs more than
-    it saves: 0.85 s against 0.17 s for the 168 files of a source at the dense profile
+    it saves: 0.6-0.8 s against 0.16-0.20 s for the 84 files of a source at the dense profile
     (bench/RESULTS.md). Object stores keep the job (a status there is a round trip). The
     setting is read when the DataFrame is made, so it is set around that only."""
     threshold = max(int(spark.conf.get(LISTING_THRESHOLD, None) or 32), files + 1)
