@@ -348,34 +348,35 @@ def late_arrivals(
     used: dict[str, tuple[str, ...]],
     delay: timedelta | None,
     observed: frozenset[str] = frozenset(),
-) -> tuple[list[LateArrivals], list[str], tuple[str, ...]]:
+) -> tuple[list[LateArrivals], list[str], dict[str, LatenessProbe]]:
     """The rows of each read source that may have arrived behind the live watermark, the
-    sources that cannot say (no arrival column), and those of ``observed`` left to the write
-    to prove. The manifests' statistics prove most windows clean without a row read
+    sources that cannot say (no arrival column), and the probes of those of ``observed`` left
+    to the write to prove. The manifests' statistics prove most windows clean without a row read
     (``late_bound``); a source they do not clear is counted exactly with one aggregate over
     its two time columns, unless the write observes it (``LatenessProbe``)."""
     from spark_app.sources.iceberg.frame import field_ids_read
 
     late: list[LateArrivals] = []
     unknown: list[str] = []
-    proving: list[str] = []
+    proving: dict[str, LatenessProbe] = {}
     for name, found in _probes(spark, cfg, plans, used, delay, observed).items():
         if isinstance(found, str):
             unknown.append(name)
         elif name in observed:
-            proving.append(name)
+            proving[name] = found
         else:
             with field_ids_read(spark):
                 counted = found.measured(_proof_frame(spark, cfg, used, name))
             if counted is not None:
                 late.append(counted)
-    return late, unknown, tuple(proving)
+    return late, unknown, proving
 
 
 def lateness_probes(
     spark: SparkSession, cfg: JobConfig, plans: dict[str, str], edges: Edges, names: tuple[str, ...]
 ) -> dict[str, LatenessProbe]:
-    """The probes of ``names`` (a choice's ``proving``), for the write to observe."""
+    """The probes of ``names`` (a choice's ``proving``, read back by a restarted run), for the
+    write to observe."""
     found = _probes(spark, cfg, plans, edges.used, edges.delay, frozenset(names), only=frozenset(names))
     return {name: probe for name, probe in found.items() if isinstance(probe, LatenessProbe)}
 
@@ -481,11 +482,25 @@ def chosen(
 ) -> ModeChoice:
     """``choose`` with what it needs found (the late arrivals only when nothing else decided);
     ``observed``: sources whose proof a bounded run's write makes (its choice's ``proving``)."""
+    return _chosen(spark, cfg, plans, edges, closes, observed)[0]
+
+
+def _chosen(
+    spark: SparkSession,
+    cfg: JobConfig,
+    plans: dict[str, str],
+    edges: Edges,
+    closes: dict[str, Closing | str],
+    observed: frozenset[str],
+) -> tuple[ModeChoice, dict[str, LatenessProbe]]:
+    """``chosen``, with the probes a bounded choice leaves to its write."""
     if cfg.alignment.mode != "auto" or spec_reason(cfg) or plan_reason(plans, closes):
-        return choose(cfg, plans, [], [], closes)
+        return choose(cfg, plans, [], [], closes), {}
     late, unknown, proving = late_arrivals(spark, cfg, plans, edges.used, edges.delay, observed)
     choice = choose(cfg, plans, late, unknown, closes)
-    return replace(choice, proving=proving) if choice.mode == "bounded" else choice
+    if choice.mode != "bounded":
+        return choice, {}
+    return replace(choice, proving=tuple(sorted(proving))), proving
 
 
 class LateRowsFound(Exception):
@@ -499,10 +514,11 @@ class LateRowsFound(Exception):
 
 def decided(
     spark: SparkSession, cfg: JobConfig, plans: dict[str, str], edges: Edges, closes: dict[str, Closing | str]
-) -> ModeChoice:
+) -> tuple[ModeChoice, dict[str, LatenessProbe]]:
     """The run's mode: the one a previous attempt chose (``MODE_FILE``), else chosen now and
-    saved before anything is written. A run that wrote under an aligned checkpoint before
-    ``auto`` existed goes on aligned."""
+    saved before anything is written; with the probes a bounded run's write is left to prove
+    (``ModeChoice.proving``). A run that wrote under an aligned checkpoint before ``auto``
+    existed goes on aligned."""
     from spark_app.contract.storage import open_location
 
     if cfg.alignment.mode == "bounded" and (why := plan_reason(plans, closes)) is not None:
@@ -511,20 +527,23 @@ def decided(
             "set alignment.mode to auto or aligned"
         )
     if cfg.alignment.mode != "auto":
-        return choose(cfg, plans, [], [])
+        return choose(cfg, plans, [], []), {}
     location = open_location(cfg.checkpoint.location)
     if location.stat(MODE_FILE) is not None:
-        return ModeChoice.from_json(location.read_bytes(MODE_FILE))
+        saved = ModeChoice.from_json(location.read_bytes(MODE_FILE))
+        proving = saved.proving if saved.mode == "bounded" else ()
+        return saved, lateness_probes(spark, cfg, plans, edges, proving) if proving else {}
+    probes: dict[str, LatenessProbe] = {}
     if any(location.stat(f"{sink}/metadata") is not None for sink in cfg.sinks):
         choice = ModeChoice("auto", "aligned", "not bounded: the run goes on from its streaming checkpoint")
     else:
-        choice = chosen(spark, cfg, plans, edges, closes, observable(cfg, edges))
+        choice, probes = _chosen(spark, cfg, plans, edges, closes, observable(cfg, edges))
     location.write_bytes(MODE_FILE, choice.to_json())
     pending = f" (the write proves it for {', '.join(choice.proving)} before it commits)" if choice.proving else ""
     log.info(
         "backfill %s: alignment.mode %s runs %s: %s%s", cfg.name, choice.requested, choice.mode, choice.reason, pending
     )
-    return choice
+    return choice, probes
 
 
 @dataclass(frozen=True)

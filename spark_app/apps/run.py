@@ -789,7 +789,7 @@ def resolve_edges(
     from the same plans), and how each sink's results close (a bounded run's rule). Members
     for sources no output reads are reported finished (to a coordinator that was told of
     every configured source), so they never hold the group."""
-    from spark_app.apps.bounded import closings, decided, lateness_probes
+    from spark_app.apps.bounded import closings, decided
 
     frames: dict[str, dict[str, DataFrame]] = {}
     outputs = outputs_for(spark, cfg, pipeline, frames=frames)
@@ -805,9 +805,8 @@ def resolve_edges(
         log.info("backfill %s: reading %s past the end to close %s", cfg.name, edges.drain, edges.horizon.describe())
     closes = closings(outputs, frames)
     plans = {sink: analyzed_plan(df) for sink, df in outputs.items()}
-    choice = decided(spark, cfg, plans, edges, closes)
-    proving = choice.proving if choice.mode == "bounded" else ()
-    return cfg, edges, members, choice, closes, lateness_probes(spark, cfg, plans, edges, proving) if proving else {}
+    choice, probes = decided(spark, cfg, plans, edges, closes)
+    return cfg, edges, members, choice, closes, probes
 
 
 def leave_group(cfg: JobConfig, members: tuple[str, ...]) -> None:

@@ -22,7 +22,7 @@ from spark_app.checkpoints.kafka_offsets import partitions_of, topics_matching
 from spark_app.contract.config import IcebergBackfillSource, JobConfig, KafkaSource
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.reports.bootstrap import BootstrapRecord
-from spark_app.sources.iceberg.object_store import on_s3, s3a_options
+from spark_app.sources.iceberg.frame import read_data_files
 
 log = logging.getLogger("kappa.bootstrap")
 
@@ -123,10 +123,7 @@ def archived_ends(
     paths = [task.file.file_path for task in table.scan(snapshot_id=snapshot_id).plan_files()]
     if not paths:
         return {}, None
-    reader = spark.read
-    if on_s3(table.metadata.location):
-        reader = reader.options(**s3a_options({**cfg.catalogs[archive.catalog].properties(), **table.io.properties}))
-    files = reader.parquet(*paths)
+    files = read_data_files(spark, table, cfg.catalogs[archive.catalog].properties(), paths)
     topic_col = F.col(f"{METADATA}.topic") if has_topic else F.lit(topic)
     rows = (
         files.select(

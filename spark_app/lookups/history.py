@@ -36,8 +36,7 @@ from spark_app.catalogs import load_table
 from spark_app.contract.errors import ConfigError
 from spark_app.lookups.context import catalog_properties
 from spark_app.lookups.intervals import FileInterval, SnapshotFiles, file_intervals, history_start_ms
-from spark_app.sources.iceberg.frame import SLICE_PREFIX, read_schema
-from spark_app.sources.iceberg.object_store import on_s3, s3a_options
+from spark_app.sources.iceberg.frame import SLICE_PREFIX, read_data_files, read_schema
 
 log = logging.getLogger("kappa.lookups")
 
@@ -133,10 +132,7 @@ def _read_files(
     setting): a column renamed during the history reads as null in the files before it."""
     schema = read_schema(table.schema(), list(columns), by_id=False)
     schema = st.StructType([f for f in schema.fields if not f.name.startswith(SLICE_PREFIX)])
-    reader = spark.read.schema(schema)
-    if on_s3(table.metadata.location):
-        reader = reader.options(**s3a_options({**props, **table.io.properties}))
-    return reader.parquet(*paths).withColumn(_FILE, _norm(F.col("_metadata.file_path")))
+    return read_data_files(spark, table, props, paths, schema).withColumn(_FILE, _norm(F.col("_metadata.file_path")))
 
 
 def _columns(table: Table, wanted: Sequence[str] | None, required: Sequence[str]) -> list[str]:

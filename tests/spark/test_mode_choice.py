@@ -123,7 +123,8 @@ def test_an_auto_run_runs_what_it_chose_reports_why_and_keeps_it_on_a_restart(
     # a restart goes on in the mode chosen first (here: as if the first attempt chose aligned),
     # whatever it would choose now
     saved.write_text(json.dumps({"requested": "auto", "mode": "aligned", "reason": "not bounded: earlier"}))
-    again = decided(spark, cfg, {"attributed_plays": "Project [a#1]"}, None, {})  # type: ignore[arg-type]
+    again, probes = decided(spark, cfg, {"attributed_plays": "Project [a#1]"}, None, {})  # type: ignore[arg-type]
+    assert probes == {}, "an aligned choice leaves nothing to prove"
     assert (again.mode, again.reason) == ("aligned", "not bounded: earlier")
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,13 +226,7 @@ def bounded_frame(spark: SparkSession, spec: SourceSpec, snapshot_id: int, r: _R
     files = scan.files_in_window(table, snapshot_id, spec.ordering_column, bounds, spec.source.filter)
     if not files:
         return spark.createDataFrame([], columns).select(*[_output(n, output.find_field(n)) for n in names])
-    reader = spark.read.schema(columns)
-    if on_s3(table.metadata.location):
-        reader = reader.options(**s3a_options({**spec.catalog, **table.io.properties}))
-        df = reader.parquet(*[f.path for f in files])  # s3:// too: s3a_options maps it to S3A
-    else:
-        with listed_on_driver(spark, len(files)):
-            df = reader.parquet(*[f.path for f in files])
+    df = read_data_files(spark, table, spec.catalog, [f.path for f in files], columns)
     ordering = F.col(spec.ordering_column)
     start = F.timestamp_micros(F.lit(micros(window.read_start)))
     keep = (ordering >= start) & (ordering < F.timestamp_micros(F.lit(spec.read_until)))
@@ -254,6 +248,23 @@ def session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, before)
+
+
+def read_data_files(
+    spark: SparkSession,
+    table: Any,
+    catalog_properties: Mapping[str, str],
+    paths: Sequence[str],
+    schema: st.StructType | None = None,
+) -> DataFrame:
+    """Data files the manifests named, read by Spark's Parquet reader: through S3A with the
+    catalog's and the table's options on S3 (``s3://`` too: ``s3a_options`` maps it), indexed
+    on the driver elsewhere (``listed_on_driver``)."""
+    reader = spark.read if schema is None else spark.read.schema(schema)
+    if on_s3(table.metadata.location):
+        return reader.options(**s3a_options({**catalog_properties, **table.io.properties})).parquet(*paths)
+    with listed_on_driver(spark, len(paths)):
+        return reader.parquet(*paths)
 
 
 LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
