@@ -22,7 +22,7 @@ runs a table of manifests through both). Hence:
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
@@ -187,6 +187,12 @@ TimestampStr = Annotated[
 
 def instant(t: str) -> datetime:
     return parse_timestamp(t)
+
+
+def rfc3339(t: datetime, *, micros: bool = False) -> str:
+    """``t`` in UTC as status shows times: to the second, or to the microsecond for a restore
+    point's commit time (which a later choice compares with the manifests' exact times)."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micros else "%Y-%m-%dT%H:%M:%SZ")
 
 
 def as_timedelta(d: str) -> timedelta:

@@ -19,7 +19,7 @@ from kappa_operator.models.common import (
     StatusBase,
     TimestampStr,
 )
-from kappa_operator.models.streaming_job import StartPoint
+from kappa_operator.models.streaming_job import RestorePointStatus
 
 PHASES = ("Pending", "Stopping", "Restoring", "Resuming", "Succeeded", "Failed")
 
@@ -129,7 +129,7 @@ class RewindSpec(CRModel):
         return self
 
 
-class SinkRestore(StartPoint):
+class SinkRestore(RestorePointStatus):
     """The restore point chosen for one sink's query, and what its reset did."""
 
     table: str | None = None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -42,9 +43,11 @@ from kappa_operator.models.common import (
     TimestampStr,
     check_pod_settings_size,
     exactly_one,
+    rfc3339,
 )
 from kappa_operator.models.external_calls import ExternalCalls, ExternalCallsStatus
 from kappa_operator.models.packaging import Dependencies, PipelineFrom
+from spark_app.contract.config import RestorePoint
 
 CatalogProperties = Annotated[dict[PropertyKey, Setting], Field(max_length=CATALOG_PROPERTIES_MAX)]
 ENTRY_POINT = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -460,16 +463,35 @@ class StreamingJobSpec(CRModel):
 
 
 class RestorePointStatus(CRModel):
-    """One externalized snapshot a Rewind can restore (a restore point, as status lists it)."""
+    """One restore point as the custom resources show it: an externalized snapshot of one sink's
+    query (``status.checkpoints``), the one a new job starts from (``status.initialRestore``),
+    the one a Rewind chose (``status.restores``, which adds its reset). The status form of the
+    contract's ``RestorePoint``, made by ``of``."""
 
     sink: str
     """The query (one per sink)."""
     batch_id: int
-    """The last committed micro-batch in the snapshot."""
+    """The snapshot's last committed micro-batch: the query resumes at batch_id + 1."""
     committed_at: str
-    """When that batch was committed (RFC 3339)."""
+    """When that batch was committed (RFC 3339, microseconds)."""
+    query_id: str | None = None
+    """The query the snapshot is of (a Rewind undoes its batches after batch_id). Unset only in
+    points an operator before 2026-11-28 listed in ``status.checkpoints``."""
     watermark: str | None = None
-    """The query's event-time watermark at that batch."""
+    """The query's event-time watermark at that batch (RFC 3339; unset: none yet)."""
+
+    @classmethod
+    def of(cls, point: RestorePoint) -> Self:
+        """``point`` in status: its times in RFC 3339, a watermark of 0 or less (none yet) unset."""
+        assert point.committed_at is not None, "a listed snapshot has its commit time"
+        wm = point.watermark_ms
+        return cls(
+            sink=point.sink,
+            batch_id=point.batch_id,
+            committed_at=rfc3339(point.committed_at, micros=True),
+            query_id=point.query_id,
+            watermark=None if wm is None or wm <= 0 else rfc3339(datetime.fromtimestamp(wm / 1000, UTC)),
+        )
 
 
 class PartitionLag(CRModel):
@@ -526,19 +548,6 @@ class TakenSnapshot(CRModel):
     location: str | None = None
     """The externalLocation it was written to (an `initialSnapshot.location`)."""
     error: str | None = None
-
-
-class StartPoint(CRModel):
-    """The restore point a sink's query starts from (initialSnapshot; a Rewind's SinkRestore adds its reset)."""
-
-    sink: str
-    """The sink (one query each)."""
-    batch_id: int
-    """The snapshot's last committed batch: the query resumes at batch_id + 1."""
-    committed_at: str
-    """When that batch was committed."""
-    query_id: str
-    """The query the snapshot is of (a Rewind undoes its batches after batch_id)."""
 
 
 class UpgradeStatus(CRModel):
@@ -633,7 +642,7 @@ class StreamingJobStatus(StatusBase):
     rolled_back_generation: int | None = None
     """The metadata.generation whose spec failed and was rolled back: while the spec stays at
     it, the job runs lastStableSpec (an edit makes a new upgrade)."""
-    initial_restore: list[StartPoint] = []
+    initial_restore: list[RestorePointStatus] = []
     """The snapshots spec.initialSnapshot chose, per sink (chosen once)."""
     initial_snapshot_restored: bool | None = None
     """spec.initialSnapshot was restored into the checkpoint (done once, before the first

@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
-from kappa_operator.models.streaming_job import StartPoint, StreamingJob
+from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
 from spark_app.checkpoints import kafka_offsets as kafka
 from spark_app.checkpoints.failure_note import read_failure
 from spark_app.checkpoints.layout import OffsetLogEntry, parse_offsets
@@ -23,7 +23,7 @@ from spark_app.contract.errors import KappaError
 from spark_app.contract.storage import open_location
 from spark_app.sources.kafka_retention import Offsets, kafka_offsets, losses, read_none_of, refusal
 
-P = TypeVar("P", bound=StartPoint)
+P = TypeVar("P", bound=RestorePointStatus)
 
 
 def _join(base: str, *parts: str) -> str:
@@ -63,16 +63,15 @@ def restore_points(job: StreamingJob) -> list[RestorePoint]:
 
 
 def start_point(kind: type[P], sink: str, m: Manifest) -> P:
-    """The point ``sink``'s query starts from at snapshot ``m``."""
-    committed = m.committed_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return kind(sink=sink, batch_id=m.batch_id, committed_at=committed, query_id=m.query_id)
+    """The point ``sink``'s query starts from at snapshot ``m``, in status."""
+    return kind.of(restore_point(sink, m))
 
 
 def _when(time: str | None) -> datetime | None:
     return instant(time).astimezone(UTC) if time else None
 
 
-def initial_points(job: StreamingJob) -> list[StartPoint] | str:
+def initial_points(job: StreamingJob) -> list[RestorePointStatus] | str:
     """The snapshot each sink starts from (``spec.initialSnapshot``, another job's snapshots), or
     why there is none (a message for people). Manifests only: a few KB each."""
     initial = job.spec.initial_snapshot
@@ -84,7 +83,7 @@ def initial_points(job: StreamingJob) -> list[StartPoint] | str:
             m = choose(list_snapshots(open_location(where)), time=_when(initial.time), batch_id=initial.batch_id)
         except KappaError as exc:
             return f"initialSnapshot: sink {sink} at {where}: {exc}"
-        out.append(start_point(StartPoint, sink, m))
+        out.append(start_point(RestorePointStatus, sink, m))
     return out
 
 

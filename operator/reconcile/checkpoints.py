@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from kappa_operator.models.common import as_timedelta
-from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.common import as_timedelta, rfc3339
+from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
 from spark_app.contract.config import RestorePoint
 
@@ -27,26 +27,14 @@ def snapshot_due(job: StreamingJob, now: datetime) -> bool:
     return now - datetime.fromisoformat(last.replace("Z", "+00:00")) >= as_timedelta(spec.interval)
 
 
-def _rfc3339(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def checkpoint_status(points: list[RestorePoint], now: datetime, failures: list[str] | None = None) -> dict[str, Any]:
     """``failures``: the driver's notes of snapshot copies failing now (None clears the field)."""
     newest = sorted(points, key=lambda p: p.committed_at or datetime.min.replace(tzinfo=UTC), reverse=True)[:SHOWN]
     return {
         "snapshotError": "; ".join(failures) if failures else None,
-        "lastSnapshotAt": _rfc3339(now),
-        "lastCheckpoint": _rfc3339(newest[0].committed_at) if newest and newest[0].committed_at else None,
+        "lastSnapshotAt": rfc3339(now),
+        "lastCheckpoint": rfc3339(newest[0].committed_at) if newest and newest[0].committed_at else None,
         "checkpoints": [
-            {
-                "sink": p.sink,
-                "batchId": p.batch_id,
-                "committedAt": _rfc3339(p.committed_at) if p.committed_at else None,
-                "watermark": None
-                if p.watermark_ms is None or p.watermark_ms <= 0
-                else _rfc3339(datetime.fromtimestamp(p.watermark_ms / 1000, UTC)),
-            }
-            for p in newest
+            RestorePointStatus.of(p).model_dump(by_alias=True, exclude_none=True) for p in newest if p.committed_at
         ],
     }

@@ -14,10 +14,10 @@ its own reason, so a refused spec stays Stalled whatever its (absent) queries re
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from kappa_operator.models.common import Condition, as_timedelta
+from kappa_operator.models.common import Condition, as_timedelta, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, set_conditions
 from kappa_operator.reconcile.streaming_job import Event
@@ -36,10 +36,6 @@ READ_FIX = (
     "<checkpoints.location>/**/_kappa/* (chart value objectStore, docs/operations.md)"
 )
 HEALTH_REASONS = (NO_PROGRESS, "Progressing", "NotRunning", "CaughtUp", "Behind")
-
-
-def rfc3339(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str) -> datetime:

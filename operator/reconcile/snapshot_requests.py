@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kappa_operator.models.common import as_timedelta
+from kappa_operator.models.common import as_timedelta, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob, TakenSnapshot
 from spark_app.contract.snapshot_requests import Answer
 
@@ -22,10 +22,6 @@ Answers = dict[str, dict[str, Answer]]
 
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def rfc3339(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kappa_operator.models.common import Condition
-from kappa_operator.models.streaming_job import StartPoint, StreamingJob
+from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
 from kappa_operator.reconcile.bootstrap import added_to_running, bootstrapping, bootstrapping_message
 from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
@@ -86,7 +86,7 @@ class JobPlan:
 class InitialSeen:
     """What the handler saw of a new job's start from ``spec.initialSnapshot``."""
 
-    points: list[StartPoint] | str | None = None
+    points: list[RestorePointStatus] | str | None = None
     """The snapshot per sink, or why there is none (None: not looked: chosen already)."""
     restore_app: dict[str, Any] | None = None
     report: RestoreReport | None = None

@@ -19,7 +19,7 @@ from kappa_operator.models.streaming_job import (
     CheckpointSpec,
     JobSink,
     JobSource,
-    StartPoint,
+    RestorePointStatus,
     StreamingJob,
     StreamingJobSpec,
 )
@@ -328,7 +328,7 @@ def restore_config(rw: Rewind, job: StreamingJob, points: tuple[SinkRestore, ...
     return parse_config(live, origin=f"(Rewind {rw.metadata.namespace}/{rw.metadata.name})")
 
 
-def initial_restore_config(job: StreamingJob, points: list[StartPoint]) -> JobConfig:
+def initial_restore_config(job: StreamingJob, points: list[RestorePointStatus]) -> JobConfig:
     """What a new job's restore application runs (``spec.initialSnapshot``): the job's own
     config, reading snapshots from the initial snapshot's location into the job's live
     checkpoint, copying only (that job's later snapshots, sinks and topics are not touched)."""

@@ -530,8 +530,7 @@ class RestorePoint(KappaModel):
     """One sink query's restore point: an externalized snapshot, as of its last committed
     batch. The one type for it: the operator lists them (``status.checkpoints``) and chooses
     one for a Rewind or an initial snapshot; the restore application restores it. (The
-    custom resources show it in their own status forms, ``StartPoint`` and
-    ``RestorePointStatus``.)"""
+    custom resources show it as ``RestorePointStatus``, made by its ``of``.)"""
 
     sink: str = Field(min_length=1)
     batch_id: int = Field(ge=0)

@@ -83,7 +83,7 @@ def test_the_driver_externalizes_applies_retention_and_the_operator_lists_restor
     assert [p["batchId"] for p in fields["checkpoints"]] == [2, 1]
     assert fields["checkpoints"][0]["sink"] == "attributed_plays"
     assert fields["lastCheckpoint"] == "2026-11-21T09:32:00Z" and fields["lastSnapshotAt"] == "2026-11-21T10:02:00Z"
-    assert fields["checkpoints"][0]["watermark"] == "2026-11-21T09:02:00Z"
+    assert fields["checkpoints"][0]["watermark"] == "2026-11-21T09:02:00Z", "to the second"
     assert driver_copies(sj, NOW + timedelta(minutes=3)) == [], "nothing new committed: nothing copied"
     files = sorted(p.relative_to(tmp_path) for p in (tmp_path / "ext").rglob("*") if p.is_file())
     assert list_points(sj, NOW + timedelta(minutes=3))["checkpoints"] == fields["checkpoints"]
@@ -133,9 +133,10 @@ def test_status_lists_the_newest_restore_points_with_their_time_and_watermark() 
     assert status["checkpoints"][0] == {
         "sink": "out",
         "batchId": SHOWN + 1,
-        "committedAt": "2026-11-01T12:06:00Z",
+        "committedAt": "2026-11-01T12:06:00.000000Z",
+        "queryId": "q",
         "watermark": "2026-11-01T12:01:00Z",
-    }
+    }, "the same form as a Rewind's chosen point (RestorePointStatus): its commit time exact"
     assert status["lastCheckpoint"] == "2026-11-01T12:06:00Z" and status["lastSnapshotAt"] == "2026-11-01T13:00:00Z"
     assert status["snapshotError"] == "sink out: denied (since 12:00)"
     assert checkpoint_status([], t0)["lastCheckpoint"] is None and checkpoint_status([], t0)["snapshotError"] is None

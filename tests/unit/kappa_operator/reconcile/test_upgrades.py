@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from kappa_operator.models.streaming_job import StartPoint, StreamingJob
+from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
 from kappa_operator.reconcile.streaming_job import InitialSeen, JobPlan, plan_streaming_job
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, config_hash, streaming_job_config
 from spark_app.contract.reports.restore import RestoreReport
@@ -253,7 +253,7 @@ def test_a_snapshot_upgrade_rolls_back_to_its_snapshot_through_a_rewind() -> Non
 
 def test_a_new_job_restores_its_initial_snapshot_before_its_first_run() -> None:
     data = manifest(initialSnapshot={"location": "s3://lake/kappa-snapshots/old-rmi", "batchId": 41})
-    point = StartPoint(sink=SINK, batch_id=41, committed_at="2026-11-26T09:00:00.000000Z", query_id="q-old")
+    point = RestorePointStatus(sink=SINK, batch_id=41, committed_at="2026-11-26T09:00:00.000000Z", query_id="q-old")
     first = plan_streaming_job(job(data), None, at(0), initial=InitialSeen(points=[point]))
     assert first.create_app is None and first.restore is not None
     cm, restorer = first.restore
@@ -279,7 +279,7 @@ def test_a_missing_or_failed_initial_snapshot_is_said() -> None:
     missing = plan_streaming_job(job(data), None, at(0), initial=InitialSeen(points="sink x: no snapshot"))
     assert missing.status["phase"] == "Failed" and missing.create_app is None and missing.restore is None
     assert [e.reason for e in missing.events] == ["InitialSnapshotMissing"]
-    point = StartPoint(sink=SINK, batch_id=1, committed_at="2026-11-26T08:00:00.000000Z", query_id="q")
+    point = RestorePointStatus(sink=SINK, batch_id=1, committed_at="2026-11-26T08:00:00.000000Z", query_id="q")
     status = merged(None, plan_streaming_job(job(data), None, at(0), initial=InitialSeen(points=[point])))
     failed_app = {"metadata": {"name": "rmi-restore"}, "status": {"applicationState": {"state": "FAILED"}}}
     bad = RestoreReport(rewind="x", state="Failed", sinks=[], error="snapshot gone", started_at=T0, finished_at=T0)
