@@ -84,7 +84,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
     from harness.s3 import MotoS3
-    from spark_app.checkpoints import externalize, list_snapshots, open_location, restore
+    from spark_app.contract.checkpoints import externalize, list_snapshots, open_location, restore
 
     out = Path(args.out)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

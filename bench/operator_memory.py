@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 from bench.operator import free_port
 from harness.checkpoint_data import live_ids, sink_batches, write_checkpoint
 from harness.kube_api import APPS, BACKFILLS, JOBS, Api, manifest, register, run_application, spark_state
-from spark_app.checkpoints import externalize, open_location
+from spark_app.contract.checkpoints import externalize, open_location
 
 REWINDS = "/apis/kappa.dev/v1alpha1/namespaces/default/rewinds"
 

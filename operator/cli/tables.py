@@ -15,8 +15,8 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.observe import restore_points
 from kappa_operator.reconcile.rewind import downstream_of, downstream_rewind, restored_location
 from spark_app.catalogs import load_table
-from spark_app.checkpoints import CheckpointError, list_batches, list_snapshots, open_location
-from spark_app.checkpoints.snapshots import SNAPSHOTS
+from spark_app.contract.checkpoints import CheckpointError, list_batches, list_snapshots, open_location
+from spark_app.contract.checkpoints.snapshots import SNAPSHOTS
 from spark_app.sinks.iceberg.undo import batches_after
 
 

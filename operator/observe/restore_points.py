@@ -13,15 +13,15 @@ from typing import TypeVar
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
-from spark_app.checkpoints import kafka_offsets as kafka
-from spark_app.checkpoints.failure_note import read_failure
-from spark_app.checkpoints.layout import OffsetLogEntry, parse_offsets
-from spark_app.checkpoints.restore import choose
-from spark_app.checkpoints.snapshots import Manifest, list_snapshots
+from spark_app.contract.checkpoints import kafka_offsets as kafka
+from spark_app.contract.checkpoints.failure_note import read_failure
+from spark_app.contract.checkpoints.kafka_retention import Offsets, kafka_offsets, losses, read_none_of, refusal
+from spark_app.contract.checkpoints.layout import OffsetLogEntry, parse_offsets
+from spark_app.contract.checkpoints.restore import choose
+from spark_app.contract.checkpoints.snapshots import Manifest, list_snapshots
 from spark_app.contract.config import RestorePoint
 from spark_app.contract.errors import KappaError
 from spark_app.contract.storage import open_location
-from spark_app.sources.kafka_retention import Offsets, kafka_offsets, losses, read_none_of, refusal
 
 P = TypeVar("P", bound=RestorePointStatus)
 

@@ -21,9 +21,9 @@ from functools import partial
 from typing import Any
 
 from spark_app.catalogs import load_table
-from spark_app.checkpoints.kafka_offsets import end_offsets
-from spark_app.checkpoints.restore import restore
-from spark_app.checkpoints.snapshots import discard_after, list_snapshots
+from spark_app.contract.checkpoints.kafka_offsets import end_offsets
+from spark_app.contract.checkpoints.restore import restore
+from spark_app.contract.checkpoints.snapshots import discard_after, list_snapshots
 from spark_app.contract.config import IcebergSink, JobConfig, KafkaSink, OffsetRange, RestorePoint
 from spark_app.contract.errors import KappaError
 from spark_app.contract.reports.restore import RestoreReport, SinkRestored, report_location

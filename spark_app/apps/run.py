@@ -32,6 +32,7 @@ from spark_app.bootstrap.steps import switch as switch_bootstrap
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.driver import attach, detach
 from spark_app.contract.alignment import ModeChoice, aligned_members, member_id
+from spark_app.contract.checkpoints.offsets import BackfillOffset
 from spark_app.contract.config import (
     ConsoleSink,
     IcebergBackfillSource,
@@ -50,7 +51,6 @@ from spark_app.contract.reports.run import write_report as write_run_report
 from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.external_calls import serve as serve_external_calls
-from spark_app.planning.offsets import BackfillOffset
 from spark_app.planning.query_plan import analyzed_plan
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import max_span

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from spark_app.bootstrap.seam import Offsets, describe, switch_offsets
 from spark_app.catalogs import load_table
-from spark_app.checkpoints.kafka_offsets import partitions_of, topics_matching
+from spark_app.contract.checkpoints.kafka_offsets import partitions_of, topics_matching
 from spark_app.contract.config import IcebergBackfillSource, JobConfig, KafkaSource
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.reports.bootstrap import BootstrapRecord

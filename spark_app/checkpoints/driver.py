@@ -21,10 +21,10 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 
-from spark_app.checkpoints import layout
-from spark_app.checkpoints.errors import IncompleteCheckpointError
-from spark_app.checkpoints.failure_note import FAILURE
-from spark_app.checkpoints.snapshots import Manifest, apply_retention, externalize, list_snapshots
+from spark_app.contract.checkpoints import layout
+from spark_app.contract.checkpoints.errors import IncompleteCheckpointError
+from spark_app.contract.checkpoints.failure_note import FAILURE
+from spark_app.contract.checkpoints.snapshots import Manifest, apply_retention, externalize, list_snapshots
 from spark_app.contract.config import ExternalCheckpoints, JobConfig
 from spark_app.contract.snapshot_requests import Answer, read_answer, read_requests, write_answer
 from spark_app.contract.storage import Location, open_location

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from spark_app.checkpoints.kafka_offsets import end_offsets
-from spark_app.checkpoints.layout import PRODUCED
+from spark_app.contract.checkpoints.kafka_offsets import end_offsets
+from spark_app.contract.checkpoints.layout import PRODUCED
 from spark_app.contract.config import KafkaSink
 from spark_app.contract.storage import Location, open_location
 from spark_app.contract.trace import trace

@@ -30,7 +30,7 @@ from pyspark.sql.types import DataType, StructType
 
 from spark_app import jars
 from spark_app.catalogs import load_table
-from spark_app.checkpoints.kafka_offsets import topics_matching
+from spark_app.contract.checkpoints.kafka_offsets import topics_matching
 from spark_app.contract.config import JobConfig, KafkaSink, KafkaSource, OffsetRange
 from spark_app.contract.errors import ConfigError, ConnectorMissingError, KappaError
 from spark_app.jvm import GATED_KAFKA_CLASS
@@ -296,7 +296,7 @@ def gone_notice(name: str, earliest: dict[tuple[str, int], int]) -> str | None:
 def records_gone(cfg: JobConfig) -> list[str]:
     """At a job's first start: each Kafka source read from its earliest offset whose topic has
     already lost records (one metadata request per source, no record read)."""
-    from spark_app.checkpoints.kafka_offsets import offsets, partitions_of
+    from spark_app.contract.checkpoints.kafka_offsets import offsets, partitions_of
 
     out = []
     for name, src in cfg.sources.items():

@@ -11,7 +11,7 @@ applications the operator renders, which the test runs as the Spark operator wou
 patches status.
 
 Checkpoints are Spark-format directories written by the test (offsets, commits, metadata,
-state files) and externalized with ``spark_app.checkpoints``; the sink tables are real Iceberg
+state files) and externalized with ``spark_app.contract.checkpoints``; the sink tables are real Iceberg
 tables (SQLite catalog) whose snapshots carry each batch's query and batch id, as the
 exactly-once sink writes them. (The same path with real Spark is tests/spark.)
 """
@@ -29,7 +29,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from harness.chart import Installed, grant_coordinator_secrets
 from harness.checkpoint_data import T0, live_ids, sink_batches, tree_hash, write_checkpoint
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
-from spark_app.checkpoints import externalize, list_snapshots, open_location
+from spark_app.contract.checkpoints import externalize, list_snapshots, open_location
 from tests.cluster.operator_runs import Processes
 from tests.cluster.spark_operator import APP, SparkPlayer, create, example, get, status
 

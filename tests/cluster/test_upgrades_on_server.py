@@ -17,7 +17,7 @@ from harness.checkpoint_data import write_checkpoint
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION
 from spark_app.checkpoints.driver import CheckpointExternalizer
-from spark_app.checkpoints.snapshots import externalize, list_snapshots
+from spark_app.contract.checkpoints.snapshots import externalize, list_snapshots
 from spark_app.contract.config import parse_config
 from spark_app.contract.storage import open_location
 from tests.cluster.spark_operator import SparkPlayer, create, example, get, spark_state, status

@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 
 from harness.s3 import MotoS3
 from spark_app.apps.run import run
-from spark_app.checkpoints import (
+from spark_app.contract.checkpoints import (
     choose,
     discard_after,
     layout,

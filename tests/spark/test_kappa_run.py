@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from kappa_operator.cli.commands import main
 from kappa_operator.local.overrides import local_catalog
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION
-from spark_app.checkpoints import list_snapshots, open_location
+from spark_app.contract.checkpoints import list_snapshots, open_location
 from spark_app.examples.generator import GeneratorConfig, generate
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID, UNDO_AFTER_BATCH, branch_history
 

@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, ReadMaxRows
 
 from spark_app.apps import run as runtime
+from spark_app.contract.checkpoints.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
 from spark_app.contract.trace import read_trace
@@ -44,7 +45,6 @@ from spark_app.examples.generator import (
     iter_commits,
     write_commit,
 )
-from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.planning.splits import FilePiece, Split
 from spark_app.sinks.iceberg.compaction import compact
 from spark_app.sinks.iceberg.history import expire

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
 from spark_app.apps.run import run
-from spark_app.checkpoints.snapshots import apply_retention, list_snapshots
+from spark_app.contract.checkpoints.snapshots import apply_retention, list_snapshots
 from spark_app.contract.config import parse_config
 from spark_app.contract.snapshot_requests import read_answer, requests_text
 from spark_app.contract.storage import open_location

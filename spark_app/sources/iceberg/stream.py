@@ -38,6 +38,7 @@ from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
 from spark_app.alignment.round_record import QueryRounds
 from spark_app.catalogs import load_table
 from spark_app.contract.alignment import GroupView, ReadCount, WatermarkProvider, held_outside, query_of
+from spark_app.contract.checkpoints.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.errors import (
     IncompleteBackfillError,
     NonAppendSnapshotError,
@@ -46,7 +47,6 @@ from spark_app.contract.errors import (
 )
 from spark_app.contract.trace import trace
 from spark_app.planning.admission import Admission, Limits, admit, source_watermark
-from spark_app.planning.offsets import BackfillOffset, LiveOffset
 from spark_app.planning.read_rate import Cost, FileLayout, read_cost
 from spark_app.planning.rounds import Turn, combined_bound, honor_floor, lookahead
 from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits

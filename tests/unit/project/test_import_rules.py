@@ -54,24 +54,12 @@ RUNS_SPARK = ("local", "demo", "local_cluster")
 """The operator's folders that run Spark or seed its data on this machine (``kappa run``, the
 demo, the dev cluster's example tables): not the control plane."""
 
-SHARED_READERS = (
-    "spark_app.checkpoints",
-    "spark_app.checkpoints.catalog",
-    "spark_app.checkpoints.errors",
-    "spark_app.checkpoints.failure_note",
-    "spark_app.checkpoints.layout",
-    "spark_app.checkpoints.restore",
-    "spark_app.checkpoints.snapshots",
-    "spark_app.checkpoints.kafka_offsets",
-    "spark_app.sources.kafka_retention",
-    "spark_app.catalogs",
-    "spark_app.sinks.iceberg.undo",
-)
-"""Outside the contract, what the control plane still imports from the Spark side: the
-externalized checkpoint's readers (status.snapshots, a Rewind's point, Kafka retention) and,
-for `kappa checkpoints` and a Rewind's dry run, the Iceberg history reader. Free of Spark
-(``test_what_the_control_plane_imports_from_the_spark_side_never_imports_spark``), not yet in
-the contract: they share modules with the writers the driver runs."""
+READS_TABLES = ("cli/tables.py",)
+"""What ``kappa checkpoints`` and a Rewind's dry run print (``kappa rewind --dry-run``): run on
+the user's machine with the job's catalog, they read the sink's Iceberg history with the Spark
+side's own readers (``spark_app.catalogs``, ``spark_app.sinks.iceberg.undo``), never Spark
+itself (``test_what_the_cli_reads_of_tables_never_imports_spark``). Not the control plane:
+the operator's pod never imports them."""
 
 
 def module_file(module: str) -> Path | None:
@@ -128,29 +116,37 @@ def control_plane_files() -> list[Path]:
         p
         for p in sorted((ROOT / "operator").rglob("*.py"))
         if p.relative_to(ROOT / "operator").parts[0] not in RUNS_SPARK
+        and str(p.relative_to(ROOT / "operator")) not in READS_TABLES
     ]
 
 
-def test_the_control_plane_imports_the_contract_and_only_the_named_readers_from_the_spark_side() -> None:
+def spark_side(path: Path) -> list[str]:
+    return sorted(m for m in imported(path) if m.startswith("spark_app.") and module_file(m))
+
+
+def test_the_control_plane_imports_only_the_contract_from_the_spark_side() -> None:
     offenders = {
-        str(path.relative_to(ROOT)): sorted(
-            m
-            for m in imported(path)
-            if m.startswith("spark_app.")
-            and module_file(m)
-            and not m.startswith("spark_app.contract")
-            and m not in SHARED_READERS
-        )
+        str(path.relative_to(ROOT)): [m for m in spark_side(path) if not m.startswith("spark_app.contract")]
         for path in control_plane_files()
     }
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-def test_what_the_control_plane_imports_from_the_spark_side_never_imports_spark() -> None:
-    for module in SHARED_READERS:
-        reached, outside = closure(module)
-        assert not outside & {"pyspark", "py4j"}, (module, sorted(outside & {"pyspark", "py4j"}))
-        assert not {m for m in reached if m.startswith("spark_app.apps.run")}, module
+def test_the_operators_process_never_imports_what_reads_tables() -> None:
+    """``kappa operator`` (the pod) reaches the table-reading commands through no import at module
+    level: ``cli/commands.py`` imports them inside the commands that print them."""
+    reached, _ = closure("kappa_operator.handlers")
+    assert "kappa_operator.reconcile.backfill" in reached, "the closure follows the handlers' imports"
+    assert not {m for m in reached if m.startswith("kappa_operator.cli.tables")}
+    assert "kappa_operator.cli.tables" in closure("kappa_operator.cli.commands")[0], "and would see it"
+
+
+def test_what_the_cli_reads_of_tables_never_imports_spark() -> None:
+    for name in READS_TABLES:
+        for module in spark_side(ROOT / "operator" / name):
+            reached, outside = closure(module)
+            assert not outside & {"pyspark", "py4j"}, (module, sorted(outside & {"pyspark", "py4j"}))
+            assert not {m for m in reached if m.startswith("spark_app.apps.run")}, module
 
 
 def test_the_rule_sees_an_import_of_the_spark_side_from_the_control_plane() -> None:

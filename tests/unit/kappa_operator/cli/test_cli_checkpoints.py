@@ -11,7 +11,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from harness.checkpoint_data import live_ids, sink_batches, tree_hash, write_checkpoint
 from kappa_operator.cli.commands import main
-from spark_app.checkpoints import externalize, list_snapshots, open_location
+from spark_app.contract.checkpoints import externalize, list_snapshots, open_location
 
 ROOT = Path(__file__).resolve().parents[4]
 

@@ -16,8 +16,8 @@ from kappa_operator.handlers.checkpoints import list_points
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.checkpoints import SHOWN, checkpoint_status, snapshot_due
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, streaming_job_config
-from spark_app.checkpoints import list_snapshots, open_location
 from spark_app.checkpoints.driver import sink_locations, snapshot_query
+from spark_app.contract.checkpoints import list_snapshots, open_location
 from spark_app.contract.config import RestorePoint
 
 ROOT = Path(__file__).resolve().parents[4]

@@ -19,7 +19,7 @@ from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import restore_config
 from spark_app.__main__ import main
-from spark_app.checkpoints import externalize, list_snapshots, open_location
+from spark_app.contract.checkpoints import externalize, list_snapshots, open_location
 from spark_app.contract.config import JobConfig
 from spark_app.contract.reports.restore import read_report
 

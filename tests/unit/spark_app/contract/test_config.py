@@ -564,12 +564,18 @@ def test_more_than_one_starting_position(starts: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    "start", [{"startingPosition": "earliest"}, {"startingSnapshotId": 7}, {"startingTimestamp": "2026-11-01"}]
+    ("start", "parsed"),
+    [
+        ({"startingPosition": "earliest"}, ("earliest", None, None)),
+        ({"startingSnapshotId": 7}, (None, None, 7)),
+        ({"startingTimestamp": "2026-11-01"}, (None, datetime(2026, 11, 1, tzinfo=UTC), None)),
+    ],
 )
-def test_one_starting_position_is_fine(start: dict[str, Any]) -> None:
+def test_one_starting_position_is_taken_as_given(start: dict[str, Any], parsed: tuple[Any, ...]) -> None:
     d = variant(LIVE)
     d["sources"]["rides"].update(start)
-    parse_config(d)
+    src = parse_config(d).sources["rides"]
+    assert (src.starting_position, src.starting_timestamp, src.starting_snapshot_id) == parsed  # type: ignore[union-attr]
 
 
 def test_bad_starting_position_value() -> None:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from spark_app.checkpoints.layout import OffsetLogEntry
+from spark_app.contract.checkpoints.layout import OffsetLogEntry
 
 Offsets = dict[str, dict[int, int]]
 """topic -> partition -> offset."""

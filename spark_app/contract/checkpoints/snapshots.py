@@ -33,9 +33,9 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import ValidationError
 
-from spark_app.checkpoints import layout
-from spark_app.checkpoints.catalog import BatchInfo, CatalogModel, query_id, read_batch
-from spark_app.checkpoints.errors import (
+from spark_app.contract.checkpoints import layout
+from spark_app.contract.checkpoints.catalog import BatchInfo, CatalogModel, query_id, read_batch
+from spark_app.contract.checkpoints.errors import (
     CheckpointError,
     IncompleteCheckpointError,
     TimelineConflictError,

@@ -14,11 +14,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.checkpoints import layout
-from spark_app.checkpoints.errors import CheckpointError
+from spark_app.contract.checkpoints import layout
+from spark_app.contract.checkpoints.errors import CheckpointError
+from spark_app.contract.checkpoints.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.errors import KappaError
 from spark_app.contract.storage import FileStat, Location
-from spark_app.planning.offsets import BackfillOffset, LiveOffset
 
 
 class CatalogModel(BaseModel):

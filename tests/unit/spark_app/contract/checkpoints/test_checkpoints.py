@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness.s3 import MotoS3
-from spark_app.checkpoints import (
+from spark_app.contract.checkpoints import (
     IncompleteCheckpointError,
     Location,
     Manifest,
@@ -39,12 +39,12 @@ from spark_app.checkpoints import (
     restore,
     snapshots,
 )
-from spark_app.checkpoints.catalog import BatchInfo, decode_offset
-from spark_app.checkpoints.errors import CheckpointError, SnapshotDamagedError
-from spark_app.checkpoints.restore import restore_order, restore_plan
+from spark_app.contract.checkpoints.catalog import BatchInfo, decode_offset
+from spark_app.contract.checkpoints.errors import CheckpointError, SnapshotDamagedError
+from spark_app.contract.checkpoints.offsets import BackfillOffset, LiveOffset
+from spark_app.contract.checkpoints.restore import restore_order, restore_plan
 from spark_app.contract.errors import KappaError
 from spark_app.contract.storage import FileStat, S3Options
-from spark_app.planning.offsets import BackfillOffset, LiveOffset
 
 QUERY = "f2e84b7f-38d4-44b5-b3a9-2b63dbb34ac8"
 CONF = {

@@ -19,14 +19,14 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 
-from spark_app.checkpoints import layout
-from spark_app.checkpoints.errors import (
+from spark_app.contract.checkpoints import layout
+from spark_app.contract.checkpoints.errors import (
     CheckpointError,
     NoRestorablePointError,
     SnapshotDamagedError,
     TargetNotEmptyError,
 )
-from spark_app.checkpoints.snapshots import POOL, Manifest, missing_objects
+from spark_app.contract.checkpoints.snapshots import POOL, Manifest, missing_objects
 from spark_app.contract.storage import FileStat, Location, copy_many
 
 log = logging.getLogger("kappa.checkpoints")

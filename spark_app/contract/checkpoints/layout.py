@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_app.checkpoints.errors import IncompleteCheckpointError
+from spark_app.contract.checkpoints.errors import IncompleteCheckpointError
 from spark_app.contract.storage import FileStat
 
 METADATA = "metadata"
