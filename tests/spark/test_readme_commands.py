@@ -6,6 +6,7 @@ neither list fails this test."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -26,6 +27,57 @@ NOT_HERE = {
     "kappa kafka start": "a foreground broker: tests/conftest.py's kafka_broker fixture runs the same class",
     "kappa cluster": "a whole cluster, as root: tests/node starts the same LocalCluster",
 }
+
+
+SHOWS = {
+    "kappa example-data /tmp/k": [
+        r"ingest\.impressions \(160,000 rows\) and ingest\.playbacks \(40,000 rows\), 98 commits"
+    ],
+    "kappa plan examples/rmi-backfill.yaml": [
+        r"mode\s+│\s+bounded, maxDrift 10m",
+        r"expected micro-batches\s+│\s+1\s",
+        r"read in total\s+│\s+113,304 rows",
+        r"no warnings",
+    ],
+    "kappa run examples/rmi-streamingjob.yaml": [
+        r"rmi\s+│\s+200000\s+│\s+1\s+│",
+        r"StreamingJob default/rmi: Completed",
+    ],
+    "kappa checkpoints list": [r"│\s+0\s+│[^\n]*│\s+16\s+│", r"│\s+1\s+│[^\n]*│\s+26\s+│"],
+    "kappa run examples/rmi-backfill.yaml": [
+        r"rmi-outage\s+│\s+113226\s+│\s+1\s+│",
+        r"auto ran bounded",
+        r"Backfill default/rmi-outage: Succeeded published backfill-rmi-outage into main: "
+        r"marts\.attributed_plays \(match 1\.0000",
+    ],
+    "kappa rewind examples/rmi-rewind.yaml": [
+        r"refused: no restorable point: sink attributed_plays: no snapshot committed before"
+    ],
+    "kappa run examples/rmi-rewind.yaml": [
+        r"restored attributed_plays at batch 1",
+        r"Rewind default/rmi-before-outage: Succeeded rmi resumed from",
+    ],
+    "kappa example-data /tmp/k/insights": [
+        r"ingest\.impressions \(40,000 rows\) and ingest\.playbacks \(10,000 rows\)"
+    ],
+    "kappa run examples/own-pipeline/watch-time-streamingjob.yaml": [
+        r"watch-time\s+│\s+10000\s+│\s+1\s+│",
+        r"StreamingJob player-insights/watch-time: Completed",
+    ],
+}
+"""What each command must show (the docs' own words: the rows the examples' seeded data gives, a
+Backfill that ends Succeeded, the dry run the README says is refused), by the longest prefix of
+the command: a command that only exits 0 has not shown it did what the docs say."""
+
+
+WIDE = {**os.environ, "COLUMNS": "200"}
+"""A console wide enough that rich wraps none of what ``SHOWS`` reads (80 columns when not a terminal)."""
+
+
+def shows(command: str) -> list[str]:
+    prefixes = [k for k in SHOWS if command == k or command.startswith(k + " ")]
+    assert prefixes, f"{command!r}: say in SHOWS what it must show (a documented command no test reads)"
+    return SHOWS[max(prefixes, key=len)]
 
 
 def documented_commands() -> list[str]:
@@ -58,7 +110,9 @@ def test_every_documented_command_runs(tmp_path: Path) -> None:
     scratch = str(tmp_path / "k")
     for command in runnable:
         argv = [kappa, *shlex.split(command.replace(SCRATCH, scratch))[1:]]
-        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900, env=WIDE)
         assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         # issue 44: a run ended with a Py4J error and a Java trace after its last line
         assert "Py4JException" not in done.stderr + done.stdout, f"{command}\n{done.stderr[-3000:]}"
+        missing = [pattern for pattern in shows(command) if not re.search(pattern, done.stdout)]
+        assert not missing, f"{command} did not show {missing}:\n{done.stdout[-4000:]}"
