@@ -162,18 +162,10 @@ class Closing:
         return max(min(marks), 0) if marks else None
 
 
-def _delay_ms(interval: Any) -> int:
-    """Spark's ``getDelayMs``: a month is 31 days."""
-    from py4j.java_gateway import get_field  # CalendarInterval's are public fields, not methods
-
-    days = int(get_field(interval, "months")) * 31 + int(get_field(interval, "days"))
-    return days * 86_400_000 + int(get_field(interval, "microseconds")) // 1000
-
-
 def closings(outputs: dict[str, Any], frames: dict[str, dict[str, Any]]) -> dict[str, Closing | str]:
     """Per sink whose plan emits on the watermark: its ``Closing``, or why it has none (a
     watermark not on a source's own column: its newest value is not the history's)."""
-    from spark_app.planning.query_plan import analyzed, analyzed_plan
+    from spark_app.jvm.calls import analyzed_plan, watermarks
     from spark_app.window.horizon import emits_on_watermark
 
     out: dict[str, Closing | str] = {}
@@ -184,17 +176,12 @@ def closings(outputs: dict[str, Any], frames: dict[str, dict[str, Any]]) -> dict
             continue
         own = {analyzed_plan(frame): name for name, frame in frames[sink].items()}
         found: list[WatermarkInput] = []
-        stack = [analyzed(df)]
-        while stack:
-            node = stack.pop()
-            if node.getClass().getSimpleName() == "EventTimeWatermark":
-                source = own.get(node.child().toString())
-                if source is None:
-                    out[sink] = f"sink {sink}'s watermark is not on a source's own column (set alignment.mode aligned)"
-                    break
-                found.append(WatermarkInput(source, str(node.eventTime().name()), _delay_ms(node.delay())))
-            children = node.children()
-            stack += [children.apply(i) for i in range(children.size())]
+        for mark in watermarks(df):
+            source = own.get(mark.child)
+            if source is None:
+                out[sink] = f"sink {sink}'s watermark is not on a source's own column (set alignment.mode aligned)"
+                break
+            found.append(WatermarkInput(source, mark.column, mark.delay_ms))
         else:
             out[sink] = Closing(end, tuple(found)) if found else f"sink {sink}'s aggregation has no watermark"
     return out

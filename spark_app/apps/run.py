@@ -51,7 +51,7 @@ from spark_app.contract.reports.run import write_report as write_run_report
 from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.external_calls import serve as serve_external_calls
-from spark_app.planning.query_plan import analyzed_plan
+from spark_app.jvm.calls import analyzed_plan, wait_for_listener_bus
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import max_span
 from spark_app.sinks.iceberg.spark_files import SESSION_CONF as SPARK_WRITE_CONF
@@ -640,7 +640,7 @@ def drain_listener_bus(spark: SparkSession, timeout_ms: int = 10_000) -> None:
     process exits) was delivered to a closed callback server, logging a Py4J error and a Java
     trace after the run's last line (issue 44)."""
     try:
-        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(timeout_ms)
+        wait_for_listener_bus(spark, timeout_ms)
     except Exception:  # a bus that does not drain in time: the events are only progress
         log.debug("the listener bus did not drain within %s ms", timeout_ms, exc_info=True)
 

@@ -18,13 +18,14 @@ import os
 import shutil
 import subprocess
 import tempfile
-import zipfile
 from pathlib import Path
 
 from spark_app.contract.errors import ConfigError
 from spark_app.jars import cache_root
 
 SOURCES = Path(__file__).resolve().parent / "src" / "main" / "java"
+RESOURCES = SOURCES.parent / "resources"
+"""What the jar carries besides classes (its data source registration), as Maven packages it."""
 JAR = "kappa-source.jar"
 SOURCE_CLASS = "dev.kappa.source.KappaSource"
 """What ``spark.readStream.format(...)`` names."""
@@ -50,8 +51,9 @@ def _java_files() -> list[Path]:
 
 def digest(spark_version: str) -> str:
     h = hashlib.sha256(spark_version.encode())
-    for f in _java_files():
-        h.update(f.relative_to(SOURCES).as_posix().encode() + b"\0" + f.read_bytes())
+    for root, files in ((SOURCES, _java_files()), (RESOURCES, sorted(p for p in RESOURCES.rglob("*") if p.is_file()))):
+        for f in files:
+            h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:12]
 
 
@@ -83,11 +85,11 @@ def source_jar() -> Path | None:
 def build(jar: Path, jars_dir: Path | None = None) -> Path:
     """Compile the sources against ``jars_dir`` (the installed Spark's jars) into ``jar``,
     atomically: a killed build leaves no jar behind."""
-    javac = shutil.which("javac")
-    if javac is None:
+    javac, jar_tool = shutil.which("javac"), shutil.which("jar")
+    if javac is None or jar_tool is None:
         raise ConfigError(
-            "the kappa-iceberg source's jar is not built yet and `javac` is missing: install a JDK 17 "
-            "(Debian: apt-get install openjdk-17-jdk-headless) so it can be built once for this Spark"
+            "the kappa-iceberg source's jar is not built yet and the JDK's `javac` and `jar` are missing: install "
+            "a JDK 17 (Debian: apt-get install openjdk-17-jdk-headless) so it can be built once for this Spark"
         )
     classpath = str((jars_dir or spark_home() / "jars") / "*")
     with tempfile.TemporaryDirectory(prefix="kappa-source-") as tmp:
@@ -97,11 +99,14 @@ def build(jar: Path, jars_dir: Path | None = None) -> Path:
         if run.returncode != 0:
             raise ConfigError(f"building the kappa-iceberg source failed ({javac}):\n{run.stderr.strip()}")
         partial = jar.with_name(jar.name + ".partial")
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
-            z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\nCreated-By: spark_app.jvm\n\n")
-            z.writestr("META-INF/services/org.apache.spark.sql.sources.DataSourceRegister", SOURCE_CLASS + "\n")
-            for f in sorted(classes.rglob("*.class")):
-                z.write(f, f.relative_to(classes).as_posix())
+        partial.unlink(missing_ok=True)
+        packed = subprocess.run(
+            [jar_tool, "--create", "--file", str(partial), "-C", str(classes), ".", "-C", str(RESOURCES), "."],
+            capture_output=True,
+            text=True,
+        )
+        if packed.returncode != 0:
+            raise ConfigError(f"packaging the kappa-iceberg source failed ({jar_tool}):\n{packed.stderr.strip()}")
         partial.replace(jar)
     return jar
 

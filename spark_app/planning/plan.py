@@ -26,9 +26,9 @@ from spark_app.contract.alignment import ModeChoice
 from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_duration, parse_duration
 from spark_app.contract.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
 from spark_app.contract.reports.plan import PlanReport, SourcePlan
+from spark_app.jvm.calls import analyzed_plan, leaf_ids
 from spark_app.planning import coverage, forecast
 from spark_app.planning.admission import Limits
-from spark_app.planning.query_plan import analyzed_plan, leaf_ids
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import DataFileInfo, Split, is_wide, max_span
 from spark_app.sources.iceberg.spec import micros

@@ -19,8 +19,8 @@ from pyspark.sql import DataFrame
 from spark_app.catalogs import load_table
 from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_duration
 from spark_app.contract.errors import ConfigError, WarmupError
+from spark_app.jvm.calls import analyzed_plan, leaf_ids
 from spark_app.planning import coverage
-from spark_app.planning.query_plan import analyzed_plan, leaf_ids
 from spark_app.sources.iceberg import scan
 from spark_app.sources.iceberg.spec import micros
 from spark_app.window.horizon import (

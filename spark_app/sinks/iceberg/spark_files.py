@@ -32,7 +32,6 @@ keeps pyiceberg's writer. ``unsupported`` says which and why, and the sink logs 
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from pyiceberg.partitioning import PartitionField
 from pyiceberg.schema import Schema, index_by_id
@@ -63,6 +62,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructType
 
+from spark_app.jvm.calls import hadoop_filesystem
 from spark_app.sinks.iceberg import batch_tags
 from spark_app.sources.iceberg.object_store import on_s3, s3a_options
 
@@ -205,19 +205,9 @@ def write_files(
     return directory, _parquet_files(spark, directory, options)
 
 
-def _hadoop_fs(spark: SparkSession, directory: str, options: dict[str, str]) -> tuple[Any, Any]:
-    """The Hadoop filesystem Spark wrote ``directory`` with (S3A with the write's options)."""
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    conf = jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
-    for k, v in options.items():
-        conf.set(k, v)
-    path = jvm.org.apache.hadoop.fs.Path(directory)
-    return path.getFileSystem(conf), path
-
-
 def _parquet_files(spark: SparkSession, directory: str, options: dict[str, str]) -> list[str]:
     """The data files under ``directory`` (``_SUCCESS`` and hidden files are not data)."""
-    filesystem, path = _hadoop_fs(spark, directory, options)
+    filesystem, path = hadoop_filesystem(spark, directory, options)
     files = filesystem.listFiles(path, True)
     leaf = directory.rsplit("/", 1)[-1] + "/"
     found: list[str] = []
@@ -234,5 +224,5 @@ def discard(spark: SparkSession, directory: str, catalog_properties: dict[str, s
     just its ``_SUCCESS``): an idle batch leaves nothing behind."""
     assert batch_tags.parse(directory) is not None, "only a batch's own directory"
     options = s3a_options({**catalog_properties, **table.io.properties}) if on_s3(directory) else {}
-    filesystem, path = _hadoop_fs(spark, directory, options)
+    filesystem, path = hadoop_filesystem(spark, directory, options)
     filesystem.delete(path, True)

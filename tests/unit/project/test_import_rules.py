@@ -4,6 +4,7 @@ function's own imports included), so a shortcut taken inside a function breaks a
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -163,3 +164,41 @@ def test_benchmarks_and_tests_never_import_each_other() -> None:
         for path in sorted((ROOT / folder).rglob("*.py"))
     }
     assert {k: v for k, v in crossing.items() if v} == {}
+
+
+PY4J = re.compile(r"\._(?:jdf|jvm|jsc|gateway|jsparkSession)\b|\bpy4j\b")
+"""What reaches into the JVM behind PySpark's public API: py4j itself, or the private handles
+of a DataFrame, a session or a context."""
+
+THROUGH_THE_JVM = ("spark_app/jvm/", "spark_app/sources/iceberg/bridge.py")
+"""Where py4j calls are made: Spark's own objects in ``spark_app/jvm/calls.py`` (the jar's build
+in ``spark_app/jvm/``), the kappa source's callback in its bridge."""
+
+
+def py4j_calls(path: Path) -> list[int]:
+    """Lines of ``path``'s code (not its docstrings or comments) that reach into the JVM."""
+    tree = ast.parse(path.read_text(), str(path))
+    texts = {
+        line
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+        for line in range(n.value.lineno, (n.value.end_lineno or n.value.lineno) + 1)
+    }
+    lines = path.read_text().splitlines()
+    return [i for i, line in enumerate(lines, 1) if i not in texts and PY4J.search(line.split("#", 1)[0])]
+
+
+def test_py4j_is_called_only_through_the_jvm_module_and_the_sources_bridge() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): py4j_calls(path)
+        for folder in ("spark_app", "operator")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if not str(path.relative_to(ROOT)).startswith(THROUGH_THE_JVM)
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_py4j_rule_sees_a_private_handle(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('"""Reads the plan (py4j)."""\n\n\ndef f(df):\n    return df._jdf.queryExecution()\n')
+    assert py4j_calls(module) == [5]
