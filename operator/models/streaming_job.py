@@ -474,9 +474,8 @@ class RestorePointStatus(CRModel):
     """The snapshot's last committed micro-batch: the query resumes at batch_id + 1."""
     committed_at: str
     """When that batch was committed (RFC 3339, microseconds)."""
-    query_id: str | None = None
-    """The query the snapshot is of (a Rewind undoes its batches after batch_id). Unset only in
-    points an operator before 2026-11-28 listed in ``status.checkpoints``."""
+    query_id: str
+    """The query the snapshot is of (a Rewind undoes its batches after batch_id)."""
     watermark: str | None = None
     """The query's event-time watermark at that batch (RFC 3339; unset: none yet)."""
 
@@ -492,6 +491,15 @@ class RestorePointStatus(CRModel):
             query_id=point.query_id,
             watermark=None if wm is None or wm <= 0 else rfc3339(datetime.fromtimestamp(wm / 1000, UTC)),
         )
+
+
+class ListedRestorePoint(RestorePointStatus):
+    """A restore point as ``status.checkpoints`` lists it: the same form, but its query may be
+    unset, in points listed by an operator older than the one form (rewritten at the next
+    listing), which an upgraded operator must still read."""
+
+    query_id: str | None = None  # type: ignore[assignment]
+    """The query the snapshot is of (unset only in points an older operator listed)."""
 
 
 class PartitionLag(CRModel):
@@ -605,7 +613,7 @@ class StreamingJobStatus(StatusBase):
     """Hash of the rendered JobConfig the application runs: a spec change restarts it."""
     last_checkpoint: str | None = None
     """Commit time of the newest restorable snapshot."""
-    checkpoints: list[RestorePointStatus] = []
+    checkpoints: list[ListedRestorePoint] = []
     """The newest restorable snapshots (a Rewind picks one)."""
     checkpoint_location: str | None = None
     """The checkpoint the application runs from (a Rewind moves it to a restored copy)."""

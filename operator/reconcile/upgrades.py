@@ -19,9 +19,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from kappa_operator.models.common import API_VERSION, as_timedelta
+from kappa_operator.models.common import API_VERSION, as_timedelta, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec, TakenSnapshot
-from kappa_operator.reconcile.snapshot_requests import parse_time, rfc3339
+from kappa_operator.reconcile.snapshot_requests import parse_time
 
 
 def effective(job: StreamingJob) -> StreamingJob:

@@ -13,7 +13,7 @@ The log is what a cascade Rewind needs: the restored batch N's record says where
 ends in the topic; every record after that, up to the topic's end once the job is stopped,
 is the output being undone, which the downstream job must skip (``sources.<name>.skip``).
 The log is kept with the checkpoint's batches (a snapshot of batch N holds the records up to
-N; ``checkpoints.layout.PRODUCED``), so a restored checkpoint still knows it.
+N; ``contract.checkpoints.layout.PRODUCED``), so a restored checkpoint still knows it.
 
 The topic is this sink's alone: records another producer writes in between would be counted
 as this sink's output.

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from kappa_operator.models.rewind import SinkRestore
-from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJobStatus
+from kappa_operator.models.streaming_job import ListedRestorePoint, RestorePointStatus, StreamingJobStatus
 from spark_app.contract.config import RestorePoint
 
 POINT = RestorePoint(
@@ -52,7 +52,17 @@ def test_a_status_an_older_operator_wrote_still_reads() -> None:
     operator upgraded over a running job must read its status, not crash on it."""
     old = {"checkpoints": [{"sink": "out", "batchId": 3, "committedAt": "2026-11-01T12:00:00Z"}]}
     (point,) = StreamingJobStatus.model_validate(old).checkpoints
-    assert (point.query_id, point.batch_id) == (None, 3)
+    assert isinstance(point, ListedRestorePoint) and (point.query_id, point.batch_id) == (None, 3)
+
+
+def test_a_chosen_point_must_name_its_query() -> None:
+    """What a restore undoes is the query's batches after the point: a chosen point without its
+    query (a new job's initial restore, a Rewind's choice) is refused, naming the field."""
+    chosen = {"sink": "out", "batchId": 3, "committedAt": "2026-11-01T12:00:00.000000Z"}
+    for model in (RestorePointStatus, SinkRestore):
+        with pytest.raises(ValidationError, match="queryId"):
+            model.model_validate(chosen)
+    assert ListedRestorePoint.of(POINT).model_dump() == RestorePointStatus.of(POINT).model_dump(), "one form"
 
 
 def test_an_unknown_field_in_a_point_is_refused_naming_it() -> None:
