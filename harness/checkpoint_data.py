@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
 
-from spark_app.contract.checkpoints.offsets import LiveOffset
+from spark_app.contract.offsets import LiveOffset
 from spark_app.sinks.iceberg.commit import BATCH_ID, JOB, QUERY_ID, commit_batch, data_files
 
 T0 = datetime(2026, 11, 1, 12, tzinfo=UTC)

@@ -32,7 +32,6 @@ from spark_app.bootstrap.steps import switch as switch_bootstrap
 from spark_app.catalogs import load_table
 from spark_app.checkpoints.driver import attach, detach
 from spark_app.contract.alignment import ModeChoice, aligned_members, member_id
-from spark_app.contract.checkpoints.offsets import BackfillOffset
 from spark_app.contract.config import (
     ConsoleSink,
     IcebergBackfillSource,
@@ -45,6 +44,7 @@ from spark_app.contract.config import (
     format_duration,
 )
 from spark_app.contract.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
+from spark_app.contract.offsets import BackfillOffset
 from spark_app.contract.reports.bootstrap import BootstrapRecord
 from spark_app.contract.reports.progress import ProgressReporter
 from spark_app.contract.reports.run import write_report as write_run_report

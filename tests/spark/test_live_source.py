@@ -33,9 +33,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, ReadMaxRows
 
 from spark_app.apps import run as runtime
-from spark_app.contract.checkpoints.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
+from spark_app.contract.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.trace import read_trace
 from spark_app.examples.generator import (
     SNAPSHOT_COMMIT_INDEX,

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict
 
 from spark_app.contract.checkpoints import layout
 from spark_app.contract.checkpoints.errors import CheckpointError
-from spark_app.contract.checkpoints.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.errors import KappaError
+from spark_app.contract.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.storage import FileStat, Location
 
 

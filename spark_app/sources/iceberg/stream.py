@@ -38,13 +38,13 @@ from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
 from spark_app.alignment.round_record import QueryRounds
 from spark_app.catalogs import load_table
 from spark_app.contract.alignment import GroupView, ReadCount, WatermarkProvider, held_outside, query_of
-from spark_app.contract.checkpoints.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.errors import (
     IncompleteBackfillError,
     NonAppendSnapshotError,
     PlanChangedError,
     SnapshotExpiredError,
 )
+from spark_app.contract.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.trace import trace
 from spark_app.planning.admission import Admission, Limits, admit, source_watermark
 from spark_app.planning.read_rate import Cost, FileLayout, read_cost

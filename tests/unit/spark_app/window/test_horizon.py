@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 
 from spark_app.apps.run import require_complete
-from spark_app.contract.checkpoints.offsets import BackfillOffset
 from spark_app.contract.config import parse_config
 from spark_app.contract.errors import IncompleteBackfillError
+from spark_app.contract.offsets import BackfillOffset
 from spark_app.window.horizon import StateHorizon, check_warmup, dedup_horizon, drain, emits_on_watermark, plan_horizon
 
 # Excerpts of analyzed plans printed by pyspark 4.3 (see the plan probe in the issue 13 notes).

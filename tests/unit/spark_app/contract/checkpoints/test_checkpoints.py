@@ -41,9 +41,9 @@ from spark_app.contract.checkpoints import (
 )
 from spark_app.contract.checkpoints.catalog import BatchInfo, decode_offset
 from spark_app.contract.checkpoints.errors import CheckpointError, SnapshotDamagedError
-from spark_app.contract.checkpoints.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.checkpoints.restore import restore_order, restore_plan
 from spark_app.contract.errors import KappaError
+from spark_app.contract.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.storage import FileStat, S3Options
 
 QUERY = "f2e84b7f-38d4-44b5-b3a9-2b63dbb34ac8"

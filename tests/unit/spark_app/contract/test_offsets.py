@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_app.contract.checkpoints.offsets import VERSION, BackfillOffset, LiveOffset
 from spark_app.contract.errors import KappaError, PlanChangedError
+from spark_app.contract.offsets import VERSION, BackfillOffset, LiveOffset
 
 snapshot_ids = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 positions = st.integers(min_value=0, max_value=10**9)
