@@ -466,21 +466,10 @@ def chosen(
     edges: Edges,
     closes: dict[str, Closing | str],
     observed: frozenset[str] = frozenset(),
-) -> ModeChoice:
-    """``choose`` with what it needs found (the late arrivals only when nothing else decided);
-    ``observed``: sources whose proof a bounded run's write makes (its choice's ``proving``)."""
-    return _chosen(spark, cfg, plans, edges, closes, observed)[0]
-
-
-def _chosen(
-    spark: SparkSession,
-    cfg: JobConfig,
-    plans: dict[str, str],
-    edges: Edges,
-    closes: dict[str, Closing | str],
-    observed: frozenset[str],
 ) -> tuple[ModeChoice, dict[str, LatenessProbe]]:
-    """``chosen``, with the probes a bounded choice leaves to its write."""
+    """``choose`` with what it needs found (the late arrivals only when nothing else decided),
+    and the probes a bounded choice leaves to its write; ``observed``: sources whose proof a
+    bounded run's write makes (its choice's ``proving``)."""
     if cfg.alignment.mode != "auto" or spec_reason(cfg) or plan_reason(plans, closes):
         return choose(cfg, plans, [], [], closes), {}
     late, unknown, proving = late_arrivals(spark, cfg, plans, edges.used, edges.delay, observed)
@@ -524,7 +513,7 @@ def decided(
     if any(location.stat(f"{sink}/metadata") is not None for sink in cfg.sinks):
         choice = ModeChoice("auto", "aligned", "not bounded: the run goes on from its streaming checkpoint")
     else:
-        choice, probes = _chosen(spark, cfg, plans, edges, closes, observable(cfg, edges))
+        choice, probes = chosen(spark, cfg, plans, edges, closes, observable(cfg, edges))
     location.write_bytes(MODE_FILE, choice.to_json())
     pending = f" (the write proves it for {', '.join(choice.proving)} before it commits)" if choice.proving else ""
     log.info(

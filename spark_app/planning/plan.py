@@ -141,7 +141,7 @@ def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
         warmup=warm,
         notices=notices,
         bounded_refusal=plan_reason(plans, closes) if cfg.alignment.mode == "bounded" else None,
-        choice=chosen(spark, cfg, plans, edges, closes),
+        choice=chosen(spark, cfg, plans, edges, closes)[0],
     )
 
 

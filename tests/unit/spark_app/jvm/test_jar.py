@@ -14,7 +14,6 @@ from spark_app.jvm import JAR, RESOURCES, SOURCE_CLASS, SOURCES, build, digest
 SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
 
 
-@pytest.mark.skipif(shutil.which("javac") is None, reason="needs the JDK 17 the README names")
 def test_the_jar_registers_the_source_and_holds_a_class_per_source_file(tmp_path: Path) -> None:
     jar = build(tmp_path / JAR)
     with zipfile.ZipFile(jar) as z:
