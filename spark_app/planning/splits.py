@@ -278,9 +278,29 @@ def max_span(splits: Sequence[Split]) -> int:
 def read_together(splits: Sequence[Split], cap: int) -> list[list[Split]]:
     """The splits as units of packing: splits that hold time slices of one file go together (a
     task reads a file's slices in one read, or serves the later ones from its first; tasks
-    running at once would each decode it), unless together they pass ``cap`` bytes, when they go
-    split by split. Deterministic: units in the order of their first split."""
+    running at once would each decode it), unless together they pass ``cap`` bytes. Then they
+    go apart, but slices that share a row group of the file still go together: any two reads of
+    one row group would decode it twice, or, in tasks running at once, serve one from the
+    other's rows by timing alone (``DecodedRows``), which would make the rows decoded and reused
+    differ from run to run of one plan. Deterministic: units in the order of their first split."""
     ordered = sorted(splits, key=Split.sort_key)
+    units: list[list[Split]] = []
+    for group in _linked(ordered, by_row_group=False):
+        if len(group) > 1 and sum(s.size_bytes for s in group) > cap:
+            units += _linked(group, by_row_group=True)
+        else:
+            units.append(group)
+    return units
+
+
+def _share_row_groups(a: FilePiece, b: FilePiece) -> bool:
+    return a.row_groups is None or b.row_groups is None or not set(a.row_groups).isdisjoint(b.row_groups)
+
+
+def _linked(ordered: Sequence[Split], by_row_group: bool) -> list[list[Split]]:
+    """The splits grouped by their time-sliced pieces, transitively: two splits are in one
+    group when they hold slices of one file (``by_row_group``: that share a row group of it).
+    Groups in the order of their first split, each in the given order."""
     parent = list(range(len(ordered)))
 
     def root(i: int) -> int:
@@ -289,31 +309,28 @@ def read_together(splits: Sequence[Split], cap: int) -> list[list[Split]]:
             i = parent[i]
         return i
 
-    first_with: dict[str, int] = {}
+    seen: dict[str, list[tuple[int, FilePiece]]] = {}
     for i, split in enumerate(ordered):
         for p in split.pieces:
             if p.time_range is None:
                 continue
-            j = first_with.setdefault(p.path, i)
-            a, b = root(i), root(j)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
+            earlier = seen.setdefault(p.path, [])
+            for j, q in earlier if by_row_group else earlier[:1]:
+                a, b = root(i), root(j)
+                if a != b and (not by_row_group or _share_row_groups(p, q)):
+                    parent[max(a, b)] = min(a, b)
+            earlier.append((i, p))
     groups: dict[int, list[Split]] = {}
     for i, split in enumerate(ordered):
         groups.setdefault(root(i), []).append(split)
-    units: list[list[Split]] = []
-    for group in groups.values():
-        if len(group) > 1 and sum(s.size_bytes for s in group) > cap:
-            units += [[s] for s in group]
-        else:
-            units.append(group)
-    return units
+    return list(groups.values())
 
 
 def pack_tasks(splits: Sequence[Split], parallelism: int, task_target_bytes: int) -> list[list[Split]]:
     """Spread admitted splits over Spark tasks: at least one per core when there is enough,
     several splits per task, balanced by bytes (greedy, deterministic), a file's time slices in
-    one task while that costs no more than a task's fair share (``read_together``)."""
+    one task while that costs no more than a task's fair share, and those that share a row group
+    of it in one task always (``read_together``)."""
     if not splits:
         return []
     total = sum(s.size_bytes for s in splits)

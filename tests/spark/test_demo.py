@@ -105,6 +105,9 @@ def test_summary_numbers_agree_with_the_tables(demo: Demo) -> None:
     )
     assert_admissions_obeyed_the_bound(demo, bf)
     assert keys(plays, window, un["branch"]) == clean, "unordered drops nothing either (one batch)"
+    # each file decoded once: the aligned run reads its files over many batches, and decodes
+    # exactly the rows the one-batch run does (later slices come from the first read's rows)
+    assert bf["scanned_rows"] == un["scanned_rows"] and bf["reused_rows"] > 0 == un["reused_rows"]
 
     # the rewind restored a batch from before the outage, and its output equals a clean run's
     rw = s["rewind"]

@@ -596,3 +596,42 @@ def test_pack_tasks_keeps_a_files_slices_in_one_task_within_a_fair_share(
             assert len({i for i, t in enumerate(tasks) for s in t if s.pieces[0].path == path}) == 1
     loads = [sum(s.size_bytes for s in t) for t in tasks]
     assert max(loads) - min(loads) <= max(sum(s.size_bytes for s in u) for u in units)
+
+
+@st.composite
+def slices_with_row_groups(draw: st.DrawFn) -> list[Split]:
+    """Time slices of a few wide files, each in some of its four row groups (None: all of them)."""
+    out = []
+    for i in range(draw(st.integers(0, 30))):
+        size, lower = draw(st.integers(1, 1000)), draw(st.integers(0, 100))
+        groups = draw(st.one_of(st.none(), st.sets(st.integers(0, 3), min_size=1).map(lambda g: tuple(sorted(g)))))
+        wide = draw(st.sampled_from(["w0", "w1", "w2"]))
+        piece = FilePiece(wide, groups, 1, size, TimeRange("ts", lower * 10 + i, lower * 10 + i + 1))
+        out.append(Split(lower, lower + 5, (piece,), 1, size))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(slices_with_row_groups(), st.integers(1, 8), st.integers(1, 5000))
+def test_slices_that_share_a_row_group_are_in_one_task_past_the_fair_share_too(
+    splits: list[Split], parallelism: int, target: int
+) -> None:
+    """Two tasks of a batch run at once: had they both a slice of one row group, both would
+    decode it, or one would be served from the other's rows by timing alone. So they never do,
+    whatever the fair share; slices in other row groups of the file may go apart."""
+    tasks = pack_tasks(splits, parallelism, target)
+    where = {(i, p.path, p.row_groups, p.time_range) for i, t in enumerate(tasks) for s in t for p in s.pieces}
+    for i, path, groups, slice_a in where:
+        for j, other, other_groups, slice_b in where:
+            if path == other and i != j:
+                assert groups is not None and other_groups is not None, (slice_a, slice_b)
+                assert set(groups).isdisjoint(other_groups), (path, groups, other_groups)
+
+
+def test_past_the_fair_share_a_files_slices_part_only_where_their_row_groups_do() -> None:
+    groups = [(0,), (0, 1), (2,), (3,)]
+    pieces = [FilePiece("w", g, 1, 100, TimeRange("ts", i, i + 1)) for i, g in enumerate(groups)]
+    splits = [Split(i, i + 1, (p,), 1, 100) for i, p in enumerate(pieces)]
+    units = read_together(splits, cap=150)
+    assert [[s.pieces[0].row_groups for s in u] for u in units] == [[(0,), (0, 1)], [(2,)], [(3,)]]
+    assert read_together(splits, cap=400) == [splits]

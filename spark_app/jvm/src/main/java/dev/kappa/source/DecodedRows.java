@@ -1,7 +1,6 @@
 package dev.kappa.source;
 
 import java.util.ArrayList;
-import java.util.BitSet;
 import java.util.LinkedHashMap;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -20,8 +19,9 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
  *
  * <p>Correct whatever is kept: a read whose rows are not all here decodes the file as before. An
  * entry is never changed after it is put, so a retried task (or a batch re-run after a restart)
- * reads the same rows; it goes when all its rows were served once, when the query that put it
- * stops, or when a read needed sooner would pass the bound ({@link #put}). Rows of a time range all lie
+ * reads the same rows; it goes when every range it keeps was read from it once (asked for, even
+ * where a range holds no row: when it goes is then the same whichever read comes first), when the
+ * query that put it stops, or when a read needed sooner would pass the bound ({@link #put}). Rows of a time range all lie
  * in the row groups of that range's slice (the planner cuts slices by the rows' own times), so a
  * read of fewer bytes of the file than an entry covers finds all its rows in the entry.
  */
@@ -43,7 +43,7 @@ final class DecodedRows {
     final long[] times;
     final UnsafeRow[] rows;
     final long size;
-    private final BitSet served;
+    private final List<long[]> asked = new ArrayList<>();
 
     Entry(String owner, String key, long start, long end, long[][] keep, long[] times, UnsafeRow[] rows) {
       this.owner = owner;
@@ -58,7 +58,6 @@ final class DecodedRows {
         n += r.getSizeInBytes() + 16L;
       }
       this.size = n;
-      this.served = new BitSet(rows.length);
     }
 
     /** Whether every range lies within the kept ranges and the read within the bytes decoded. */
@@ -83,7 +82,7 @@ final class DecodedRows {
         for (int i = from; i < to; i++) {
           out.add(rows[i]);
         }
-        served.set(from, to);
+        asked.add(r.clone());
       }
       return out;
     }
@@ -93,8 +92,14 @@ final class DecodedRows {
       return keep.length == 0 ? Long.MAX_VALUE : keep[0][0];
     }
 
-    boolean allServed() {
-      return served.cardinality() == rows.length;
+    /** Whether every kept range was asked for once, a range without rows too. */
+    boolean allAsked() {
+      for (long[] k : keep) {
+        if (!covered(k, asked)) {
+          return false;
+        }
+      }
+      return true;
     }
   }
 
@@ -120,7 +125,7 @@ final class DecodedRows {
     for (Entry e : entries) {
       if (e.covers(start, end, ranges)) {
         List<UnsafeRow> out = e.in(ranges);
-        if (e.allServed()) {
+        if (e.allAsked()) {
           remove(e);
         }
         return out;
@@ -182,6 +187,23 @@ final class DecodedRows {
         BY_PATH.remove(e.key);
       }
     }
+  }
+
+  /** Whether the union of {@code ranges} covers [r[0], r[1]). */
+  static boolean covered(long[] r, List<long[]> ranges) {
+    List<long[]> sorted = new ArrayList<>(ranges);
+    sorted.sort((a, b) -> Long.compare(a[0], b[0]));
+    long reached = r[0];
+    for (long[] k : sorted) {
+      if (k[0] > reached) {
+        break;
+      }
+      reached = Math.max(reached, k[1]);
+      if (reached >= r[1]) {
+        return true;
+      }
+    }
+    return reached >= r[1];
   }
 
   static boolean within(long[] r, long[][] ranges) {

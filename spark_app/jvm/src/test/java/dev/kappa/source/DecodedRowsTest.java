@@ -13,8 +13,9 @@ import org.junit.jupiter.api.Test;
 
 /**
  * What {@link DecodedRows} promises: a read is served only when every row it needs is kept,
- * served rows never change (a retried task reads the same ones), an entry goes once all its rows
- * were served, and under the bound the rows needed last are the ones not kept.
+ * served rows never change (a retried task reads the same ones), an entry goes once every range it
+ * keeps was asked for (one without rows too), and under the bound the rows needed last are the ones
+ * not kept.
  */
 class DecodedRowsTest {
   /** A row (id bigint, ts bigint), laid out as Spark's UnsafeProjection lays it out (no codegen needed). */
@@ -52,7 +53,7 @@ class DecodedRowsTest {
   }
 
   @Test
-  void servesOnlyWhatIsKeptTheSameRowsEachTimeAndDropsAnEntryOnceAllServed() {
+  void servesOnlyWhatIsKeptTheSameRowsEachTimeAndDropsAnEntryOnceEveryRangeWasAskedFor() {
     DecodedRows.bound(1L << 20);
     // kept: rows of [100, 200) and [300, 400) of bytes [0, 1000) of f
     assertTrue(DecodedRows.put(entry("q", "f", 0, 1000, ranges(100, 200, 300, 400), 110, 150, 310, 390)), "put");
@@ -68,8 +69,35 @@ class DecodedRowsTest {
     List<UnsafeRow> last = DecodedRows.take("f", 0, 1000, ranges(300, 400));
     assertNotNull(last, "the second range");
     assertEquals(2, last.size(), "the second range");
-    assertNull(DecodedRows.take("f", 0, 1000, ranges(300, 400)), "all served once: the entry went");
+    assertNull(DecodedRows.take("f", 0, 1000, ranges(300, 400)), "every range asked for once: the entry went");
     assertEquals(0, DecodedRows.bytes(), "no bytes held");
+  }
+
+  @Test
+  void aKeptRangeWithoutRowsIsServedEmptyAndTheEntryWaitsForItWhicheverReadComesFirst() {
+    // reads of one batch's tasks come in any order: the entry must serve both, so both find no
+    // file to decode however they interleave
+    DecodedRows.bound(1L << 20);
+    for (boolean emptyFirst : new boolean[] {true, false}) {
+      assertTrue(DecodedRows.put(entry("q", "f", 0, 1000, ranges(100, 200, 300, 400), 110, 150)), "put");
+      long[][] first = emptyFirst ? ranges(300, 400) : ranges(100, 200);
+      long[][] second = emptyFirst ? ranges(100, 200) : ranges(300, 400);
+      assertNotNull(DecodedRows.take("f", 0, 1000, first), "the first read");
+      List<UnsafeRow> rows = DecodedRows.take("f", 0, 1000, second);
+      assertNotNull(rows, "the second read is served too");
+      assertEquals(emptyFirst ? 2 : 0, rows.size(), "its rows");
+      assertEquals(0, DecodedRows.bytes(), "then the entry went");
+    }
+  }
+
+  @Test
+  void coveredByTheUnionOfRanges() {
+    List<long[]> asked = List.of(new long[] {150, 300}, new long[] {100, 160});
+    assertTrue(DecodedRows.covered(new long[] {100, 300}, asked), "overlapping");
+    assertTrue(DecodedRows.covered(new long[] {120, 200}, asked), "inside");
+    assertFalse(DecodedRows.covered(new long[] {100, 301}, asked), "past the end");
+    assertFalse(DecodedRows.covered(new long[] {90, 200}, asked), "before the start");
+    assertFalse(DecodedRows.covered(new long[] {100, 300}, List.of(new long[] {100, 150}, new long[] {160, 300})), "a gap");
   }
 
   @Test
