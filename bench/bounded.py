@@ -9,8 +9,9 @@ branch, one commit), as a Backfill does; its rows are compared with the batch jo
 directions (``match`` 1.0: no row differs).
 
 After an untimed warm-up over the whole window (the first query of this size in a JVM is
-4-5 s slower than the next: JIT), each of the three runs ``--repeats`` times in turn, and each
-is taken at its median: no run gets another's warm JVM.
+4-5 s slower than the next: JIT), each of the three runs ``--repeats`` times, each round in
+another order (the first run of a round first in the next one's last place), and each is taken
+at its median: no run gets another's warm JVM, nor always the heap another left.
 
 rows/s = input rows of both sources / wall seconds. Run from the repository root::
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -81,15 +83,27 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     plain: list[dict[str, Any]] = []
     laid_out: list[dict[str, Any]] = []
     bounded_runs: list[dict[str, Any]] = []
-    for turn in range(args.repeats):
-        log.info("round %d: spark batch, the same to the sink's layout, bounded ...", turn + 1)
-        plain.append(spark_batch(f"spark_batch_{turn}"))
-        laid_out.append(spark_batch(f"spark_batch_same_layout_{turn}", same_layout=True))
+
+    def bounded_config(turn: int) -> Any:
         alignment = {"mode": args.mode, "stateDir": str(runs / f"bounded_{turn}")}
-        bounded_cfg = config(
-            props, runs / f"bounded_{turn}", f"bench-bounded-{turn}", "backfill", iceberg_sink(), window, alignment
-        )
-        bounded_runs.append(measure_bounded(spark, bounded_cfg))
+        name = f"bench-bounded-{turn}"
+        return config(props, runs / f"bounded_{turn}", name, "backfill", iceberg_sink(), window, alignment)
+
+    def bounded_run(turn: int) -> dict[str, Any]:
+        return measure_bounded(spark, bounded_config(turn))
+
+    kinds: list[tuple[str, list[dict[str, Any]], Callable[[int], dict[str, Any]]]] = [
+        ("spark batch", plain, lambda turn: spark_batch(f"spark_batch_{turn}")),
+        ("the same to the sink's layout", laid_out, lambda turn: spark_batch(f"spark_batch_same_layout_{turn}", True)),
+        ("bounded", bounded_runs, bounded_run),
+    ]
+    for turn in range(args.repeats):
+        # each round in another order: no run always follows the same one (its garbage, its files)
+        order = kinds[turn % 3 :] + kinds[: turn % 3]
+        log.info("round %d: %s", turn + 1, ", ".join(name for name, _, _ in order))
+        for _, runs_of_kind, measured in order:
+            runs_of_kind.append(measured(turn))
+    bounded_cfg = bounded_config(args.repeats - 1)
     batch, same_layout = median_run(plain), median_run(laid_out)
     bounded = median_run(bounded_runs)
 

@@ -134,15 +134,14 @@ class Cluster:
     def apply_config_map(self, body: dict[str, Any], owner: Owner) -> None:
         """Create, or update the data of, ``owner``'s ConfigMap (the data keys are ours)."""
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        created = self._create_owned(
+        patch = {"metadata": {"labels": body["metadata"]["labels"]}, "data": body["data"]}
+        if not self._create_owned(
             "ConfigMap",
             lambda: self.core.create_namespaced_config_map(ns, body),
             lambda: self.core.read_namespaced_config_map(name, ns).to_dict(),
             body,
             owner,
-        )
-        if not created:
-            patch = {"metadata": {"labels": body["metadata"]["labels"]}, "data": body["data"]}
+        ):
             self.core.patch_namespaced_config_map(name, ns, patch)
 
     def get_config_map(self, namespace: str, name: str, owner: Owner) -> dict[str, Any] | None:
@@ -172,14 +171,13 @@ class Cluster:
     def apply_secret(self, body: dict[str, Any], owner: Owner) -> None:
         """Create, or update the data of, ``owner``'s Secret (a credential only it may read)."""
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        created = self._create_owned(
+        if not self._create_owned(
             "Secret",
             lambda: self.core.create_namespaced_secret(ns, body),
             lambda: self.core.read_namespaced_secret(name, ns).to_dict(),
             body,
             owner,
-        )
-        if not created:
+        ):
             self.core.patch_namespaced_secret(name, ns, {"stringData": body["stringData"]})
 
     def delete_secret(self, namespace: str, name: str, owner: Owner) -> bool:
