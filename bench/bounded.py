@@ -1,15 +1,20 @@
 """A bounded backfill (``alignment.mode: bounded``: the job's own pipeline over batch reads,
 one Spark batch query per sink; by default as ``auto``, the default mode, chooses it, its
 proof timed with the run) against the batch job a user would write instead, measured
-in the same run on the same data: ``spark_batch`` (``spark.read.parquet`` of the tables' data
-files, the same rmi logic, to plain Parquet) and ``spark_batch_same_layout`` (the same, written
-partitioned by the hour of ``playback_ts``, as the sink's table is: what a batch job writing
-into that table pays too). The bounded run writes into the exactly-once Iceberg sink (its
-branch, one commit), as a Backfill does; its rows are compared with the batch job's in both
-directions (``match`` 1.0: no row differs).
+in the same run on the same data:
+- ``spark_batch``: ``spark.read.parquet`` of the tables' data files, the same rmi logic, to
+  plain Parquet (Spark's default codec, snappy);
+- ``spark_batch_same_layout``: the same, written partitioned by the hour of ``playback_ts``, as
+  the sink's table is (what a batch job writing into that table pays too);
+- ``spark_batch_same_layout_and_codec``: that, compressed as the sink's table asks (Iceberg's
+  default, zstd): the files a batch job writing into the table writes.
+
+The bounded run writes into the exactly-once Iceberg sink (its branch, one commit), as a
+Backfill does; its rows are compared with the batch job's in both directions (``match`` 1.0:
+no row differs).
 
 After an untimed warm-up over the whole window (the first query of this size in a JVM is
-4-5 s slower than the next: JIT), each of the three runs ``--repeats`` times, each round in
+4-5 s slower than the next: JIT), each of the four runs ``--repeats`` times, each round in
 another order (the first run of a round first in the next one's last place), and each is taken
 at its median: no run gets another's warm JVM, nor always the heap another left.
 
@@ -27,6 +32,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from pyiceberg.table import TableProperties
+
 from bench.backfill import OUTPUT, PROFILES, TABLES, config, iceberg_sink, measure_bounded
 from bench.source_throughput import (
     batch_frame,
@@ -39,6 +46,9 @@ from bench.source_throughput import (
 )
 
 log = logging.getLogger("bench.bounded")
+SINK_CODEC = TableProperties.PARQUET_COMPRESSION_DEFAULT
+"""What the sink's Iceberg table is written with (its ``write.parquet.compression-codec``, unset
+here: Iceberg's default); Spark's own default, which ``spark_batch`` writes, is snappy."""
 KEY = ["playback_id", "impression_id"]
 
 
@@ -63,15 +73,18 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     for key, value in SESSION_CONF.items():  # the sink's settings, for every run alike
         spark.conf.set(key, value)
 
-    def spark_batch(run: str, same_layout: bool = False) -> dict[str, Any]:
+    def spark_batch(run: str, same_layout: bool = False, codec: str | None = None) -> dict[str, Any]:
         t0 = time.monotonic()
         frames = {t: batch_frame(spark, props, t, (start, end)) for t in TABLES}
         output = rmi.pipeline(frames)[OUTPUT]
         if same_layout:
             hour = F.floor(F.unix_micros("playback_ts") / 3_600_000_000)
-            output.withColumn("playback_ts_hour", hour).write.partitionBy("playback_ts_hour").parquet(str(runs / run))
+            writer = output.withColumn("playback_ts_hour", hour).write.partitionBy("playback_ts_hour")
         else:
-            output.write.parquet(str(runs / run))
+            writer = output.write
+        if codec is not None:
+            writer = writer.option("compression", codec)
+        writer.parquet(str(runs / run))
         seconds = time.monotonic() - t0
         rows = sum(batch_frame(spark, props, t, (start, end)).count() for t in TABLES)
         return {"input_rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds, 1)}
@@ -82,6 +95,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     ).save()
     plain: list[dict[str, Any]] = []
     laid_out: list[dict[str, Any]] = []
+    as_sink: list[dict[str, Any]] = []
     bounded_runs: list[dict[str, Any]] = []
 
     def bounded_config(turn: int) -> Any:
@@ -95,16 +109,21 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     kinds: list[tuple[str, list[dict[str, Any]], Callable[[int], dict[str, Any]]]] = [
         ("spark batch", plain, lambda turn: spark_batch(f"spark_batch_{turn}")),
         ("the same to the sink's layout", laid_out, lambda turn: spark_batch(f"spark_batch_same_layout_{turn}", True)),
+        (
+            "the same to the sink's layout and codec",
+            as_sink,
+            lambda turn: spark_batch(f"as_sink_{turn}", True, SINK_CODEC),
+        ),
         ("bounded", bounded_runs, bounded_run),
     ]
     for turn in range(args.repeats):
         # each round in another order: no run always follows the same one (its garbage, its files)
-        order = kinds[turn % 3 :] + kinds[: turn % 3]
+        order = kinds[turn % len(kinds) :] + kinds[: turn % len(kinds)]
         log.info("round %d: %s", turn + 1, ", ".join(name for name, _, _ in order))
         for _, runs_of_kind, measured in order:
             runs_of_kind.append(measured(turn))
     bounded_cfg = bounded_config(args.repeats - 1)
-    batch, same_layout = median_run(plain), median_run(laid_out)
+    batch, same_layout, same_table = median_run(plain), median_run(laid_out), median_run(as_sink)
     bounded = median_run(bounded_runs)
 
     from pyiceberg.catalog.sql import SqlCatalog
@@ -125,6 +144,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "output_rows": total,
         "spark_batch": {**batch, "runs_s": [r["seconds"] for r in plain]},
         "spark_batch_same_layout": {**same_layout, "runs_s": [r["seconds"] for r in laid_out]},
+        "spark_batch_same_layout_and_codec": {
+            **same_table, "codec": SINK_CODEC, "runs_s": [r["seconds"] for r in as_sink]
+        },
         "bounded": {**bounded, "runs_s": [r["seconds"] for r in bounded_runs]},
         "match": round(1 - (only_batch + only_bounded) / max(total, 1), 6),
         "rows_only_in_spark_batch": only_batch,
@@ -133,6 +155,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "ratios": {
             "bounded_vs_spark_batch": round(bounded["rows_per_s"] / batch["rows_per_s"], 3),
             "bounded_vs_spark_batch_same_layout": round(bounded["rows_per_s"] / same_layout["rows_per_s"], 3),
+            "bounded_vs_spark_batch_same_layout_and_codec": round(bounded["rows_per_s"] / same_table["rows_per_s"], 3),
         },
         "params": {"hours": profile["hours"], "impressions_per_hour": profile["impressions_per_hour"],
                    "window": window, "generate_seconds": round(gen_seconds, 1)},
