@@ -560,16 +560,18 @@ def test_pack_tasks_uses_every_core(parallelism: int) -> None:
 
 @st.composite
 def sliced_split_lists(draw: st.DrawFn) -> list[Split]:
-    """Splits of whole files and of time slices of a few wide files (``w0``..``w3``)."""
+    """Splits of whole files and of time slices of a few wide files (``w0``..``w3``), each slice
+    in some of its file's four row groups (None: all of them)."""
     out = []
     for i in range(draw(st.integers(0, 30))):
         size = draw(st.integers(1, 1000))
         lower = draw(st.integers(0, 100))
         wide = draw(st.sampled_from([None, "w0", "w1", "w2", "w3"]))
+        groups = draw(st.one_of(st.none(), st.sets(st.integers(0, 3), min_size=1).map(lambda g: tuple(sorted(g)))))
         piece = (
             FilePiece(f"s{i}", None, 1, size)
             if wide is None
-            else FilePiece(wide, None, 1, size, TimeRange("ts", lower * 10 + i, lower * 10 + i + 1))
+            else FilePiece(wide, groups, 1, size, TimeRange("ts", lower * 10 + i, lower * 10 + i + 1))
         )
         out.append(Split(lower, lower + 5, (piece,), 1, size))
     return out
@@ -598,21 +600,8 @@ def test_pack_tasks_keeps_a_files_slices_in_one_task_within_a_fair_share(
     assert max(loads) - min(loads) <= max(sum(s.size_bytes for s in u) for u in units)
 
 
-@st.composite
-def slices_with_row_groups(draw: st.DrawFn) -> list[Split]:
-    """Time slices of a few wide files, each in some of its four row groups (None: all of them)."""
-    out = []
-    for i in range(draw(st.integers(0, 30))):
-        size, lower = draw(st.integers(1, 1000)), draw(st.integers(0, 100))
-        groups = draw(st.one_of(st.none(), st.sets(st.integers(0, 3), min_size=1).map(lambda g: tuple(sorted(g)))))
-        wide = draw(st.sampled_from(["w0", "w1", "w2"]))
-        piece = FilePiece(wide, groups, 1, size, TimeRange("ts", lower * 10 + i, lower * 10 + i + 1))
-        out.append(Split(lower, lower + 5, (piece,), 1, size))
-    return out
-
-
 @settings(max_examples=200, deadline=None)
-@given(slices_with_row_groups(), st.integers(1, 8), st.integers(1, 5000))
+@given(sliced_split_lists(), st.integers(1, 8), st.integers(1, 5000))
 def test_slices_that_share_a_row_group_are_in_one_task_past_the_fair_share_too(
     splits: list[Split], parallelism: int, target: int
 ) -> None:
