@@ -155,7 +155,8 @@ class LocalCluster:
         repository, tag = SPARK_OPERATOR_IMAGE.rsplit(":", 1)
         registry, repository = repository.split("/", 1)
         helm(
-            self.parts, self.kubeconfig, "install", SPARK_OPERATOR_RELEASE, str(self.parts.spark_operator_chart),
+            self.parts, self.kubeconfig, "upgrade", "--install", SPARK_OPERATOR_RELEASE,
+            str(self.parts.spark_operator_chart),
             "--namespace", SPARK_OPERATOR_NAMESPACE, "--create-namespace", "--wait", "--timeout", "5m",
             "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
             "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
@@ -176,7 +177,7 @@ class LocalCluster:
         )
         repository, tag = OPERATOR_IMAGE.rsplit(":", 1)
         helm(
-            self.parts, self.kubeconfig, "install", OPERATOR_RELEASE, str(CHART),
+            self.parts, self.kubeconfig, "upgrade", "--install", OPERATOR_RELEASE, str(CHART),
             "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout", "5m",
             "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
             "--set", f"objectStore.endpoint={self.store.endpoint}", "--set", f"objectStore.region={REGION}",
@@ -211,16 +212,13 @@ class LocalCluster:
             raise ClusterError(f"{len(running)} running operator pods: {[p['metadata']['name'] for p in pods]}")
         return str(running[0]["metadata"]["name"])
 
-    def stop(self, keep_data: bool = True) -> None:
-        """The node first (its pods are the storage's clients), then the storage; the catalog's
-        database kept for the next `up` of the same directory unless ``keep_data`` is false."""
+    def stop(self) -> None:
+        """The node first (its pods are the storage's clients), then the storage. The catalog's
+        database is removed: the tables' files were in the S3 API's memory, gone with it."""
         try:
             self.node.stop()
         finally:
-            if keep_data:
-                self.database.stop()
-            else:
-                self.database.remove()
+            self.database.remove()
             self.broker.stop()
             self.store.stop()
 

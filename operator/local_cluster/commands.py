@@ -3,12 +3,17 @@ for others. `up` builds what is missing (cluster/build.sh, our images), starts t
 a supervisor process of its own (its log in the cluster's directory), loads the example data
 into the cluster's catalog, writes the examples pointed at it, and returns once everything
 answers, printing the KUBECONFIG line and the commands to run next. `down` stops the supervisor,
-which stops every part. Runs as root (a kubelet, network namespaces, mounts)."""
+which stops every part; if the supervisor died without stopping them, `down` (or the next `up`)
+ends what they left running. Each `up` starts a new cluster: the S3 API (moto's server) keeps
+its objects in memory, and nothing that described them is kept either. Runs as root (a kubelet,
+network namespaces, mounts)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +25,7 @@ import yaml
 from rich.console import Console
 
 from kappa_operator.local_cluster.control_plane import ROOT
+from spark_app.contract.errors import KappaError
 
 DEFAULT_DIR = Path(os.environ.get("KAPPA_CLUSTER_DIR", Path.home() / ".kappa" / "cluster"))
 EXAMPLES = ("rmi-streamingjob.yaml", "rmi-backfill.yaml", "rmi-rewind.yaml")
@@ -28,8 +34,8 @@ UP_TIMEOUT = 3600.0
 """A first `up` builds images (~10-15 min on 2 cores); later ones start in ~2 min."""
 
 
-class ClusterCommandError(RuntimeError):
-    pass
+class ClusterCommandError(KappaError):
+    """Said whole, without a traceback: each names what to do, or ends with the supervisor's log."""
 
 
 def _pid(workdir: Path) -> int | None:
@@ -46,6 +52,9 @@ def up(workdir: Path, console: Console) -> int:
         raise ClusterCommandError("a kubelet runs as root: run `sudo .venv/bin/kappa cluster up`")
     if _pid(workdir) is not None:
         raise ClusterCommandError(f"a cluster is already running from {workdir}: `kappa cluster down` first")
+    if ended := _ended(workdir):
+        console.print(f"ended the {ended} processes a killed cluster's supervisor left running")
+    _anew(workdir / "parts")
     workdir.mkdir(parents=True, exist_ok=True)
     for stale in ("ready.json", "failed"):
         (workdir / stale).unlink(missing_ok=True)
@@ -62,6 +71,8 @@ def up(workdir: Path, console: Console) -> int:
     with console.status("building what is missing and starting the cluster (the first time: 10-15 min)"):
         while not (workdir / "ready.json").exists():
             if proc.poll() is not None or (workdir / "failed").exists():
+                with contextlib.suppress(subprocess.TimeoutExpired):  # its traceback written first
+                    proc.wait(timeout=60)
                 tail = log.read_text(errors="replace")[-3000:]
                 raise ClusterCommandError(f"the cluster did not start; its log ({log}) ends:\n{tail}")
             if time.monotonic() - started > UP_TIMEOUT:
@@ -84,7 +95,12 @@ def up(workdir: Path, console: Console) -> int:
 def down(workdir: Path, console: Console) -> int:
     pid = _pid(workdir)
     if pid is None:
-        console.print(f"no cluster is running from {workdir}")
+        ended = _ended(workdir)
+        console.print(
+            f"cluster down: its supervisor was gone; ended the {ended} processes it left running"
+            if ended
+            else f"no cluster is running from {workdir}"
+        )
         return 0
     os.kill(pid, signal.SIGTERM)
     with console.status("stopping the cluster"):
@@ -93,10 +109,54 @@ def down(workdir: Path, console: Console) -> int:
             time.sleep(0.5)
     if _pid(workdir) is not None:
         os.killpg(pid, signal.SIGKILL)
+        _ended(workdir)
         raise ClusterCommandError(f"the cluster's supervisor {pid} did not stop in 120 s; killed it (log: {workdir})")
     (workdir / "supervisor.pid").unlink(missing_ok=True)
-    console.print("cluster down")
+    console.print("cluster down, its tables and objects with it: the next `up` starts anew")
     return 0
+
+
+def _ended(workdir: Path) -> int:
+    """No supervisor, but perhaps what it started: one killed (SIGKILL, the OOM killer) never
+    stopped its parts, whose ports and containers then keep the next `up` from starting. They
+    are ended here as its stop would have (``node.sweep``); how many were left is returned."""
+    from kappa_operator.local_cluster.control_plane import binaries
+    from kappa_operator.local_cluster.node import sweep
+
+    parts = workdir / "parts"
+    left = left_running(parts)
+    if left:
+        sweep(parts / "node", binaries().current)
+        for pid in left_running(parts):  # the storage and the broker, outside the node
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    (workdir / "supervisor.pid").unlink(missing_ok=True)
+    return len(left)
+
+
+def _anew(parts: Path) -> None:
+    """An earlier cluster's files gone before the next starts: its S3 API (moto's server) held
+    the tables' files and the checkpoints in memory, so its catalog database, etcd's objects and
+    the broker's topics would describe files that are gone."""
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    left = [m for m in mounts if m.startswith(f"{parts}/")]
+    if left:  # never delete through a mount
+        raise ClusterCommandError(f"{len(left)} mounts are left under {parts} ({left[0]}): `umount -l` them first")
+    shutil.rmtree(parts, ignore_errors=True)
+
+
+def left_running(parts: Path) -> list[int]:
+    """The processes a cluster started from ``parts`` that still run, this one aside: those
+    naming the directory or the catalog database's (``storage.database_home``), and the node's
+    containers (``node.container_processes``). A stopped cluster leaves none."""
+    from kappa_operator.local_cluster.node import container_ids, container_processes
+    from kappa_operator.local_cluster.storage import database_home
+
+    named = set()
+    for where in (parts, database_home(parts / "storage")):
+        found = subprocess.run(["pgrep", "-f", str(where)], capture_output=True, text=True, check=False)
+        named |= {int(pid) for pid in found.stdout.split()}
+    return sorted((named | set(container_processes(container_ids(parts / "node")))) - {os.getpid()})
 
 
 def example_manifests(cluster: object, out: Path) -> list[Path]:

@@ -357,10 +357,11 @@ class Node:
 
 
 def sweep(workdir: Path, bin_dir: Path) -> None:
-    """What a node's processes leave behind, gone: the containers' shims and anything still
-    running from ``workdir``, its mounts, kube-proxy's iptables chains, the pods' network
-    namespaces. Also after a supervisor that died without stopping its node (`kappa cluster
-    down` after a crash)."""
+    """What a node's processes leave behind, gone: the containers' shims, their containers'
+    processes and anything still running from ``workdir``, its mounts, kube-proxy's iptables
+    chains, the pods' network namespaces. Also after a supervisor that died without stopping
+    its node (`kappa cluster down` after a crash)."""
+    ids = container_ids(workdir)  # before the shims go: their bundles name the containers
     for pid in run("pgrep", "-f", f"containerd-shim.*-address {workdir}", check=False).stdout.split():
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.killpg(int(pid), signal.SIGKILL)
@@ -368,6 +369,14 @@ def sweep(workdir: Path, bin_dir: Path) -> None:
         with contextlib.suppress(ProcessLookupError, ValueError):
             if int(pid) != os.getpid():
                 os.kill(int(pid), signal.SIGKILL)
+    for _ in range(3):  # again, for what a container forked while the last pass killed
+        left = container_processes(ids)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not left:
+            break
+        time.sleep(0.2)
     time.sleep(0.5)
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
     for point in sorted((m for m in mounts if m.startswith(str(workdir))), key=len, reverse=True):
@@ -376,6 +385,37 @@ def sweep(workdir: Path, bin_dir: Path) -> None:
     for ns in run("ip", "netns", "list", check=False).stdout.splitlines():
         if ns.startswith("cni-"):
             run("ip", "netns", "delete", ns.split()[0], check=False)
+
+
+def container_ids(workdir: Path) -> set[str]:
+    """The ids of every container and pod sandbox this node's containerd ran: each task's
+    bundle directory under containerd's state is named by its id, and stays there when its
+    shim is killed."""
+    tasks = workdir / "containerd" / "state" / "io.containerd.runtime.v2.task"
+    return {bundle.name for bundle in tasks.glob("*/*") if bundle.is_dir()}
+
+
+def in_containers(cgroups: str, ids: set[str]) -> bool:
+    """Whether a process whose ``/proc/<pid>/cgroup`` reads ``cgroups`` runs in one of the
+    containers ``ids``: the kubelet (cgroupfs driver) puts each container in a cgroup named by
+    its id, under its pod's (``/kubepods/<qos>/pod<uid>/<id>``), in every hierarchy."""
+    for line in cgroups.splitlines():
+        path = line.split(":", 2)[-1].rstrip("/")
+        if path.rsplit("/", 1)[-1] in ids:
+            return True
+    return False
+
+
+def container_processes(ids: set[str]) -> list[int]:
+    """The host's processes inside the containers ``ids``. Why not the shims' process groups
+    alone: a container's processes run in sessions of their own, and a killed shim leaves them
+    running, re-parented to init (the pause processes, CoreDNS, the operator's pod)."""
+    found = []
+    for proc in Path("/proc").iterdir() if ids else ():
+        with contextlib.suppress(OSError):  # gone meanwhile
+            if proc.name.isdigit() and in_containers((proc / "cgroup").read_text(), ids):
+                found.append(int(proc.name))
+    return found
 
 
 def pod(namespace: str, name: str, image: str, script: str, **spec: Any) -> dict[str, Any]:

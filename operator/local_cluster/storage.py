@@ -165,6 +165,15 @@ def _postgres_bin() -> Path:
     return found[-1].parent
 
 
+def database_home(workdir: Path) -> Path:
+    """The catalog database's own directory, outside ``workdir``: the postgres user may not
+    traverse a root-only parent (pytest's and ~root's are 0700). Named after ``workdir``, so a
+    restart finds it, and so does `kappa cluster down` after a crash. A start finds the database's
+    log in ``workdir``; without it, the directory is that of a ``workdir`` since deleted (a user
+    starting anew), whose tables' files went with it, and the start begins anew too."""
+    return Path(tempfile.gettempdir()) / f"kappa-postgres-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}"
+
+
 @dataclass
 class CatalogDatabase:
     """A PostgreSQL server of its own (its data directory under the cluster's work directory),
@@ -184,9 +193,10 @@ class CatalogDatabase:
         bin_dir = _postgres_bin()
         _unused(host, port, "the catalog's PostgreSQL")
         owner = pwd.getpwnam("postgres")
-        # its own directory, outside ``workdir``: the postgres user may not traverse a root-only
-        # parent (pytest's and ~root's are 0700); named after ``workdir``, so a restart finds it
-        home = Path(tempfile.gettempdir()) / f"kappa-postgres-{hashlib.sha256(str(workdir).encode()).hexdigest()[:12]}"
+        home = database_home(workdir)
+        log = workdir / "postgres.log"
+        if not log.exists():  # a database of a ``workdir`` since deleted, its tables' files with it
+            shutil.rmtree(home, ignore_errors=True)
         data, sockets = home / "data", home / "sockets"
         home.mkdir(mode=0o700, exist_ok=True)
         os.chown(home, owner.pw_uid, owner.pw_gid)
@@ -206,7 +216,6 @@ class CatalogDatabase:
                 raise StorageError(f"initdb failed: {done.stderr[-2000:]}")
             with (data / "pg_hba.conf").open("a") as hba:  # the pods' bridge (and the node), by password
                 hba.write("host all all samenet scram-sha-256\n")
-        log = workdir / "postgres.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 [str(bin_dir / "postgres"), "-D", str(data), "-h", host, "-p", str(port),
@@ -241,7 +250,8 @@ class CatalogDatabase:
             raise StorageError(f"psql {sql!r} failed: {done.stderr[-2000:]}")
 
     def remove(self) -> None:
-        """Its files gone (a test's cluster); stopped first."""
+        """Stopped, then its files gone: every cluster's stop (its tables' files were in the S3
+        API's memory, gone with it)."""
         self.stop()
         shutil.rmtree(self.data.parent, ignore_errors=True)
 

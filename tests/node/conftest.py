@@ -19,7 +19,7 @@ import yaml
 from kappa_operator.local.example_data import START
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, path_of
-from kappa_operator.local_cluster.node import Node
+from kappa_operator.local_cluster.node import Node, container_ids, container_processes
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 from tests.node.objects import backfill, branch_rows
 
@@ -37,7 +37,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         pytest.skip("the node tests run a kubelet, containerd and network namespaces: run the tests as root")
     started = LocalCluster.up(tmp_path_factory.mktemp("cluster"))
     yield started
-    started.stop(keep_data=False)
+    started.stop()
+    # a container's processes outlive its killed shim (their own sessions): the stop ends them
+    left = container_processes(container_ids(started.node.workdir))
+    assert not left, f"processes of the node's containers still running after its stop: {left}"
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,10 @@ tests/node."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,10 +15,11 @@ import pytest
 import yaml
 
 from kappa_operator.local_cluster.cluster import CREDENTIALS, SPARK_IMAGE, LocalCluster
-from kappa_operator.local_cluster.commands import example_manifests
+from kappa_operator.local_cluster.commands import example_manifests, left_running
 from kappa_operator.local_cluster.control_plane import ROOT
 from kappa_operator.local_cluster.images import CONTEXT
-from kappa_operator.local_cluster.storage import ACCESS_KEY, SECRET_KEY, CatalogDatabase, ObjectStore
+from kappa_operator.local_cluster.node import container_ids, container_processes, in_containers
+from kappa_operator.local_cluster.storage import ACCESS_KEY, SECRET_KEY, CatalogDatabase, ObjectStore, database_home
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
@@ -104,3 +108,87 @@ def test_the_s3_api_answers_slow_down_while_told_to_and_keeps_its_objects(tmp_pa
         assert client.get_object(Bucket="lake", Key="b")["Body"].read() == b"after"
     finally:
         store.stop()
+
+
+CONTAINER = "3f" * 32
+"""A container id as containerd names one: 64 hex digits."""
+
+
+def test_a_process_is_in_a_container_when_a_cgroup_of_it_is_named_by_the_containers_id() -> None:
+    v1 = "\n".join(
+        [
+            f"12:pids:/kubepods/besteffort/pod0b1c/{CONTAINER}",
+            f"4:memory:/kubepods/besteffort/pod0b1c/{CONTAINER}/",
+            "1:name=systemd:/",
+        ]
+    )
+    v2 = f"0::/kubepods/burstable/pod0b1c/{CONTAINER}\n"
+    assert in_containers(v1, {CONTAINER}) and in_containers(v2, {CONTAINER})
+    # the host's own processes, another node's containers, and the pod's cgroup itself are not
+    assert not in_containers("0::/init.scope\n", {CONTAINER})
+    assert not in_containers(f"0::/kubepods/besteffort/pod0b1c/{'a' * 64}\n", {CONTAINER})
+    assert not in_containers("0::/kubepods/besteffort/pod0b1c\n", {CONTAINER})
+    assert not in_containers(v1, set())
+
+
+def test_the_nodes_containers_are_the_bundles_under_its_containerds_state(tmp_path: Path) -> None:
+    tasks = tmp_path / "containerd" / "state" / "io.containerd.runtime.v2.task"
+    (tasks / "k8s.io" / CONTAINER).mkdir(parents=True)
+    (tasks / "k8s.io" / "b").mkdir()
+    (tasks / "k8s.io" / "stray-file").write_text("")
+    assert container_ids(tmp_path) == {CONTAINER, "b"}
+    assert container_ids(tmp_path / "no-node-here") == set()
+    # with no container, no process is one of them (and /proc is not read)
+    assert container_processes(set()) == []
+
+
+def writable_cgroup_root() -> Path | None:
+    """Where this machine lets root make a cgroup: the pids hierarchy (cgroup v1) or the
+    unified one (v2). None where it does not (not root, cgroups read-only)."""
+    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
+            return root
+    return None
+
+
+def test_a_process_left_in_a_containers_cgroup_is_found_by_its_id_and_none_other() -> None:
+    """A real process in a real cgroup named as the kubelet names a container's: what the node's
+    stop kills after the shims, and the only one it finds."""
+    root = writable_cgroup_root()
+    if root is None:
+        pytest.skip("making a cgroup needs root and a writable cgroup hierarchy")
+    leaf = root / f"kappa-test-{os.getpid()}" / f"pod{os.getpid()}" / CONTAINER
+    leaf.mkdir(parents=True)
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        (leaf / "cgroup.procs").write_text(str(proc.pid))
+        assert container_processes({CONTAINER}) == [proc.pid]
+        assert container_processes({"a" * 64}) == []
+    finally:
+        proc.kill()
+        proc.wait()
+        for cgroup in (leaf, leaf.parent, leaf.parent.parent):
+            cgroup.rmdir()
+
+
+SLEEP = "import time; time.sleep(60)"
+"""A process whose command line names a path (its argument), as a cluster's parts name theirs."""
+
+
+def test_what_a_dead_supervisor_left_running_is_found_by_its_directory_and_its_databases(tmp_path: Path) -> None:
+    """`kappa cluster down` after the supervisor was killed ends these: processes naming the
+    cluster's directory, or the catalog database's outside it. Others are not its own."""
+    parts = tmp_path / "parts"
+    assert left_running(parts) == []
+    named = [
+        subprocess.Popen([sys.executable, "-c", SLEEP, str(where)], start_new_session=True)
+        for where in (parts / "kafka", database_home(parts / "storage") / "data")
+    ]
+    other = subprocess.Popen([sys.executable, "-c", SLEEP, str(tmp_path / "elsewhere")], start_new_session=True)
+    try:
+        assert left_running(parts) == sorted(p.pid for p in named)
+    finally:
+        for proc in (*named, other):
+            proc.kill()
+            proc.wait()
+    assert left_running(parts) == []
