@@ -20,7 +20,7 @@ rows the readers decoded from Parquet (``scanned_rows``), their ratio, the rows 
 file's earlier read (``reused_rows``), output rows and whether the output equals the batch
 job's (``fingerprint``). A warm-up run of the first 10 minutes goes first::
 
-    .venv/bin/python -m bench.wide_files --json
+    .venv/bin/python -m bench.wide_files --driver-memory 6g --json
 
 ``--json`` prints exactly one JSON object on stdout; everything else goes to stderr.
 """
@@ -130,6 +130,9 @@ def main() -> int:
     p.add_argument("--clicks-per-minute", type=int, default=2000)
     p.add_argument("--impressions-per-click", type=float, default=4.0)
     p.add_argument("--out", type=Path, help="keep the tables and outputs here")
+    p.add_argument(
+        "--driver-memory", help="the local JVM's memory, e.g. 6g (Spark's default 1g ran out in aligned_30m)"
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     from spark_app.apps.run import build_session, run
@@ -137,7 +140,12 @@ def main() -> int:
 
     root = args.out or Path(tempfile.mkdtemp(prefix="kb-wide-"))
     props, stats = late_tables(root, args.hours, args.clicks_per_minute, args.impressions_per_click)
-    spark = build_session(config(props, root / "session", {"mode": "unordered"}, args.hours))
+    session = config(props, root / "session", {"mode": "unordered"}, args.hours)
+    if args.driver_memory:  # the session (hence the JVM) is built from this config
+        session = session.model_copy(
+            update={"spark_conf": {**session.spark_conf, "spark.driver.memory": args.driver_memory}}
+        )
+    spark = build_session(session)
     spark.sparkContext.setLogLevel("WARN")
     run(config(props, root / "warmup", {"mode": "aligned", "maxDrift": "10m"}, 1 / 6), spark)
 
