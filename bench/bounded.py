@@ -7,7 +7,9 @@ in the same run on the same data:
 - ``spark_batch_same_layout``: the same, written partitioned by the hour of ``playback_ts``, as
   the sink's table is (what a batch job writing into that table pays too);
 - ``spark_batch_same_layout_and_codec``: that, compressed as the sink's table asks (Iceberg's
-  default, zstd): the files a batch job writing into the table writes.
+  default, zstd): the files a batch job writing into the table writes;
+- ``spark_batch_no_write``: the same query into Spark's ``noop`` sink, nothing written: the
+  other runs' time beyond it (``write_seconds``) is what their files cost.
 
 The bounded run writes into the exactly-once Iceberg sink (its branch, one commit), as a
 Backfill does; its rows are compared with the batch job's in both directions (``match`` 1.0:
@@ -73,7 +75,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     for key, value in SESSION_CONF.items():  # the sink's settings, for every run alike
         spark.conf.set(key, value)
 
-    def spark_batch(run: str, same_layout: bool = False, codec: str | None = None) -> dict[str, Any]:
+    def spark_batch(
+        run: str, same_layout: bool = False, codec: str | None = None, write: bool = True
+    ) -> dict[str, Any]:
         t0 = time.monotonic()
         frames = {t: batch_frame(spark, props, t, (start, end)) for t in TABLES}
         output = rmi.pipeline(frames)[OUTPUT]
@@ -84,7 +88,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             writer = output.write
         if codec is not None:
             writer = writer.option("compression", codec)
-        writer.parquet(str(runs / run))
+        if write:
+            writer.parquet(str(runs / run))
+        else:  # the query alone: what is left of each run once its files are not counted
+            output.write.format("noop").mode("overwrite").save()
         seconds = time.monotonic() - t0
         rows = sum(batch_frame(spark, props, t, (start, end)).count() for t in TABLES)
         return {"input_rows": rows, "seconds": round(seconds, 3), "rows_per_s": round(rows / seconds, 1)}
@@ -97,6 +104,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     laid_out: list[dict[str, Any]] = []
     as_sink: list[dict[str, Any]] = []
     bounded_runs: list[dict[str, Any]] = []
+    unwritten: list[dict[str, Any]] = []
 
     def bounded_config(turn: int) -> Any:
         alignment = {"mode": args.mode, "stateDir": str(runs / f"bounded_{turn}")}
@@ -115,6 +123,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             lambda turn: spark_batch(f"as_sink_{turn}", True, SINK_CODEC),
         ),
         ("bounded", bounded_runs, bounded_run),
+        ("the same query, nothing written", unwritten, lambda turn: spark_batch(f"no_write_{turn}", write=False)),
     ]
     for turn in range(args.repeats):
         # each round in another order: no run always follows the same one (its garbage, its files)
@@ -124,7 +133,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             runs_of_kind.append(measured(turn))
     bounded_cfg = bounded_config(args.repeats - 1)
     batch, same_layout, same_table = median_run(plain), median_run(laid_out), median_run(as_sink)
-    bounded = median_run(bounded_runs)
+    bounded, query = median_run(bounded_runs), median_run(unwritten)
 
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -147,6 +156,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "spark_batch_same_layout_and_codec": {
             **same_table, "codec": SINK_CODEC, "runs_s": [r["seconds"] for r in as_sink]
         },
+        "spark_batch_no_write": {**query, "runs_s": [r["seconds"] for r in unwritten]},
         "bounded": {**bounded, "runs_s": [r["seconds"] for r in bounded_runs]},
         "match": round(1 - (only_batch + only_bounded) / max(total, 1), 6),
         "rows_only_in_spark_batch": only_batch,
@@ -156,6 +166,13 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             "bounded_vs_spark_batch": round(bounded["rows_per_s"] / batch["rows_per_s"], 3),
             "bounded_vs_spark_batch_same_layout": round(bounded["rows_per_s"] / same_layout["rows_per_s"], 3),
             "bounded_vs_spark_batch_same_layout_and_codec": round(bounded["rows_per_s"] / same_table["rows_per_s"], 3),
+            # the most any job writing the table's hour layout with Spark's file writer reaches
+            "same_layout_vs_spark_batch": round(same_layout["rows_per_s"] / batch["rows_per_s"], 3),
+        },
+        "write_seconds": {  # beyond the query's own (the noop run): what each one's files cost
+            "plain": round(batch["seconds"] - query["seconds"], 3),
+            "same_layout": round(same_layout["seconds"] - query["seconds"], 3),
+            "bounded": round(bounded["seconds"] - query["seconds"], 3),
         },
         "params": {"hours": profile["hours"], "impressions_per_hour": profile["impressions_per_hour"],
                    "window": window, "generate_seconds": round(gen_seconds, 1)},

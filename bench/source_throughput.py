@@ -154,6 +154,9 @@ def choose_lateness(cfg: Any) -> tuple[timedelta, timedelta]:
 # --- measured runs -----------------------------------------------------------------------------
 
 
+STATE_OPERATOR_TIMES = (("update", "allUpdatesTimeMs"), ("removal", "allRemovalsTimeMs"), ("commit", "commitTimeMs"))
+
+
 def batch_stats(progress: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-micro-batch times from Spark's progress events."""
     from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
@@ -176,6 +179,11 @@ def batch_stats(progress: list[dict[str, Any]]) -> dict[str, Any]:
         "dropped_by_watermark": sum(
             op.get("numRowsDroppedByWatermark", 0) for p in progress for op in p.get("stateOperators", [])
         ),
+        # what Spark's state operators say they spent, summed over batches and shuffle partitions
+        **{
+            f"state_{name}_ms": sum(op.get(key, 0) for p in progress for op in p.get("stateOperators", []))
+            for name, key in STATE_OPERATOR_TIMES
+        },
         "peak_state_rows": max(
             (sum(op.get("numRowsTotal", 0) for op in p.get("stateOperators", [])) for p in progress), default=0
         ),

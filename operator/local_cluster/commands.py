@@ -52,6 +52,10 @@ def up(workdir: Path, console: Console) -> int:
         raise ClusterCommandError("a kubelet runs as root: run `sudo .venv/bin/kappa cluster up`")
     if _pid(workdir) is not None:
         raise ClusterCommandError(f"a cluster is already running from {workdir}: `kappa cluster down` first")
+    from kappa_operator.local_cluster.node import socket_path_too_long
+
+    if too_long := socket_path_too_long(workdir.absolute() / "parts" / "node"):
+        raise ClusterCommandError(f"the cluster's directory (--dir or $KAPPA_CLUSTER_DIR): {too_long}")
     if ended := _ended(workdir):
         console.print(f"ended the {ended} processes a killed cluster's supervisor left running")
     _anew(workdir / "parts")

@@ -56,6 +56,29 @@ class NodeError(RuntimeError):
     pass
 
 
+SOCKETS = (
+    "containerd/containerd.sock.ttrpc",
+    "kubelet/root/device-plugins/kubelet.sock",
+    "kubelet/root/pod-resources/kubelet.sock",
+)
+"""The unix sockets containerd and the kubelet make under the node's directory."""
+SOCKET_PATH_MAX = 104
+"""containerd's bound on a socket's path (Linux's sun_path holds 107 bytes and a NUL)."""
+
+
+def socket_path_too_long(workdir: Path) -> str | None:
+    """Why a node cannot start in ``workdir``, when its sockets' paths would be too long (else
+    None): containerd then exits at once and the start waits for it in vain. Pure."""
+    longest = max((workdir / socket for socket in SOCKETS), key=lambda p: len(os.fsencode(p)))
+    length = len(os.fsencode(longest))
+    if length <= SOCKET_PATH_MAX:
+        return None
+    return (
+        f"{workdir} is too long for the node's unix sockets: {longest} would be {length} bytes, "
+        f"at most {SOCKET_PATH_MAX} (shorten the directory by {length - SOCKET_PATH_MAX} characters)"
+    )
+
+
 def run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), check=check, capture_output=True, text=True)
 
@@ -112,6 +135,8 @@ class Node:
             raise NodeError(f"missing for the node: {', '.join(missing)}; run `bash cluster/build.sh node` (as root)")
         if os.geteuid() != 0:
             raise NodeError("a kubelet runs as root: run the node tests as root")
+        if too_long := socket_path_too_long(workdir.absolute()):
+            raise NodeError(too_long)
         workdir.mkdir(parents=True, exist_ok=True)
         bridge()
         plane = ControlPlane.start(workdir / "control-plane", bin_dir, address=GATEWAY, node=NODE)

@@ -1,7 +1,8 @@
 """The one-node cluster (kappa_operator/local_cluster: the node, CoreDNS, the spark-operator and
 kappa installed by their charts, S3 and the catalog's database), once per test process, for the
-tests of this directory (all in one file, so pytest-xdist's loadfile keeps them on one worker:
-the node's bridge, ports and the kubelet are the machine's). Marked ``node``."""
+tests of this directory (tests/conftest.py hands the whole directory to one pytest-xdist worker:
+the node's bridge, ports and the kubelet are the machine's). Marked ``node``; ``LAST`` runs last,
+on clusters of its own."""
 
 from __future__ import annotations
 
@@ -23,24 +24,50 @@ from kappa_operator.local_cluster.node import Node, container_ids, container_pro
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 from tests.node.objects import backfill, branch_rows
 
+LAST = "test_cluster_command.py"
+"""Clusters of its own, started by `kappa cluster up`: after the session's cluster stopped."""
+RUNNING: list[LocalCluster] = []
+"""The session's cluster while it runs (none until a test asks for it)."""
 
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marked ``node``; ``LAST``'s tests moved behind the others (after tests/conftest.py's
+    stable sort, which keeps them there)."""
     here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.node)
+    ours = [item for item in items if here in Path(str(item.fspath)).parents]
+    for item in ours:
+        item.add_marker(pytest.mark.node)
+    last = [item for item in ours if Path(str(item.fspath)).name == LAST]
+    items[:] = [item for item in items if item not in last] + last
+
+
+def as_root() -> None:
+    if os.geteuid() != 0:  # said at the end of the run in red (tests/conftest.py), with the fix
+        pytest.skip("the node tests run a kubelet, containerd and network namespaces: run the tests as root")
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    if os.geteuid() != 0:  # said at the end of the run in red (tests/conftest.py), with the fix
-        pytest.skip("the node tests run a kubelet, containerd and network namespaces: run the tests as root")
+    as_root()
     started = LocalCluster.up(tmp_path_factory.mktemp("cluster"))
+    RUNNING.append(started)
     yield started
-    started.stop()
+    if started in RUNNING:
+        RUNNING.remove(started)
+        started.stop()
     # a container's processes outlive its killed shim (their own sessions): the stop ends them
     left = container_processes(container_ids(started.node.workdir))
     assert not left, f"processes of the node's containers still running after its stop: {left}"
+
+
+@pytest.fixture
+def node_to_itself() -> None:
+    """The machine's one node free for a cluster of the test's own: the session's stopped
+    first, if one was started (the tests that need it ran before: ``LAST``)."""
+    as_root()
+    while RUNNING:
+        RUNNING.pop().stop()
 
 
 @pytest.fixture(scope="session")

@@ -15,10 +15,16 @@ import pytest
 import yaml
 
 from kappa_operator.local_cluster.cluster import CREDENTIALS, SPARK_IMAGE, LocalCluster
-from kappa_operator.local_cluster.commands import example_manifests, left_running
+from kappa_operator.local_cluster.commands import ClusterCommandError, example_manifests, left_running, up
 from kappa_operator.local_cluster.control_plane import ROOT
 from kappa_operator.local_cluster.images import CONTEXT
-from kappa_operator.local_cluster.node import container_ids, container_processes, in_containers
+from kappa_operator.local_cluster.node import (
+    SOCKET_PATH_MAX,
+    container_ids,
+    container_processes,
+    in_containers,
+    socket_path_too_long,
+)
 from kappa_operator.local_cluster.storage import ACCESS_KEY, SECRET_KEY, CatalogDatabase, ObjectStore, database_home
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import Rewind
@@ -192,3 +198,27 @@ def test_what_a_dead_supervisor_left_running_is_found_by_its_directory_and_its_d
             proc.kill()
             proc.wait()
     assert left_running(parts) == []
+
+
+def test_a_node_directory_too_long_for_its_sockets_is_refused_naming_the_socket_and_by_how_much() -> None:
+    assert socket_path_too_long(Path("/tmp/kc/cluster/parts/node")) is None
+    fits = Path("/" + "d" * (SOCKET_PATH_MAX - len("/kubelet/root/device-plugins/kubelet.sock") - 1))
+    assert socket_path_too_long(fits) is None
+    said = socket_path_too_long(Path(f"{fits}xy"))
+    assert said is not None
+    assert f"{fits}xy/kubelet/root/device-plugins/kubelet.sock would be {SOCKET_PATH_MAX + 2} bytes" in said
+    assert said.endswith("(shorten the directory by 2 characters)")
+
+
+def test_kappa_cluster_up_in_a_directory_too_long_says_so_before_starting_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    workdir = tmp_path / ("long" * 20)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)  # the root check comes first
+    with pytest.raises(
+        ClusterCommandError, match=r"--dir or \$KAPPA_CLUSTER_DIR.*too long for the node's unix sockets"
+    ):
+        up(workdir, Console())
+    assert not workdir.exists(), "nothing started, nothing written"

@@ -1,0 +1,100 @@
+"""`kappa cluster up` and `down` as a user runs them: the supervisor in the background, `down`
+by signal, `up` again on the same directory (a new cluster: the S3 API's objects were in
+memory), and `down` after the supervisor was killed (SIGKILL, the OOM killer), which must end
+everything it left running. The machine holds one node (its bridge, ports and kubelet), so this
+runs after the node tests' cluster has stopped: last in tests/node (its conftest orders it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kappa_operator.local_cluster.cluster import OPERATOR_NAMESPACE
+from kappa_operator.local_cluster.commands import left_running
+from kappa_operator.local_cluster.node import SOCKETS
+from kappa_operator.local_cluster.storage import database_home
+
+KAPPA = Path(sys.executable).parent / "kappa"
+
+
+def kappa_cluster(action: str, workdir: Path) -> str:
+    done = subprocess.run(
+        [str(KAPPA), "cluster", action, "--dir", str(workdir)], capture_output=True, text=True, timeout=1800
+    )
+    assert done.returncode == 0, f"kappa cluster {action}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def operator_pods(workdir: Path) -> list[dict[str, Any]]:
+    """The kappa operator's pods, as the kubectl that `up` points the user at lists them."""
+    ready = json.loads((workdir / "ready.json").read_text())
+    listed = subprocess.run(
+        [f"{ready['bin']}/kubectl", "--kubeconfig", ready["kubeconfig"], "get", "pods", "-n", OPERATOR_NAMESPACE,
+         "-l", "app.kubernetes.io/name=kappa-operator", "-o", "json"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return list(json.loads(listed.stdout)["items"])
+
+
+def mounted_under(parts: Path) -> list[str]:
+    return [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines() if f"{parts}/" in line]
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A short directory, as a user's ``~/.kappa/cluster`` is: pytest's own are too long for
+    the node's unix sockets (``node.socket_path_too_long``)."""
+    top = Path(tempfile.mkdtemp(prefix="kc-"))
+    yield top / "cluster"
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def test_up_down_up_then_down_after_a_killed_supervisor_leaves_nothing_running(
+    node_to_itself: None, workdir: Path
+) -> None:
+    parts = workdir / "parts"
+
+    said = kappa_cluster("up", workdir)
+    assert "cluster up" in said and f"export KUBECONFIG={workdir / 'kubeconfig'}" in said
+    assert [p["status"]["phase"] for p in operator_pods(workdir)] == ["Running"]
+    # the check `up` makes of the directory's length covers the longest socket the node made
+    made = subprocess.run(["find", str(parts / "node"), "-type", "s"], capture_output=True, text=True, check=True)
+    longest = max(len(os.fsencode(parts / "node" / socket)) for socket in SOCKETS)
+    assert made.stdout.split() and max(len(os.fsencode(s)) for s in made.stdout.split()) <= longest, made.stdout
+    said = kappa_cluster("down", workdir)
+    assert "the next `up` starts anew" in said
+    assert not left_running(parts) and not mounted_under(parts)
+    assert not database_home(parts / "storage").exists()
+
+    # the same directory again: a new cluster, whose catalog has the example data again
+    said = kappa_cluster("up", workdir)
+    assert "cluster up" in said and "ended the" not in said
+    assert [p["status"]["phase"] for p in operator_pods(workdir)] == ["Running"]
+    assert (workdir / "examples" / "rmi-backfill.yaml").exists()
+
+    supervisor = int((workdir / "supervisor.pid").read_text())
+    os.kill(supervisor, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{supervisor}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = left_running(parts)
+    assert len(left) > 10, f"a killed supervisor leaves its cluster running: {left}"
+
+    said = kappa_cluster("down", workdir)
+    ended = re.search(r"its supervisor was gone; ended the (\d+) processes it left running", said)
+    assert ended is not None and int(ended[1]) > 10, said
+    assert not left_running(parts), "every process of the cluster ended"
+    assert not mounted_under(parts)
+    assert kappa_cluster("down", workdir).strip() == f"no cluster is running from {workdir}"
