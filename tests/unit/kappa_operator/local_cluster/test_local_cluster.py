@@ -208,6 +208,9 @@ def test_a_node_directory_too_long_for_its_sockets_is_refused_naming_the_socket_
     assert said is not None
     assert f"{fits}xy/kubelet/root/device-plugins/kubelet.sock would be {SOCKET_PATH_MAX + 2} bytes" in said
     assert said.endswith("(shorten the directory by 2 characters)")
+    # what README and docs/reference.md tell a user: a cluster's --dir of at most 52 characters
+    assert socket_path_too_long(Path("/" + "d" * 51) / "parts" / "node") is None
+    assert socket_path_too_long(Path("/" + "d" * 52) / "parts" / "node") is not None
 
 
 def test_kappa_cluster_up_in_a_directory_too_long_says_so_before_starting_anything(
