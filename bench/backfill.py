@@ -34,9 +34,9 @@ import logging
 import statistics
 import sys
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 if __package__ in (None, ""):  # `python bench/backfill.py`: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -81,6 +81,26 @@ TABLE = "bench.attributed_plays"
 KEY = ["playback_id", "impression_id"]
 OUTPUT = "attributed_plays"
 TABLES = ("impressions", "playbacks")
+
+
+class History(NamedTuple):
+    """The profile's generated tables and the window of whole event-hours they cover, as the
+    runs' configs take it."""
+
+    props: dict[str, str]
+    stats: Any
+    generate_seconds: float
+    start: datetime
+    end: datetime
+    window: dict[str, str]
+
+
+def rmi_history(out: Path, profile: dict[str, Any]) -> History:
+    props, _gen, stats, seconds = generate_dataset(out / "data", profile["hours"], profile["impressions_per_hour"])
+    start, end = hour_floor(stats.first_event), hour_floor(stats.last_event) + timedelta(hours=1)
+    return History(
+        props, stats, seconds, start, end, {"start": start.isoformat(), "end": end.isoformat(), "warmup": "0s"}
+    )
 
 
 def config(
@@ -199,9 +219,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     name, profile, out = chosen_profile(args, PROFILES)
     runs = out / "runs"
     started = time.monotonic()
-    props, _gen, stats, gen_seconds = generate_dataset(out / "data", profile["hours"], profile["impressions_per_hour"])
-    start, end = hour_floor(stats.first_event), hour_floor(stats.last_event) + timedelta(hours=1)
-    window = {"start": start.isoformat(), "end": end.isoformat(), "warmup": "0s"}
+    props, stats, gen_seconds, start, end, window = rmi_history(out, profile)
     log.info("generated %d impressions, %d playbacks; window %s .. %s", stats.impressions, stats.playbacks, start, end)
 
     # The session (hence the JVM) is built from this config: driver memory must be set here.

@@ -31,17 +31,14 @@ import argparse
 import logging
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from pyiceberg.table import TableProperties
 
-from bench.backfill import OUTPUT, PROFILES, TABLES, config, iceberg_sink, measure_bounded
+from bench.backfill import OUTPUT, PROFILES, TABLES, config, iceberg_sink, measure_bounded, rmi_history
 from bench.source_throughput import (
     batch_frame,
     chosen_profile,
-    generate_dataset,
-    hour_floor,
     machine,
     measured_parser,
     run_measured,
@@ -61,9 +58,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     name, profile, out = chosen_profile(args, PROFILES)
     runs = out / "runs"
-    props, _gen, stats, gen_seconds = generate_dataset(out / "data", profile["hours"], profile["impressions_per_hour"])
-    start, end = hour_floor(stats.first_event), hour_floor(stats.last_event) + timedelta(hours=1)
-    window = {"start": start.isoformat(), "end": end.isoformat(), "warmup": "0s"}
+    props, _, gen_seconds, start, end, window = rmi_history(out, profile)
     session = config(props, runs / "session", "session", "live", {"kind": "console"}, driver_memory=args.driver_memory)
     spark = build_session(session)
     spark.sparkContext.setLogLevel("WARN")

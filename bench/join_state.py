@@ -32,13 +32,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.backfill import OUTPUT, PROFILES, STATE_STORES, TABLES, config, iceberg_sink, measure
+from bench.backfill import OUTPUT, PROFILES, STATE_STORES, TABLES, config, iceberg_sink, measure, rmi_history
 from bench.source_throughput import (
     batch_frame,
     chosen_profile,
     events_listener,
-    generate_dataset,
-    hour_floor,
     machine,
     measured_parser,
     run_measured,
@@ -86,9 +84,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     name, profile, out = chosen_profile(args, PROFILES)
     runs = out / "runs"
-    props, _gen, stats, _seconds = generate_dataset(out / "data", profile["hours"], profile["impressions_per_hour"])
-    start, end = hour_floor(stats.first_event), hour_floor(stats.last_event) + timedelta(hours=1)
-    window = {"start": start.isoformat(), "end": end.isoformat(), "warmup": "0s"}
+    props, _, _, start, end, window = rmi_history(out, profile)
     spark = build_session(
         config(props, runs / "session", "session", "live", {"kind": "console"}, driver_memory=args.driver_memory)
     )

@@ -14,8 +14,11 @@ import pytest
 # broker) compiles with C1 only and collects with one thread: their runs are short, so the
 # C2 compiler and parallel GC threads cost CPU they never pay back. Measured on the 2-core
 # box: 31 % less CPU for the same Spark tests (112 -> 77 CPU s). Tests only: benchmarks and
-# the product keep the JVM's defaults. Set JAVA_TOOL_OPTIONS to override.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# the product keep the JVM's defaults. Set JAVA_TOOL_OPTIONS to override. C1 alone shrinks the
+# code cache to 48 MB, which a worker's one Spark session filled with the code Spark generates
+# for each query (30,683 methods, 2026-11-28: "Out of space in CodeCache for method handle
+# intrinsic", and a test failed): the JVM's default with both compilers, 240 MB, is kept.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m")
 
 from harness.s3 import MotoS3
 from kappa_operator.local.kafka import KafkaBroker

@@ -33,11 +33,12 @@ OPERATOR_IMAGE = "kappa.dev/kappa-operator:0.1.0"
 SPARK_OPERATOR_IMAGE = "kappa.dev/spark-operator:2.3.0"
 OPERATOR_RELEASE, OPERATOR_NAMESPACE = "kappa", "kappa-system"
 SPARK_OPERATOR_RELEASE, SPARK_OPERATOR_NAMESPACE = "spark-operator", "spark-operator"
-SMALL_NODE_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SMALL_NODE_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 """The drivers' and executors' JVM options on this one small node: a job here runs minutes on
 a few thousand rows, so C2's compilations and parallel GC threads cost CPU the node's other pods
 need and never pay back (the tests' own JVMs run so too: tests/conftest.py, 31 % less CPU for
-the same Spark tests)."""
+the same Spark tests). C1 alone would shrink the code cache to 48 MB, which one long-lived Spark
+session was seen to fill with the code Spark generates per query: the usual 240 MB is kept."""
 JOBS = "default"
 """Where the examples' objects go (their own namespace)."""
 CREDENTIALS = "lake-credentials"

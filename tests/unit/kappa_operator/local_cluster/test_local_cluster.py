@@ -50,7 +50,7 @@ def test_the_examples_written_for_the_cluster_are_valid_objects_pointed_at_its_s
     assert catalog["s3.endpoint"] == "http://10.244.0.1:9000"
     assert job.spec.checkpoints.location == "s3a://lake/checkpoints/rmi"
     assert job.spec.spark_conf["spark.hadoop.fs.s3a.endpoint"] == "http://10.244.0.1:9000"
-    jvm = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    jvm = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
     assert job.spec.spark_conf["spark.driver.extraJavaOptions"] == jvm, "short runs on one small node"
     assert job.spec.spark_conf["spark.executor.extraJavaOptions"] == jvm
     assert [e.secret_ref.name for e in job.spec.env_from if e.secret_ref] == [CREDENTIALS]
