@@ -67,7 +67,11 @@ PROFILES = {
     "day": {"hours": 24.0, "impressions_per_hour": 100_000},
 }
 STATE_STORES: dict[str, dict[str, str]] = {
-    "hdfs": {},
+    "hdfs": {  # Spark's default, named so that a session that tried another can go back to it
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+        ),
+    },
     "rocksdb": {
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -101,6 +105,27 @@ def rmi_history(out: Path, profile: dict[str, Any]) -> History:
     return History(
         props, stats, seconds, start, end, {"start": start.isoformat(), "end": end.isoformat(), "warmup": "0s"}
     )
+
+
+def warm_up(spark: Any, events: Any, history: History, runs: Path) -> None:
+    """Untimed: the JVM, the Python workers, the join, the sink's first table creation path, over
+    the window's first hour. ``measure`` waits for the query's last progress event, so none leaks
+    into the next run."""
+    start = history.start
+    first_hour = {"start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat(), "warmup": "0s"}
+    sink = iceberg_sink(table="warm.plays")
+    measure(spark, events, config(history.props, runs / "warmup", "warmup", "backfill", sink, first_hour))
+
+
+def spark_batch(spark: Any, history: History, path: Path) -> float:
+    """The batch job a user would write instead (the same rmi logic over the tables' data files,
+    to plain Parquet at ``path``); its wall seconds."""
+    from spark_app.examples import rmi
+
+    began = time.monotonic()
+    frames = {t: batch_frame(spark, history.props, t, (history.start, history.end)) for t in TABLES}
+    rmi.pipeline(frames)[OUTPUT].write.parquet(str(path))
+    return time.monotonic() - began
 
 
 def config(
@@ -191,14 +216,17 @@ def measure_bounded(spark: Any, cfg: Any) -> dict[str, Any]:
     """A bounded run (one batch query per sink: no streaming progress to listen to; its run
     report counts the rows its sources handed the pipeline)."""
     from spark_app.apps.run import run
+    from spark_app.contract.trace import read_trace
 
     with PeakMemory(spark) as memory:
         started = time.monotonic()
         report = run(cfg, spark)
         wall = time.monotonic() - started
     choice = report.mode_choice
+    commits = [e for e in read_trace(cfg.trace_path) if e["event"] == "commit"] if cfg.trace_path else []
     return {
         **memory.result(),
+        "output_rows": sum(e.get("rows", 0) for e in commits),  # as measure() counts a streaming run's
         "mode": None if choice is None else choice.mode,
         "mode_reason": None if choice is None else choice.reason,
         "input_rows": report.input_rows,
@@ -212,14 +240,14 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
     from spark_app.apps.run import build_session
-    from spark_app.examples import rmi
     from spark_app.sinks.iceberg.publish import PublishResult, ValidationFailedError, compare, publish
     from spark_app.sinks.iceberg.window import TimeWindow
 
     name, profile, out = chosen_profile(args, PROFILES)
     runs = out / "runs"
     started = time.monotonic()
-    props, stats, gen_seconds, start, end, window = rmi_history(out, profile)
+    history = rmi_history(out, profile)
+    props, stats, gen_seconds, start, end, window = history
     log.info("generated %d impressions, %d playbacks; window %s .. %s", stats.impressions, stats.playbacks, start, end)
 
     # The session (hence the JVM) is built from this config: driver memory must be set here.
@@ -239,11 +267,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     events = events_listener()
     spark.streams.addListener(events)
 
-    # Untimed warm-up: JVM, Python workers, the join, the sink's first table creation path.
-    warm = runs / "warmup"
-    first_hour = {"start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat(), "warmup": "0s"}
-    # measure() waits for the query's last progress event, so none leaks into the next run.
-    measure(spark, events, config(props, warm, "warmup", "backfill", iceberg_sink(table="warm.plays"), first_hour))
+    warm_up(spark, events, history, runs)
     log.info("floor: a trivial stateful query with the same session ...")
     floor = measure_floor(spark, events, str(runs / "floor"))
 
@@ -283,10 +307,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     log.info("bounded backfill ...")
     results["bounded"] = measure_bounded(spark, backfill("bounded"))
     log.info("spark batch ...")
-    t0 = time.monotonic()
-    frames = {t: batch_frame(spark, props, t, (start, end)) for t in TABLES}
-    rmi.pipeline(frames)[OUTPUT].write.parquet(str(runs / "spark_batch"))
-    batch_seconds = time.monotonic() - t0
+    batch_seconds = spark_batch(spark, history, runs / "spark_batch")
     batch_rows = sum(batch_frame(spark, props, t, (start, end)).count() for t in TABLES)
     results["spark_batch"] = {
         "input_rows": batch_rows,

@@ -27,14 +27,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.backfill import OUTPUT, PROFILES, STATE_STORES, TABLES, config, iceberg_sink, measure, rmi_history
+from bench.backfill import (
+    PROFILES,
+    STATE_STORES,
+    config,
+    iceberg_sink,
+    measure,
+    rmi_history,
+    spark_batch,
+    warm_up,
+)
 from bench.source_throughput import (
-    batch_frame,
     chosen_profile,
     events_listener,
     machine,
@@ -45,13 +51,8 @@ from spark_app.contract.config import DEFAULT_BATCH_ROW_BUDGET
 
 log = logging.getLogger("bench.join_state")
 FORMAT_KEY = "spark.sql.streaming.join.stateFormatVersion"
-HDFS = {
-    "spark.sql.streaming.stateStore.providerClass": (
-        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-    )
-}
 STORES: dict[str, dict[str, str]] = {
-    "hdfs": {**HDFS, FORMAT_KEY: "2"},
+    "hdfs": {**STATE_STORES["hdfs"], FORMAT_KEY: "2"},
     "rocksdb": {**STATE_STORES["rocksdb"], FORMAT_KEY: "2"},
     "rocksdb_v3": {**STATE_STORES["rocksdb"], FORMAT_KEY: "3"},
 }
@@ -80,28 +81,19 @@ def variant(text: str) -> tuple[str, int]:
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from spark_app.apps.run import build_session
-    from spark_app.examples import rmi
 
     name, profile, out = chosen_profile(args, PROFILES)
     runs = out / "runs"
-    props, _, _, start, end, window = rmi_history(out, profile)
+    history = rmi_history(out, profile)
+    props, window = history.props, history.window
     spark = build_session(
         config(props, runs / "session", "session", "live", {"kind": "console"}, driver_memory=args.driver_memory)
     )
     spark.sparkContext.setLogLevel("WARN")
     events = events_listener()
     spark.streams.addListener(events)
-    first_hour = {"start": start.isoformat(), "end": (start + timedelta(hours=1)).isoformat(), "warmup": "0s"}
-    warmup = config(props, runs / "warmup", "warmup", "backfill", iceberg_sink(table="warm.plays"), first_hour)
-    measure(spark, events, warmup)
-
-    def spark_batch(run: str) -> float:
-        began = time.monotonic()
-        frames = {t: batch_frame(spark, props, t, (start, end)) for t in TABLES}
-        rmi.pipeline(frames)[OUTPUT].write.parquet(str(runs / run))
-        return round(time.monotonic() - began, 3)
-
-    batch = [spark_batch("spark_batch_0")]
+    warm_up(spark, events, history, runs)
+    batch = [round(spark_batch(spark, history, runs / "spark_batch_0"), 3)]
     results: list[dict[str, Any]] = []
     for store, budget in args.variants:
         run = f"{store}-{budget}".replace("_", "-")
@@ -124,7 +116,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
                 "jvm_gc_s": round(after["gc_s"] - before["gc_s"], 1),
             }
         )
-    batch.append(spark_batch("spark_batch_1"))
+    batch.append(round(spark_batch(spark, history, runs / "spark_batch_1"), 3))
     spark.stop()
     baseline = min(batch)
     for r in results:
