@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the test cluster's real parts from their published Go modules, pinned, and cache them
 # under the machine's home (issue 27):
-#   - kube-apiserver and kube-controller-manager of each version in kubernetes/<version>/
+#   - kube-apiserver of each version in kubernetes/<version>/ (and kube-controller-manager of the current)
 #     (a go.mod that requires k8s.io/kubernetes and maps its staging modules, which it names
 #     as ./staging/..., to their published versions): the current one the suite runs on, and
 #     the oldest the chart supports (charts/kappa-operator/Chart.yaml, kubeVersion), on which
@@ -42,20 +42,27 @@ if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
   fi
 fi
 
-kubernetes() {  # version [more commands] -> bin dir holding kube-apiserver, kube-controller-manager (and those)
-  local version=$1 bin="$cache/kubernetes-$1/bin" minor
+kubernetes() {  # version [commands] -> bin dir holding kube-apiserver (and those)
+  # All missing commands of a version in one `go build`: the packages they share compile once
+  # and the links (single-threaded, ~20 s each) run side by side on the machine's cores, where
+  # one build per command left a core idle at each link (measured: see bench/RESULTS.md).
+  local version=$1 bin="$cache/kubernetes-$1/bin" minor tmp
   shift
   minor=${version#v1.}; minor=${minor%%.*}
   mkdir -p "$bin"
-  for cmd in kube-apiserver kube-controller-manager "$@"; do
-    if [ ! -x "$bin/$cmd" ]; then
-      echo "building $cmd $version (once per machine)" >&2
-      (cd "$here/kubernetes/$version" && go build -trimpath -ldflags "-s -w \
-        -X k8s.io/component-base/version.gitVersion=$version \
-        -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
-        -o "$bin/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd") && mv "$bin/$cmd.tmp" "$bin/$cmd"
-    fi
+  local missing=()
+  for cmd in kube-apiserver "$@"; do
+    [ -x "$bin/$cmd" ] || missing+=("k8s.io/kubernetes/cmd/$cmd")
   done
+  if ((${#missing[@]})); then
+    echo "building ${missing[*]##*/} $version (once per machine)" >&2
+    tmp="$bin/.tmp.$$"; rm -rf "$tmp"; mkdir -p "$tmp"
+    (cd "$here/kubernetes/$version" && go build -trimpath -ldflags "-s -w \
+      -X k8s.io/component-base/version.gitVersion=$version \
+      -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+      -o "$tmp/" "${missing[@]}")
+    mv "$tmp"/* "$bin/" && rmdir "$tmp"
+  fi
   echo "$bin"
 }
 
@@ -120,11 +127,18 @@ coredns_binary() {  # the cluster's DNS, of cluster/coredns/go.mod
   echo "$bin/coredns"
 }
 
-current=$(kubernetes "$CURRENT" kubelet kube-scheduler kube-proxy kubectl)
+# The three small modules build beside the Kubernetes commands (a core idles at each link of a
+# build alone); each function prints its path again, from the cache, once both are done.
+(coredns_binary && spark_operator_binary && helm_binary) >/dev/null &
+side=$!
+current=$(kubernetes "$CURRENT" kube-controller-manager kubelet kube-scheduler kube-proxy kubectl)
+# the oldest: its API server alone, for the CRD checks (tests/cluster/test_crds_on_server.py),
+# which need no controller of its own
+oldest=$(kubernetes "$OLDEST")
+wait "$side"
 coredns=$(coredns_binary)
 spark_operator=$(spark_operator_binary)
 helm=$(helm_binary)
-oldest=$(kubernetes "$OLDEST")
 echo "current=$current"
 echo "oldest=$oldest"
 echo "helm=$helm"

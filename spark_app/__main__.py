@@ -1,10 +1,15 @@
 """``python -m spark_app [run|publish|restore|plan] --config job.json``: what the operator's
-SparkApplications run: the job's query (``run``, the default), a finished backfill's
-validation and publish (``publish``), a Rewind's restore and sink undo (``restore``,
-driver-only: no SparkSession), or a Backfill's plan from Iceberg metadata and the pipeline's
-analyzed plan (``plan``: no Spark job runs; ``--no-spark`` plans without a SparkSession).
-Exit codes: 0 done (Published, Restored, Planned), 3 refused or failed with a report, 2 a
-config error (``EXIT_REFUSED``: not restarted), 1 the job failed."""
+SparkApplications run: the job's query (``run``, the default; a backfill config with
+``publish`` then validates its branches against main and publishes in the same driver,
+``spark_app.apps.publish.run_and_publish``), a finished backfill's validation and publish alone
+(``publish``: the separate application the operator still renders where a completed backfill
+left no publish report), a Rewind's restore and sink undo (``restore``, driver-only: no
+SparkSession), or a Backfill's plan from Iceberg metadata and the pipeline's analyzed plan
+(``plan``: no Spark job runs; ``--no-spark`` plans without a SparkSession).
+Exit codes: 0 done (Published, Restored, Planned; a ``run`` whose publish was Refused too: the
+application completed, and its report says Refused for the operator to end the Backfill on), 3
+refused or failed with a report, 2 a config error (``EXIT_REFUSED``: not restarted), 1 the job
+failed (a ``run`` whose publish failed too: restarted, it resumes and publishes again)."""
 
 from __future__ import annotations
 
@@ -64,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             planned = run_plan(cfg, None)
             print(planned.model_dump_json(indent=2))
             return 0 if planned.state == "Planned" else 3
-        from spark_app.apps.run import build_session, run
+        from spark_app.apps.publish import run_and_publish, run_publish
+        from spark_app.apps.run import build_session
         from spark_app.contract.errors import user_message
 
         try:
@@ -75,12 +81,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(planned.model_dump_json(indent=2))
                 return 0 if planned.state == "Planned" else 3
             if args.command == "publish":
-                from spark_app.apps.publish import run_publish
-
                 published = run_publish(cfg, build_session(cfg))
                 print(published.model_dump_json(indent=2))
                 return 0 if published.state == "Published" else 3
-            report = run(cfg, timeout=args.timeout)
+            report, publish = run_and_publish(cfg, timeout=args.timeout)
         except KappaError:
             raise
         except Exception as exc:  # Spark wraps what a source raised: show the part a person acts on
@@ -91,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         last_words(str(exc))
         return EXIT_FAILED if exc.restartable else EXIT_REFUSED
-    print(json.dumps(report.summary(), indent=2))
+    said = report.summary()
+    if publish is not None:  # Refused too: the report on storage is what the operator ends on
+        said["publish"] = {"state": publish.state, "error": publish.error}
+    print(json.dumps(said, indent=2))
     return 0
 
 

@@ -1,11 +1,14 @@
 """Backfill: resolve the job, join the alignment group, submit the history run, follow its
-progress through the coordinator, submit the publish application when it completes and end on
-that application's report, leave the group.
+progress through the coordinator, end on the publish report its driver leaves when it
+completes (or on the report of a separate publish application, where the completed run left
+none: ``reconcile.backfill``), leave the group.
 
-The operator never reads the backfill's rows: validation and publish run in the publish
-application (``python -m spark_app publish``); this handler reads its report, a few KB next to
-the checkpoint. Every step is safe to repeat after an operator restart: the phase recorded
-says where it was, and a publish run twice commits once."""
+The operator never reads the backfill's rows: validation and publish run in Spark (the
+backfill's own driver, ``spark_app.apps.publish.run_and_publish``, or the publish application,
+``python -m spark_app publish``); this handler reads their report, a few KB next to the
+checkpoint, only when the decision needs it (``wants_publish_report``). Every step is safe to
+repeat after an operator restart: the phase recorded says where it was, a report is read again,
+and a publish run twice commits once."""
 
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ from kappa_operator.reconcile.backfill import (
     plan_backfill,
     progress_update,
     submitted,
+    wants_publish_report,
 )
 from kappa_operator.reconcile.backfill_queue import Admitted, Candidate, Queued, decide
 from kappa_operator.reconcile.estimates import CONFIG_MAP, recorded, runs_from
@@ -95,10 +99,14 @@ def _job(bf: Backfill) -> tuple[StreamingJob | None, bool]:
     return parse(StreamingJob, json.loads(saved)), True
 
 
-def _report(bf: Backfill, job: StreamingJob | None, publish_app: dict[str, Any] | None) -> PublishReport | None:
-    """The publish application's report, once that application has ended (a KB object next to
-    the backfill's checkpoint: the only thing of the data plane the operator reads)."""
-    if job is None or publish_app is None or app_state(publish_app) not in ENDED:
+def _report(
+    bf: Backfill, job: StreamingJob | None, app: dict[str, Any] | None, publish_app: dict[str, Any] | None
+) -> PublishReport | None:
+    """The publish report, once the backfill's application completed (its driver published)
+    or the separate publish application ended (a KB object next to the backfill's checkpoint:
+    the only thing of the data plane the operator reads). Unreadable storage raises: the
+    decision is retried, never made without the report."""
+    if job is None or not wants_publish_report(bf, app, publish_app):
         return None
     return read_report(backfill_config(bf, job, None))
 
@@ -168,7 +176,7 @@ def _plan(
     c = ctx()
     url = c.coordinator_url if c.groups is not None else None
     app, publish_app = apps
-    report = _report(bf, job, publish_app)
+    report = _report(bf, job, app, publish_app)
     return plan_backfill(
         bf,
         job,
@@ -290,7 +298,8 @@ def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]
 def follow(body: kopf.Body, streaming_jobs: kopf.Index[tuple[str, str], None], **_: Any) -> None:
     """Pending: look for the job again. Queued: a slot may have freed (a backfill ended).
     Planning and Publishing: their application, in case one of its events was missed.
-    Running: progress and ETA from the group's watermark, or, its job deleted, say so now."""
+    Running: progress and ETA from the group's watermark, or, its job deleted, say so now, or,
+    its last decision failed (its completed driver's report unreadable), decide again."""
     bf = parse(Backfill, body)
     step = follow_step(bf, (bf.metadata.namespace, bf.spec.job_ref.name) in streaming_jobs)
     if step == "wait":

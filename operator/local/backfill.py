@@ -1,7 +1,10 @@
 """`kappa run` of a Backfill: ``plan_backfill`` -> alignment group declared in an embedded
-coordinator -> the backfill JobConfig run to its end -> the publish application's code
-(``spark_app.apps.publish``, in-process on the same SparkSession) -> Publishing / Succeeded /
-Failed as the operator decides them from its report."""
+coordinator -> the backfill JobConfig run to its end, validating and publishing in the same
+run when publish is enabled, as its driver does on a cluster (``spark_app.apps.publish
+.run_and_publish``, in-process on one SparkSession) -> Succeeded / Failed as the operator
+decides them from the report it left. Where the operator would still create a separate publish
+application (the run left no report of its own), its code runs in-process next: Publishing,
+then the end its report says."""
 
 from __future__ import annotations
 
@@ -18,12 +21,19 @@ from kappa_operator.local.job import _failure_hint
 from kappa_operator.local.overrides import runtime_config
 from kappa_operator.models.backfill import Backfill, BackfillRestart
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import NONCE, BackfillPlan, plan_backfill, progress_status
+from kappa_operator.reconcile.backfill import (
+    NONCE,
+    BackfillPlan,
+    plan_backfill,
+    progress_status,
+    wants_publish_report,
+)
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.render.jobconfig import (
     backfill_config,
     backfill_group,
 )
+from spark_app.apps.publish import publishing_line
 from spark_app.contract.config import format_duration
 from spark_app.contract.errors import user_message
 from spark_app.contract.reports.publish import PublishReport, read_report
@@ -53,10 +63,14 @@ def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
             return _backfill_done_before(local, bf)
         if plan.create_app is not None:
             bf = act(plan, bf)
-            bf, app = _run_backfill(local, bf, job, coordinator.url, token, groups)
-            plan = plan_backfill(_not_restarted(bf), job, app, coordinator.url, now_rfc3339())
+            created = dict(plan.create_app["metadata"]["annotations"])  # what it runs with (nonce, publish)
+            bf, app = _run_backfill(local, bf, job, coordinator.url, token, groups, created)
+            ran = _not_restarted(bf)
+            plan = plan_backfill(ran, job, app, coordinator.url, now_rfc3339(), report=_report(ran, job, app))
             bf = act(plan, bf)
-        if plan.create_publish_app is not None:  # Publishing is recorded: an interrupted run publishes next time
+        # No report of the run (the operator's fallback, in-process): Publishing is recorded, so an
+        # interrupted `kappa run` publishes next time.
+        if plan.create_publish_app is not None:
             bf = act(plan, bf)
             publisher = _publish(local, bf, job)
             bf = act(plan_backfill(bf, job, app, coordinator.url, now_rfc3339(), None, False, *publisher), bf)
@@ -81,12 +95,17 @@ def _publishing(bf: Backfill) -> bool:
     return bf.status is not None and bf.status.phase == "Publishing"
 
 
+def _report(bf: Backfill, job: StreamingJob, app: dict[str, Any]) -> PublishReport | None:
+    """The publish report the run left, where and when the operator reads it."""
+    return read_report(backfill_config(bf, job, None)) if wants_publish_report(bf, app, None) else None
+
+
 def _publish(local: Local, bf: Backfill, job: StreamingJob) -> tuple[dict[str, Any], PublishReport | None]:
-    """The publish application, run in-process: the publish application as it ended, and the
-    report it left where the operator reads it."""
+    """The separate publish application, run in-process: the publish application as it ended,
+    and the report it left where the operator reads it."""
     cfg = backfill_config(bf, job, None)
     state, message = "COMPLETED", ""
-    with local.show.ticking(f"validating {cfg.sink_branch(next(iter(cfg.sinks)))} against main and publishing", _no):
+    with local.show.ticking(publishing_line(cfg), _no):
         try:
             local.engine.publish(cfg)
         except Exception as exc:  # the operator would see a FAILED publish application
@@ -114,9 +133,16 @@ def _backfill_done_before(local: Local, bf: Backfill) -> int:
 
 
 def _run_backfill(
-    local: Local, bf: Backfill, job: StreamingJob, url: str, token: str, groups: EmbeddedGroups
+    local: Local,
+    bf: Backfill,
+    job: StreamingJob,
+    url: str,
+    token: str,
+    groups: EmbeddedGroups,
+    annotations: dict[str, str],
 ) -> tuple[Backfill, dict[str, Any]]:
-    """Run the rendered backfill; the application as it would have ended."""
+    """Run the rendered backfill; the application (``annotations``: the rendered one's) as it
+    would have ended."""
     show = local.show
     trace = local.objects.root / "traces" / f"backfill-{bf.metadata.name}-{(bf.metadata.uid or 'local')[:8]}.jsonl"
     trace.parent.mkdir(parents=True, exist_ok=True)
@@ -126,9 +152,12 @@ def _run_backfill(
     )
     group, owner = backfill_group(bf), bf.metadata.name
     current = bf
+    stage: list[str] = []  # the run's line once it validates and publishes
 
     def tick() -> str | None:
         nonlocal current
+        if stage:
+            return f"{owner}: {stage[-1]}"
         seen = groups.progress(group, owner)
         if seen is None or seen.global_watermark_us is None:
             return local.engine.activity()
@@ -143,7 +172,7 @@ def _run_backfill(
     w = bf.spec.window
     try:
         with show.ticking(f"{owner}: backfilling {w.start} .. {w.end} from Iceberg history", tick):
-            report = local.engine.run(cfg)
+            report = local.engine.run(cfg, publishing=stage.append)
     except KeyboardInterrupt:
         state, message = "FAILED", "interrupted by Ctrl-C"
     except Exception as exc:  # the operator would see a FAILED application with this message
@@ -164,4 +193,4 @@ def _run_backfill(
             for notice in e.notices:
                 show.print(f"[yellow]{escape(notice)}[/]" if notice.startswith("not yet final") else escape(notice))
     bf = local.objects.apply(bf)  # with the progress the ticker recorded
-    return bf, application(state, message, {NONCE: str(bf.spec.restart_nonce)})
+    return bf, application(state, message, annotations)

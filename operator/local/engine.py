@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,10 +27,15 @@ log = logging.getLogger("kappa.run")
 class Engine(Protocol):
     """Runs a JobConfig to its end: local Spark, or a fake in unit tests."""
 
-    def run(self, cfg: JobConfig) -> RunResult: ...
+    def run(self, cfg: JobConfig, publishing: Callable[[str], None] | None = None) -> RunResult:
+        """What the ``run`` command does, in-process: the query, then, for a backfill config with
+        ``publish``, its validation and publish, as its driver does (``publishing``: told, one
+        line, when that starts; ``spark_app.apps.publish.run_and_publish``)."""
+        ...
 
     def publish(self, cfg: JobConfig) -> PublishReport:
-        """What the publish application does (``python -m spark_app publish``), in-process."""
+        """What the separate publish application does (``python -m spark_app publish``),
+        in-process: where a run left no publish report, as the operator decides."""
         ...
 
     def activity(self) -> str | None:
@@ -98,11 +104,12 @@ class SparkEngine:
         catalogs = {c: CatalogConfig.model_validate(job.spec.catalogs[c]).properties() for c, _ in tables}
         open_tables(catalogs, tables)
 
-    def run(self, cfg: JobConfig) -> RunResult:
-        from spark_app.apps.run import run
+    def run(self, cfg: JobConfig, publishing: Callable[[str], None] | None = None) -> RunResult:
+        from spark_app.apps.publish import run_and_publish
 
         self._rows = {}
-        return run(cfg, self.session(cfg))
+        result, _ = run_and_publish(cfg, self.session(cfg), publishing=publishing)
+        return result  # the publish report is read where the operator reads it, by the walker
 
     def publish(self, cfg: JobConfig) -> PublishReport:
         from spark_app.apps.publish import run_publish

@@ -217,6 +217,8 @@ class ControlPlane:
     admin_token: str
     version: str = ""
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    controllers: bool = True
+    """Whether a kube-controller-manager runs (garbage collection, namespace deletion)."""
 
     @property
     def ca(self) -> Path:
@@ -234,11 +236,19 @@ class ControlPlane:
 
     @classmethod
     def start(
-        cls, workdir: Path, bin_dir: Path, audit: bool = True, address: str = "127.0.0.1", node: str | None = None
+        cls,
+        workdir: Path,
+        bin_dir: Path,
+        audit: bool = True,
+        address: str = "127.0.0.1",
+        node: str | None = None,
+        controllers: bool = True,
     ) -> ControlPlane:
         """``address``: where the API server listens (a node's pods reach it on the node's
         bridge, never on loopback); ``node``: a kubelet's name, given a token of its own
-        (``{token}-node``, user ``system:node:<node>``) and the Node authorizer."""
+        (``{token}-node``, user ``system:node:<node>``) and the Node authorizer.
+        ``controllers``: False for an API server alone (the oldest version's CRD checks need
+        no controller, and cluster/build.sh builds no kube-controller-manager of it)."""
         workdir.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(16)
         lines = f'{token},{ADMIN},{ADMIN},"system:masters"\n'
@@ -328,6 +338,10 @@ class ControlPlane:
                 ]
             plane._spawn("kube-apiserver", api)
             plane._wait_ready()
+            plane.controllers = controllers
+            if not controllers:
+                plane.version = str(plane.admin.ok(plane.admin.get("/version"), "version")["gitVersion"])
+                return plane
             kcm = workdir / "controller-manager.kubeconfig"
             kcm.write_text(yaml.safe_dump(kubeconfig(plane.server, plane.ca, f"{token}-kcm", CONTROLLER_MANAGER)))
             plane._spawn(

@@ -219,8 +219,15 @@ class Node:
 
     def load_archive(self, archive: Path) -> None:
         """An OCI archive (``operator/local_cluster/images.py``) into the node's containerd, under the name
-        its index gives (``org.opencontainers.image.ref.name``, a full reference)."""
-        self.ctr("images", "import", "--index-name", "--all-platforms", str(archive))
+        its index gives (``io.containerd.image.name``, a full reference), unpacked for the
+        overlayfs snapshotter so a pod starts on it at once. The archives' layers are zstd
+        (``images.EXPORT_COMPRESSION``: of gzip, zstd and none, the fastest to import here);
+        layers another image already brought (the Spark image's first four, in the
+        spark-operator's) are not unpacked again.
+
+        No ``--index-name``: it takes a value (the name to keep the index under), and given
+        none here it named an extra image ``--all-platforms``."""
+        self.ctr("images", "import", str(archive))
 
     def load(self, image: Image) -> None:
         archive = self.workdir / f"{image.name.replace('/', '_').replace(':', '_')}.tar"

@@ -193,7 +193,8 @@ IMMUTABLE = (
 )
 """What a running backfill was launched with. Its application, checkpoint and branch belong to
 these values: an edit would be silently ignored by the running application, or mix two
-windows in one branch. Only ``publish`` (read when the run completes), ``restartNonce`` (the
+windows in one branch. Only ``publish`` (its driver publishes with it as submitted; a change before
+the run completes publishes through a separate application), ``restartNonce`` (the
 documented way to run it again), ``dryRun`` (false runs a planned backfill), ``priority``
 (its place in the queue), the pods' ``driver`` and ``executor`` and ``externalCalls`` (read
 at the next submission) may change."""
@@ -233,7 +234,10 @@ class BackfillSpec(CRModel):
     output: BackfillOutput = BackfillOutput()
     """Where output goes. Immutable."""
     publish: PublishSpec = PublishSpec()
-    """Validation and publish. Read when the run completes, so it may be changed until then."""
+    """Validation and publish, by the backfill's own application once its query has written the
+    window. It may be changed until the run completes: settings other than the run was
+    submitted with then publish through a separate application; but disabled while the run goes
+    on, it does not stop that run's driver from publishing."""
     image: str | None = Field(default=None, min_length=1, max_length=URI_MAX)
     """Another Spark image (default: the job's). Immutable."""
     driver: PodOverrides | None = None
@@ -376,7 +380,8 @@ class BackfillStatus(StatusBase):
     application_state: str | None = None
     """Its state."""
     publish_application_name: str | None = None
-    """The SparkApplication validating and publishing the branch (phase Publishing)."""
+    """The separate SparkApplication validating and publishing the branch (phase Publishing:
+    only where the backfill's own application left no publish report of its run)."""
     publish_application_state: str | None = None
     """Its state."""
     checkpoint: str | None = None

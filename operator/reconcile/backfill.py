@@ -1,14 +1,23 @@
 """What to do for a Backfill (pure): resolve its job, launch it, follow it, finish it.
 
 Phases: Pending (the StreamingJob is missing) -> Running (application submitted; progress is
-the alignment group's global watermark between window start and end) -> Publishing (when
-spec.publish.enabled: a second SparkApplication, ``python -m spark_app publish``, validates the
-branch against main and publishes the window; the operator reads only its report) ->
-Succeeded | Failed. A failed backfill keeps its checkpoint, branch and group membership:
-bumping spec.restartNonce submits it again and it resumes where it stopped (a publish that
-failed or was refused is run again after the resumed query, which then has nothing to read).
-Its coordinator credential goes as soon as nothing runs that could present it; a resubmission
-makes a new one.
+the alignment group's global watermark between window start and end) -> Succeeded | Failed.
+With spec.publish.enabled the backfill's own application, once its query has written the
+window, validates the branch against main and publishes the window in the same driver
+(``spark_app.apps.publish.run_and_publish``) and leaves a report next to the checkpoint: when
+the application completed, the operator ends on that report (read by the handler; the decision
+here is pure). Only an application that completed without a publish report of its run (an
+image from before publish ran in the driver, or a lost report) leads to Publishing: a
+separate SparkApplication, ``python -m spark_app publish``, validates and publishes, and the
+Backfill ends on its report. A refused validation completes the application and fails the
+Backfill (ValidationFailed) without a restart; a publish that raised fails the application,
+which restarts (``spec.restart``) and resumes from the checkpoint with nothing left to read.
+
+A failed backfill keeps its checkpoint, branch and group membership: bumping
+spec.restartNonce submits it again and it resumes where it stopped (a publish that failed or
+was refused runs again in the resubmitted application's driver, after the resumed query, which
+then has nothing to read). Its coordinator credential goes as soon as nothing runs that could
+present it; a resubmission makes a new one.
 
 A submitted backfill keeps a copy of its StreamingJob (``SAVED_JOB``): everything its runs
 are rendered from (pipeline, sources, sinks, checkpoint annotation). When the job is deleted
@@ -119,6 +128,9 @@ class BackfillPlan:
 
 #: A nonce on the application says which spec.restartNonce submitted it.
 NONCE = "kappa.dev/restart-nonce"
+#: On a backfill's application: the publish settings its driver validates and publishes with
+#: once its query has written the window (JSON; absent: its driver does not publish).
+PUBLISH = "kappa.dev/publish"
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -146,6 +158,8 @@ def follow_step(bf: Backfill, job_listed: bool) -> str:
         return "reconcile"
     if status.phase == "Running" and (status.next_restart_at or _reason(bf) == "Restarting"):
         return "reconcile"  # a failed application: its restart is due, or its deletion under way
+    if status.phase == "Running" and (status.model_extra or {}).get("retries"):
+        return "reconcile"  # its last decision failed (e.g. its completed driver's report unreadable): retried
     if status.phase == "Running":
         return "reconcile" if not job_listed and not status.job_deleted else "progress"
     if status.phase == "Pending" and not job_listed and not submitted(bf):
@@ -230,8 +244,9 @@ def plan_backfill(
 ) -> BackfillPlan:
     """``admin_token``: the coordinator's, from which this backfill's credential (scoped to its
     group) is derived. ``job_saved``: ``job`` is the copy kept at submission (the StreamingJob
-    was deleted since): the backfill finishes with it. ``publish_app`` and ``report``: the
-    publish application and the report it left (read only once that application ended).
+    was deleted since): the backfill finishes with it. ``publish_app``: the separate publish
+    application, if one was created; ``report``: the publish report, read when
+    ``wants_publish_report`` says (left by the backfill's driver, or by that application).
     ``planning``: the plan application, its report and the namespace's calibration runs.
     ``turn``: whether the queue lets it start now (None: no limits). ``run_report``: what its driver
     measured of its micro-batches, once its application completed (calibrates the next ETAs)."""
@@ -302,8 +317,8 @@ def _decide(
     phase_now = bf.status.phase if bf.status else None
     nonce = bf.spec.restart_nonce
     same_nonce = _submitted_nonce(bf) == nonce
-    if phase_now == "Succeeded" or (phase_now == "Failed" and same_nonce and (app is None or _publish_failed(bf))):
-        return BackfillPlan(status=status.kept())  # done; a new restartNonce runs a failed one again
+    if _done(bf, app):
+        return BackfillPlan(status=status.kept())  # a new restartNonce runs a failed one again
     if job is None:
         msg = f"StreamingJob {bf.spec.job_ref.name} not found in {bf.metadata.namespace}; waiting for it"
         return BackfillPlan(
@@ -329,7 +344,7 @@ def _decide(
         # the limit its runs get; the follow timer adds what the driver reports its calls did
         extra["externalCalls"] = {"ratePerSecond": cfg.external_calls.rate_per_second}
     if phase_now == "Publishing" and app is not None and _nonce_of(app) == str(nonce):
-        return _publishing(bf, job, cfg, status, publish_app, report, group, extra)
+        return _publishing(bf, job, cfg, status, (app, publish_app), report, group, extra)
     if app is None:
         if job_saved and same_nonce:  # its job is gone and nobody asked for this run
             msg = (
@@ -355,9 +370,12 @@ def _decide(
         launch = job_launch(job, BACKFILL_RESTART, bf.spec.image, token, bf.spec.driver, bf.spec.executor)
         created = spark_application(owner, cfg, launch, config_hash(cfg))
         created["metadata"]["annotations"][NONCE] = str(nonce)
+        if cfg.publish is not None:
+            created["metadata"]["annotations"][PUBLISH] = publish_settings(cfg)
         window = f"{bf.spec.window.start} .. {bf.spec.window.end}"
         verb = "resubmitted" if phase_now == "Failed" else "created"
         copy = " with the configuration kept at submission (its StreamingJob was deleted)" if job_saved else ""
+        then = ", then validating it against main and publishing, in the same application" if cfg.publish else ""
         return BackfillPlan(
             config_map=config_map(owner, cfg, {SAVED_JOB: saved_job(job)}),
             secret=credential,
@@ -366,7 +384,7 @@ def _decide(
             status=status(
                 "Running",
                 "Submitted",
-                f"backfilling {window} into {backfill_branch(bf)}",
+                f"backfilling {window} into {backfill_branch(bf)}{then}",
                 restartNonce=nonce,
                 startedAt=now,
                 **({} if same_nonce else {"restarts": 0, "nextRestartAt": None}),
@@ -393,14 +411,9 @@ def _decide(
     message = app_message(app) or f"SparkApplication is {state or 'submitted'}"
     extra["applicationState"] = state
     if state == "COMPLETED":
-        if bf.spec.publish.enabled:
-            return _publishing(bf, job, cfg, status, publish_app, None, group, extra)
-        msg = f"completed into branch {backfill_branch(bf)} (publish is not enabled)"
-        return BackfillPlan(
-            leave_group=group,
-            status=status("Succeeded", "Completed", msg, **extra),
-            events=(Event("Normal", "Completed", msg),),
-        )
+        if cfg.publish is not None or _driver_publish(app) is not None:
+            return _publishing(bf, job, cfg, status, (app, publish_app), report, group, extra)
+        return _completed(bf, status, group, extra)
     phase = "Failed" if STATES.get(state, ("",))[0] == "Failed" else "Running"
     if phase == "Failed":
         return _failed_run(bf, status, message, reason, group, extra, now)
@@ -492,6 +505,53 @@ def _nonce_of(app: dict[str, Any]) -> str:
     return str(((app.get("metadata") or {}).get("annotations") or {}).get(NONCE, "0"))
 
 
+def publish_settings(cfg: JobConfig) -> str:
+    """A backfill config's publish settings as its application's ``PUBLISH`` annotation."""
+    assert cfg.publish is not None
+    return json.dumps(cfg.publish.model_dump(by_alias=True, exclude_none=True, mode="json"), sort_keys=True)
+
+
+def _driver_publish(app: dict[str, Any]) -> str | None:
+    """The publish settings ``app``'s driver runs with (None: it does not publish)."""
+    found = ((app.get("metadata") or {}).get("annotations") or {}).get(PUBLISH)
+    return None if found is None else str(found)
+
+
+def _done(bf: Backfill, app: dict[str, Any] | None) -> bool:
+    """Nothing left to decide: Succeeded, or Failed for its current restartNonce with its
+    application gone or its publish failed (a new restartNonce runs a failed one again)."""
+    phase_now = bf.status.phase if bf.status else None
+    same_nonce = _submitted_nonce(bf) == bf.spec.restart_nonce
+    return phase_now == "Succeeded" or (phase_now == "Failed" and same_nonce and (app is None or _publish_failed(bf)))
+
+
+def wants_publish_report(bf: Backfill, app: dict[str, Any] | None, publish_app: dict[str, Any] | None) -> bool:
+    """Whether ``plan_backfill`` needs the publish report (the handler reads it, a KB next to
+    the checkpoint; never otherwise): not done, and either the separate publish application of
+    this restartNonce ended, or, none running, the backfill's own application of this
+    restartNonce completed with publish asked (now, or by the settings its driver ran with)."""
+    if _done(bf, app):
+        return False
+    nonce = str(bf.spec.restart_nonce)
+    if publish_app is not None and _nonce_of(publish_app) == nonce:
+        return app_state(publish_app) in ENDED
+    if app is None or _nonce_of(app) != nonce or app_state(app) != "COMPLETED":
+        return False
+    return bf.spec.publish.enabled or _driver_publish(app) is not None
+
+
+def of_this_run(bf: Backfill, report: PublishReport) -> bool:
+    """Whether ``report`` was written after the backfill's current application was submitted
+    (``status.startedAt``, recorded at each submission): by its driver or by a publish
+    application after it, not by an earlier attempt. A driver that publishes clears the report
+    when it starts, but one from an image before that neither clears nor writes it and would
+    find an earlier attempt's report (the publish application's, before a restartNonce bump).
+    A driver clock far behind the operator's only costs a publish application that finds main
+    published already (it commits nothing and reports what was done)."""
+    started = bf.status.started_at if bf.status is not None else None
+    return started is None or report.started_at >= parse_time(started)
+
+
 PUBLISH_FAILURES = ("ValidationFailed", "PublishFailed")
 
 
@@ -507,16 +567,33 @@ def _publishing(
     job: StreamingJob,
     cfg: JobConfig,
     status: _Status,
-    publish_app: dict[str, Any] | None,
+    apps: tuple[dict[str, Any], dict[str, Any] | None],
     report: PublishReport | None,
     group: GroupSpec | None,
     extra: dict[str, Any],
 ) -> BackfillPlan:
-    """The query completed: run the publish application, follow it, end on its report."""
+    """The query completed (``apps``: its application and the separate publish application,
+    if any): end on the publish report its driver left, when the driver ran with the publish
+    settings asked now. Otherwise (no report of this run, ``of_this_run``: an image from before
+    publish ran in the driver, or a lost report; or spec.publish changed since submission, as it
+    may until the run completes) run the separate publish application with the settings asked
+    now, follow it, and end on its report. spec.publish disabled since submission cannot stop
+    a driver from publishing: what it published is said."""
+    app, publish_app = apps
     owner = owner_of(bf)
     nonce = str(bf.spec.restart_nonce)
-    extra = {**extra, "publishApplicationName": owner.publish_app_name}
     branch = backfill_branch(bf)
+    asked = None if cfg.publish is None else publish_settings(cfg)
+    ran_with = _driver_publish(app)
+    this_runs = report if report is not None and of_this_run(bf, report) else None
+    # the driver's publish is the one asked for, or, publish disabled since, it changed main anyway
+    driver_did = this_runs is not None and (ran_with == asked or (asked is None and this_runs.state == "Published"))
+    if publish_app is None and this_runs is not None and driver_did:
+        cleared = {**extra, "publishApplicationName": None, "publishApplicationState": None}
+        return _ended_on(bf, this_runs, group, status, cleared, f"SparkApplication {owner.app_name}")
+    if publish_app is None and asked is None:  # disabled since submission; its driver published nothing
+        return _completed(bf, status, group, extra)
+    extra = {**extra, "publishApplicationName": owner.publish_app_name}
     if publish_app is not None and _nonce_of(publish_app) != nonce:  # an earlier attempt's
         msg = f"restartNonce {_nonce_of(publish_app)} -> {nonce}: publishing again"
         return BackfillPlan(delete_publish_app=True, status=status("Publishing", "Publishing", msg, **extra))
@@ -524,11 +601,18 @@ def _publishing(
         launch = job_launch(job, BACKFILL_RESTART, bf.spec.image, None, bf.spec.driver, bf.spec.executor)
         created = spark_application(owner, cfg, launch, config_hash(cfg), command="publish")
         created["metadata"]["annotations"][NONCE] = nonce
+        why = (
+            "its publish settings changed since it was submitted"
+            if ran_with is not None and ran_with != asked
+            else "it left no publish report of this run (an image from before publish ran in the backfill's driver, "
+            "or the report was lost)"
+        )
         msg = (
-            f"completed; validating {branch} against main and publishing the window "
-            f"(SparkApplication {owner.publish_app_name})"
+            f"completed, but {why}; validating {branch} against main and publishing the window in a separate "
+            f"SparkApplication {owner.publish_app_name}"
         )
         return BackfillPlan(
+            config_map=config_map(owner, cfg, {SAVED_JOB: saved_job(job)}),  # it publishes as asked now
             create_publish_app=created,
             status=status("Publishing", "Publishing", msg, publishApplicationState="", **extra),
             events=(Event("Normal", "Publishing", msg),)
@@ -543,21 +627,40 @@ def _publishing(
             f"{owner.publish_app_name} is {state or 'submitted'}"
         )
         return BackfillPlan(status=status("Publishing", "Publishing", msg, **extra))
-    if report is None or report.state == "Failed":
-        why = (
-            report.error
-            if report is not None and report.error
-            else (app_message(publish_app) or f"it ended {state} without a report")
-        )
-        msg = (
-            f"publish failed: SparkApplication {owner.publish_app_name}: {why}; main is unchanged or fully published "
-            "(each table's publish is one snapshot): bump spec.restartNonce to run it again"
-        )
-        return BackfillPlan(
-            status=status("Failed", "PublishFailed", msg, **extra),
-            events=(Event("Warning", "PublishFailed", msg),),
-        )
+    if this_runs is None:
+        why = app_message(publish_app) or f"it ended {state} without a report"
+        return _publish_failed_plan(status, f"SparkApplication {owner.publish_app_name}: {why}", extra)
+    return _ended_on(bf, this_runs, group, status, extra, f"SparkApplication {owner.publish_app_name}")
+
+
+def _completed(bf: Backfill, status: _Status, group: GroupSpec | None, extra: dict[str, Any]) -> BackfillPlan:
+    msg = f"completed into branch {backfill_branch(bf)} (publish is not enabled)"
+    return BackfillPlan(
+        leave_group=group,
+        status=status("Succeeded", "Completed", msg, **extra),
+        events=(Event("Normal", "Completed", msg),),
+    )
+
+
+def _ended_on(
+    bf: Backfill, report: PublishReport, group: GroupSpec | None, status: _Status, extra: dict[str, Any], where: str
+) -> BackfillPlan:
+    """The end a publish report says: Published or Refused (``published``), or Failed (what
+    failed in ``where``, the application that published)."""
+    if report.state == "Failed":
+        return _publish_failed_plan(status, f"{where}: {report.error or 'no reason given'}", extra)
     return published(bf, report, group, status.now, extra)
+
+
+def _publish_failed_plan(status: _Status, why: str, extra: dict[str, Any]) -> BackfillPlan:
+    msg = (
+        f"publish failed: {why}; main is unchanged or fully published (each table's publish is one snapshot): "
+        "bump spec.restartNonce to run it again"
+    )
+    return BackfillPlan(
+        status=status("Failed", "PublishFailed", msg, **extra),
+        events=(Event("Warning", "PublishFailed", msg),),
+    )
 
 
 def _published_table(t: Any) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 
 A Backfill reruns its job's pipeline with every source switched to its history table (plus
 the Backfill's overrides), a window, alignment, a fresh checkpoint under the job's location,
-and Iceberg sinks writing to the backfill branch."""
+and Iceberg sinks writing to the backfill branch; with spec.publish.enabled its ``publish``
+settings, which make its driver validate the branch against main and publish the window once
+the query has written it (the same JobConfig serves a separate publish application where one
+is still needed)."""
 
 from __future__ import annotations
 
@@ -303,7 +306,7 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         **pipeline_code(jspec),
         **external_calls(backfill_rate(jspec.external_calls, spec.external_calls)),
     }
-    if spec.publish.enabled:
+    if spec.publish.enabled:  # the driver validates and publishes once its query wrote the window
         tag = f"{bf.metadata.namespace}/{bf.metadata.name}"
         cfg["publish"] = {"minMatchRatio": spec.publish.min_match_ratio, "tag": tag}
     if spec.read_limit is not None:

@@ -55,7 +55,8 @@ class Owner:
 
     @property
     def publish_app_name(self) -> str:
-        """A Backfill's second application: validation and publish of its branch."""
+        """A Backfill's separate publish application, only where its completed application left
+        no publish report of its run (its driver validates and publishes otherwise)."""
         return child_name("Publish", self.app_name)
 
     @property
@@ -256,8 +257,9 @@ def token_secret(owner: Owner, token: str) -> dict[str, Any]:
 def spark_application(
     owner: Owner, cfg: JobConfig, launch: Launch, config_hash: str, command: str = "run", control: bool = False
 ) -> dict[str, Any]:
-    """``command``: ``run`` (the query), ``publish`` (a finished backfill's validation and
-    publish, under ``Owner.publish_app_name``; it reads the same ConfigMap), ``plan`` (a
+    """``command``: ``run`` (the query; a backfill's with ``publish`` in its JobConfig then
+    validates and publishes in the same driver), ``publish`` (a finished backfill's validation
+    and publish alone, under ``Owner.publish_app_name``; it reads the same ConfigMap), ``plan`` (a
     Backfill's plan, ``Owner.plan_app_name``, same ConfigMap) or ``restore`` (a Rewind's
     restore, its owner's only application). ``control``: mount the owner's control ConfigMap
     into the driver (a live job: its snapshot requests, ``spark_app.contract.snapshot_requests``)."""
@@ -294,7 +296,7 @@ def spark_application(
             "mainApplicationFile": MAIN,
             "arguments": ([] if command == "run" else [command]) + ["--config", CONFIG_PATH],
             "sparkVersion": SPARK_VERSION,
-            "sparkConf": dict(cfg.spark_conf),
+            "sparkConf": spark_conf(cfg),
             "restartPolicy": launch.restart,
             "volumes": [
                 {"name": "jobconfig", "configMap": {"name": owner.config_map_name}},
@@ -308,6 +310,30 @@ def spark_application(
             "executor": executor,
         },
     }
+
+
+NO_WAIT_FOR_EXECUTORS = {"spark.scheduler.minRegisteredResourcesRatio": "0"}
+"""A Backfill's applications start their work without waiting for executors to register.
+
+On Kubernetes a SparkContext asks for its executor pods when it starts, then blocks until 80%
+of them registered (``minRegisteredResourcesRatio``, 0.8 there) or 30 s passed
+(``maxRegisteredResourcesWaitingTime``): the driver idles while the pods are scheduled, pull and
+start their JVMs, and only then plans (Iceberg metadata, the pipeline's plan, the coordinator),
+one after the other; a backfill with one executor waits for all of it. At 0 the session is
+ready at once, the driver plans while its executors start, and its first Spark job waits for
+them as any job waits for free slots. The driver sizes its tasks and state partitions for the
+executors it asked for, registered or not (``spark_app.sources.frames.task_slots``). A job's
+own ``sparkConf`` setting wins. Nothing else needs changing: Spark asks for up to
+``spark.kubernetes.allocation.batch.size`` pods per round (10 in Spark 4.0, 20 from 4.2), a
+round every ``allocation.batch.delay`` (1 s), so a backfill's executors are asked for in the
+first round unless it has more than that. Live StreamingJobs keep Spark's defaults: they start
+rarely and run for weeks, and a first micro-batch on a few executors would place their state
+stores unevenly."""
+
+
+def spark_conf(cfg: JobConfig) -> dict[str, str]:
+    """The application's Spark settings: the job's, over ``NO_WAIT_FOR_EXECUTORS`` for a backfill."""
+    return {**(NO_WAIT_FOR_EXECUTORS if cfg.mode == "backfill" else {}), **cfg.spark_conf}
 
 
 LIVE_RESTART = {"type": "Never"}

@@ -398,7 +398,7 @@ def _proof_frame(spark: SparkSession, cfg: JobConfig, used: dict[str, tuple[str,
     """The bounded frame of a source, as a sink reading it reads it (the write's own, cached)."""
     from spark_app.catalogs import load_table
     from spark_app.contract.config import IcebergBackfillSource
-    from spark_app.sources.frames import source_spec
+    from spark_app.sources.frames import source_spec, task_slots
     from spark_app.sources.iceberg.frame import iceberg_batch_frame
     from spark_app.window.edges import snapshot_of
 
@@ -407,7 +407,7 @@ def _proof_frame(spark: SparkSession, cfg: JobConfig, used: dict[str, tuple[str,
     sink = next(sink for sink, names in sorted(used.items(), reverse=True) if name in names)
     sid = snapshot_of(load_table(src.catalog, cfg.catalogs[src.catalog].properties(), src.table), src)
     assert sid is not None, "an empty table needs no proof"
-    return iceberg_batch_frame(spark, source_spec(cfg, sink, name, spark.sparkContext.defaultParallelism, ()), sid)
+    return iceberg_batch_frame(spark, source_spec(cfg, sink, name, task_slots(spark), ()), sid)
 
 
 def _probe(
@@ -670,12 +670,12 @@ def _frames(
     spark: SparkSession, cfg: JobConfig, state: BoundedState, sink: str, extended: tuple[int, ...]
 ) -> dict[str, Any]:
     """Each source as one bounded DataFrame of the rows the streaming read delivers."""
-    from spark_app.sources.frames import source_spec
+    from spark_app.sources.frames import source_spec, task_slots
     from spark_app.sources.iceberg.frame import iceberg_batch_frame
 
-    parallelism = spark.sparkContext.defaultParallelism
+    slots = task_slots(spark)
     return {
-        src: iceberg_batch_frame(spark, source_spec(cfg, sink, src, parallelism, (), extended), state.snapshots[src])
+        src: iceberg_batch_frame(spark, source_spec(cfg, sink, src, slots, (), extended), state.snapshots[src])
         for src in cfg.sources
     }
 

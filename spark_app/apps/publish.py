@@ -1,22 +1,32 @@
-"""``python -m spark_app publish --config job.json``: validate a finished backfill's branches
-against main and publish its window, in Spark, then leave a small report for the operator.
+"""A finished backfill's validation of its branches against main and the publish of its
+window, in Spark, leaving a small report for the operator.
 
-This is the application the operator renders after a Backfill's query completes (and what
-``kappa run`` and ``kappa demo`` call in-process): the rows are read and rewritten by this
-application's executors with the job's own credentials; the operator reads only the report
-(a few KB: counts, match ratio, a sample of differing keys, the snapshot committed).
+Where it runs: in the backfill's own driver, once its query has written the window
+(``run_and_publish``: the ``run`` command of a backfill config with ``publish``, which the
+operator renders only when spec.publish.enabled), on the same SparkSession. A second
+application only for this cost its pods, JVMs and spark-submit again (~42 s of a 121 s Backfill
+on the cluster, issue 58). ``python -m spark_app publish`` (``run_publish``) remains the command
+of the separate publish application the operator still creates where one is needed: a backfill
+application that completed without leaving a report of its run (an image from before this
+change, or a lost report). ``kappa run`` calls the same functions in-process.
+
+The rows are read and rewritten by the application's executors with the job's own
+credentials; the operator reads only the report (a few KB: counts, match ratio, a sample of
+differing keys, the snapshot committed).
 
 Resumable at any point: each table's publish is one atomic snapshot, a second run finds main
 equal to the branch and commits nothing, and reports what the earlier run did (found by the
-backfill's tag on main's snapshots). The report is written atomically, last."""
+backfill's tag on main's snapshots). The report is cleared when a run starts and written
+atomically, last."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql import SparkSession
 
@@ -28,6 +38,9 @@ from spark_app.sinks.iceberg import finality
 from spark_app.sinks.iceberg.commit import branch_history
 from spark_app.sinks.iceberg.publish import publish
 from spark_app.sinks.iceberg.window import TimeWindow
+
+if TYPE_CHECKING:  # run.py is the query's whole machinery: imported when a run starts
+    from spark_app.apps.run import RunResult
 
 log = logging.getLogger("kappa.publishing")
 
@@ -131,12 +144,57 @@ def publish_tables(spark: SparkSession, cfg: JobConfig, settings: PublishConfig)
 
 
 def run_publish(cfg: JobConfig, spark: SparkSession) -> PublishReport:
-    """The publish application: clear the last report, publish, write the report (also on a
-    failure, naming it, before re-raising so the application fails)."""
+    """The ``publish`` command (the separate publish application): clear the last report,
+    then ``publish_and_report``."""
+    _require_backfill(cfg)
+    clear_report(cfg)
+    return publish_and_report(cfg, spark)
+
+
+def run_and_publish(
+    cfg: JobConfig,
+    spark: SparkSession | None = None,
+    timeout: float | None = None,
+    publishing: Callable[[str], None] | None = None,
+) -> tuple[RunResult, PublishReport | None]:
+    """The ``run`` command: the job's query, then, for a backfill whose config has ``publish``,
+    its validation and publish in the same driver, on the same SparkSession (None: no publish).
+
+    The last report is cleared before the query starts, so a report on storage is always this
+    run's: the operator reads it once the application completed and ends the Backfill on it. A
+    Refused validation returns normally (the application completes; the operator fails the
+    Backfill from the report, without a restart). An error in publish leaves a Failed report
+    and is raised, so the application fails and the operator's restart resumes it from the
+    checkpoint: the query has nothing left to read, and the publish, idempotent, runs again. A
+    query that fails, or ends without reading its window, publishes nothing and leaves no
+    report. ``publishing``: told (one line) when the publish starts; by default, logged."""
+    from spark_app.apps.run import build_session, run
+
+    if cfg.mode != "backfill" or cfg.publish is None:
+        return run(cfg, spark, timeout), None
+    _require_backfill(cfg)
+    spark = spark or build_session(cfg)  # first: its executors start while the rest is prepared
+    clear_report(cfg)
+    result = run(cfg, spark, timeout)
+    (publishing or log.info)(publishing_line(cfg))
+    return result, publish_and_report(cfg, spark)
+
+
+def publishing_line(cfg: JobConfig) -> str:
+    """What a person is told while a backfill validates and publishes (driver log, ``kappa run``)."""
+    branches = sorted({cfg.sink_branch(n) for n, s in cfg.sinks.items() if isinstance(s, IcebergSink)})
+    return f"validating {', '.join(branches) or 'no branch'} against main and publishing"
+
+
+def _require_backfill(cfg: JobConfig) -> None:
     if cfg.mode != "backfill" or cfg.window is None:
         raise KappaError(f"job {cfg.name}: publish needs a backfill config (mode: backfill, a window)")
+
+
+def publish_and_report(cfg: JobConfig, spark: SparkSession) -> PublishReport:
+    """Validate and publish (``publish_tables``), then write the report: also on a failure,
+    naming it, before re-raising so that the application fails."""
     settings = cfg.publish or PublishConfig()
-    clear_report(cfg)
     started = datetime.now(UTC)
     try:
         report = publish_tables(spark, cfg, settings)

@@ -58,7 +58,15 @@ from spark_app.sinks.iceberg.spark_files import SESSION_CONF as SPARK_WRITE_CONF
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.kafka import KafkaBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
-from spark_app.sources.frames import Pipeline, load_pipeline, outputs_for, reset_rounds, source_spec, state_file
+from spark_app.sources.frames import (
+    Pipeline,
+    load_pipeline,
+    outputs_for,
+    reset_rounds,
+    source_spec,
+    state_file,
+    task_slots,
+)
 from spark_app.sources.iceberg.object_store import on_s3
 from spark_app.sources.iceberg.stream import backfill_plan, micros
 from spark_app.sources.kafka import connector_jars, records_gone
@@ -107,10 +115,13 @@ def build_session(cfg: JobConfig) -> SparkSession:
         conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars", ""), *added]))
     for k, v in conf.items():
         builder = builder.config(k, v)
+    # On Kubernetes this is where the executor pods are asked for: everything the driver plans
+    # afterwards (Iceberg metadata, the pipeline's plan, the coordinator) overlaps their start.
     spark = builder.getOrCreate()
-    # Set by the job, by spark-submit --conf or spark-defaults.conf: theirs. Unset: one per core.
+    # Set by the job, by spark-submit --conf or spark-defaults.conf: theirs. Unset: one per core
+    # the application asked for (registered or not yet: ``task_slots``).
     if SHUFFLE_PARTITIONS not in cfg.spark_conf and not spark.sparkContext.getConf().contains(SHUFFLE_PARTITIONS):
-        spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(spark.sparkContext.defaultParallelism)))
+        spark.conf.set(SHUFFLE_PARTITIONS, str(shuffle_partitions(task_slots(spark))))
     return spark
 
 

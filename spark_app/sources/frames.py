@@ -28,6 +28,32 @@ Pipeline = Callable[..., dict[str, DataFrame]]
 # --- sources -----------------------------------------------------------------------------
 
 
+def planned_parallelism(registered: int, master: str, conf: dict[str, str]) -> int:
+    """The task slots a run is planned for: Spark's ``defaultParallelism`` (``registered``: the
+    cores of the executors registered so far, at least 2), or, on a cluster with a fixed number
+    of executors, the slots it asked for (``spark.executor.instances`` x ``spark.executor.cores``)
+    when more. A Backfill's driver does not wait for its executors before it plans
+    (``spark.scheduler.minRegisteredResourcesRatio`` 0, see ``render.spark_application``): right
+    after the session starts few or none have registered, and the state partitions (fixed in a
+    new checkpoint) and the splits' tasks must still be sized for all of them.
+    ``spark.default.parallelism``, a local master and dynamic allocation keep Spark's answer."""
+    if "spark.default.parallelism" in conf or master.startswith("local"):
+        return registered
+    if conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
+        return registered
+    try:
+        requested = int(conf.get("spark.executor.instances", "0")) * int(conf.get("spark.executor.cores", "1"))
+    except ValueError:  # a value Spark itself would refuse: its own answer
+        return registered
+    return max(registered, requested)
+
+
+def task_slots(spark: SparkSession) -> int:
+    """``planned_parallelism`` of this session."""
+    sc = spark.sparkContext
+    return planned_parallelism(sc.defaultParallelism, sc.master, dict(sc.getConf().getAll()))
+
+
 def state_file(cfg: JobConfig) -> str:
     if cfg.alignment.state_dir:
         return str(Path(cfg.alignment.state_dir) / f"{cfg.alignment_group}.json")
@@ -82,11 +108,11 @@ def source_frames(
     boot: tuple[BootstrapRecord, BootstrapLeg] | None = None,
 ) -> dict[str, DataFrame]:
     """``boot``: a bootstrapped job's record and leg (each source its archive, then its topic)."""
-    parallelism = spark.sparkContext.defaultParallelism
+    slots = task_slots(spark)
     if boot is not None:
         record, leg = boot
         return hybrid_frames(
-            spark, cfg, sink, record, leg, lambda c, s, n: source_spec(c, s, n, parallelism)
+            spark, cfg, sink, record, leg, lambda c, s, n: source_spec(c, s, n, slots)
         )  # fmt: skip
     frames = {}
     for name, src in cfg.sources.items():
@@ -95,7 +121,7 @@ def source_frames(
 
             frames[name] = kafka_frame(spark, cfg, name, src)
             continue
-        frames[name] = iceberg_frame(spark, source_spec(cfg, sink, name, parallelism, members, extended_to))
+        frames[name] = iceberg_frame(spark, source_spec(cfg, sink, name, slots, members, extended_to))
     return frames
 
 

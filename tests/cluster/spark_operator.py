@@ -6,6 +6,8 @@ SparkApplication's state through its status subresource, as that operator would
 application that runs once (``publish``, ``plan``, ``restore``) is run for real, as its pod
 would run it: ``python -m spark_app <command> ... --config`` on its ConfigMap's JobConfig, as a
 process of its own (:func:`run_application`; :class:`SparkPlayer` runs each one that appears).
+A Backfill's driver that validates and publishes once its query ended is played from that
+point (:func:`driver_publishes`).
 
 Reads go through the administrator's :class:`~kappa_operator.local_cluster.control_plane.Rest` client; Events
 are read as ``kubectl get events`` shows them (a repeat is counted on one Event).
@@ -100,14 +102,24 @@ def reasons(plane: ControlPlane, namespace: str, name: str) -> list[str]:
     return [e["reason"] for e in events(plane, namespace, name) for _ in range(int(e.get("count") or 1))]
 
 
-def run_application(plane: ControlPlane, namespace: str, name: str, workdir: Path) -> int:
+def run_application(
+    plane: ControlPlane,
+    namespace: str,
+    name: str,
+    workdir: Path,
+    command: str | None = None,
+    completes: tuple[int, ...] = (0,),
+) -> int:
     """Play the Spark operator for an application that runs once (publish, plan, restore): run
     what its pod would (``python -m spark_app <command> ... --config`` on its ConfigMap's
     JobConfig) as a process of its own, between the states the Spark operator would write.
-    Returns the driver's exit code."""
+    ``command``: run this command instead of the application's own; ``completes``: the exit
+    codes after which it is COMPLETED (else FAILED). Returns the driver's exit code."""
     app = get(plane, APP, namespace, name)
     assert app is not None, f"no SparkApplication {name}"
     args = app["spec"]["arguments"]
+    if command is not None:
+        args = [command, *args[args.index("--config") :]]
     cm_name = app["spec"]["volumes"][0]["configMap"]["name"]
     cm = get(plane, "ConfigMap", namespace, cm_name)
     assert cm is not None, f"no ConfigMap {cm_name}"
@@ -124,11 +136,20 @@ def run_application(plane: ControlPlane, namespace: str, name: str, workdir: Pat
             check=False,
             timeout=600,
         ).returncode
-    if code == 0:
+    if code in completes:
         spark_state(plane, namespace, name, "COMPLETED")
     else:
         spark_state(plane, namespace, name, "FAILED", f"exit code {code}")
     return code
+
+
+def driver_publishes(plane: ControlPlane, namespace: str, name: str, workdir: Path) -> int:
+    """Play a Backfill's driver whose JobConfig has ``publish`` from where its query ended (no
+    history is read here): it validates and publishes in its own process, with the code its
+    ``run`` command calls then (``python -m spark_app publish`` on its JobConfig), and its
+    application completes whether the publish was Published or Refused (exit 3 here: ``run``
+    exits 0 on a refusal) and fails if the publish failed. Returns the exit code."""
+    return run_application(plane, namespace, name, workdir, command="publish", completes=(0, 3))
 
 
 class SparkPlayer:

@@ -6,10 +6,15 @@ raises: the operator renders, reads reports and patches status.
 - The lifecycle: Pending until its job exists; then a ConfigMap and a SparkApplication
   (AvailableNow, fresh checkpoint, output to the branch), the token Secret, the alignment group
   declared; progress and lag in status from the driver's reports (the test plays the driver and
-  the Spark operator); on completion a second SparkApplication validates the branch against
-  main and publishes the window (the test runs it as its own process, as its pod would), and
-  the operator ends on its report; the group is left. A second Backfill deleted while running
-  stops its application and leaves its group.
+  the Spark operator); once its query ended the same driver validates the branch against main
+  and publishes the window (the test runs that step as its own process, as the driver would),
+  its application completes, and the operator ends on its report: one application, no second
+  one; the group is left. A second Backfill deleted while running stops its application and
+  leaves its group.
+- A publish refused in the driver: the application completed, the Backfill is Failed
+  (ValidationFailed) and nothing restarts; the gate lowered and restartNonce bumped, a new
+  application runs; one that completes without a publish report of its run (an image from
+  before publish ran in the driver) gets the separate publish application, whose report decides.
 - The dry run: ``spec.dryRun`` renders a plan application (run as its pod would: ``python -m
   spark_app plan``), the operator stops in Planned with the plan in status and submits nothing;
   ``dryRun: false`` runs it; its run report calibrates the next dry run's ETA.
@@ -42,6 +47,8 @@ from tests.cluster.spark_operator import (
     APP,
     absent,
     create,
+    driver_publishes,
+    events,
     example,
     get,
     in_phase,
@@ -180,16 +187,13 @@ def test_backfill_lifecycle(
     assert 'kappa_operator_backfills{phase="Running"} 1.0' in scraped
     assert 'kappa_operator_reconciles_total{kind="Backfill"}' in scraped
 
-    # the application completes: the operator submits the publish application
-    spark_state(plane, ns, "rmi-outage-backfill", "COMPLETED")
-    s = eventually(lambda: in_phase(plane, BF, ns, "rmi-outage", "Publishing"), "Publishing")
-    assert s["publishApplicationName"] == "rmi-outage-backfill-publish"
-    pub = eventually(lambda: get(plane, APP, ns, "rmi-outage-backfill-publish"), "the publish application")
-    assert pub["spec"]["arguments"][0] == "publish"
-    assert pub["metadata"]["ownerReferences"][0]["uid"] == uid
+    # the query ends; the same driver validates and publishes, and its application completes:
+    # the operator ends on the report it left, with no second application
     assert window_ids(catalog) == ["after", "before", "p0", "p1"], "nothing published by the operator"
-    assert run_application(plane, ns, "rmi-outage-backfill-publish", tmp_path) == 0
+    assert driver_publishes(plane, ns, "rmi-outage-backfill", tmp_path) == 0
     s = eventually(lambda: in_phase(plane, BF, ns, "rmi-outage", "Succeeded"), "Succeeded after publish", 60)
+    assert absent(plane, APP, ns, "rmi-outage-backfill-publish"), "one application per Backfill"
+    assert "publishApplicationName" not in s and s["applicationState"] == "COMPLETED"
     published = s["published"][0]
     assert published["table"] == "marts.attributed_plays"
     assert (published["rowsRemoved"], published["rowsAdded"]) == (2, 4)
@@ -199,13 +203,12 @@ def test_backfill_lifecycle(
         '{"impression_id": "i-p3", "playback_id": "p3"}',
     ]
     assert s["matchRatio"] == 0.5, "main had 2 of the branch's 4 rows"
-    assert s["publishApplicationState"] == "COMPLETED"
     assert window_ids(catalog) == ["after", "before", "p0", "p1", "p2", "p3"]
     assert group not in op.groups(), "the group is left once published"
     assert absent(plane, "Secret", ns, "rmi-outage-backfill-coordinator"), "the credential is removed"
 
-    # an operator restarted mid-publish resumes it: it reads the finished application's
-    # report again; main is not changed twice, the status reports what the one publish did
+    # a status left in Publishing (an operator stopped before it recorded the end) is decided
+    # again from the report; main is not changed twice, the status reports what the one publish did
     with outside_the_operator():
         head = catalog.load_table("marts.attributed_plays").snapshot_by_name("main")
     plane.admin.ok(
@@ -222,7 +225,8 @@ def test_backfill_lifecycle(
         seen = reasons(plane, ns, "rmi-outage")
         return seen if set(wanted) <= set(seen) else None
 
-    eventually(lambda: said("JobNotFound", "Submitted", "Running", "Publishing", "Published"), "the events", 10)
+    eventually(lambda: said("JobNotFound", "Submitted", "Running", "Published"), "the events", 10)
+    assert "Publishing" not in reasons(plane, ns, "rmi-outage"), "no separate publish application"
 
     # a second backfill, deleted while it runs: its application stops, its group goes
     create(plane, example("rmi-backfill.yaml", ns, "rmi-second", publish={"enabled": False}))
@@ -236,6 +240,63 @@ def test_backfill_lifecycle(
     assert f"{ns}.rmi-second" not in op.groups()
     scraped = generate_latest(op.context.metrics.registry).decode()
     assert "rmi-second" not in scraped, "a deleted backfill's series disappear"
+
+
+def test_a_refused_publish_stays_failed_and_a_resubmission_without_a_report_is_published_by_a_second_application(
+    control_plane: ControlPlane,
+    in_process_operator: InProcess,
+    fresh_namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plane, ns = control_plane, fresh_namespace
+    props, catalog = outage_table(tmp_path)
+    checkpoints = {"location": str(tmp_path / "checkpoints"), "interval": "10m"}
+    create(plane, example("rmi-streamingjob.yaml", ns, catalogs={"default": props}, checkpoints=checkpoints))
+    refused = forbid_data_plane(monkeypatch)
+    create(plane, example("rmi-backfill.yaml", ns, publish={"enabled": True, "minMatchRatio": 0.999}))
+    first = eventually(lambda: get(plane, APP, ns, "rmi-outage-backfill"), "the backfill's SparkApplication", 60)
+    spark_state(plane, ns, "rmi-outage-backfill", "RUNNING")
+    eventually(lambda: in_phase(plane, BF, ns, "rmi-outage", "Running"), "Running")
+
+    # its driver's validation refuses (main matches 2 of 4 rows): the application completed,
+    # the Backfill fails from the report, and nothing is restarted or published
+    assert driver_publishes(plane, ns, "rmi-outage-backfill", tmp_path) == 3
+    s = eventually(lambda: in_phase(plane, BF, ns, "rmi-outage", "Failed"), "Failed from the refusal", 60)
+    assert [c["reason"] for c in s["conditions"] if c["type"] == "Failed"] == ["ValidationFailed"]
+    assert "0.999" in s["message"] and s.get("restarts", 0) == 0 and s["applicationState"] == "COMPLETED"
+    kept = get(plane, APP, ns, "rmi-outage-backfill")
+    assert kept is not None and kept["metadata"]["uid"] == first["metadata"]["uid"], "not restarted"
+    assert absent(plane, APP, ns, "rmi-outage-backfill-publish")
+    assert status(plane, BF, ns, "rmi-outage")["phase"] == "Failed"
+    assert window_ids(catalog) == ["after", "before", "p0", "p1"], "main unchanged"
+
+    # the gate lowered and restartNonce bumped: a new application; it completes without a
+    # publish report of its run (an image from before publish ran in the driver): the separate
+    # publish application validates and publishes, and its report decides
+    bump = {"spec": {"restartNonce": 1, "publish": {"enabled": True, "minMatchRatio": 0.4}}}
+    plane.admin.ok(plane.admin.merge(path_of(BF, ns, "rmi-outage"), bump), "restartNonce 1, minMatchRatio 0.4")
+
+    def resubmitted() -> dict[str, Any] | None:
+        app = get(plane, APP, ns, "rmi-outage-backfill")
+        return app if app is not None and app["metadata"]["uid"] != first["metadata"]["uid"] else None
+
+    second = eventually(resubmitted, "the resubmitted application", 60)
+    assert json.loads(second["metadata"]["annotations"]["kappa.dev/publish"])["minMatchRatio"] == 0.4
+    spark_state(plane, ns, "rmi-outage-backfill", "COMPLETED")
+    eventually(lambda: get(plane, APP, ns, "rmi-outage-backfill-publish"), "the separate publish application")
+
+    def publishing_said() -> list[str] | None:
+        said = [str(e["message"]) for e in events(plane, ns, "rmi-outage") if e["reason"] == "Publishing"]
+        return said or None
+
+    (why,) = eventually(publishing_said, "the Publishing Event", 10)
+    assert "no publish report of this run" in why, "the earlier attempt's report is not this run's"
+    assert run_application(plane, ns, "rmi-outage-backfill-publish", tmp_path) == 0
+    s = eventually(lambda: in_phase(plane, BF, ns, "rmi-outage", "Succeeded"), "Succeeded", 60)
+    assert s["publishApplicationState"] == "COMPLETED" and s["matchRatio"] == 0.5
+    assert window_ids(catalog) == ["after", "before", "p0", "p1", "p2", "p3"]
+    assert refused == [], f"the operator touched data: {refused}"
 
 
 # --- the dry run ------------------------------------------------------------------------------

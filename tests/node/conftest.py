@@ -19,8 +19,10 @@ import yaml
 
 from kappa_operator.local.example_data import START
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
+from kappa_operator.local_cluster.commands import left_running
 from kappa_operator.local_cluster.control_plane import ROOT, path_of
 from kappa_operator.local_cluster.node import Node, container_ids, container_processes
+from kappa_operator.local_cluster.storage import database_home
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 from tests.node.objects import backfill, branch_rows
 
@@ -56,9 +58,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     if started in RUNNING:
         RUNNING.remove(started)
         started.stop()
-    # a container's processes outlive its killed shim (their own sessions): the stop ends them
+    # what a graceful `kappa cluster down` runs (the supervisor's stop is this one): nothing of
+    # the cluster left running (a container's processes outlive its killed shim, in their own
+    # sessions), mounted, or in the catalog's database
     left = container_processes(container_ids(started.node.workdir))
     assert not left, f"processes of the node's containers still running after its stop: {left}"
+    assert not left_running(started.workdir), f"the cluster's processes still running: {left_running(started.workdir)}"
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    assert not [m for m in mounts if m.startswith(f"{started.workdir}/")], "mounts left"
+    assert not database_home(started.workdir / "storage").exists(), "the catalog's database removed"
 
 
 @pytest.fixture

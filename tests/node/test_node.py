@@ -203,6 +203,11 @@ def test_a_backfill_with_two_aligned_sources_runs_in_pods_and_equals_the_same_ba
     assert status["published"][0]["matchRatio"] == 1.0, status["published"]
     roles = {p["metadata"]["labels"].get("spark-role") for p in seen.values()}
     assert roles == {"driver", "executor"}, sorted(seen)
+    # one application: validated and published in the backfill's own driver (issue 58)
+    apps = cluster.node.plane.admin.get(path_of("SparkApplication", JOBS)).body.get("items") or []
+    assert [a["metadata"]["name"] for a in apps if a["metadata"]["name"].startswith("rmi-window-")] == [
+        "rmi-window-backfill"
+    ]
     driver = next(p for p in seen.values() if p["metadata"]["labels"]["spark-role"] == "driver")
     env = {e["name"]: e for e in driver["spec"]["containers"][0].get("env") or []}
     token = env["KAPPA_COORDINATOR_TOKEN"]["valueFrom"]["secretKeyRef"]

@@ -3,7 +3,9 @@ Spark job equal to the in-process reference on shapes our pipelines never produc
 composite key with duplicates and nulls, a table without a key, a struct column, a window
 edge inside files), and a publish driver killed before or after its commit is resumed by
 running it again: main equals the branch over the window, nothing outside it moves, no row
-twice, and the report says what the one commit did."""
+twice, and the report says what the one commit did. And as a backfill's own run does them
+(issue 58): ``python -m spark_app run`` of a backfill config with ``publish`` writes its branch,
+validates and publishes in the same process, and leaves the report the operator ends on."""
 
 from __future__ import annotations
 
@@ -23,12 +25,14 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType, StructType, TimestamptzType
 from pyspark.sql import SparkSession
 
+from spark_app.__main__ import main
 from spark_app.apps.publish import run_publish
 from spark_app.contract.config import JobConfig, parse_config
-from spark_app.contract.reports.publish import read_report, report_location
+from spark_app.contract.reports.publish import PublishReport, read_report, report_location
 from spark_app.sinks.iceberg.publish import FAULT_ENV
 from spark_app.sinks.iceberg.validation import compare_in_process, compare_snapshots
 from spark_app.sinks.iceberg.window import TimeWindow
+from tests.spark.conftest import Dataset, sources
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 WINDOW = TimeWindow("ts", T0, T0 + timedelta(hours=1))
@@ -298,3 +302,95 @@ def test_the_report_goes_next_to_the_checkpoint_unless_configured(catalog: SqlCa
     loc, name = report_location(moved)
     assert loc.path(name) == f"{tmp_path}/reports/fix-eu.json"
     assert read_report(moved) is None, "nothing there yet: the operator keeps waiting"
+
+
+# -- in the backfill's own run ---------------------------------------------------------------
+
+RUN_WINDOW = {"start": at(40).isoformat(), "end": at(80).isoformat(), "warmup": "30m"}
+RMI_KEY = ["playback_id", "impression_id"]
+
+
+def backfill_that_publishes(
+    dataset: Dataset, tmp: Path, pipeline: str = "spark_app.examples.rmi:pipeline"
+) -> JobConfig:
+    """rmi's backfill over 40 minutes of the generated history (bounded: one batch query) into
+    the branch of a table of its own catalog, publishing at a gate an empty main fails."""
+    return dataset.config(
+        tmp,
+        name="rmi-fix",
+        mode="backfill",
+        pipeline=pipeline,
+        catalogs={
+            "default": {"type": "sql", **dataset.props},
+            "out": {"type": "sql", "uri": f"sqlite:///{tmp}/out.db", "warehouse": f"file://{tmp}/out-wh"},
+        },
+        sinks={
+            "attributed_plays": {
+                "kind": "iceberg",
+                "catalog": "out",
+                "table": "marts.attributed_plays",
+                "key": RMI_KEY,
+                "timeColumn": "playback_ts",
+            }
+        },
+        sources=sources("icebergBackfill", split={"maxBundleSpan": "2m"}),
+        window=RUN_WINDOW,
+        alignment={"mode": "bounded", "maxDrift": "4m"},
+        publish={"minMatchRatio": 0.999, "tag": "team-a/rmi-fix"},
+    )
+
+
+def driver(cfg: JobConfig, tmp: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``python -m spark_app --config`` (the ``run`` command) in this process, on its SparkSession."""
+    path = tmp / f"{cfg.name}-{len(list(tmp.glob('*.json')))}.json"
+    path.write_text(cfg.to_json())
+    code = main(["--config", str(path)])
+    return code, capsys.readouterr().out
+
+
+def keys(t: Table, ref: str) -> list[tuple[Any, ...]]:
+    snap = t.snapshot_by_name(ref)
+    assert snap is not None, ref
+    data = t.scan(snapshot_id=snap.snapshot_id, selected_fields=(*RMI_KEY, "playback_ts")).to_arrow()
+    return sorted((r["playback_id"], r["impression_id"], r["playback_ts"]) for r in data.to_pylist())
+
+
+def test_a_backfills_run_validates_and_publishes_in_the_same_process(
+    spark: SparkSession, dataset: Dataset, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refusing = backfill_that_publishes(dataset, tmp_path)
+    loc, name = report_location(refusing)
+    earlier = PublishReport(backfill="team-a/rmi-fix", state="Published", tables=[], started_at=T0, finished_at=T0)
+
+    # a report on storage is always this run's: cleared when the run starts, even if it fails
+    loc.write_bytes(name, earlier.model_dump_json().encode())
+    broken = backfill_that_publishes(dataset, tmp_path, pipeline="no_such_module:pipeline")
+    code, _ = driver(broken, tmp_path, capsys)
+    assert code != 0 and read_report(refusing) is None, "an earlier attempt's report is gone"
+
+    # refused: the branch is written, main unchanged, the application completes (exit 0)
+    loc.write_bytes(name, earlier.model_dump_json().encode())
+    code, out = driver(refusing, tmp_path, capsys)
+    assert code == 0, out
+    assert '"state": "Refused"' in out
+    refused = read_report(refusing)
+    assert refused is not None and refused.state == "Refused" and refused.started_at > T0, "this run's report"
+    assert refused.error is not None and "nothing was published" in refused.error
+    table = SqlCatalog("out", **refusing.catalogs["out"].properties()).load_table("marts.attributed_plays")
+    branch = keys(table, "backfill-rmi-fix")
+    assert len(branch) > 50 and keys(table, "main") == [], "main unchanged"
+    branch_head = table.snapshot_by_name("backfill-rmi-fix").snapshot_id  # type: ignore[union-attr]
+
+    # run again with the gate at 0 (a new attempt): it resumes, has nothing to write, publishes
+    publishing = refusing.model_copy(update={"publish": refusing.publish.model_copy(update={"min_match_ratio": 0.0})})  # type: ignore[union-attr]
+    code, out = driver(publishing, tmp_path, capsys)
+    assert code == 0, out
+    assert '"state": "Published"' in out
+    report = read_report(publishing)
+    assert report is not None and report.state == "Published" and report.backfill == "team-a/rmi-fix"
+    (published,) = report.tables
+    table = table.refresh()
+    assert table.snapshot_by_name("backfill-rmi-fix").snapshot_id == branch_head, "the branch not written again"  # type: ignore[union-attr]
+    assert keys(table, "main") == branch, "main's window is the branch's"
+    assert (published.rows_removed, published.rows_added, published.branch_rows) == (0, len(branch), len(branch))
+    assert published.snapshot_id == table.snapshot_by_name("main").snapshot_id  # type: ignore[union-attr]

@@ -3,11 +3,14 @@ needs; Spark, pandas and matplotlib go to the Spark image and the `spark` extra.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
 import tomllib
+import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[3]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -79,3 +82,171 @@ def test_the_operator_images_dependencies_are_one_layer_only_their_list_invalida
     before = [step for step in build[:install] if step.startswith(("COPY", "ADD"))]
     assert before == ["COPY --from=requirements /requirements.txt /tmp/requirements.txt"], before
     assert any(step.startswith("COPY pyproject.toml README.md") for step in build[install:])
+
+
+# --- issue 58: small images ------------------------------------------------------------------
+
+SPARK_DOCKERFILE = (ROOT / "images" / "spark" / "Dockerfile").read_text()
+POMS = ROOT / "spark_app" / "jars"
+MVN = "{http://maven.apache.org/POM/4.0.0}"
+
+
+def _prune() -> Any:
+    """images/spark/prune.py as a module (a build script, not a package of the project)."""
+    spec = importlib.util.spec_from_file_location("kappa_image_prune", ROOT / "images" / "spark" / "prune.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pom(bundle: str) -> ET.Element:
+    return ET.parse(POMS / bundle / "pom.xml").getroot()
+
+
+def _copy_filter(pom: ET.Element, name: str) -> list[str]:
+    found = pom.find(f".//{MVN}configuration/{MVN}{name}")
+    return [] if found is None or found.text is None else [s.strip() for s in found.text.split(",")]
+
+
+def _pyspark_jars() -> list[str]:
+    import pyspark
+
+    return sorted(p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+
+
+def _stages(dockerfile: str) -> dict[str, tuple[str, list[str]]]:
+    """Each stage by name (the last one: ""): its FROM and its instructions."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    name = None
+    for line in dockerfile.replace("\\\n", " ").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("FROM "):
+            parts = line.split()
+            name = parts[3] if len(parts) > 3 else ""
+            out[name] = (parts[1], [])
+        elif name is not None:
+            out[name][1].append(line)
+    return out
+
+
+def _chain(stages: dict[str, tuple[str, list[str]]], name: str) -> list[str]:
+    """The stage ``name`` and those it is built FROM, down to the base."""
+    chain = [name]
+    while stages[chain[-1]][0] in stages:
+        chain.append(stages[chain[-1]][0])
+    return chain
+
+
+def test_s3a_takes_the_aws_sdk_modules_it_uses_not_the_650_mb_bundle() -> None:
+    pom = _pom("hadoop-aws")
+    deps = {d.findtext(f"{MVN}artifactId"): d for d in pom.iter(f"{MVN}dependency")}
+    excluded = [e.findtext(f"{MVN}artifactId") for e in deps["hadoop-aws"].iter(f"{MVN}exclusion")]
+    assert excluded == ["bundle"] and "bundle" not in deps
+    assert {"s3", "sts", "s3-transfer-manager"} <= set(deps)
+    # the SDK of the bundle hadoop-aws is built against, and hadoop-aws of PySpark's own Hadoop
+    assert pom.findtext(f"{MVN}properties/{MVN}aws.sdk.version") == "2.35.4"
+    assert f"hadoop-client-api-{deps['hadoop-aws'].findtext(f'{MVN}version')}.jar" in _pyspark_jars()
+    # the copy takes the AWS groups (and reactive-streams), none of the third parties PySpark ships
+    groups = _copy_filter(pom, "includeGroupIds")
+    assert set(groups) == {
+        "org.apache.hadoop",
+        "software.amazon.awssdk",
+        "software.amazon.eventstream",
+        "software.amazon.s3.analyticsaccelerator",
+        "org.reactivestreams",
+    }
+    assert not [j for j in _pyspark_jars() if j.startswith(("reactive-streams-", "hadoop-aws-"))]
+
+
+def test_the_kafka_connector_copies_only_what_pyspark_lacks_in_pysparks_version() -> None:
+    pom = _pom("kafka-connector")
+    copied = _copy_filter(pom, "includeArtifactIds")
+    assert "spark-sql-kafka-0-10_2.13" in copied
+    prune = _prune()
+    shipped = _pyspark_jars()
+    assert not [j for j in shipped if prune.of(j, tuple(copied))], "a jar twice on the classpath"
+    version = next(d.findtext(f"{MVN}version") for d in pom.iter(f"{MVN}dependency"))
+    assert f"spark-core_2.13-{version}.jar" in shipped
+
+
+def test_the_spark_images_final_stages_hold_no_build_tools() -> None:
+    """No JDK, Maven, pip or venv tooling in what the images run on (the final stage and the
+    stages it is built FROM): those are in build stages, which give files by COPY --from."""
+    stages = _stages(SPARK_DOCKERFILE)
+    chain = _chain(stages, "")
+    assert chain == ["", "runtime", "jvm"], chain
+    for name in chain:
+        for step in stages[name][1]:
+            if step.startswith("RUN"):
+                assert not re.search(r"openjdk|maven|python3-venv|pip install|jlink", step), (name, step)
+            if step.startswith("COPY --from="):
+                assert step.split()[1].removeprefix("--from=") in ("jre", "python", "maven", "kappa-source"), step
+    assert any("openjdk-17-jdk-headless" in s for s in stages["jdk"][1])
+    assert stages["jre"][0] == "jdk" and any("jlink" in s for s in stages["jre"][1])
+    # the spark-operator's image is the jvm stage plus its binary: no Python, no spark_app
+    operator = (ROOT / "images" / "spark-operator" / "Dockerfile").read_text()
+    assert "FROM ${SPARK_JVM}" in operator
+    assert not [
+        s for s in stages["jvm"][1] if re.search(r"python3|spark_app|/opt/venv", s) and "--from=python" not in s
+    ]
+
+
+def test_the_jvm_stage_is_rebuilt_when_what_it_copies_changes() -> None:
+    """images.JVM keys the spark-operator's image: every file the jvm stage and the stages it
+    takes from copy from the context."""
+    from kappa_operator.local_cluster.images import JVM
+
+    stages = _stages(SPARK_DOCKERFILE)
+    needed, todo = set(), ["jvm"]
+    while todo:
+        name = todo.pop()
+        if name in needed or name not in stages:
+            continue
+        needed.add(name)
+        todo.append(stages[name][0])
+        todo += [s.split()[1].removeprefix("--from=") for s in stages[name][1] if s.startswith("COPY --from=")]
+    copied = {
+        src
+        for name in needed
+        for step in stages[name][1]
+        if step.startswith("COPY") and "--from=" not in step
+        for src in re.sub(r"--\S+", "", step).split()[1:-1]
+    }
+    assert needed == {"jvm", "jre", "jdk", "python"}, needed
+    assert copied <= set(JVM), copied - set(JVM)
+
+
+def test_prune_keeps_one_platforms_natives() -> None:
+    prune = _prune()
+    ours = ["librocksdbjni-linux64.so", "linux/amd64/libzstd-jni-1.5.7-7.so", "netty-x-4.2.13.Final-linux-x86_64.jar"]
+    theirs = [
+        "librocksdbjni-linux64-musl.so",
+        "librocksdbjni-linux-aarch64.so",
+        "librocksdbjni-osx-x86_64.jnilib",
+        "librocksdbjni-win64.dll",
+        "win/amd64/libzstd-jni-1.5.7-7.dll",
+        "darwin/x86_64/libzstd-jni-1.5.7-7.dylib",
+        "netty-transport-native-kqueue-4.2.13.Final-osx-x86_64.jar",
+    ]
+    assert not [n for n in ours if prune.foreign_native(n, "x86_64")]
+    assert all(prune.foreign_native(n, "x86_64") for n in theirs)
+    assert not prune.foreign_native("netty-transport-native-unix-common-4.2.13.Final.jar", "x86_64")
+    assert prune.foreign_native("librocksdbjni-linux64.so", "aarch64")
+
+
+def test_prune_names_jars_pyspark_ships_and_splits_them_once() -> None:
+    """Each artifact the prune lists name is one of PySpark's (a renamed jar after an upgrade
+    fails here, not silently in an image), and no jar is both unused and kept for jobs."""
+    prune = _prune()
+    shipped = _pyspark_jars()
+    for artifact in (*prune.UNUSED_JARS, *prune.NOT_FOR_SUBMIT):
+        assert [j for j in shipped if prune.of(j, (artifact,))], f"no jar of {artifact} in pyspark"
+    assert not set(prune.UNUSED_JARS) & set(prune.NOT_FOR_SUBMIT)
+    assert prune.of("commons-lang3-3.20.0.jar", ("commons-lang",)) is False
+    assert prune.of("hive-storage-api-2.8.1.jar", prune.UNUSED_JARS) is False, "ORC needs it"
+    submit = [j for j in shipped if not prune.of(j, (*prune.UNUSED_JARS, *prune.NOT_FOR_SUBMIT))]
+    for needed in ("spark-core_2.13", "spark-kubernetes_2.13", "kubernetes-client", "hadoop-client-api"):
+        assert [j for j in submit if prune.of(j, (needed,))], needed

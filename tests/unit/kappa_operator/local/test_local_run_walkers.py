@@ -32,6 +32,7 @@ from spark_app.apps.run import RunResult
 from spark_app.checkpoints.driver import externalize_sinks
 from spark_app.contract.checkpoints import layout, list_snapshots, open_location
 from spark_app.contract.config import JobConfig
+from spark_app.contract.reports.publish import PublishReport, report_location
 
 ROOT = Path(__file__).resolve().parents[4]
 EXAMPLES = ROOT / "examples"
@@ -39,21 +40,47 @@ SINK = "attributed_plays"
 NOW = datetime.now(UTC)
 
 
-class FakeEngine:
-    """Records what it was asked to run; ``effect`` stands in for what Spark would write."""
+def publish_report(cfg: JobConfig, state: str = "Published", error: str | None = None) -> PublishReport:
+    """What a publish leaves where the operator reads it (its real location, next to the checkpoint)."""
+    at = datetime.now(UTC)
+    assert cfg.publish is not None
+    report = PublishReport(backfill=cfg.publish.tag, state=state, tables=[], error=error, started_at=at, finished_at=at)  # type: ignore[arg-type]
+    loc, name = report_location(cfg)
+    loc.write_bytes(name, report.model_dump_json().encode())
+    return report
 
-    def __init__(self, effect: Callable[[JobConfig], None] | None = None) -> None:
+
+class FakeEngine:
+    """Records what it was asked to run; ``effect`` stands in for what Spark would write;
+    ``driver_publishes``: the state of the publish a backfill's run does in its driver (None: a
+    driver that does not publish, as an image from before that)."""
+
+    def __init__(self, effect: Callable[[JobConfig], None] | None = None, driver_publishes: str | None = None) -> None:
         self.configs: list[JobConfig] = []
         self.effect = effect
+        self.driver_publishes = driver_publishes
+        self.told: list[str] = []
+        self.published: list[JobConfig] = []
 
-    def run(self, cfg: JobConfig) -> RunResult:
+    def run(self, cfg: JobConfig, publishing: Callable[[str], None] | None = None) -> RunResult:
         self.configs.append(cfg)
         if self.effect is not None:
             self.effect(cfg)
+        if cfg.publish is not None and self.driver_publishes is not None:
+            line = f"validating {cfg.sink_branch(SINK)} against main and publishing"
+            self.told.append(line)
+            if publishing is not None:
+                publishing(line)
+            publish_report(cfg, self.driver_publishes, None if self.driver_publishes == "Published" else "below")
         report = RunResult(cfg.name, cfg.mode, 0.5, [])
         if cfg.mode == "live" and cfg.checkpoint.external is not None:  # as the driver's externalizer does
             report.externalized = externalize_sinks(cfg, datetime.now(UTC))
         return report
+
+    def publish(self, cfg: JobConfig) -> PublishReport:
+        """The separate publish application's code: publishes."""
+        self.published.append(cfg)
+        return publish_report(cfg)
 
     def activity(self) -> str | None:
         return None
@@ -340,6 +367,42 @@ def test_a_backfill_declares_its_group_runs_and_succeeds(world: World, tmp_path:
     assert world.run(path, engine) == 0 and engine.configs == [] and "already Succeeded" in world.text
     assert world.run(path, engine, fresh=True) == 0
     assert engine.configs[0].checkpoint.location != cfg.checkpoint.location, "a new object: a fresh checkpoint"
+
+
+def test_a_backfill_publishes_in_its_run_and_succeeds_on_the_report_as_on_a_cluster(
+    world: World, tmp_path: Path
+) -> None:
+    """One run that publishes, as the backfill's driver does: no Publishing phase, no separate
+    publish step; the end is the operator's decision from the report the run left."""
+    engine = FakeEngine(driver_publishes="Published")
+    assert world.run(backfill_file(tmp_path), engine) == 0
+    assert engine.told == ["validating backfill-rmi-outage against main and publishing"] and engine.published == []
+    status = world.record("backfill", "rmi-outage")["status"]
+    assert status["phase"] == "Succeeded" and status["message"].startswith("published backfill-rmi-outage into main")
+    assert "Backfill default/rmi-outage: Publishing" not in world.text
+    assert "then validating it against main and publishing, in the same application" in world.text
+
+
+def test_a_refused_publish_in_the_run_fails_the_backfill_from_its_report(world: World, tmp_path: Path) -> None:
+    engine = FakeEngine(driver_publishes="Refused")
+    assert world.run(backfill_file(tmp_path), engine) == 1
+    status = world.record("backfill", "rmi-outage")["status"]
+    assert status["phase"] == "Failed" and status["message"] == "publish refused: below"
+    assert [c["reason"] for c in status["conditions"] if c["type"] == "Failed"] == ["ValidationFailed"]
+    assert engine.published == [], "refused is an answer: nothing runs again until restartNonce changes"
+
+
+def test_a_run_that_left_no_publish_report_is_published_by_the_publish_applications_code(
+    world: World, tmp_path: Path
+) -> None:
+    """As the operator decides on a cluster (an image whose driver does not publish): Publishing,
+    then the separate publish application's code, in-process."""
+    engine = FakeEngine()
+    assert world.run(backfill_file(tmp_path), engine) == 0
+    assert [c.name for c in engine.published] == ["rmi-outage"]
+    assert "Backfill default/rmi-outage: Publishing" in world.text
+    status = world.record("backfill", "rmi-outage")["status"]
+    assert status["phase"] == "Succeeded" and status["publishApplicationName"] == "rmi-outage-backfill-publish"
 
 
 def test_a_failed_backfill_resumes_when_restart_nonce_is_bumped(world: World, tmp_path: Path) -> None:

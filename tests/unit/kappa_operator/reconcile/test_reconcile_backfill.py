@@ -19,6 +19,7 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import (
     DONE,
     NONCE,
+    PUBLISH,
     SAVED_JOB,
     byte_rate,
     follow_step,
@@ -29,6 +30,7 @@ from kappa_operator.reconcile.backfill import (
     published,
     saved_job,
     submitted,
+    wants_publish_report,
 )
 from kappa_operator.reconcile.backfill_queue import Queued
 from kappa_operator.reconcile.failures import changes_nothing
@@ -138,12 +140,16 @@ def test_an_unaligned_mode_declares_no_group_and_mounts_no_token(mode: str) -> N
     assert cfg["alignment"]["mode"] == mode and "coordinator" not in cfg
 
 
-def test_completion_submits_the_publish_application_when_enabled_else_succeeds() -> None:
+def test_a_completion_without_a_report_of_its_run_falls_back_to_the_publish_application_else_succeeds() -> None:
+    """An application that completed and left no publish report (an image from before its driver
+    published, or the report lost): the separate publish application validates and publishes."""
     app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
     assert app is not None
     publishing = plan_backfill(bf({"phase": "Running"}), JOB, with_state(app, "COMPLETED"), "http://c", NOW)
     pub = publishing.create_publish_app
     assert pub is not None and publishing.status["phase"] == "Publishing" and publishing.leave_group is None
+    assert "it left no publish report of this run" in publishing.status["message"]
+    assert [e.reason for e in publishing.events] == ["Publishing"]
     owner = Owner("Backfill", "rmi-outage", "default", "bf-uid-1234")
     assert pub["metadata"]["name"] == owner.publish_app_name == "rmi-outage-backfill-publish"
     assert pub["metadata"]["ownerReferences"][0]["uid"] == "bf-uid-1234"
@@ -265,6 +271,165 @@ def test_a_refused_publish_stays_failed_until_the_restart_nonce_changes() -> Non
     assert delete.delete_app and delete.delete_publish_app, "both applications of the old attempt go"
     resubmit = plan_backfill(retry, JOB, None, None, NOW)
     assert resubmit.create_app is not None, "then the query runs again from its checkpoint, and publishes again"
+
+
+SUBMITTED_AT = "2026-11-21T09:00:00Z"
+"""When the tests' current application was submitted (status.startedAt)."""
+
+
+def driver_report(state: str = "Published", error: str | None = None, minutes: int = 30) -> PublishReport:
+    """A report the backfill's driver wrote ``minutes`` after its submission (negative: before it)."""
+    at = datetime(2026, 11, 21, 9, tzinfo=UTC) + timedelta(minutes=minutes)
+    return report(state, error).model_copy(update={"started_at": at, "finished_at": at + timedelta(seconds=20)})
+
+
+def completed(nonce: int = 0, **status: Any) -> tuple[Backfill, dict[str, Any]]:
+    """A running backfill submitted at SUBMITTED_AT, and its application, completed."""
+    running = {"phase": "Running", "restartNonce": nonce, "startedAt": SUBMITTED_AT, "applicationState": "RUNNING"}
+    current = bf({**running, **status}, restartNonce=nonce)
+    app = plan_backfill(bf(restartNonce=nonce), JOB, None, "http://c", NOW).create_app
+    assert app is not None
+    return current, with_state(app, "COMPLETED")
+
+
+def after(current: Backfill, plan: Any = None, **spec: Any) -> Backfill:
+    """``current`` with ``plan``'s status merged in, as the API server merges a status patch
+    (None removes a field), and ``spec`` changed."""
+    assert current.status is not None
+    merged = {**current.status.model_dump(by_alias=True, exclude_none=True), **(plan.status if plan else {})}
+    data = current.model_dump(by_alias=True, exclude_none=True)
+    data["status"] = {k: v for k, v in merged.items() if v is not None}
+    data["spec"].update(spec)
+    return Backfill.model_validate(data)
+
+
+def test_a_completed_backfill_ends_on_the_report_its_driver_left_without_a_publish_application() -> None:
+    running, app = completed()
+    assert wants_publish_report(running, app, None), "the handler reads the report once the application completed"
+    assert not wants_publish_report(running, with_state(app, "RUNNING"), None), "never while it runs"
+    plan = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report())
+    assert plan.status["phase"] == "Succeeded" and plan.create_publish_app is None and not plan.delete_app
+    assert plan.create_app is None and plan.leave_group is not None and plan.delete_secret
+    (table,) = plan.status["published"]
+    assert (table["rowsRemoved"], table["rowsAdded"], table["snapshotId"]) == (3, 5, 7)
+    assert plan.status["matchRatio"] == 0.5 and plan.status["applicationState"] == "COMPLETED"
+    assert plan.status["publishApplicationName"] is None, "no publish application ran"
+    assert [e.reason for e in plan.events] == ["Published"]
+    assert not wants_publish_report(after(running, plan), app, None), "Succeeded: never read again"
+
+
+def test_a_refused_validation_in_the_driver_fails_the_backfill_without_a_restart() -> None:
+    running, app = completed()
+    refused = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Refused", "below the gate"))
+    assert refused.status["phase"] == "Failed" and refused.status["message"] == "publish refused: below the gate"
+    assert any(c["reason"] == "ValidationFailed" for c in refused.status["conditions"])
+    assert refused.create_publish_app is None and refused.create_app is None and not refused.delete_app
+    assert refused.leave_group is None, "its group is kept for a resubmission"
+    failed = after(running, refused)
+    assert not wants_publish_report(failed, app, None)
+    again = plan_backfill(failed, JOB, app, "http://c", NOW)
+    assert again.status["phase"] == "Failed" and again.create_app is None and not again.delete_app, "kept as it is"
+    assert again.create_publish_app is None and again.events == ()
+
+
+def test_a_failed_report_of_a_completed_driver_is_a_publish_failure_naming_its_application() -> None:
+    running, app = completed()
+    error = "publish of backfill rmi-outage failed: OSError: catalog down"
+    plan = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Failed", error))
+    assert plan.status["phase"] == "Failed" and plan.events[0].reason == "PublishFailed"
+    assert "SparkApplication rmi-outage-backfill: publish of backfill" in plan.status["message"]
+
+
+def test_a_report_of_an_earlier_attempt_is_not_this_runs_the_publish_application_runs() -> None:
+    """A driver from an image before publish ran in it neither clears nor writes the report: the
+    one on storage is an earlier attempt's (written before this application was submitted)."""
+    running, app = completed()
+    stale = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Refused", "old", minutes=-60))
+    assert stale.create_publish_app is not None and stale.status["phase"] == "Publishing"
+    publishing = after(running, stale)
+    pub = with_state(stale.create_publish_app, "FAILED")
+    assert wants_publish_report(publishing, app, pub), "the publish application ended: its report"
+    silent = plan_backfill(publishing, JOB, app, "http://c", NOW, publish_app=pub, report=driver_report(minutes=-60))
+    assert silent.status["phase"] == "Failed" and "without a report" in silent.status["message"]
+
+
+def test_a_refused_publish_runs_again_in_the_resubmitted_application_after_a_restart_nonce_bump() -> None:
+    running, app = completed()
+    refused = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Refused", "below the gate"))
+    bumped = after(running, refused, restartNonce=1)
+    assert not wants_publish_report(bumped, app, None), "the old attempt's application: not read"
+    delete = plan_backfill(bumped, JOB, app, "http://c", NOW)
+    assert delete.delete_app and not delete.delete_publish_app and delete.create_publish_app is None
+    resubmit = plan_backfill(after(bumped, delete), JOB, None, "http://c", NOW)
+    assert resubmit.create_app is not None and resubmit.create_app["metadata"]["annotations"][NONCE] == "1"
+    assert resubmit.create_app["spec"]["arguments"] == ["--config", "/etc/kappa/job.json"], "the run, which publishes"
+    assert resubmit.status["startedAt"] == NOW and resubmit.status["restartNonce"] == 1
+    assert "then validating it against main and publishing" in resubmit.status["message"]
+    submitted_again = after(bumped, resubmit)
+    running_again = plan_backfill(submitted_again, JOB, with_state(resubmit.create_app, "RUNNING"), "http://c", NOW)
+    rerun = after(submitted_again, running_again)
+    new_app = with_state(resubmit.create_app, "COMPLETED")
+    assert wants_publish_report(rerun, new_app, None)
+    old = driver_report("Refused", "below the gate")  # written before the resubmission: not this run's
+    assert plan_backfill(rerun, JOB, new_app, "http://c", NOW, report=old).create_publish_app is not None
+    later = datetime(2026, 11, 21, 10, 5, tzinfo=UTC)
+    ok = driver_report().model_copy(update={"started_at": later, "finished_at": later})
+    done = plan_backfill(rerun, JOB, new_app, "http://c", NOW, report=ok)
+    assert done.status["phase"] == "Succeeded" and done.create_publish_app is None
+
+
+def test_the_application_says_what_its_driver_publishes_with() -> None:
+    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    assert app is not None
+    assert json.loads(app["metadata"]["annotations"][PUBLISH]) == {"minMatchRatio": 0.999, "tag": "default/rmi-outage"}
+    quiet = plan_backfill(bf(publish={"enabled": False}), JOB, None, "http://c", NOW).create_app
+    assert quiet is not None and PUBLISH not in quiet["metadata"]["annotations"], "its driver does not publish"
+
+
+def test_publish_settings_changed_before_completion_apply_through_the_publish_application() -> None:
+    """spec.publish may change until the run completes: the driver's publish (with the settings
+    it was submitted with) is not the one asked for any more, so the publish application runs
+    with the new ones (a second publish of the same branch commits nothing new)."""
+    running, app = completed()
+    lowered = after(running, publish={"enabled": True, "minMatchRatio": 0.4})
+    plan = plan_backfill(lowered, JOB, app, "http://c", NOW, report=driver_report("Refused", "below the gate"))
+    assert plan.create_publish_app is not None and plan.status["phase"] == "Publishing"
+    assert "its publish settings changed since it was submitted" in plan.status["message"]
+    assert plan.config_map is not None, "its JobConfig rewritten first: the publish application reads it"
+    assert json.loads(plan.config_map["data"]["job.json"])["publish"]["minMatchRatio"] == 0.4
+    assert SAVED_JOB in plan.config_map["data"], "the job's copy kept"
+
+    quiet = plan_backfill(bf(publish={"enabled": False}), JOB, None, "http://c", NOW).create_app
+    assert quiet is not None
+    enabled_since = with_state(quiet, "COMPLETED")
+    assert wants_publish_report(running, enabled_since, None)
+    plan = plan_backfill(running, JOB, enabled_since, "http://c", NOW)
+    assert plan.create_publish_app is not None, "enabled after submission: published when it completes"
+
+
+def test_publish_disabled_while_running_says_what_the_driver_did() -> None:
+    """A driver publishes with the settings it was submitted with: disabled since, the operator
+    still reads its report and says that main changed; refused or absent, nothing changed."""
+    running, app = completed()
+    disabled = after(running, publish={"enabled": False})
+    assert wants_publish_report(disabled, app, None), "its driver was asked to publish"
+    done = plan_backfill(disabled, JOB, app, "http://c", NOW, report=driver_report())
+    assert done.status["phase"] == "Succeeded" and done.status["message"].startswith("published backfill-rmi-outage")
+    for rep in (driver_report("Refused", "below the gate"), None):
+        kept = plan_backfill(disabled, JOB, app, "http://c", NOW, report=rep)
+        assert kept.status["phase"] == "Succeeded" and "publish is not enabled" in kept.status["message"]
+        assert kept.create_publish_app is None and kept.leave_group is not None
+    quiet = plan_backfill(bf(publish={"enabled": False}), JOB, None, "http://c", NOW).create_app
+    assert quiet is not None
+    never = bf({"phase": "Running", "restartNonce": 0}, publish={"enabled": False})
+    assert not wants_publish_report(never, with_state(quiet, "COMPLETED"), None), "nothing to read"
+
+
+def test_a_running_backfill_whose_last_decision_failed_is_decided_again_by_its_timer() -> None:
+    """Its completed application's report was unreadable (storage down): the event's failure is
+    shown in status (retries), and the timer decides again instead of only sampling progress."""
+    running = bf({"phase": "Running", "restartNonce": 0, "retries": 1, "lastError": "OSError: unreachable"})
+    assert follow_step(running, job_listed=True) == "reconcile"
 
 
 def test_published_with_a_not_final_branch_says_so() -> None:

@@ -188,6 +188,25 @@ def test_rendered_spark_applications_validate_against_the_spark_operator_crd(
     assert bf["spec"]["driver"]["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "kappa-coordinator", "key": "token"}
 
 
+def test_a_backfills_driver_plans_while_its_executors_start_and_a_live_job_keeps_sparks_wait(
+    job: StreamingJob, backfill: Backfill
+) -> None:
+    """Spark on Kubernetes holds a new session until 80% of its executors registered (or 30 s):
+    a backfill's applications do not wait (its driver plans meanwhile), unless its job says
+    otherwise; a live job keeps Spark's default."""
+    launch = Launch(job.spec.image, job.spec.driver, job.spec.executor, "spark", BACKFILL_RESTART)
+    owner = Owner("Backfill", "rmi-outage", "default", "abcdef0123")
+    cfg = backfill_config(backfill, job, "http://c:8471")
+    for command in ("run", "publish", "plan"):
+        conf = spark_application(owner, cfg, launch, "h", command=command)["spec"]["sparkConf"]
+        assert conf["spark.scheduler.minRegisteredResourcesRatio"] == "0", command
+    own = cfg.model_copy(update={"spark_conf": {**cfg.spark_conf, "spark.scheduler.minRegisteredResourcesRatio": "1"}})
+    conf = spark_application(owner, own, launch, "h")["spec"]["sparkConf"]
+    assert conf["spark.scheduler.minRegisteredResourcesRatio"] == "1", "the job's own setting wins"
+    live = spark_application(Owner("StreamingJob", "rmi", "default", "u-1"), streaming_job_config(job), launch, "h")
+    assert "spark.scheduler.minRegisteredResourcesRatio" not in live["spec"]["sparkConf"]
+
+
 def test_the_config_hash_changes_with_the_spec(job: StreamingJob) -> None:
     data = job.model_dump(by_alias=True, exclude_none=True)
     data["spec"]["pipelineArgs"] = {"lateness": "45 minutes"}
