@@ -19,7 +19,7 @@ import yaml
 
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries, path_of
-from kappa_operator.local_cluster.images import build, build_spark_operator
+from kappa_operator.local_cluster.images import build_all
 from kappa_operator.local_cluster.node import GATEWAY, Node, bridge
 from kappa_operator.local_cluster.storage import (
     ACCESS_KEY,
@@ -55,10 +55,10 @@ class ClusterError(RuntimeError):
 
 def _archives(parts: Parts) -> tuple[Path, Path, Path]:
     """The OCI archives of the Spark image, the kappa operator's and the spark-operator's, built
-    where missing (operator/local_cluster/images.py: cached by what goes into each)."""
-    spark = build("spark", SPARK_IMAGE)
-    operator = build("operator", OPERATOR_IMAGE)
-    return spark, operator, build_spark_operator(SPARK_OPERATOR_IMAGE, parts.spark_operator)
+    where missing, two side by side (``images.build_all``: cached by what goes into each, one
+    build of each at a time on the machine)."""
+    built = build_all(lambda: parts.spark_operator)
+    return built["spark"], built["operator"], built["spark-operator"]
 
 
 def helm(parts: Parts, kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -144,7 +144,7 @@ def reads_s3(cfg: JobConfig) -> bool:
 
 
 def s3a_jars(cfg: JobConfig, spark_jars_dir: Path | None = None) -> list[Path]:
-    """Hadoop's S3A and the AWS SDK bundle, for a session whose source reads S3 data files in
+    """Hadoop's S3A and the AWS SDK's S3 modules, for a session whose source reads S3 data files in
     the JVM; none when Spark ships them (a Spark image) or no source reads S3."""
     from spark_app import jars
     from spark_app.jvm import spark_home

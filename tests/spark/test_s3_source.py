@@ -1,7 +1,7 @@
 """A backfill from an Iceberg table on a real S3 API (moto's server): the JVM reader opens the
 data files through Hadoop's S3A with the settings mapped from the catalog's ``s3.*``
 properties, in a driver started as a job is (``python -m spark_app``), whose session fetches
-S3A and the AWS SDK bundle itself (``spark_app.jars``, bundle ``hadoop-aws``)."""
+S3A and the AWS SDK's S3 modules itself (``spark_app.jars``, bundle ``hadoop-aws``)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ Hadoop S3A settings.
 pyiceberg reads ``s3://`` through pyarrow with ``s3.*`` properties (the catalog's, and those
 a REST catalog vends with the table); Spark's Parquet reader opens files through Hadoop, whose
 S3A filesystem takes ``fs.s3a.*``. The settings go into the source's options, which Spark puts
-into the Hadoop configuration of exactly that scan. S3A itself (``hadoop-aws`` and the AWS SDK
-bundle) is on the Spark image's classpath, or fetched for a local session that reads S3
+into the Hadoop configuration of exactly that scan. S3A itself (``hadoop-aws`` and the AWS SDK's
+S3 modules) is on the Spark image's classpath, or fetched for a local session that reads S3
 (``spark_app.jars``, bundle ``hadoop-aws``). Pure.
 """
 

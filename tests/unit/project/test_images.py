@@ -1,5 +1,7 @@
 """Issue 30 item 5: the operator's image and dependency set hold only what the control plane
-needs; Spark, pandas and matplotlib go to the Spark image and the `spark` extra."""
+needs; Spark, pandas and matplotlib go to the Spark image and the `spark` extra. Issue 58: the
+images are small (one copy of each jar, no AWS SDK bundle, no build tools in what runs) and
+built once however many ask."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -250,3 +254,34 @@ def test_prune_names_jars_pyspark_ships_and_splits_them_once() -> None:
     submit = [j for j in shipped if not prune.of(j, (*prune.UNUSED_JARS, *prune.NOT_FOR_SUBMIT))]
     for needed in ("spark-core_2.13", "spark-kubernetes_2.13", "kubernetes-client", "hadoop-client-api"):
         assert [j for j in submit if prune.of(j, (needed,))], needed
+
+
+def test_two_builders_asking_for_one_image_build_it_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CI's background build and a test fixture ask at once: one builds (under the image's
+    file lock), the other waits and finds the archive it wrote."""
+    import threading
+    import time
+
+    from kappa_operator.local_cluster import images
+
+    monkeypatch.setattr(images, "CACHE", tmp_path)
+    monkeypatch.setattr(images, "prune_layer_cache", lambda: None)
+    builds: list[str] = []
+
+    def bud(*args: str) -> None:
+        builds.append(args[-1])
+        time.sleep(0.3)  # long enough for the other thread to arrive while this one builds
+
+    monkeypatch.setattr(images, "buildah_bud", bud)
+    monkeypatch.setattr(images, "export", lambda name, archive: archive.write_bytes(b"archive"))
+    out: list[Path] = []
+
+    def ask() -> None:
+        out.append(images._bud("spark", "0123456789abcdef", "kappa.dev/x:1", tmp_path / "Dockerfile", tmp_path, {}))
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(builds) == 1 and out[0] == out[1] == tmp_path / "spark-0123456789abcdef.oci.tar"
