@@ -10,6 +10,7 @@ import base64
 import contextlib
 import json
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,12 +130,20 @@ class LocalCluster:
     # --- up and down -------------------------------------------------------------------------
 
     @classmethod
-    def up(cls, workdir: Path, parts: Parts | None = None, jobs: str = JOBS) -> LocalCluster:
+    def up(
+        cls,
+        workdir: Path,
+        parts: Parts | None = None,
+        jobs: str = JOBS,
+        beside: Callable[[LocalCluster], object] | None = None,
+    ) -> LocalCluster:
         """Started side by side where nothing orders them (issue 58: `up` with its images built
         in a minute, where it took 157 s one part after another): the images found (or built)
         while the node and the storage outside it start; the operators' images loaded before
         their charts are installed, and the Spark image, which only jobs need, loaded while
-        the charts' pods start. Whatever started is stopped again if anything fails."""
+        the charts' pods start. ``beside``: work that needs the cluster's storage and not its
+        charts (the example data of `kappa cluster up`), run while the charts are installed.
+        Whatever started is stopped again if anything fails."""
         parts = parts or binaries()
         workdir.mkdir(parents=True, exist_ok=True)
         bridge()  # the address the storage and the broker listen on, before they start
@@ -171,11 +180,15 @@ class LocalCluster:
             spark, operator, spark_operator = images.result()
             node.load_archive(spark_operator)
             node.load_archive(operator)
-            with ThreadPoolExecutor(max_workers=1) as pool:
+            with ThreadPoolExecutor(max_workers=2) as pool:
                 loading = pool.submit(node.load_archive, spark)
+                # what needs the storage and not the charts (`kappa cluster up`'s example data)
+                done_beside = pool.submit(beside, cluster) if beside is not None else None
                 cluster._spark_operator(jobs)
                 cluster._operator(jobs)
                 loading.result()
+                if done_beside is not None:
+                    done_beside.result()
             return cluster
         except BaseException:
             cluster.stop()

@@ -195,14 +195,19 @@ def serve(workdir: Path) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the parts are being stopped
         raise Stopped
 
+    def example_data(started: LocalCluster) -> None:
+        """What `kappa example-data` writes, while the charts are installed (it needs only the
+        catalog and S3)."""
+        catalog = started.host_catalog()
+        if not catalog.table_exists("ingest.impressions"):
+            every = timedelta(minutes=5)
+            generate(catalog, GeneratorConfig(START, HOURS, PER_HOUR, commit_interval=every, namespace="ingest"))
+
     signal.signal(signal.SIGTERM, stop)
     cluster = None
     try:
-        cluster = LocalCluster.up(workdir / "parts")  # stops what it started, if it fails
-        catalog = cluster.host_catalog()
-        if not catalog.table_exists("ingest.impressions"):  # what `kappa example-data` writes
-            every = timedelta(minutes=5)
-            generate(catalog, GeneratorConfig(START, HOURS, PER_HOUR, commit_interval=every, namespace="ingest"))
+        # stops what it started, if it fails
+        cluster = LocalCluster.up(workdir / "parts", beside=example_data)
         example_manifests(cluster, workdir / "examples")
         (workdir / "kubeconfig").write_bytes(cluster.kubeconfig.read_bytes())
         ready = {
