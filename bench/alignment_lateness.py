@@ -215,7 +215,7 @@ def measure_mode(
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
-    from spark_app.apps.run import session_jars
+    from spark_app.apps.session import session_jars
 
     out = Path(args.out)
     profiles = {}

@@ -239,7 +239,7 @@ def measure_bounded(spark: Any, cfg: Any) -> dict[str, Any]:
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from spark_app.apps.run import build_session
+    from spark_app.apps.session import build_session
     from spark_app.sinks.iceberg.publish import PublishResult, ValidationFailedError, compare, publish
     from spark_app.sinks.iceberg.window import TimeWindow
 

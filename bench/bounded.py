@@ -53,7 +53,7 @@ KEY = ["playback_id", "impression_id"]
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
 
-    from spark_app.apps.run import build_session
+    from spark_app.apps.session import build_session
     from spark_app.examples import rmi
 
     name, profile, out = chosen_profile(args, PROFILES)
@@ -65,7 +65,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     from pyspark.sql import functions as F
 
-    from spark_app.sinks.iceberg.spark_files import SESSION_CONF
+    from spark_app.sinks.iceberg.write_conf import SESSION_CONF
 
     for key, value in SESSION_CONF.items():  # the sink's settings, for every run alike
         spark.conf.set(key, value)

@@ -103,7 +103,7 @@ def measure_run(spark: Any, cfg: Any, service: RecordingService, limit: float | 
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from spark_app.apps.run import build_session
+    from spark_app.apps.session import build_session
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

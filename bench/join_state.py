@@ -80,7 +80,7 @@ def variant(text: str) -> tuple[str, int]:
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from spark_app.apps.run import build_session
+    from spark_app.apps.session import build_session
 
     name, profile, out = chosen_profile(args, PROFILES)
     runs = out / "runs"

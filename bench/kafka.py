@@ -253,7 +253,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
 
     from kappa_operator.local.kafka import KafkaBroker
     from spark_app import jars
-    from spark_app.apps.run import session_jars
+    from spark_app.apps.session import session_jars
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers: this venv's
     work = Path(args.out)

@@ -95,8 +95,34 @@ def phases(cluster: LocalCluster, name: str) -> dict[str, float]:
         ts(done["lastTransitionTime"]),
     ]
     names = ("operator", "submission", "scheduling", "image_start", "spark_start", "data_and_publish", "report")
-    out = {n: round(b - a, 1) for n, a, b in zip(names, marks, marks[1:], strict=False)}
+    out: dict[str, Any] = {n: round(b - a, 1) for n, a, b in zip(names, marks, marks[1:], strict=False)}
     out["total"] = round(marks[-1] - marks[0], 1)
+    out["spark_start_split"] = spark_start_split(log, ts(state["startedAt"]), first_task)
+    return out
+
+
+SPARK_START_MARKS = (
+    ("driver_jvm_and_python", "Running Spark version"),
+    ("spark_context", "Going to request"),
+    ("executor_pod_and_jvm", "Registered executor"),
+)
+"""Where the spark_start phase goes, from the driver's log (whole seconds): the container's
+start to the SparkContext's first line (spark-submit's launcher and driver JVMs, Python), to
+the executors asked of Kubernetes (the SparkContext), to the first executor registered (its
+pod scheduled and started, its JVM), and the rest to the first task (what the driver still
+plans once an executor is there)."""
+
+
+def spark_start_split(log: str, started: float, first_task: float) -> dict[str, float]:
+    """``spark_start`` split by ``SPARK_START_MARKS``; a mark missing from the log is left out."""
+    out, last = {}, started
+    for name, text in SPARK_START_MARKS:
+        seen = next((t for line in log.splitlines() if text in line and (t := log_time(line))), None)
+        if seen is None:
+            continue
+        out[name] = round(seen - last, 1)
+        last = seen
+    out["plan_until_first_task"] = round(first_task - last, 1)
     return out
 
 
@@ -148,7 +174,7 @@ def run(workdir: Path) -> dict[str, Any]:
         local_s = time.monotonic() - t0
         if done.returncode != 0:
             raise RuntimeError(f"kappa run failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
-        overhead = {k: v for k, v in node.items() if k not in ("data_and_publish", "total")}
+        overhead = {k: v for k, v in node.items() if k not in ("data_and_publish", "total", "spark_start_split")}
         return {
             "bench": "node",
             "machine": f"{platform.node()} {os.cpu_count()} cores",

@@ -169,7 +169,7 @@ def measure(spark: Any, cfg: Any) -> dict[str, Any]:
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from spark_app.apps.run import build_session
+    from spark_app.apps.session import build_session
 
     name, profile, out = chosen_profile(args, PROFILES)
     started = time.monotonic()

@@ -161,7 +161,8 @@ def measure_run(spark: Any, cfg: Any, run_dir: Path, layouts: dict[str, FileLayo
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from spark_app.apps.run import build_session, run
+    from spark_app.apps.run import run
+    from spark_app.apps.session import build_session
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -101,7 +101,8 @@ class Writer(threading.Thread):
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from spark_app.apps.run import build_session, run
+    from spark_app.apps.run import run
+    from spark_app.apps.session import build_session
     from spark_app.contract.config import parse_config
     from spark_app.contract.trace import read_trace
     from spark_app.examples.generator import GeneratorConfig, create_tables

@@ -358,7 +358,8 @@ def rate(r: dict[str, Any]) -> float:
 
 
 def bench(args: argparse.Namespace) -> dict[str, Any]:
-    from spark_app.apps.run import build_session, run
+    from spark_app.apps.run import run
+    from spark_app.apps.session import build_session
     from spark_app.examples import copy as copy_example
     from spark_app.examples import rmi
 

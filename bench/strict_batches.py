@@ -88,7 +88,8 @@ def main() -> int:
     p.add_argument("--out", type=Path, help="keep the tables and outputs here")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
-    from spark_app.apps.run import build_session, run
+    from spark_app.apps.run import run
+    from spark_app.apps.session import build_session
 
     root = args.out or Path(tempfile.mkdtemp(prefix="kb-strict-"))
     props, stats = late_tables(root, args.hours, args.clicks_per_minute, 1.0)

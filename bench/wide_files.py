@@ -135,7 +135,8 @@ def main() -> int:
     )
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
-    from spark_app.apps.run import build_session, run
+    from spark_app.apps.run import run
+    from spark_app.apps.session import build_session
     from spark_app.examples import rmi
 
     root = args.out or Path(tempfile.mkdtemp(prefix="kb-wide-"))

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from spark_app.contract.config import load_config
 from spark_app.contract.errors import EXIT_FAILED, EXIT_REFUSED, KappaError
@@ -69,22 +70,30 @@ def main(argv: list[str] | None = None) -> int:
             planned = run_plan(cfg, None)
             print(planned.model_dump_json(indent=2))
             return 0 if planned.state == "Planned" else 3
+        from spark_app.apps.session import build_session
+
+        # The session first, in a thread: on Kubernetes its start is where the executor pods are
+        # asked for, and they start while this thread imports the job's sources, sinks and
+        # planning (a second of CPU that used to come before the session; issue 58).
+        starting = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kappa-session")
+        session = starting.submit(build_session, cfg)
+        starting.shutdown(wait=False)
         from spark_app.apps.publish import run_and_publish, run_publish
-        from spark_app.apps.run import build_session
         from spark_app.contract.errors import user_message
 
         try:
+            spark = session.result()
             if args.command == "plan":
                 from spark_app.planning.run import run_plan
 
-                planned = run_plan(cfg, build_session(cfg))
+                planned = run_plan(cfg, spark)
                 print(planned.model_dump_json(indent=2))
                 return 0 if planned.state == "Planned" else 3
             if args.command == "publish":
-                published = run_publish(cfg, build_session(cfg))
+                published = run_publish(cfg, spark)
                 print(published.model_dump_json(indent=2))
                 return 0 if published.state == "Published" else 3
-            report, publish = run_and_publish(cfg, timeout=args.timeout)
+            report, publish = run_and_publish(cfg, spark, timeout=args.timeout)
         except KappaError:
             raise
         except Exception as exc:  # Spark wraps what a source raised: show the part a person acts on

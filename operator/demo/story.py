@@ -37,7 +37,8 @@ from kappa_operator.demo.report import evaluate, print_report
 from kappa_operator.demo.rewind import run_rewind
 from kappa_operator.demo.steps import DemoError, Poll, Steps, batches_poll, plural, quiet
 from kappa_operator.reconcile.backfill import alignment_group
-from spark_app.apps.run import build_session, run
+from spark_app.apps.run import run
+from spark_app.apps.session import build_session
 from spark_app.catalogs import load_table
 from spark_app.contract.config import JobConfig, format_duration
 from spark_app.contract.trace import read_trace

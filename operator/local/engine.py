@@ -90,7 +90,7 @@ class SparkEngine:
         self._rows: dict[tuple[str, int], int] = {}
 
     def session(self, cfg: JobConfig) -> Any:
-        from spark_app.apps.run import build_session
+        from spark_app.apps.session import build_session
 
         if self.spark is None:
             self.spark = build_session(cfg)

@@ -72,7 +72,7 @@ def backfill_job_config(manifest: Path, job_file: Path | None, opts: PlanOptions
 
 def session(cfg: JobConfig) -> Any:
     """A local SparkSession (an existing one is reused), quiet."""
-    from spark_app.apps.run import build_session
+    from spark_app.apps.session import build_session
 
     spark = build_session(cfg)
     spark.sparkContext.setLogLevel("ERROR")

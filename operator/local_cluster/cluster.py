@@ -295,5 +295,5 @@ class LocalCluster:
             "externalLocation": f"s3://{BUCKET}/kappa-snapshots/{name}",
         }
         spec["driver"] = {"cores": 1, "memory": "1g"}
-        spec["executor"] = {"instances": 1, "cores": 1, "memory": "1g"}
+        spec["executor"] = {"instances": 1, "cores": 2, "memory": "1g"}
         return job

@@ -237,17 +237,25 @@ class CatalogDatabase:
             raise
         return db
 
-    def _psql(self, sockets: Path, sql: str) -> None:
+    def _psql(self, sockets: Path, sql: str, timeout: float = 60.0) -> None:
+        """``sql`` as the superuser. PostgreSQL listens before it accepts sessions (it refuses
+        them "starting up" while it recovers or checks its files, seconds on a loaded machine):
+        asked again until it does, within ``timeout``."""
         psql = shutil.which("psql") or str(_postgres_bin() / "psql")
-        done = subprocess.run(
-            [psql, "-h", str(sockets), "-p", str(self.port), "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-c", sql],
-            capture_output=True,
-            text=True,
-            user="postgres",
-            cwd=sockets,
-        )
-        if done.returncode != 0:
-            raise StorageError(f"psql {sql!r} failed: {done.stderr[-2000:]}")
+        deadline = time.monotonic() + timeout
+        while True:
+            done = subprocess.run(
+                [psql, "-h", str(sockets), "-p", str(self.port), "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-c", sql],
+                capture_output=True,
+                text=True,
+                user="postgres",
+                cwd=sockets,
+            )
+            if done.returncode == 0:
+                return
+            if "starting up" not in done.stderr or time.monotonic() > deadline:
+                raise StorageError(f"psql {sql!r} failed: {done.stderr[-2000:]}")
+            time.sleep(0.2)
 
     def remove(self) -> None:
         """Stopped, then its files gone: every cluster's stop (its tables' files were in the S3

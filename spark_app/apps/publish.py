@@ -168,7 +168,8 @@ def run_and_publish(
     checkpoint: the query has nothing left to read, and the publish, idempotent, runs again. A
     query that fails, or ends without reading its window, publishes nothing and leaves no
     report. ``publishing``: told (one line) when the publish starts; by default, logged."""
-    from spark_app.apps.run import build_session, run
+    from spark_app.apps.run import run
+    from spark_app.apps.session import build_session
 
     if cfg.mode != "backfill" or cfg.publish is None:
         return run(cfg, spark, timeout), None

@@ -17,21 +17,17 @@ ordering by ``__metadata__.ingestion_ts`` means the same thing on both candidate
 
 from __future__ import annotations
 
-import os
 import re
 from functools import reduce
-from pathlib import Path
 from typing import Any, Literal
 
-import pyspark
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
-from spark_app import jars
 from spark_app.catalogs import load_table
 from spark_app.contract.checkpoints.kafka_offsets import topics_matching
-from spark_app.contract.config import JobConfig, KafkaSink, KafkaSource, OffsetRange
+from spark_app.contract.config import JobConfig, KafkaSource, OffsetRange
 from spark_app.contract.errors import ConfigError, ConnectorMissingError, KappaError
 from spark_app.jvm import GATED_KAFKA_CLASS
 from spark_app.sources.iceberg import schema
@@ -197,24 +193,6 @@ def connector_missing_message(name: str, spark_version: str, cause: BaseExceptio
         "or run on a Spark image that has the spark-sql-kafka-0-10 jar (and its kafka-clients "
         "dependency) in $SPARK_HOME/jars"
     )
-
-
-def connector_jars(cfg: JobConfig, spark_jars_dir: Path | None = None) -> list[Path]:
-    """The Kafka connector's jars a session of ``cfg`` must add (``spark.jars``): none when no
-    source reads Kafka and no sink writes it, when Spark ships the connector (a Spark image has it in
-    ``$SPARK_HOME/jars``), or when the job asks for it itself (``spark.jars.packages``); else
-    the pinned bundle of ``spark_app.jars``, fetched from Maven Central once per machine."""
-    if not any(isinstance(src, KafkaSource) for src in cfg.sources.values()) and not any(
-        isinstance(sink, KafkaSink) for sink in cfg.sinks.values()
-    ):
-        return []
-    if "spark-sql-kafka" in cfg.spark_conf.get("spark.jars.packages", ""):
-        return []
-    if spark_jars_dir is None:
-        spark_jars_dir = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent) / "jars"
-    if any(spark_jars_dir.glob("spark-sql-kafka-0-10_*.jar")):
-        return []
-    return jars.resolve("kafka-connector")
 
 
 def kafka_frame(

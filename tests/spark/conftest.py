@@ -20,7 +20,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
 from spark_app import jars
-from spark_app.apps.run import session_jars
+from spark_app.apps.session import session_jars
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 

@@ -64,17 +64,10 @@ from pyspark.sql.types import ArrayType, DataType, MapType, StructField, StructT
 
 from spark_app.jvm.calls import hadoop_filesystem
 from spark_app.sinks.iceberg import batch_tags
+from spark_app.sinks.iceberg.write_conf import SESSION_CONF
 from spark_app.sources.iceberg.object_store import on_s3, s3a_options
 
 NAME_MAPPING = TableProperties.DEFAULT_NAME_MAPPING
-SESSION_CONF = {
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    # A task writing into a few partitions (an hour-partitioned sink: a batch spans few hours)
-    # keeps a writer open per partition instead of sorting its rows by partition first: 28.2 s
-    # instead of 30.3 s for a bounded run's write at the dense profile (bench/RESULTS.md). Past
-    # 8 partitions in a task Spark falls back to the sort.
-    "spark.sql.maxConcurrentOutputFileWriters": "8",
-}
 _MICROS_PER_DAY = 86_400_000_000
 _MICROS_PER_HOUR = 3_600_000_000
 _UNWRITABLE = (DecimalType, FixedType, TimeType, UUIDType)

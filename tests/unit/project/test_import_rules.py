@@ -193,3 +193,13 @@ def test_the_py4j_rule_sees_a_private_handle(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text('"""Reads the plan (py4j)."""\n\n\ndef f(df):\n    return df._jdf.queryExecution()\n')
     assert py4j_calls(module) == [5]
+
+
+def test_the_drivers_session_starts_before_pyiceberg_and_the_sources_are_imported() -> None:
+    """``python -m spark_app`` starts the session first and imports the rest while it starts
+    (on Kubernetes, while the executor pods start: issue 58): the session's module reaches
+    neither pyiceberg nor the sources' and sinks' machinery."""
+    reached, _ = closure("spark_app.apps.session")
+    iceberg = {m for r in reached for m in imported(module_file(r)) if m.startswith("pyiceberg")}  # type: ignore[arg-type]
+    assert iceberg <= ROW_FILTER_PARSER, sorted(iceberg)
+    assert not {m for m in reached if m.startswith(("spark_app.apps.run", "spark_app.sources.frames"))}, sorted(reached)

@@ -4,8 +4,8 @@ is planned for when its executors have not registered yet."""
 
 from __future__ import annotations
 
-from spark_app.apps.run import _SESSION_DEFAULTS, PROGRESS_RETENTION, progress_retention
-from spark_app.sources.frames import planned_parallelism
+from spark_app.apps.session import PROGRESS_RETENTION, SESSION_DEFAULTS, progress_retention
+from spark_app.sources.parallelism import planned_parallelism
 
 
 def test_a_backfill_and_a_bootstraps_archive_leg_keep_every_batch() -> None:
@@ -15,7 +15,7 @@ def test_a_backfill_and_a_bootstraps_archive_leg_keep_every_batch() -> None:
 
 def test_a_live_query_keeps_a_bounded_number_and_the_session_starts_with_it() -> None:
     assert progress_retention("live", archive_leg=False) == 10_000
-    assert _SESSION_DEFAULTS[PROGRESS_RETENTION] == "10000"
+    assert SESSION_DEFAULTS[PROGRESS_RETENTION] == "10000"
 
 
 K8S = "k8s://https://10.0.0.1:443"

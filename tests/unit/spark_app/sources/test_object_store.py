@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spark_app.apps.run import reads_s3, s3a_jars
+from spark_app.apps.session import reads_s3, s3a_jars
 from spark_app.contract.config import parse_config
 from spark_app.sources.iceberg.object_store import S3A, on_s3, s3a_options
 
