@@ -70,7 +70,7 @@ def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
 
 
 def get(cluster: LocalCluster, kind: str, name: str) -> dict[str, Any]:
-    return cluster.node.plane.admin.get(path_of(kind, JOBS, name)).body
+    return cluster.kube.plane.admin.get(path_of(kind, JOBS, name)).body
 
 
 def phases(cluster: LocalCluster, name: str) -> dict[str, float]:
@@ -81,7 +81,7 @@ def phases(cluster: LocalCluster, name: str) -> dict[str, float]:
     driver = get(cluster, "Pod", f"{app_name}-driver")
     scheduled = next(c for c in driver["status"]["conditions"] if c["type"] == "PodScheduled")
     state = driver["status"]["containerStatuses"][0]["state"]["terminated"]
-    log = cluster.node.pod_log(JOBS, f"{app_name}-driver")
+    log = cluster.kube.pod_log(JOBS, f"{app_name}-driver")
     first_task = next(t for line in log.splitlines() if "Starting task" in line and (t := log_time(line)))
     done = next(c for c in bf["status"]["conditions"] if c["type"] == "Succeeded")
     marks = [
@@ -156,7 +156,7 @@ def run(workdir: Path) -> dict[str, Any]:
         if status["phase"] != "Succeeded":
             raise RuntimeError(f"the Backfill failed: {status.get('message')}")
         node = phases(cluster, name)
-        apps = cluster.node.plane.admin.get(path_of("SparkApplication", JOBS)).body.get("items") or []
+        apps = cluster.kube.plane.admin.get(path_of("SparkApplication", JOBS)).body.get("items") or []
         ran = sorted(a["metadata"]["name"] for a in apps if a["metadata"]["name"].startswith(f"{name}-"))
 
         # baseline: the same Backfill by `kappa run`, on this machine, same tables

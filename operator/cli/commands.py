@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cluster = sub.add_parser(
         "cluster",
-        help="a real one-node Kubernetes cluster on this machine with the spark-operator and kappa installed (root)",
+        help="a real Kubernetes cluster on this machine (one node or several) with the spark-operator and kappa "
+        "installed (root)",
     )
     cluster_sub = cluster.add_subparsers(dest="action", required=True)
     for action, text in (
@@ -191,6 +192,14 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="the cluster's files (default: $KAPPA_CLUSTER_DIR or ~/.kappa/cluster)",
         )
+        if action == "up":
+            one.add_argument(
+                "--nodes",
+                type=int,
+                default=1,
+                help="how many nodes, each with its own kubelet, containerd and network, in zones a, b, c in turn "
+                "(default 1, at most 9)",
+            )
     data = sub.add_parser(
         "example-data",
         help="write the examples' input tables (ingest.impressions, ingest.playbacks) into the local catalogs "
@@ -308,7 +317,7 @@ def dispatch(args: argparse.Namespace, console: Console) -> int:
         from kappa_operator.local_cluster import commands
 
         workdir = (args.dir or commands.DEFAULT_DIR).resolve()
-        return commands.up(workdir, console) if args.action == "up" else commands.down(workdir, console)
+        return commands.up(workdir, console, args.nodes) if args.action == "up" else commands.down(workdir, console)
     return 0
 
 

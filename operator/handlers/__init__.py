@@ -5,7 +5,7 @@ status and events.
 Run with ``kappa operator``. Importing this package registers every handler with kopf but the
 progress timer, whose interval is the operator's setting (``progress.follow_progress_every``)."""
 
-from kappa_operator.handlers import applications, backfill, checkpoints, progress, rewind, streaming_job
+from kappa_operator.handlers import applications, backfill, checkpoints, nodes, progress, rewind, streaming_job
 from kappa_operator.handlers.context import configure
 
-__all__ = ["applications", "backfill", "checkpoints", "configure", "progress", "rewind", "streaming_job"]
+__all__ = ["applications", "backfill", "checkpoints", "configure", "nodes", "progress", "rewind", "streaming_job"]

@@ -35,6 +35,7 @@ from kappa_operator.handlers.context import (
     reported,
     with_driver_words,
 )
+from kappa_operator.handlers.nodes import clear_lost_pods
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
@@ -300,6 +301,8 @@ def follow(body: kopf.Body, streaming_jobs: kopf.Index[tuple[str, str], None], *
     Planning and Publishing: their application, in case one of its events was missed.
     Running: progress and ETA from the group's watermark, or, its job deleted, say so now, or,
     its last decision failed (its completed driver's report unreadable), decide again."""
+    if ctx().lost_nodes:  # a node stopped answering: a pod of this backfill's left on it goes now
+        clear_lost_pods(KIND, body)
     bf = parse(Backfill, body)
     step = follow_step(bf, (bf.metadata.namespace, bf.spec.job_ref.name) in streaming_jobs)
     if step == "wait":

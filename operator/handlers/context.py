@@ -11,7 +11,7 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -91,6 +91,10 @@ class Context:
     """The namespaces watched (empty: the whole cluster): where the queue counts backfills."""
     queue_limits: QueueLimits = field(default_factory=QueueLimits)
     """backfills.maxConcurrent and maxConcurrentPerNamespace."""
+    lost_nodes: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    """Nodes that are not Ready, by name, with since when (kopf's index of the Nodes' watch,
+    ``handlers.nodes``): empty while every node answers, the usual case, where nothing more
+    is read."""
     _cluster: Cluster | None = None
     _events: EventRecorder | None = None
 

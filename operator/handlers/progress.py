@@ -16,6 +16,7 @@ from typing import Any
 import kopf
 
 from kappa_operator.handlers.context import READ_TIMEOUTS, ctx, parse, post_events, record, reported, until_stopped
+from kappa_operator.handlers.nodes import clear_lost_pods
 from kappa_operator.handlers.streaming_job import reconcile
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
@@ -81,6 +82,8 @@ async def follow_progress(body: kopf.Body, stopped: Any = None, **_: Any) -> Non
     meta = body["metadata"]
     if meta.get("deletionTimestamp"):
         return  # a job being deleted gets no reads, no decisions, no status writes
+    if ctx().lost_nodes:  # a node stopped answering: a pod of this job's left on it goes now
+        await asyncio.to_thread(clear_lost_pods, "StreamingJob", body)
     job = parse(StreamingJob, body)
     error: str | None = None
     try:

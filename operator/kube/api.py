@@ -3,6 +3,7 @@ handler re-run after an operator restart creates nothing twice."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -18,6 +19,8 @@ DRIVER_CONTAINER = "spark-kubernetes-driver"
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 APPS = "sparkapplications"
+APP_LABEL = "sparkoperator.k8s.io/app-name"
+"""The spark-operator's label on an application's driver and executor pods."""
 log = logging.getLogger("kappa.operator")
 
 
@@ -157,6 +160,31 @@ class Cluster:
             if c.get("name") == DRIVER_CONTAINER and terminated.get("message"):
                 return " ".join(str(terminated["message"]).split())
         return None
+
+    def pods_of_application(self, namespace: str, app: str) -> list[dict[str, Any]]:
+        """The driver and executor pods of the SparkApplication ``app`` (the spark-operator's
+        label on both), as the API server has them: one list, filtered by the server."""
+        answer = self.core.list_namespaced_pod(namespace, label_selector=f"{APP_LABEL}={app}", _preload_content=False)
+        return list(json.loads(answer.data).get("items") or [])
+
+    def delete_lost_pod(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete a pod evicted from a node that is gone, at once (grace period 0: no kubelet
+        is left to confirm its containers stopped), if it is still that pod (``uid``). False:
+        gone already, or another pod by now."""
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        try:
+            self.core.delete_namespaced_pod(name, namespace, body=body)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def annotate_app(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
+        """Set (None: remove) annotations of one of our SparkApplications (a merge patch)."""
+        self.custom.patch_namespaced_custom_object(
+            SPARK_GROUP, SPARK_VERSION, namespace, APPS, name, {"metadata": {"annotations": annotations}}
+        )
 
     def delete_config_map(self, namespace: str, name: str, owner: Owner) -> bool:
         return self._delete_owned(

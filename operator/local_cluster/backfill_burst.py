@@ -149,14 +149,14 @@ def run(cluster: LocalCluster, count: int, limit: int, timeout: float = 3600) ->
     """Apply ``count`` Backfills at once under ``backfills.maxConcurrent: limit``, follow them
     to the end, then put the limit back (none) and delete them and their job."""
     burst = Burst(count, limit)
-    admin, node = cluster.node.plane.admin, cluster.node
+    admin, kube = cluster.kube.plane.admin, cluster.kube
     cluster.upgrade_operator(**{"backfills.maxConcurrent": str(limit)})
     try:
-        cluster.node.plane.apply_manifests([job(cluster)])
+        cluster.kube.plane.apply_manifests([job(cluster)])
         operator = cluster.operator_pod()
-        burst.rss_before, burst.hwm_before = node.process_memory(OPERATOR_NAMESPACE, operator)
+        burst.rss_before, burst.hwm_before = kube.process_memory(OPERATOR_NAMESPACE, operator)
         began, first_active = time.monotonic(), dict[str, float]()
-        cluster.node.plane.apply_manifests(backfills(cluster, count))
+        cluster.kube.plane.apply_manifests(backfills(cluster, count))
 
         def ended() -> bool:
             items = admin.get(path_of("Backfill", JOBS)).body.get("items") or []
@@ -170,12 +170,12 @@ def run(cluster: LocalCluster, count: int, limit: int, timeout: float = 3600) ->
             drivers = admin.get(path_of("Pod", JOBS) + "?labelSelector=spark-role=driver").body.get("items") or []
             live = [p for p in drivers if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
             burst.max_drivers = max(burst.max_drivers, sum(p["metadata"]["name"].startswith(f"{JOB}-") for p in live))
-            burst.rss_samples.append(node.process_memory(OPERATOR_NAMESPACE, operator)[0])
+            burst.rss_samples.append(kube.process_memory(OPERATOR_NAMESPACE, operator)[0])
             return len(mine) == count and all(p in ENDED for p in phases)
 
         eventually(ended, f"{count} Backfills ended", timeout=timeout, every=1)
         burst.wall_s = time.monotonic() - began
-        burst.rss_peak = node.process_memory(OPERATOR_NAMESPACE, operator)[1]
+        burst.rss_peak = kube.process_memory(OPERATOR_NAMESPACE, operator)[1]
         if cluster.operator_pod() != operator:
             raise AssertionError("the operator pod was replaced mid-burst: its memory is not one process's")
         for body in admin.get(path_of("Backfill", JOBS)).body.get("items") or []:

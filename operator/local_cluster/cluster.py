@@ -1,8 +1,9 @@
-"""The whole one-node cluster a user tries kappa on (`kappa cluster up`) and the node tests run
-against: the node (control plane, kubelet, CoreDNS), our images and the spark-operator's built
-here and loaded, the spark-operator installed by its own chart (its webhook on), this
-repository's chart installed as a user installs it, and what the jobs reach outside the cluster
-as on a cloud (S3, the catalog's database, a Kafka broker), the credentials in Secrets."""
+"""The whole cluster a user tries kappa on (`kappa cluster up`) and the node tests run against:
+its Kubernetes (control plane, one or more nodes, CoreDNS: ``kubernetes.py``), our images and
+the spark-operator's built here and loaded on every node, the spark-operator installed by its
+own chart (its webhook on), this repository's chart installed as a user installs it, and what
+the jobs reach outside the cluster as on a cloud (S3, the catalog's database, a Kafka broker),
+the credentials in Secrets."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ import yaml
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries, path_of
 from kappa_operator.local_cluster.images import build_all
-from kappa_operator.local_cluster.node import GATEWAY, Node, bridge
+from kappa_operator.local_cluster.kubernetes import Kubernetes
+from kappa_operator.local_cluster.node import GATEWAY, JOBS_POOL, SYSTEM_POOL, bridge
 from kappa_operator.local_cluster.storage import (
     ACCESS_KEY,
     BUCKET,
@@ -62,6 +64,11 @@ def _archives(parts: Parts) -> tuple[Path, Path, Path]:
     return built["spark"], built["operator"], built["spark-operator"]
 
 
+def _escaped(key: str) -> str:
+    """A label key as one path element of helm's ``--set`` (its dots escaped)."""
+    return key.replace(".", "\\.")
+
+
 def helm(parts: Parts, kubeconfig: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [str(parts.helm), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True, timeout=600
@@ -84,7 +91,7 @@ def secret(namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
 class LocalCluster:
     workdir: Path
     parts: Parts
-    node: Node
+    kube: Kubernetes
     store: ObjectStore
     database: CatalogDatabase
     broker: KafkaBroker
@@ -136,6 +143,7 @@ class LocalCluster:
         parts: Parts | None = None,
         jobs: str = JOBS,
         beside: Callable[[LocalCluster], object] | None = None,
+        nodes: int = 1,
     ) -> LocalCluster:
         """Started side by side where nothing orders them (issue 58: `up` with its images built
         in a minute, where it took 157 s one part after another): the images found (or built)
@@ -143,7 +151,8 @@ class LocalCluster:
         their charts are installed, and the Spark image, which only jobs need, loaded while
         the charts' pods start. ``beside``: work that needs the cluster's storage and not its
         charts (the example data of `kappa cluster up`), run while the charts are installed.
-        Whatever started is stopped again if anything fails."""
+        ``nodes``: how many nodes (``kubernetes.py``). Whatever started is stopped again if
+        anything fails."""
         parts = parts or binaries()
         workdir.mkdir(parents=True, exist_ok=True)
         bridge()  # the address the storage and the broker listen on, before they start
@@ -151,7 +160,7 @@ class LocalCluster:
         with ThreadPoolExecutor(max_workers=5) as pool:
             images = pool.submit(_archives, parts)
             starting = {
-                "node": pool.submit(Node.start, workdir / "node", parts.current, coredns=parts.coredns),
+                "kube": pool.submit(Kubernetes.start, workdir / "node", parts.current, nodes, parts.coredns),
                 "store": pool.submit(ObjectStore.start, workdir / "storage", GATEWAY, S3_PORT),
                 "database": pool.submit(CatalogDatabase.start, workdir / "storage", GATEWAY, DB_PORT),
                 "broker": pool.submit(KafkaBroker.start, workdir / "kafka", KAFKA_PORT, host=GATEWAY),
@@ -159,18 +168,18 @@ class LocalCluster:
             wait([images, *starting.values()])
         failed = [f.exception() for f in (images, *starting.values()) if f.exception() is not None]
         if failed:
-            for name in ("broker", "database", "store", "node"):  # the node last: the others are its clients
+            for name in ("broker", "database", "store", "kube"):  # the nodes last: the others are their clients
                 if starting[name].exception() is None:
                     part = starting[name].result()
                     with contextlib.suppress(Exception):
                         part.stop()
             raise failed[0]
-        node = starting["node"].result()
-        kubeconfig = node.plane.write_kubeconfig(workdir / "kubeconfig", node.plane.admin_token, "admin")
+        kube = starting["kube"].result()
+        kubeconfig = kube.plane.write_kubeconfig(workdir / "kubeconfig", kube.plane.admin_token, "admin")
         cluster = cls(
             workdir,
             parts,
-            node,
+            kube,
             starting["store"].result(),
             starting["database"].result(),
             starting["broker"].result(),
@@ -178,10 +187,10 @@ class LocalCluster:
         )
         try:
             spark, operator, spark_operator = images.result()
-            node.load_archive(spark_operator)
-            node.load_archive(operator)
+            kube.load_archive(spark_operator, SYSTEM_POOL)
+            kube.load_archive(operator, SYSTEM_POOL)
             with ThreadPoolExecutor(max_workers=2) as pool:
-                loading = pool.submit(node.load_archive, spark)
+                loading = pool.submit(kube.load_archive, spark, JOBS_POOL)
                 # what needs the storage and not the charts (`kappa cluster up`'s example data)
                 done_beside = pool.submit(beside, cluster) if beside is not None else None
                 cluster._spark_operator(jobs)
@@ -200,7 +209,7 @@ class LocalCluster:
         executors' ConfigMap volumes, the coordinator token's secretKeyRef, envFrom and the pod
         security context of our SparkApplications are set on the pods by it, not by
         spark-submit."""
-        self.node.plane.namespace(jobs)
+        self.kube.plane.namespace(jobs)
         repository, tag = SPARK_OPERATOR_IMAGE.rsplit(":", 1)
         registry, repository = repository.split("/", 1)
         helm(
@@ -213,10 +222,12 @@ class LocalCluster:
             # the drivers' ServiceAccount and Role are the kappa chart's (sparkServiceAccount)
             "--set", "spark.serviceAccount.create=false", "--set", "spark.rbac.create=false",
             "--set", "prometheus.metrics.enable=false", "--set", "controller.workers=4",
+            "--set-string", f"controller.nodeSelector.{_escaped(SYSTEM_POOL)}=true",
+            "--set-string", f"webhook.nodeSelector.{_escaped(SYSTEM_POOL)}=true",
         )  # fmt: skip
 
     def _operator(self, jobs: str) -> None:
-        plane = self.node.plane
+        plane = self.kube.plane
         plane.apply_manifests([yaml.safe_load(p.read_text()) for p in sorted((ROOT / "crds").glob("*.yaml"))])
         keys = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
         plane.namespace(OPERATOR_NAMESPACE)
@@ -237,6 +248,7 @@ class LocalCluster:
             "--set", f"sparkSubmitter.namespace={SPARK_OPERATOR_NAMESPACE}",
             "--set", f"rbac.coordinatorSecrets.namespaces={{{jobs}}}",
             "--set", "liveJobs.progressInterval=5s",
+            "--set-string", f"nodeSelector.{_escaped(SYSTEM_POOL)}=true",
         )  # fmt: skip
 
     def upgrade_operator(self, **values: str) -> None:
@@ -251,7 +263,7 @@ class LocalCluster:
     def operator_pod(self) -> str:
         """The running operator pod's name (one replica: the chart runs one writer)."""
         selector = "?labelSelector=app.kubernetes.io/name=kappa-operator"
-        pods = self.node.plane.admin.get(path_of("Pod", OPERATOR_NAMESPACE) + selector).body.get("items") or []
+        pods = self.kube.plane.admin.get(path_of("Pod", OPERATOR_NAMESPACE) + selector).body.get("items") or []
         running = [
             p
             for p in pods
@@ -262,10 +274,11 @@ class LocalCluster:
         return str(running[0]["metadata"]["name"])
 
     def stop(self) -> None:
-        """The node first (its pods are the storage's clients), then the storage. The catalog's
-        database is removed: the tables' files were in the S3 API's memory, gone with it."""
+        """The nodes first (their pods are the storage's clients), then the storage. The
+        catalog's database is removed: the tables' files were in the S3 API's memory, gone with
+        it."""
         try:
-            self.node.stop()
+            self.kube.stop()
         finally:
             self.database.remove()
             self.broker.stop()
@@ -294,6 +307,12 @@ class LocalCluster:
             "location": f"s3a://{BUCKET}/checkpoints/{name}",
             "externalLocation": f"s3://{BUCKET}/kappa-snapshots/{name}",
         }
-        spec["driver"] = {"cores": 1, "memory": "1g"}
-        spec["executor"] = {"instances": 1, "cores": 2, "memory": "1g"}
+        jobs_pool = {JOBS_POOL: "true"}
+        spec["driver"] = {"cores": 1, "memory": "1g", "nodeSelector": jobs_pool}
+        # two task slots, as `kappa run`'s local[2]: one executor of both cores on one node, one
+        # of a core on each of two nodes where there are more (spread as the example says)
+        spread = self.kube is not None and len(self.kube.nodes) > 1
+        executor = {k: v for k, v in (spec.get("executor") or {}).items() if k == "affinity"}
+        sizes = {"instances": 2, "cores": 1} if spread else {"instances": 1, "cores": 2}
+        spec["executor"] = {**executor, **sizes, "memory": "1g", "nodeSelector": jobs_pool}
         return job

@@ -1,4 +1,4 @@
-"""`kappa cluster up` / `down`: the one-node cluster for a user, as `kind create cluster` is
+"""`kappa cluster up` / `down`: the local cluster (one node, or ``--nodes N``) for a user, as `kind create cluster` is
 for others. `up` builds what is missing (cluster/build.sh, our images), starts the cluster under
 a supervisor process of its own (its log in the cluster's directory), loads the example data
 into the cluster's catalog, writes the examples pointed at it, and returns once everything
@@ -47,14 +47,17 @@ def _pid(workdir: Path) -> int | None:
         return None
 
 
-def up(workdir: Path, console: Console) -> int:
+def up(workdir: Path, console: Console, nodes: int = 1) -> int:
+    from kappa_operator.local_cluster.kubernetes import node_count_refused
+    from kappa_operator.local_cluster.node import NodeAddress, socket_path_too_long
+
+    if refused := node_count_refused(nodes):
+        raise ClusterCommandError(refused)
     if os.geteuid() != 0:
         raise ClusterCommandError("a kubelet runs as root: run `sudo .venv/bin/kappa cluster up`")
     if _pid(workdir) is not None:
         raise ClusterCommandError(f"a cluster is already running from {workdir}: `kappa cluster down` first")
-    from kappa_operator.local_cluster.node import socket_path_too_long
-
-    if too_long := socket_path_too_long(workdir.absolute() / "parts" / "node"):
+    if too_long := socket_path_too_long(workdir.absolute() / "parts" / "node" / NodeAddress(nodes).directory):
         raise ClusterCommandError(f"the cluster's directory (--dir or $KAPPA_CLUSTER_DIR): {too_long}")
     if ended := _ended(workdir):
         console.print(f"ended the {ended} processes a killed cluster's supervisor left running")
@@ -66,7 +69,7 @@ def up(workdir: Path, console: Console) -> int:
     started = time.monotonic()
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "kappa_operator.local_cluster.commands", "serve", str(workdir)],
+            [sys.executable, "-m", "kappa_operator.local_cluster.commands", "serve", str(workdir), str(nodes)],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # outlives this command, as a cluster should
@@ -83,7 +86,8 @@ def up(workdir: Path, console: Console) -> int:
                 raise ClusterCommandError(f"the cluster did not start within {UP_TIMEOUT:.0f} s; its log: {log}")
             time.sleep(1)
     ready = json.loads((workdir / "ready.json").read_text())
-    console.print(f"[green]cluster up[/] in {time.monotonic() - started:.0f} s: one node, the spark-operator and kappa")
+    shape = "one node" if nodes == 1 else f"{nodes} nodes ({', '.join(ready['nodes'])})"
+    console.print(f"[green]cluster up[/] in {time.monotonic() - started:.0f} s: {shape}, the spark-operator and kappa")
     console.print(f"  S3 API {ready['s3']}, Iceberg catalog {ready['catalog']}, Kafka {ready['kafka']}")
     console.print("  example data: ingest.impressions and ingest.playbacks (8 hours from 2026-11-01 12:00Z)")
     console.print("next:")
@@ -124,13 +128,12 @@ def _ended(workdir: Path) -> int:
     """No supervisor, but perhaps what it started: one killed (SIGKILL, the OOM killer) never
     stopped its parts, whose ports and containers then keep the next `up` from starting. They
     are ended here as its stop would have (``node.sweep``); how many were left is returned."""
-    from kappa_operator.local_cluster.control_plane import binaries
     from kappa_operator.local_cluster.node import sweep
 
     parts = workdir / "parts"
     left = left_running(parts)
     if left:
-        sweep(parts / "node", binaries().current)
+        sweep(parts / "node")
         for pid in left_running(parts):  # the storage and the broker, outside the node
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -151,7 +154,7 @@ def _anew(parts: Path) -> None:
 
 def left_running(parts: Path) -> list[int]:
     """The processes a cluster started from ``parts`` that still run, this one aside: those
-    naming the directory or the catalog database's (``storage.database_home``), and the node's
+    naming the directory or the catalog database's (``storage.database_home``), and the nodes'
     containers (``node.container_processes``). A stopped cluster leaves none."""
     from kappa_operator.local_cluster.node import container_ids, container_processes
     from kappa_operator.local_cluster.storage import database_home
@@ -185,7 +188,7 @@ def example_manifests(cluster: object, out: Path) -> list[Path]:
     return written
 
 
-def serve(workdir: Path) -> None:
+def serve(workdir: Path, nodes: int = 1) -> None:
     """The supervisor: the cluster up, then waiting for SIGTERM to take it down."""
     from kappa_operator.local.example_data import HOURS, PER_HOUR, START
     from kappa_operator.local_cluster.cluster import LocalCluster
@@ -207,7 +210,7 @@ def serve(workdir: Path) -> None:
     cluster = None
     try:
         # stops what it started, if it fails
-        cluster = LocalCluster.up(workdir / "parts", beside=example_data)
+        cluster = LocalCluster.up(workdir / "parts", beside=example_data, nodes=nodes)
         example_manifests(cluster, workdir / "examples")
         (workdir / "kubeconfig").write_bytes(cluster.kubeconfig.read_bytes())
         ready = {
@@ -216,6 +219,7 @@ def serve(workdir: Path) -> None:
             "s3": cluster.store.endpoint,
             "catalog": cluster.database.uri,
             "kafka": cluster.broker.bootstrap,
+            "nodes": [node.name for node in cluster.kube.nodes],
         }
         (workdir / "ready.json").write_text(json.dumps(ready))
         while True:
@@ -236,7 +240,7 @@ class Stopped(Exception):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "serve":
-        serve(Path(sys.argv[2]))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "serve":
+        serve(Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) == 4 else 1)
     else:
-        raise SystemExit("usage: python -m kappa_operator.local_cluster.commands serve DIR")
+        raise SystemExit("usage: python -m kappa_operator.local_cluster.commands serve DIR [NODES]")

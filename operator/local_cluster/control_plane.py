@@ -26,7 +26,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,9 +167,19 @@ class Rest:
         return response.body
 
 
-NODE_CONTROLLERS = ",endpointslice,endpoint,job,replicaset,deployment,nodelifecycle,root-ca-cert-publisher"
-"""With a node: what its pods need of the controller manager (Services' endpoints, the CA
-ConfigMap every pod mounts, the not-ready taint lifted)."""
+NODE_CONTROLLERS = (
+    ",endpointslice,endpoint,job,replicaset,deployment,disruption,nodelifecycle,taint-eviction-controller,podgc,"
+    "root-ca-cert-publisher"
+)
+"""With nodes: what their pods need of the controller manager (Services' endpoints, the CA
+ConfigMap every pod mounts, PodDisruptionBudgets' status for evictions and drains), and what it
+does when a node goes: NotReady, tainted, its pods evicted (taint eviction), and the pods of a
+deleted node removed (pod GC)."""
+NODE_MONITOR = ("--node-monitor-period=2s",)
+"""A node whose kubelet has not posted for 40 s (the grace period, Kubernetes' default) is
+NotReady, looked at every 2 s (5 s by default). 20 s was tried: three kubelets on two busy
+cores missed it, and nodes that were alive flapped NotReady. How long our pods stay on a
+NotReady node is the operator's ``nodeLostAfter``."""
 
 PLURALS = {
     "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
@@ -180,6 +190,8 @@ PLURALS = {
     "Service": ("v1", "services", True),
     "Node": ("v1", "nodes", False),
     "Pod": ("v1", "pods", True),
+    "Event": ("v1", "events", True),
+    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets", True),
     "Deployment": ("apps/v1", "deployments", True),
     "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
     "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
@@ -241,20 +253,20 @@ class ControlPlane:
         bin_dir: Path,
         audit: bool = True,
         address: str = "127.0.0.1",
-        node: str | None = None,
+        nodes: Sequence[str] = (),
         controllers: bool = True,
     ) -> ControlPlane:
-        """``address``: where the API server listens (a node's pods reach it on the node's
-        bridge, never on loopback); ``node``: a kubelet's name, given a token of its own
-        (``{token}-node``, user ``system:node:<node>``) and the Node authorizer.
+        """``address``: where the API server listens (the nodes reach it on the machine's
+        bridge, never on loopback); ``nodes``: the kubelets' names, each given a token of its
+        own (``node_token``, user ``system:node:<node>``) and the Node authorizer.
         ``controllers``: False for an API server alone (the oldest version's CRD checks need
         no controller, and cluster/build.sh builds no kube-controller-manager of it)."""
         workdir.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(16)
         lines = f'{token},{ADMIN},{ADMIN},"system:masters"\n'
         lines += f'{token}-kcm,{CONTROLLER_MANAGER},{CONTROLLER_MANAGER},"system:masters"\n'
-        if node is not None:
-            lines += f'{token}-node,system:node:{node},system:node:{node},"system:nodes"\n'
+        for name in nodes:
+            lines += f'{token}-{name},system:node:{name},system:node:{name},"system:nodes"\n'
         (workdir / "tokens.csv").write_text(lines)
         key = workdir / "sa.key"
         subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
@@ -310,23 +322,23 @@ class ControlPlane:
                 f"--cert-dir={workdir / 'certs'}",
                 "--service-cluster-ip-range=10.96.0.0/16",
                 # with a node, the `kubernetes` Service's endpoint is this server (pods reach it there)
-                "--endpoint-reconciler-type=lease" if node else "--endpoint-reconciler-type=none",
+                "--endpoint-reconciler-type=lease" if nodes else "--endpoint-reconciler-type=none",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={workdir / 'sa.pub'}",
                 f"--service-account-signing-key-file={key}",
                 f"--token-auth-file={workdir / 'tokens.csv'}",
-                "--authorization-mode=Node,RBAC" if node is not None else "--authorization-mode=RBAC",
+                "--authorization-mode=Node,RBAC" if nodes else "--authorization-mode=RBAC",
                 f"--enable-admission-plugins={ADMISSION}",
                 "--profiling=false",
                 "--max-requests-inflight=800",
                 "--max-mutating-requests-inflight=400",
-                *(["--kubelet-preferred-address-types=InternalIP"] if node else []),  # no DNS name for the node
-                # admission webhooks (the spark-operator's) reached at their pods' addresses on the
-                # node's bridge: this process is not a pod, and routes no cluster IP of its own
-                *(["--enable-aggregator-routing=true"] if node else []),
+                *(["--kubelet-preferred-address-types=InternalIP"] if nodes else []),  # no DNS names for nodes
+                # admission webhooks (the spark-operator's) reached at their pods' addresses, routed
+                # to their nodes: this process is not a pod, and routes no cluster IP of its own
+                *(["--enable-aggregator-routing=true"] if nodes else []),
                 # Debian's etcd (3.4.23) predates the progress notifications watch lists need:
                 # clients asking for one (fabric8's in Spark) get a plain list and watch instead
-                *(["--feature-gates=WatchList=false"] if node else []),
+                *(["--feature-gates=WatchList=false"] if nodes else []),
             ]
             if audit:
                 api += [
@@ -350,13 +362,14 @@ class ControlPlane:
                     str(bin_dir / "kube-controller-manager"),
                     f"--kubeconfig={kcm}",
                     "--leader-elect=false",
-                    "--controllers=garbagecollector,namespace,serviceaccount" + (NODE_CONTROLLERS if node else ""),
+                    "--controllers=garbagecollector,namespace,serviceaccount" + (NODE_CONTROLLERS if nodes else ""),
+                    *(NODE_MONITOR if nodes else ()),
                     "--use-service-account-credentials=false",
                     "--bind-address=127.0.0.1",
                     f"--secure-port={free_port()}",
                     f"--authentication-kubeconfig={kcm}",
                     f"--authorization-kubeconfig={kcm}",
-                    *([f"--root-ca-file={plane.ca}"] if node else []),  # kube-root-ca.crt, which pods mount
+                    *([f"--root-ca-file={plane.ca}"] if nodes else []),  # kube-root-ca.crt, which pods mount
                 ],
             )
             plane.version = str(plane.admin.ok(plane.admin.get("/version"), "version")["gitVersion"])
@@ -367,6 +380,10 @@ class ControlPlane:
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         self.procs.append(spawn(self.workdir, name, argv))
+
+    def node_token(self, name: str) -> str:
+        """Node ``name``'s kubelet's token (user ``system:node:<name>``, group system:nodes)."""
+        return f"{self.admin_token}-{name}"
 
     def _wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kappa_operator.local_cluster.control_plane import stopped
+from kappa_operator.local_cluster.node import PODS
 
 ACCESS_KEY, SECRET_KEY, REGION = "kappa", "kappa-secret", "us-east-1"
 BUCKET = "lake"
@@ -214,8 +215,8 @@ class CatalogDatabase:
             )
             if done.returncode != 0:
                 raise StorageError(f"initdb failed: {done.stderr[-2000:]}")
-            with (data / "pg_hba.conf").open("a") as hba:  # the pods' bridge (and the node), by password
-                hba.write("host all all samenet scram-sha-256\n")
+            with (data / "pg_hba.conf").open("a") as hba:  # every node's pods (and the machine), by password
+                hba.write(f"host all all {PODS} scram-sha-256\n")
         with log.open("ab") as out:
             proc = subprocess.Popen(
                 [str(bin_dir / "postgres"), "-D", str(data), "-h", host, "-p", str(port),

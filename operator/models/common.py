@@ -286,6 +286,12 @@ class PodSettings(CRModel):
     """Node labels the pods must run on."""
     tolerations: list[K8sObject] = Field(default=[], max_length=32)
     """Kubernetes Tolerations of the pods."""
+    node_lost_after: PositiveDurationStr = "30s"
+    """How long the pods may stay on a node that stopped answering (its Ready condition not
+    True: a preempted VM, a kernel panic, a cut network) before the operator deletes them and
+    what ran there moves to a live node: an executor is replaced by its driver, a driver's
+    application restarts from its checkpoint. Kubernetes alone would evict them after 5
+    minutes (its default tolerations) and then leave them Terminating until the node returns."""
     affinity: K8sObject | None = None
     """A Kubernetes Affinity (node, pod, anti-affinity) of the pods."""
     volume_mounts: list[K8sObject] = Field(default=[], max_length=32)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from kappa_operator.reconcile.node_loss import driver_lost_prefix
+
 #: applicationState.state -> (phase, ready, reason)
 STATES: dict[str, tuple[str, bool, str]] = {
     "": ("Submitted", False, "Submitted"),
@@ -58,7 +60,9 @@ def app_message(app: dict | None) -> str:
     and `describe`, and spark-submit's output after a failed submission runs to many lines."""
     if app is None:
         return ""
-    return one_line(str(((app.get("status") or {}).get("applicationState") or {}).get("errorMessage") or ""))
+    error = one_line(str(((app.get("status") or {}).get("applicationState") or {}).get("errorMessage") or ""))
+    lost = driver_lost_prefix(app)  # the operator deleted its driver: its node was gone
+    return f"{lost}: {error}" if lost and error else lost or error
 
 
 MESSAGE_MAX = 1200

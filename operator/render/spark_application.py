@@ -7,7 +7,15 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from kappa_operator.models.common import API_VERSION, ExecutorResources, PodOverrides, Resources, overridden
+from kappa_operator.models.common import (
+    API_VERSION,
+    ExecutorResources,
+    PodOverrides,
+    PodSettings,
+    Resources,
+    as_timedelta,
+    overridden,
+)
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import CONFIG_PATH, pipeline_mount
 from spark_app.contract.config import JobConfig
@@ -18,6 +26,9 @@ SPARK_VERSION = "4.2.0"
 """The Spark of the image: the pyspark pyproject pins (and the Kafka connector spark_app.jars pins)."""
 MAIN = "local:///opt/kappa/spark_app/__main__.py"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kappa-operator"}
+NODE_LOST_AFTER = "kappa.dev/node-lost-after"
+"""On each driver and executor pod: its ``nodeLostAfter`` in seconds, which the operator reads
+back from the pod (``reconcile.node_loss``)."""
 TOKEN_ENV = "KAPPA_COORDINATOR_TOKEN"
 
 
@@ -171,13 +182,21 @@ def pod_spec(
         "tolerations": pod.tolerations,
         "affinity": pod.affinity,
         "env": pod.env,
-        "annotations": pod.annotations,
+        "annotations": {**pod.annotations, **node_lost_annotation(pod)},
         "securityContext": pod.security_context,
         "podSecurityContext": pod.pod_security_context,
         "priorityClassName": pod.priority_class_name,
     }
     out.update({k: v for k, v in optional.items() if v})
     return out
+
+
+def node_lost_annotation(pod: PodSettings) -> dict[str, str]:
+    """The pods' ``nodeLostAfter`` in seconds, as an annotation the operator reads back from
+    each pod (``reconcile.node_loss``). Not a toleration: the spark-operator's webhook appends
+    a pod's tolerations after the 300 s ones the API server's DefaultTolerationSeconds gave it
+    at creation, and Kubernetes keeps the first that matches a taint."""
+    return {NODE_LOST_AFTER: str(int(as_timedelta(pod.node_lost_after).total_seconds()))}
 
 
 PIPELINE_VOLUME = "kappa-pipeline"

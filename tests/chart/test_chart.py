@@ -115,12 +115,19 @@ def expected_permissions() -> set[tuple[str, str, str, str]]:
         # blockOwnerDeletion on their children, under OwnerReferencesPermissionEnforcement
         perms.add(("kappa.dev", f"{kind}/finalizers", "update", "*"))
     perms.add(("kappa.dev", "rewinds", "create", "*"))  # a Rewind's downstream Rewinds
-    spark_verbs = ("get", "list", "watch", "create", "delete")
+    spark_verbs = ("get", "list", "watch", "create", "delete", "patch")  # patch: a driver lost with its node
     perms |= {("sparkoperator.k8s.io", "sparkapplications", verb, "*") for verb in spark_verbs}
     perms |= {("", "configmaps", verb, "*") for verb in ("create", "get", "patch", "delete")}
     perms |= {("", "events", "create", "*"), ("", "events", "patch", "*")}  # posted, and repeats counted
     perms.add(("", "pods", "get", "*"))  # a failed driver's termination message
+    # an application's pods listed, and those evicted from a lost node deleted (issue 59)
+    perms |= {("", "pods", "list", "*"), ("", "pods", "delete", "*")}
     return perms
+
+
+NODE_PERMISSIONS = {("", "nodes", "list", "*"), ("", "nodes", "watch", "*")}
+"""The Nodes' watch (which stopped answering), cluster-wide in every mode: they have no
+namespace."""
 
 
 def permissions(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
@@ -206,8 +213,8 @@ def test_default_install(default: list[dict[str, Any]]) -> None:
         "Secret": 1,
         "Service": 1,
         "Deployment": 1,
-        "ClusterRole": 2,  # the operator's, and the coordinator Secrets' (bound nowhere by default)
-        "ClusterRoleBinding": 1,
+        "ClusterRole": 3,  # the operator's, the Nodes', the coordinator Secrets' (bound nowhere by default)
+        "ClusterRoleBinding": 2,
     }
     assert {o["metadata"].get("namespace") for o in default if not o["kind"].startswith("Cluster")} == {NAMESPACE}
 
@@ -219,6 +226,8 @@ def test_custom_install(custom: list[dict[str, Any]]) -> None:
         "Deployment": 1,
         "Role": 2,
         "RoleBinding": 2,
+        "ClusterRole": 1,  # the Nodes' (they have no namespace)
+        "ClusterRoleBinding": 1,
         "ServiceMonitor": 1,
         "PrometheusRule": 1,
         "ConfigMap": 1,
@@ -409,16 +418,26 @@ def test_rbac_is_cluster_wide_without_watch_namespaces(default: list[dict[str, A
     """Everything but Secrets cluster-wide; the Secret rule is a ClusterRole of its own that
     the default install binds nowhere (test_rbac.py follows the bindings)."""
     assert of_kind(default, "Role") == [] and of_kind(default, "RoleBinding") == []
-    role, binding = named(default, "ClusterRole", FULLNAME), one(default, "ClusterRoleBinding")
+    role, binding = named(default, "ClusterRole", FULLNAME), named(default, "ClusterRoleBinding", FULLNAME)
     assert permissions(role["rules"]) == expected_permissions()
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": FULLNAME}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
     secrets = named(default, "ClusterRole", f"{FULLNAME}-coordinator-secrets")
     assert permissions(secrets["rules"]) == SECRET_PERMISSIONS
+    assert_nodes_read_cluster_wide(default)
+
+
+def assert_nodes_read_cluster_wide(objects: list[dict[str, Any]]) -> None:
+    nodes = named(objects, "ClusterRole", f"{FULLNAME}-nodes")
+    assert permissions(nodes["rules"]) == NODE_PERMISSIONS
+    binding = named(objects, "ClusterRoleBinding", f"{FULLNAME}-nodes")
+    assert binding["roleRef"]["name"] == f"{FULLNAME}-nodes"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
 
 
 def test_rbac_is_per_namespace_with_watch_namespaces(custom: list[dict[str, Any]]) -> None:
-    assert of_kind(custom, "ClusterRole") == [] and of_kind(custom, "ClusterRoleBinding") == []
+    assert [r["metadata"]["name"] for r in of_kind(custom, "ClusterRole")] == [f"{FULLNAME}-nodes"], "Nodes only"
+    assert_nodes_read_cluster_wide(custom)
     roles = {r["metadata"]["namespace"]: r for r in of_kind(custom, "Role")}
     bindings = {b["metadata"]["namespace"]: b for b in of_kind(custom, "RoleBinding")}
     assert set(roles) == set(bindings) == {"a", "b"}

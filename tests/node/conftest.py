@@ -21,13 +21,16 @@ from kappa_operator.local.example_data import START
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
 from kappa_operator.local_cluster.commands import left_running
 from kappa_operator.local_cluster.control_plane import ROOT, path_of
-from kappa_operator.local_cluster.node import Node, container_ids, container_processes
+from kappa_operator.local_cluster.kubernetes import Kubernetes
+from kappa_operator.local_cluster.node import cgroup_hierarchies, container_ids, container_processes
 from kappa_operator.local_cluster.storage import database_home
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
-from tests.node.objects import backfill, branch_rows
+from tests.node.objects import NODES, backfill, branch_rows
 
-LAST = "test_cluster_command.py"
-"""Clusters of its own, started by `kappa cluster up`: after the session's cluster stopped."""
+LAST = ("test_node_loss.py", "test_cluster_command.py")
+"""In this order, after the others: nodes lost (each replaced after, but the session's last
+use of its cluster), then clusters of its own, started by `kappa cluster up`, once the
+session's cluster stopped."""
 RUNNING: list[LocalCluster] = []
 """The session's cluster while it runs (none until a test asks for it)."""
 
@@ -40,7 +43,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ours = [item for item in items if here in Path(str(item.fspath)).parents]
     for item in ours:
         item.add_marker(pytest.mark.node)
-    last = [item for item in ours if Path(str(item.fspath)).name == LAST]
+    last = sorted(
+        (item for item in ours if Path(str(item.fspath)).name in LAST),
+        key=lambda item: LAST.index(Path(str(item.fspath)).name),
+    )
     items[:] = [item for item in items if item not in last] + last
 
 
@@ -52,7 +58,7 @@ def as_root() -> None:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     as_root()
-    started = LocalCluster.up(tmp_path_factory.mktemp("cluster"))
+    started = LocalCluster.up(tmp_path_factory.mktemp("cluster"), nodes=len(NODES))
     RUNNING.append(started)
     yield started
     if started in RUNNING:
@@ -61,12 +67,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # what a graceful `kappa cluster down` runs (the supervisor's stop is this one): nothing of
     # the cluster left running (a container's processes outlive its killed shim, in their own
     # sessions), mounted, or in the catalog's database
-    left = container_processes(container_ids(started.node.workdir))
+    left = container_processes(container_ids(started.kube.workdir))
     assert not left, f"processes of the node's containers still running after its stop: {left}"
     assert not left_running(started.workdir), f"the cluster's processes still running: {left_running(started.workdir)}"
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
     assert not [m for m in mounts if m.startswith(f"{started.workdir}/")], "mounts left"
     assert not database_home(started.workdir / "storage").exists(), "the catalog's database removed"
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert not [n for n in NODES if n in namespaces.split()], f"the nodes' network namespaces removed: {namespaces}"
+    assert not [h / n for h in cgroup_hierarchies() for n in NODES if (h / n).exists()], "the nodes' cgroups removed"
 
 
 @pytest.fixture
@@ -79,8 +88,8 @@ def node_to_itself() -> None:
 
 
 @pytest.fixture(scope="session")
-def node(cluster: LocalCluster) -> Node:
-    return cluster.node
+def kube(cluster: LocalCluster) -> Kubernetes:
+    return cluster.kube
 
 
 @pytest.fixture(scope="session")
@@ -133,7 +142,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def cluster_state(cluster: LocalCluster) -> str:
-    admin, lines = cluster.node.plane.admin, []
+    admin, lines = cluster.kube.plane.admin, []
     try:
         for kind in ("StreamingJob", "Backfill", "Rewind", "SparkApplication"):
             for obj in admin.get(path_of(kind, JOBS)).body.get("items") or []:
@@ -147,7 +156,7 @@ def cluster_state(cluster: LocalCluster) -> str:
                 lines.append(f"pod {namespace}/{found['metadata']['name']}: {(found.get('status') or {}).get('phase')}")
         selector = "?labelSelector=app.kubernetes.io/name=kappa-operator"
         for found in admin.get(path_of("Pod", OPERATOR_NAMESPACE) + selector).body.get("items") or []:
-            log = cluster.node.pod_log(OPERATOR_NAMESPACE, found["metadata"]["name"])
+            log = cluster.kube.pod_log(OPERATOR_NAMESPACE, found["metadata"]["name"])
             lines.append(f"--- operator log (tail) ---\n{log[-6000:]}")
     except Exception as exc:  # the cluster itself may be what failed
         lines.append(f"(the cluster did not answer: {exc})")

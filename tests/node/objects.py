@@ -10,7 +10,11 @@ import yaml
 
 from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, path_of
+from kappa_operator.local_cluster.node import NodeAddress
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID
+
+NODES = [NodeAddress(i).name for i in (1, 2, 3)]
+"""The node tests' cluster: three nodes, one per zone (issue 59)."""
 
 
 def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
@@ -26,7 +30,7 @@ def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
 
 
 def pods_of(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
-    return cluster.node.plane.admin.get(path_of("Pod", namespace) + f"?labelSelector={selector}").body["items"]
+    return cluster.kube.plane.admin.get(path_of("Pod", namespace) + f"?labelSelector={selector}").body["items"]
 
 
 def running(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]] | None:
@@ -50,7 +54,7 @@ def backfill(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def phase_of(cluster: LocalCluster, kind: str, name: str, *phases: str) -> dict[str, Any] | None:
-    status = cluster.node.plane.admin.get(path_of(kind, JOBS, name)).body.get("status") or {}
+    status = cluster.kube.plane.admin.get(path_of(kind, JOBS, name)).body.get("status") or {}
     return status if status.get("phase") in phases else None
 
 
@@ -77,7 +81,7 @@ def branch_commits(catalog: Any, table: str, branch: str) -> list[tuple[str, str
 def driver_log(cluster: LocalCluster, app: str) -> str:
     """The log of ``app``'s driver pod ("" before it runs)."""
     found = running(cluster, JOBS, f"sparkoperator.k8s.io/app-name={app},spark-role=driver")
-    return cluster.node.pod_log(JOBS, found[0]["metadata"]["name"]) if found else ""
+    return cluster.kube.pod_log(JOBS, found[0]["metadata"]["name"]) if found else ""
 
 
 def archive_job(cluster: LocalCluster, topic: str, value_schema: str) -> dict[str, Any]:

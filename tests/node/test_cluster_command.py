@@ -23,14 +23,14 @@ import pytest
 
 from kappa_operator.local_cluster.cluster import OPERATOR_NAMESPACE
 from kappa_operator.local_cluster.commands import left_running
-from kappa_operator.local_cluster.node import SOCKETS
+from kappa_operator.local_cluster.node import SOCKETS, NodeAddress
 
 KAPPA = Path(sys.executable).parent / "kappa"
 
 
-def kappa_cluster(action: str, workdir: Path) -> str:
+def kappa_cluster(action: str, workdir: Path, *args: str) -> str:
     done = subprocess.run(
-        [str(KAPPA), "cluster", action, "--dir", str(workdir)], capture_output=True, text=True, timeout=1800
+        [str(KAPPA), "cluster", action, "--dir", str(workdir), *args], capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 0, f"kappa cluster {action}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
     return done.stdout
@@ -76,15 +76,16 @@ def test_up_on_an_old_clusters_directory_then_down_after_a_killed_supervisor_lea
     (workdir / "ready.json").write_text(json.dumps({"kubeconfig": "/nonexistent"}))
     (workdir / "failed").write_text("1")
 
-    said = kappa_cluster("up", workdir)
-    assert "cluster up" in said and f"export KUBECONFIG={workdir / 'kubeconfig'}" in said
+    said = kappa_cluster("up", workdir, "--nodes", "2")
+    assert "cluster up" in said and "2 nodes (kappa-node-1, kappa-node-2)" in said, said
+    assert f"export KUBECONFIG={workdir / 'kubeconfig'}" in said
     assert "ended the" not in said
     assert not stale.exists() and not (workdir / "failed").exists(), "an earlier cluster's files are gone"
     assert [p["status"]["phase"] for p in operator_pods(workdir)] == ["Running"]
     assert (workdir / "examples" / "rmi-backfill.yaml").exists()
     # the check `up` makes of the directory's length covers the longest socket the node made
     made = subprocess.run(["find", str(parts / "node"), "-type", "s"], capture_output=True, text=True, check=True)
-    longest = max(len(os.fsencode(parts / "node" / socket)) for socket in SOCKETS)
+    longest = max(len(os.fsencode(parts / "node" / NodeAddress(2).directory / socket)) for socket in SOCKETS)
     assert made.stdout.split() and max(len(os.fsencode(s)) for s in made.stdout.split()) <= longest, made.stdout
 
     supervisor = int((workdir / "supervisor.pid").read_text())
@@ -100,4 +101,6 @@ def test_up_on_an_old_clusters_directory_then_down_after_a_killed_supervisor_lea
     assert ended is not None and int(ended[1]) > 10, said
     assert not left_running(parts), "every process of the cluster ended"
     assert not mounted_under(parts)
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    assert "kappa-node-" not in namespaces, f"the nodes' networks gone too: {namespaces}"
     assert kappa_cluster("down", workdir).strip() == f"no cluster is running from {workdir}"

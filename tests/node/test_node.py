@@ -23,10 +23,12 @@ from confluent_kafka import Producer
 from kappa_operator.local.example_data import START
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, SPARK_IMAGE, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
-from kappa_operator.local_cluster.node import BUSYBOX, GATEWAY, NODE, SERVICES, SUBNET, Node, pod
+from kappa_operator.local_cluster.kubernetes import Kubernetes
+from kappa_operator.local_cluster.node import BUSYBOX, PODS, SERVICES, pod
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 from tests.node.objects import (
     KAFKA_METADATA,
+    NODES,
     VALUES,
     archive_job,
     backfill,
@@ -38,76 +40,99 @@ from tests.node.objects import (
 )
 
 
-def ended(node: Node, namespace: str, name: str) -> dict[str, Any] | None:
-    status = node.plane.admin.get(path_of("Pod", namespace, name)).body.get("status") or {}
+def ended(kube: Kubernetes, namespace: str, name: str) -> dict[str, Any] | None:
+    status = kube.plane.admin.get(path_of("Pod", namespace, name)).body.get("status") or {}
     return status if status.get("phase") in ("Succeeded", "Failed") else None
 
 
-def create(node: Node, body: dict[str, Any]) -> None:
+def create(kube: Kubernetes, body: dict[str, Any], node: str | None = None) -> None:
+    """The pod, placed by kube-scheduler (on ``node`` when given: its hostname label)."""
+    if node is not None:
+        body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     meta = body["metadata"]
-    node.plane.admin.ok(node.plane.admin.create(path_of("Pod", meta["namespace"]), body), meta["name"])
+    kube.plane.admin.ok(kube.plane.admin.create(path_of("Pod", meta["namespace"]), body), meta["name"])
 
 
 @pytest.fixture(scope="module")
-def namespace(node: Node) -> str:
-    return node.plane.namespace("node-tests")
+def namespace(kube: Kubernetes) -> str:
+    return kube.plane.namespace("node-tests")
 
 
-def test_a_pod_runs_from_an_image_built_here_with_an_address_on_the_bridge(node: Node, namespace: str) -> None:
-    create(node, pod(namespace, "hello", BUSYBOX, "echo hello from $(hostname)"))
-    status = eventually(lambda: ended(node, namespace, "hello"), "the pod to end", timeout=90, every=0.5)
+def test_the_nodes_are_ready_each_in_a_zone_of_its_own(kube: Kubernetes) -> None:
+    items = kube.plane.admin.get(path_of("Node")).body["items"]
+    assert sorted(n["metadata"]["name"] for n in items) == [n.name for n in kube.nodes] == NODES
+    zones = {n["metadata"]["name"]: n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in items}
+    assert sorted(zones.values()) == ["zone-a", "zone-b", "zone-c"], zones
+    addresses = {n["metadata"]["name"]: n["status"]["addresses"][0]["address"] for n in items}
+    assert addresses == {n.name: n.address.ip for n in kube.nodes}
+
+
+def test_a_pod_runs_from_an_image_built_here_with_an_address_of_its_nodes_range(
+    kube: Kubernetes, namespace: str
+) -> None:
+    node = kube.nodes[-1]
+    create(kube, pod(namespace, "hello", BUSYBOX, "echo hello from $(hostname)"), node.name)
+    status = eventually(lambda: ended(kube, namespace, "hello"), "the pod to end", timeout=90, every=0.5)
     assert status["phase"] == "Succeeded", status
-    assert ipaddress.ip_address(status["podIP"]) in ipaddress.ip_network(SUBNET)
-    assert status["hostIP"] == GATEWAY
-    body = node.plane.admin.get(path_of("Pod", namespace, "hello")).body
-    assert body["spec"]["nodeName"] == NODE, "placed by kube-scheduler"
-    assert node.pod_log(namespace, "hello") == "hello from hello\n", "read through the API server from the kubelet"
+    assert ipaddress.ip_address(status["podIP"]) in ipaddress.ip_network(node.address.pods)
+    assert status["hostIP"] == node.address.ip
+    assert kube.pod_log(namespace, "hello") == "hello from hello\n", "read through the API server from the kubelet"
 
 
-def test_pods_reach_each_other_on_the_bridge_and_have_no_route_out_of_the_machine(node: Node, namespace: str) -> None:
+def test_pods_reach_each_other_across_nodes_and_have_no_route_out_of_the_machine(
+    kube: Kubernetes, namespace: str
+) -> None:
     serve = "while true; do echo served by $(hostname) | nc -l -p 8080; done"
-    create(node, pod(namespace, "server", BUSYBOX, serve))
+    first, second = kube.nodes[0], kube.nodes[1]
+    create(kube, pod(namespace, "server", BUSYBOX, serve), first.name)
 
     def address() -> str | None:
-        status = node.plane.admin.get(path_of("Pod", namespace, "server")).body.get("status") or {}
+        status = kube.plane.admin.get(path_of("Pod", namespace, "server")).body.get("status") or {}
         return status.get("podIP") if status.get("phase") == "Running" else None
 
     ip = eventually(address, "the server pod running", timeout=90, every=0.5)
+    assert ipaddress.ip_address(ip) in ipaddress.ip_network(first.address.pods)
     # the server may take a moment to listen after its container started
     fetch = f"for i in 1 2 3 4 5 6 7 8 9 10; do nc -w 5 {ip} 8080 </dev/null && break; sleep 1; done; ip route"
-    create(node, pod(namespace, "client", BUSYBOX, fetch))
-    status = eventually(lambda: ended(node, namespace, "client"), "the client pod to end", timeout=90, every=0.5)
+    create(kube, pod(namespace, "client", BUSYBOX, fetch), second.name)
+    status = eventually(lambda: ended(kube, namespace, "client"), "the client pod to end", timeout=90, every=0.5)
     assert status["phase"] == "Succeeded", status
-    served, *routes = node.pod_log(namespace, "client").splitlines()
-    assert served == "served by server"
-    assert routes and all(r.startswith((SUBNET, SERVICES)) for r in routes), f"only the bridge and Services: {routes}"
-    node.plane.admin.delete(path_of("Pod", namespace, "server"))
+    served, *routes = kube.pod_log(namespace, "client").splitlines()
+    assert served == "served by server", "from a pod on another node"
+    allowed = (PODS, SERVICES, second.address.pods)
+    assert routes and all(r.startswith(allowed) for r in routes), f"only the cluster's ranges: {routes}"
+    kube.plane.admin.delete(path_of("Pod", namespace, "server"))
 
 
-def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(node: Node, namespace: str) -> None:
+def test_a_pod_reaches_the_api_server_through_the_kubernetes_service(kube: Kubernetes, namespace: str) -> None:
     """What every in-cluster client does (the operator's pod, a Spark driver creating its
     executors): KUBERNETES_SERVICE_HOST, a Service's cluster IP, taken to the API server by
-    kube-proxy's rules."""
+    its node's kube-proxy."""
     probe = (
         'for i in 1 2 3 4 5 6 7 8 9 10; do nc -w 3 "$KUBERNETES_SERVICE_HOST" 443 </dev/null && echo reached && exit 0;'
         " sleep 1; done; exit 1"
     )
-    create(node, pod(namespace, "client-of-the-api", BUSYBOX, probe))
-    status = eventually(lambda: ended(node, namespace, "client-of-the-api"), "the probe to end", timeout=90, every=0.5)
-    assert status["phase"] == "Succeeded", node.pod_log(namespace, "client-of-the-api")
-    assert node.pod_log(namespace, "client-of-the-api").strip() == "reached"
+    create(kube, pod(namespace, "client-of-the-api", BUSYBOX, probe), kube.nodes[-1].name)
+    status = eventually(lambda: ended(kube, namespace, "client-of-the-api"), "the probe to end", timeout=90, every=0.5)
+    assert status["phase"] == "Succeeded", kube.pod_log(namespace, "client-of-the-api")
+    assert kube.pod_log(namespace, "client-of-the-api").strip() == "reached"
 
 
-def test_a_pod_resolves_services_by_name_through_the_clusters_dns(node: Node, namespace: str) -> None:
-    """CoreDNS, as a cluster's own: what Spark's executors need to reach their driver by its
-    Service's name in cluster mode."""
+def test_a_pod_resolves_services_by_name_through_the_clusters_dns_from_every_node(
+    kube: Kubernetes, namespace: str
+) -> None:
+    """CoreDNS, as a cluster's own, on one node: what Spark's executors need to reach their
+    driver by its Service's name in cluster mode, wherever each runs."""
     name = "kubernetes.default.svc.cluster.local"
     probe = f"for i in 1 2 3 4 5 6 7 8 9 10; do nslookup {name} && exit 0; sleep 1; done; exit 1"
-    create(node, pod(namespace, "resolver", BUSYBOX, probe))
-    status = eventually(lambda: ended(node, namespace, "resolver"), "the lookup to end", timeout=90, every=0.5)
-    log = node.pod_log(namespace, "resolver")
-    assert status["phase"] == "Succeeded", log
-    assert "10.96.0.1" in log, log
+    for node in kube.nodes:
+        create(kube, pod(namespace, f"resolver-{node.address.index}", BUSYBOX, probe), node.name)
+    for node in kube.nodes:
+        resolver = f"resolver-{node.address.index}"
+        status = eventually(lambda r=resolver: ended(kube, namespace, r), "the lookup to end", timeout=90, every=0.5)
+        log = kube.pod_log(namespace, resolver)
+        assert status["phase"] == "Succeeded", f"{node.name}: {log}"
+        assert "10.96.0.1" in log, log
 
 
 # --- a StreamingJob applied with kubectl, run by the spark-operator from our images ----------
@@ -162,7 +187,7 @@ def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_a
     assert 0 < rows <= history.playbacks
 
     def reported() -> dict[str, Any] | None:
-        status = cluster.node.plane.admin.get(path_of("StreamingJob", ns, "rmi")).body.get("status") or {}
+        status = cluster.kube.plane.admin.get(path_of("StreamingJob", ns, "rmi")).body.get("status") or {}
         progress = [p for p in status.get("progress") or [] if p.get("batchId") is not None]
         return status if progress else None
 
@@ -174,7 +199,7 @@ def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_a
     first = eventually(lambda: last_progress(cluster), "the job's gauges", timeout=60, every=2)
     eventually(lambda: (last_progress(cluster) or 0) > first, "the gauge to move", timeout=90, every=2)
     operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
-    log = cluster.node.pod_log(OPERATOR_NAMESPACE, operator["metadata"]["name"])
+    log = cluster.kube.pod_log(OPERATOR_NAMESPACE, operator["metadata"]["name"])
     assert " 403" not in log and "Forbidden" not in log, log[-3000:]
 
 
@@ -204,7 +229,7 @@ def test_a_backfill_with_two_aligned_sources_runs_in_pods_and_equals_the_same_ba
     roles = {p["metadata"]["labels"].get("spark-role") for p in seen.values()}
     assert roles == {"driver", "executor"}, sorted(seen)
     # one application: validated and published in the backfill's own driver (issue 58)
-    apps = cluster.node.plane.admin.get(path_of("SparkApplication", JOBS)).body.get("items") or []
+    apps = cluster.kube.plane.admin.get(path_of("SparkApplication", JOBS)).body.get("items") or []
     assert [a["metadata"]["name"] for a in apps if a["metadata"]["name"].startswith("rmi-window-")] == [
         "rmi-window-backfill"
     ]
@@ -233,7 +258,7 @@ def test_kubectl_delete_of_a_running_backfill_removes_its_pods_and_objects_and_l
     )
     started = time.monotonic()
     kubectl(cluster, "delete", "backfill", "rmi-deleted", "--wait=true", "--timeout=120s")
-    plane = cluster.node.plane
+    plane = cluster.kube.plane
 
     def gone() -> bool:
         left = pods_of(cluster, JOBS, selector)
@@ -317,7 +342,7 @@ def test_a_job_bootstraps_from_its_archive_then_takes_over_the_topics_on_the_nod
     name, sink = job["metadata"]["name"], job["spec"]["sinks"]["attributed_plays"]["table"]
 
     def switched() -> dict[str, Any] | None:
-        status = cluster.node.plane.admin.get(path_of("StreamingJob", JOBS, name)).body.get("status") or {}
+        status = cluster.kube.plane.admin.get(path_of("StreamingJob", JOBS, name)).body.get("status") or {}
         return status if (status.get("bootstrap") or {}).get("switchedAt") else None
 
     status = eventually(switched, "the switch from the archives to Kafka", timeout=360, every=3)
@@ -336,7 +361,7 @@ def test_a_rewind_restores_in_a_pod_undoes_the_sink_and_the_job_resumes_to_the_s
     committed by the live job, then a Rewind to the snapshot's batch: the restore application
     runs as a pod, the sink's commits after that batch are undone, the job resumes from the
     restored checkpoint, re-reads the hour and ends with exactly the rows it had."""
-    plane = cluster.node.plane
+    plane = cluster.kube.plane
     catalog = cluster.host_catalog()
     kubectl(cluster, "patch", "sj", "rmi", "--type", "merge", "-p", '{"spec":{"snapshotTriggerNonce":1}}')
 

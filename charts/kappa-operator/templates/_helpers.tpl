@@ -106,20 +106,23 @@ sets); change them together.
 - apiGroups: ["kappa.dev"]
   resources: ["rewinds"]
   verbs: ["create"]
-# The SparkApplications the operator launches (owned by our resources).
+# The SparkApplications the operator launches (owned by our resources); patch: the note on one
+# whose driver it deleted because the driver's node was lost (`kappa.dev/driver-lost-with-node`).
 - apiGroups: ["sparkoperator.k8s.io"]
   resources: ["sparkapplications"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
 # The JobConfig ConfigMap mounted into each SparkApplication (read back to check whose it is
 # before it is updated or deleted, and by a Backfill whose StreamingJob is gone).
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["create", "get", "patch", "delete"]
 # A failed driver pod, read for its termination message (the cause the driver wrote there),
-# which the operator puts in the object's condition. Never its log, never a list.
+# which the operator puts in the object's condition. Never its log. While a node is not Ready:
+# an application's own pods listed (by its label) and those evicted from that node deleted at
+# once (no kubelet is left there to confirm they stopped; issue 59).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get"]
+  verbs: ["get", "list", "delete"]
 # Events on our resources (core v1, operator/kube/events.py): created, and a repeat of one counted
 # on it (patch of count and lastTimestamp), as client-go's recorder does.
 - apiGroups: [""]

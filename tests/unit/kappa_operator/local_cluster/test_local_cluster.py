@@ -4,6 +4,7 @@ tests/node."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import subprocess
@@ -18,11 +19,16 @@ from kappa_operator.local_cluster.cluster import CREDENTIALS, SPARK_IMAGE, Local
 from kappa_operator.local_cluster.commands import ClusterCommandError, example_manifests, left_running, up
 from kappa_operator.local_cluster.control_plane import ROOT
 from kappa_operator.local_cluster.images import CONTEXT
+from kappa_operator.local_cluster.kubernetes import node_count_refused
 from kappa_operator.local_cluster.node import (
+    PODS,
     SOCKET_PATH_MAX,
+    NodeAddress,
+    NodeError,
     container_ids,
     container_processes,
     in_containers,
+    routes_of,
     socket_path_too_long,
 )
 from kappa_operator.local_cluster.storage import ACCESS_KEY, SECRET_KEY, CatalogDatabase, ObjectStore, database_home
@@ -138,11 +144,14 @@ def test_a_process_is_in_a_container_when_a_cgroup_of_it_is_named_by_the_contain
 
 
 def test_the_nodes_containers_are_the_bundles_under_its_containerds_state(tmp_path: Path) -> None:
-    tasks = tmp_path / "containerd" / "state" / "io.containerd.runtime.v2.task"
+    tasks = tmp_path / "n1" / "containerd" / "state" / "io.containerd.runtime.v2.task"
     (tasks / "k8s.io" / CONTAINER).mkdir(parents=True)
     (tasks / "k8s.io" / "b").mkdir()
     (tasks / "k8s.io" / "stray-file").write_text("")
-    assert container_ids(tmp_path) == {CONTAINER, "b"}
+    other = tmp_path / "n2" / "containerd" / "state" / "io.containerd.runtime.v2.task" / "k8s.io" / "c"
+    other.mkdir(parents=True)
+    assert container_ids(tmp_path) == {CONTAINER, "b", "c"}, "every node's under the cluster's node directory"
+    assert container_ids(tmp_path / "n1") == {CONTAINER, "b"}, "one node's"
     assert container_ids(tmp_path / "no-node-here") == set()
     # with no container, no process is one of them (and /proc is not read)
     assert container_processes(set()) == []
@@ -201,16 +210,17 @@ def test_what_a_dead_supervisor_left_running_is_found_by_its_directory_and_its_d
 
 
 def test_a_node_directory_too_long_for_its_sockets_is_refused_naming_the_socket_and_by_how_much() -> None:
-    assert socket_path_too_long(Path("/tmp/kc/cluster/parts/node")) is None
+    assert socket_path_too_long(Path("/tmp/kc/cluster/parts/node/n1")) is None
     fits = Path("/" + "d" * (SOCKET_PATH_MAX - len("/kubelet/root/device-plugins/kubelet.sock") - 1))
     assert socket_path_too_long(fits) is None
     said = socket_path_too_long(Path(f"{fits}xy"))
     assert said is not None
     assert f"{fits}xy/kubelet/root/device-plugins/kubelet.sock would be {SOCKET_PATH_MAX + 2} bytes" in said
     assert said.endswith("(shorten the directory by 2 characters)")
-    # what README and docs/reference.md tell a user: a cluster's --dir of at most 52 characters
-    assert socket_path_too_long(Path("/" + "d" * 51) / "parts" / "node") is None
-    assert socket_path_too_long(Path("/" + "d" * 52) / "parts" / "node") is not None
+    # what docs/reference.md tells a user: a cluster's --dir of at most 49 characters (node n1;
+    # `--nodes` up to 9 keeps one digit)
+    assert socket_path_too_long(Path("/" + "d" * 48) / "parts" / "node" / "n9") is None
+    assert socket_path_too_long(Path("/" + "d" * 49) / "parts" / "node" / "n9") is not None
 
 
 def test_kappa_cluster_up_in_a_directory_too_long_says_so_before_starting_anything(
@@ -225,3 +235,31 @@ def test_kappa_cluster_up_in_a_directory_too_long_says_so_before_starting_anythi
     ):
         up(workdir, Console())
     assert not workdir.exists(), "nothing started, nothing written"
+
+
+def test_each_node_has_its_own_names_addresses_pod_range_and_zone() -> None:
+    first, third = NodeAddress(1), NodeAddress(3)
+    assert (first.name, first.veth, first.ip, first.pods, first.pods_gateway, first.zone) == (
+        "kappa-node-1", "kappa-n1", "10.244.0.11", "10.244.1.0/24", "10.244.1.1", "zone-a",
+    )  # fmt: skip
+    assert (third.ip, third.pods, third.zone, NodeAddress(4).zone) == (
+        "10.244.0.13",
+        "10.244.3.0/24",
+        "zone-c",
+        "zone-a",
+    )
+    assert all(ipaddress.ip_network(NodeAddress(i).pods).subnet_of(ipaddress.ip_network(PODS)) for i in range(1, 10))
+    assert all(len(NodeAddress(i).veth) <= 15 for i in range(1, 10)), "Linux's bound on an interface's name"
+    with pytest.raises(NodeError, match="1 to 9 nodes"):
+        NodeAddress(10)
+
+
+def test_a_node_routes_every_other_nodes_pods_to_that_node_and_none_to_itself() -> None:
+    assert routes_of(NodeAddress(2), 3) == [("10.244.1.0/24", "10.244.0.11"), ("10.244.3.0/24", "10.244.0.13")]
+    assert routes_of(NodeAddress(1), 1) == []
+
+
+def test_a_node_count_outside_what_the_addresses_allow_is_refused_by_its_flag() -> None:
+    assert node_count_refused(1) is None and node_count_refused(9) is None
+    assert node_count_refused(0) == "--nodes 0: the local cluster runs 1 to 9 nodes (its addresses: 10.244.0.11-19)"
+    assert node_count_refused(10) is not None

@@ -321,6 +321,19 @@ POD_SETTINGS: dict[str, Any] = {
 }
 
 
+def test_each_pod_carries_how_long_it_may_stay_on_a_node_that_stopped_answering() -> None:
+    """Issue 59: ``nodeLostAfter`` (30 s by default) on each pod as an annotation the operator
+    reads back (not a toleration: Kubernetes keeps the first matching one, and the API
+    server's 300 s default comes before the spark-operator's webhook adds any)."""
+    from kappa_operator.models.common import Resources
+    from kappa_operator.render.spark_application import NODE_LOST_AFTER, node_lost_annotation
+
+    assert node_lost_annotation(Resources()) == {NODE_LOST_AFTER: "30"}
+    assert node_lost_annotation(Resources(nodeLostAfter="2m")) == {NODE_LOST_AFTER: "120"}
+    with pytest.raises(ValueError, match="nodeLostAfter"):
+        Resources(nodeLostAfter="soon")
+
+
 def test_pod_settings_reach_the_spark_application_field_by_field_and_validate(job: StreamingJob) -> None:
     """Issue 30 item 2: every pod setting a spark-operator user expects, on the StreamingJob's
     driver and executors, rendered into the SparkApplication (v1beta2) as it is and valid
@@ -348,12 +361,12 @@ def test_pod_settings_reach_the_spark_application_field_by_field_and_validate(jo
             "tolerations",
             "affinity",
             "env",
-            "annotations",
             "securityContext",
             "podSecurityContext",
             "priorityClassName",
         ):
             assert pod[key] == POD_SETTINGS[key], (role, key)
+        assert pod["annotations"] == {**POD_SETTINGS["annotations"], "kappa.dev/node-lost-after": "30"}
         assert pod["serviceAccount"] == account
         assert pod["volumeMounts"] == [{"name": "jobconfig", "mountPath": "/etc/kappa"}, *POD_SETTINGS["volumeMounts"]]
         assert pod["labels"]["team"] == "growth" and pod["labels"]["kappa.dev/config-hash"] == "h", "ours win"

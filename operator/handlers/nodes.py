@@ -1,0 +1,66 @@
+"""Nodes that stopped answering, and the pods of our applications left on them (issue 59): the
+Nodes' watch keeps an index of the nodes that are not Ready, and while it holds any, each job's
+own periodic look (``backfill.follow``, ``progress.follow_progress``, every few seconds) asks
+its application's pods whether one has been on such a node for its ``nodeLostAfter``
+(``reconcile.node_loss``), deletes it, and says so in an Event on the job. With every node
+Ready, nothing is read."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from kappa_operator.handlers.context import ctx
+from kappa_operator.reconcile.node_loss import (
+    NODE_LOST_ANNOTATION,
+    lost_message,
+    lost_pods,
+    node_lost_annotation,
+    not_ready_since,
+)
+from kappa_operator.render.spark_application import Owner
+
+log = logging.getLogger("kappa.operator")
+
+
+@kopf.index("", "v1", "nodes", when=lambda body, **_: not_ready_since(body) is not None)
+def lost_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, str]:
+    """Nodes that are not Ready, with since when. A node Ready again stops matching ``when``
+    and kopf drops it from the index (a None result would keep its last value). Kept from the
+    watch, in memory: nothing is ever written to a Node."""
+    return {name: not_ready_since(body) or ""}
+
+
+@kopf.on.startup()
+def read_lost_nodes_from_the_watch(lost_nodes: kopf.Index[str, str], **_: Any) -> None:
+    ctx().lost_nodes = lost_nodes
+
+
+def clear_lost_pods(kind: str, body: kopf.Body) -> int:
+    """The pods of the application of ``body`` (a StreamingJob or Backfill) evicted from a node
+    that is not Ready, deleted at once; a lost driver's node is first written on its
+    application (the restart's status says why it failed). How many were deleted is returned."""
+    nodes = ctx().lost_nodes
+    if not nodes:
+        return 0
+    meta = body["metadata"]
+    owner = Owner(kind, meta["name"], meta["namespace"], meta.get("uid"))
+    app = owner.app_name
+    lost = {name: next(iter(since), "") for name, since in nodes.items()}
+    key = (owner.kind, owner.namespace, owner.name)
+    cluster = ctx().cluster()
+    deleted = 0
+    for pod in lost_pods(cluster.pods_of_application(owner.namespace, app), lost, datetime.now(UTC)):
+        if pod.role == "driver":  # intent first: the failure it causes is said as what it is
+            try:
+                cluster.annotate_app(owner.namespace, app, {NODE_LOST_ANNOTATION: node_lost_annotation(pod)})
+            except ApiException as exc:  # the spark-operator's webhook down (its node lost too?): move on
+                log.warning("%s %s/%s: the lost driver's node not noted on %s: %s", *key, app, exc.reason)
+        if cluster.delete_lost_pod(owner.namespace, pod.name, pod.uid):
+            deleted += 1
+            ctx().events().event(body, "Warning", "NodeLost", lost_message(owner.kind, owner.name, pod))
+    return deleted
