@@ -342,8 +342,10 @@ def test_pod_settings_reach_the_spark_applications_the_server_stores(control_pla
     assert {"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}} in spec["volumes"]
     for role in ("driver", "executor"):
         pod = spec[role]
-        for key in ("memoryOverhead", "nodeSelector", "tolerations", "affinity", "env", "annotations"):
+        for key in ("memoryOverhead", "nodeSelector", "tolerations", "affinity", "env"):
             assert pod[key] == POD_SETTINGS[key], (role, key)
+        # the user's, and how long the pod may stay on a node that stopped answering (issue 59)
+        assert pod["annotations"] == {**POD_SETTINGS["annotations"], "kappa.dev/node-lost-after": "30"}, role
         for key in ("securityContext", "podSecurityContext", "priorityClassName", "serviceAccount"):
             assert pod[key] == POD_SETTINGS[key], (role, key)
         theirs = POD_SETTINGS["volumeMounts"]
