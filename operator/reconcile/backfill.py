@@ -452,7 +452,7 @@ def _failed_run(
         return BackfillPlan(
             delete_app=True,
             join_group=group,
-            status=status("Running", "Restarting", msg, **extra, nextRestartAt=None, eta=None),
+            status=status("Running", "Restarting", msg, **extra, nextRestartAt=None, **NO_PACE),
             events=(Event("Normal", "Restarting", msg),),
         )
     if refused_its_configuration(error):
@@ -477,9 +477,15 @@ def _failed_run(
     return BackfillPlan(
         join_group=group,  # its members hold at its last watermark until the new driver reports
         # no ETA while nothing runs: the rate of the last minutes would put it at months
-        status=status("Running", "BackingOff", msg, **extra, restarts=attempt, nextRestartAt=at, eta=None),
+        status=status("Running", "BackingOff", msg, **extra, restarts=attempt, nextRestartAt=at, **NO_PACE),
         events=(Event("Warning", "BackingOff", msg),),
     )
+
+
+NO_PACE = {"eta": None, "progressAt": None}
+"""While a failed application waits and restarts: no ETA, and no observation to take the next
+one's rate from. Minutes of a restart between two observations made the first rate after it
+near zero, and the ETA months ("318 days" seen on the node)."""
 
 
 def _reason(bf: Backfill) -> str | None:

@@ -18,6 +18,7 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill import (
     DONE,
+    NO_PACE,
     NONCE,
     PUBLISH,
     SAVED_JOB,
@@ -630,6 +631,26 @@ def test_progress_and_eta() -> None:
     assert progress(START, END, END + timedelta(hours=1), None, now).ratio == 1.0
 
 
+def test_the_first_observation_after_a_restart_gives_no_eta_and_the_next_a_true_one() -> None:
+    """A restart between two observations made the rate near zero and the ETA months: the
+    restart drops the observation (``NO_PACE``), so the pace starts again after it."""
+    t0 = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    us = int((START + timedelta(hours=1)).timestamp() * 1e6)
+    before = progress_status(bf({"phase": "Running"}), us, 0, t0)
+    restarted = {k: v for k, v in {**before, **NO_PACE}.items() if v is not None}
+    after = int((START + timedelta(hours=1, seconds=30)).timestamp() * 1e6)
+    first = progress_status(bf({"phase": "Running", **restarted}), after, 0, t0 + timedelta(minutes=6))
+    assert first["eta"] is None, "no stale observation to take a rate from"
+    us2 = int((START + timedelta(hours=2)).timestamp() * 1e6)
+    second = progress_status(bf({"phase": "Running", **first}), us2, 0, t0 + timedelta(minutes=11))
+    assert second["eta"] is not None and timedelta(minutes=5) < parse_eta(second["eta"]) < timedelta(minutes=15)
+
+
+def parse_eta(text: str) -> timedelta:
+    hours, minutes, seconds = (int(float(x)) for x in text.split(", ")[-1].split(":"))
+    return timedelta(hours=hours, minutes=minutes, seconds=seconds)
+
+
 def test_progress_status_uses_the_previous_observation_for_the_eta() -> None:
     t0 = datetime(2026, 11, 21, 10, tzinfo=UTC)
     us = int((START + timedelta(hours=1)).timestamp() * 1e6)
@@ -699,6 +720,7 @@ def test_a_failed_application_is_run_again_from_its_checkpoint_after_a_growing_d
         off = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", now)
         assert off.status["phase"] == "Running" and off.status["restarts"] == attempt, off.status
         assert off.status["eta"] is None, "nothing runs: no ETA"
+        assert off.status["progressAt"] is None, "nor an observation to take the next rate from"
         assert off.delete_app is False and off.create_app is None and not off.delete_secret
         due = clock + timedelta(seconds=delay)
         assert off.status["nextRestartAt"] == due.strftime("%Y-%m-%dT%H:%M:%SZ")
