@@ -16,10 +16,10 @@ from kubernetes.client.exceptions import ApiException
 
 from kappa_operator.handlers.context import ctx
 from kappa_operator.reconcile.node_loss import (
-    NODE_LOST_ANNOTATION,
+    DRIVER_LOST_ANNOTATION,
+    driver_lost_note,
     lost_message,
     lost_pods,
-    node_lost_annotation,
     not_ready_since,
 )
 from kappa_operator.render.spark_application import Owner
@@ -41,9 +41,10 @@ def read_lost_nodes_from_the_watch(lost_nodes: kopf.Index[str, str], **_: Any) -
 
 
 def clear_lost_pods(kind: str, body: kopf.Body) -> int:
-    """The pods of the application of ``body`` (a StreamingJob or Backfill) evicted from a node
-    that is not Ready, deleted at once; a lost driver's node is first written on its
-    application (the restart's status says why it failed). How many were deleted is returned."""
+    """The pods of the application of ``body`` (a StreamingJob or Backfill) on a node that has
+    not been Ready for their ``nodeLostAfter``, or evicted from it, deleted at once; a lost
+    driver's node is first noted on its application (the restart's status says why it failed).
+    How many were deleted is returned."""
     nodes = ctx().lost_nodes
     if not nodes:
         return 0
@@ -57,7 +58,7 @@ def clear_lost_pods(kind: str, body: kopf.Body) -> int:
     for pod in lost_pods(cluster.pods_of_application(owner.namespace, app), lost, datetime.now(UTC)):
         if pod.role == "driver":  # intent first: the failure it causes is said as what it is
             try:
-                cluster.annotate_app(owner.namespace, app, {NODE_LOST_ANNOTATION: node_lost_annotation(pod)})
+                cluster.annotate_app(owner.namespace, app, {DRIVER_LOST_ANNOTATION: driver_lost_note(pod)})
             except ApiException as exc:  # the spark-operator's webhook down (its node lost too?): move on
                 log.warning("%s %s/%s: the lost driver's node not noted on %s: %s", *key, app, exc.reason)
         if cluster.delete_lost_pod(owner.namespace, pod.name, pod.uid):

@@ -168,9 +168,9 @@ class Cluster:
         return list(json.loads(answer.data).get("items") or [])
 
     def delete_lost_pod(self, namespace: str, name: str, uid: str) -> bool:
-        """Delete a pod evicted from a node that is gone, at once (grace period 0: no kubelet
-        is left to confirm its containers stopped), if it is still that pod (``uid``). False:
-        gone already, or another pod by now."""
+        """Delete a pod left on a node that stopped answering, at once (grace period 0: no
+        kubelet is there to confirm its containers stopped), if it is still that pod (``uid``).
+        False: gone already, or another pod by now."""
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         try:
             self.core.delete_namespaced_pod(name, namespace, body=body)

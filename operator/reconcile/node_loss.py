@@ -33,7 +33,7 @@ EVICTED_BY_TAINT = "DeletionByTaintManager"
 DEFAULT_LOST_AFTER_S = 30.0
 """The reason of the ``DisruptionTarget`` condition the taint eviction controller sets."""
 ROLE_LABEL = "spark-role"
-NODE_LOST_ANNOTATION = "kappa.dev/driver-lost-with-node"
+DRIVER_LOST_ANNOTATION = "kappa.dev/driver-lost-with-node"
 """On a SparkApplication whose driver pod the operator deleted because its node was lost: the
 node and when; what the restart's status message says the failure was."""
 
@@ -116,14 +116,14 @@ def lost_message(kind: str, name: str, pod: LostPod) -> str:
     )
 
 
-def node_lost_annotation(pod: LostPod) -> str:
+def driver_lost_note(pod: LostPod) -> str:
     return f"{pod.node} {pod.since}".strip()
 
 
 def driver_lost_prefix(app: Mapping[str, Any] | None) -> str:
     """``driver lost with node N (NotReady since T)``, for an application whose driver the
     operator deleted for that reason, else empty."""
-    found = ((app or {}).get("metadata") or {}).get("annotations", {}).get(NODE_LOST_ANNOTATION)
+    found = ((app or {}).get("metadata") or {}).get("annotations", {}).get(DRIVER_LOST_ANNOTATION)
     if not found:
         return ""
     node, _, since = str(found).partition(" ")

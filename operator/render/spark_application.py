@@ -182,7 +182,7 @@ def pod_spec(
         "tolerations": pod.tolerations,
         "affinity": pod.affinity,
         "env": pod.env,
-        "annotations": {**pod.annotations, **node_lost_annotation(pod)},
+        "annotations": {**pod.annotations, **node_lost_after_annotation(pod)},
         "securityContext": pod.security_context,
         "podSecurityContext": pod.pod_security_context,
         "priorityClassName": pod.priority_class_name,
@@ -191,7 +191,7 @@ def pod_spec(
     return out
 
 
-def node_lost_annotation(pod: PodSettings) -> dict[str, str]:
+def node_lost_after_annotation(pod: PodSettings) -> dict[str, str]:
     """The pods' ``nodeLostAfter`` in seconds, as an annotation the operator reads back from
     each pod (``reconcile.node_loss``). Not a toleration: the spark-operator's webhook appends
     a pod's tolerations after the 300 s ones the API server's DefaultTolerationSeconds gave it

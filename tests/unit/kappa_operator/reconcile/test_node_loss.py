@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kappa_operator.reconcile.node_loss import (
-    NODE_LOST_ANNOTATION,
+    DRIVER_LOST_ANNOTATION,
     LostPod,
     driver_lost_prefix,
     evicted_by_taint,
@@ -98,7 +98,7 @@ def test_what_is_said_names_the_pod_the_node_and_what_happens_next() -> None:
 
 def test_the_restart_after_a_lost_driver_says_its_node_was_lost() -> None:
     app = {
-        "metadata": {"annotations": {NODE_LOST_ANNOTATION: f"kappa-node-2 {SINCE}"}},
+        "metadata": {"annotations": {DRIVER_LOST_ANNOTATION: f"kappa-node-2 {SINCE}"}},
         "status": {
             "applicationState": {"state": "FAILED", "errorMessage": "driver container failed with ExitCode: 137"}
         },

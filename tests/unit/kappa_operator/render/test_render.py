@@ -326,10 +326,10 @@ def test_each_pod_carries_how_long_it_may_stay_on_a_node_that_stopped_answering(
     reads back (not a toleration: Kubernetes keeps the first matching one, and the API
     server's 300 s default comes before the spark-operator's webhook adds any)."""
     from kappa_operator.models.common import Resources
-    from kappa_operator.render.spark_application import NODE_LOST_AFTER, node_lost_annotation
+    from kappa_operator.render.spark_application import NODE_LOST_AFTER, node_lost_after_annotation
 
-    assert node_lost_annotation(Resources()) == {NODE_LOST_AFTER: "30"}
-    assert node_lost_annotation(Resources(nodeLostAfter="2m")) == {NODE_LOST_AFTER: "120"}
+    assert node_lost_after_annotation(Resources()) == {NODE_LOST_AFTER: "30"}
+    assert node_lost_after_annotation(Resources(nodeLostAfter="2m")) == {NODE_LOST_AFTER: "120"}
     with pytest.raises(ValueError, match="nodeLostAfter"):
         Resources(nodeLostAfter="soon")
 
