@@ -1,10 +1,16 @@
-"""Nodes lost mid-run on the three-node cluster (issue 59), as a preempted VM goes: its kubelet,
-containerd, every container and its network gone at once (``Node.lose``), nothing told to the
-control plane. Kubernetes marks the node NotReady (and its pods not Ready); once a pod of the
-operator's applications has been there for its ``nodeLostAfter``, the operator deletes it (no
-kubelet is left to confirm it stopped): Spark replaces a lost executor, and the operator
-restarts an application whose driver was lost from its checkpoint on a live node. Applied with kubectl;
-the Backfill's rows are compared with `kappa run`'s (``by_kappa_run``), row for row.
+"""What a cluster takes away under a running Backfill and StreamingJob, one after the other in
+one run (issue 58: faults that can share a run share it), on the three-node cluster:
+- the operator's pod, with the watermark coordinator in it (issue 41);
+- kube-apiserver, stopped for 60 s;
+- the S3 API answering 503 SlowDown for 30 s, as S3 throttles;
+- nodes lost (issue 59), as a preempted VM goes: its kubelet, containerd, every container and
+  its network gone at once (``Node.lose``), nothing told to the control plane. Kubernetes marks
+  the node NotReady (and its pods not Ready); once a pod of the operator's applications has
+  been there for its ``nodeLostAfter``, the operator deletes it (no kubelet is left to confirm it
+  stopped): Spark replaces a lost executor, and the operator restarts an application whose
+  driver was lost from its checkpoint on a live node.
+Applied with kubectl; the Backfill's rows are compared with `kappa run`'s (``by_kappa_run``), row
+for row.
 
 Runs after the other tests of the session's cluster (tests/node/conftest.py orders it): a lost
 node is replaced by a new one of the same name (``Kubernetes.replace``) before the next."""
@@ -12,6 +18,7 @@ node is replaced by a new one of the same name (``Kubernetes.replace``) before t
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -20,18 +27,31 @@ from typing import Any
 
 import yaml
 
-from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
+from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
 from kappa_operator.local_cluster.control_plane import eventually, path_of
 from spark_app.examples.generator import GeneratedStats
-from tests.node.objects import NODES, archive_job, backfill, branch_commits, branch_rows, kubectl, phase_of, pods_of
-from tests.node.test_node_faults import KAFKA_METADATA, SINK, VALUES, catalog_rows, produce
+from tests.node.objects import (
+    KAFKA_METADATA,
+    NODES,
+    VALUES,
+    archive_job,
+    backfill,
+    branch_commits,
+    branch_rows,
+    kubectl,
+    phase_of,
+    pods_of,
+    running,
+)
+from tests.node.test_node_faults import SINK, assert_exactly_once, catalog_rows, produce
 
 LOST_AFTER = {"nodeLostAfter": "10s"}
 """How long the pods may stay on a node that stopped answering (30 s by default): what is
 tested is what happens then, not how long it waits first."""
-SLOWER_READ = {"maxFilesPerSecond": 0.12}
-"""The Backfill read at a file every 8 s: its ~40 files take over 5 min, so that both losses
-and a node's replacement land mid-run (at SLOW_READ it ended before the second)."""
+SLOWEST_READ = {"maxFilesPerSecond": 0.1}
+"""The Backfill read at a file every 10 s (spec.readLimit, which admits less, later, and changes
+no row): its ~40 files take over 6 min, so that every fault and the restart the last one causes
+land mid-run (at 0.12, with the nodes lost only, it ended 2 min after the second loss)."""
 
 
 def near(node: str) -> dict[str, Any]:
@@ -70,24 +90,111 @@ def marked_not_ready(pod: dict[str, Any]) -> float | None:
     return None
 
 
-def test_a_backfill_and_a_streaming_job_survive_losing_a_node_of_executors_then_the_node_of_their_drivers(
+def test_kubectl_drain_of_the_node_under_a_streaming_jobs_driver_waits_for_a_snapshot_and_the_move(
+    cluster: LocalCluster, history: GeneratedStats, record_property: Callable[[str, object], None]
+) -> None:
+    """``kubectl drain`` of the node running a Kafka archive job's driver, as a node upgrade runs
+    it. The driver's PodDisruptionBudget (the operator's, ``maxUnavailable: 0``) refuses the
+    drain's eviction while the operator moves the job: the driver takes a snapshot (reason
+    ``nodeDrain``, in status), then the application is deleted and runs again from its checkpoint on
+    the other node of jobs; the drain then ends on its own. No restart is counted; the records
+    produced before, during and after the move are each in the archive once."""
+    topic = "drained"
+    cluster.broker.create_topic(topic, partitions=2, config={"retention.ms": "-1"})
+    rows = catalog_rows(cluster, "ingest.impressions")
+    produce(cluster, topic, rows[:500])
+    job = archive_job(cluster, topic, f"{VALUES['impressions']}, {KAFKA_METADATA}")
+    name = job["metadata"]["name"]
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+    catalog, table = cluster.host_catalog(), f"archive.{topic}"
+
+    def archived(count: int) -> bool:
+        return catalog.table_exists(table) and catalog.load_table(table).scan().to_arrow().num_rows >= count
+
+    eventually(lambda: archived(500), "the first records archived", timeout=300, every=2)
+    budget = cluster.kube.plane.admin.get(path_of("PodDisruptionBudget", JOBS, f"{name}-driver")).body
+    assert budget["spec"]["maxUnavailable"] == 0, budget
+    ((old, node),) = placed(cluster, name, "driver").items()
+    started = time.monotonic()
+    drain = subprocess.Popen(
+        [str(cluster.parts.current / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "drain", node,
+         "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=300s"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        drained = eventually(
+            lambda: [s for s in job_status(cluster, name).get("snapshots") or [] if s["reason"] == "nodeDrain"],
+            "a snapshot asked for by the drain", timeout=120, every=1,
+        )  # fmt: skip
+        produce(cluster, topic, rows[500:1000])
+        moved = eventually(lambda: {p: n for p, n in placed(cluster, name, "driver").items() if p != old or n != node},
+                           "the driver running on another node", timeout=300, every=1)  # fmt: skip
+        to_running = time.monotonic() - started
+        output, _ = drain.communicate(timeout=300)
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+        kubectl(cluster, "uncordon", node)
+    drained_in = time.monotonic() - started
+    assert drain.returncode == 0, output
+    assert "Cannot evict pod as it would violate the pod's disruption budget" in output, output
+    assert set(moved.values()) and node not in moved.values(), moved
+    status = job_status(cluster, name)
+    taken = next(s for s in status["snapshots"] if s["nonce"] == drained[0]["nonce"])
+    assert taken.get("takenAt") and taken["batchIds"], taken
+    assert status["phase"] == "Running" and not status.get("nodeDrain") and status.get("restarts", 0) == 0, status
+    said = [e for r in ("Draining", "Moving", "Moved") for e in events_of(cluster, "StreamingJob", name, r)]
+    assert len(said) == 3 and f"snapshot {taken['nonce']} taken" in said[1], said
+    produce(cluster, topic, rows[1000:1500])
+    eventually(lambda: archived(1500), "every record archived", timeout=300, every=2)
+    copied = catalog.load_table(table).scan().to_arrow().to_pylist()
+    offsets = Counter((r["__metadata__"]["partition"], r["__metadata__"]["offset"]) for r in copied)
+    assert len(copied) == 1500 and max(offsets.values()) == 1, "each record once"
+    kubectl(cluster, "delete", "streamingjob", name, "--wait=true", "--timeout=120s")
+    record_property(
+        "measured",
+        json.dumps({"drain_to_driver_running_elsewhere_s": round(to_running, 1), "drain_done_s": round(drained_in, 1)}),
+    )
+
+
+def reported_lag(cluster: LocalCluster, name: str) -> str | None:
+    """The Backfill's ``status.alignmentLag`` while it runs: its drivers' reports reached the
+    coordinator, and the operator put the group's view on the object."""
+    status = phase_of(cluster, "Backfill", name, "Running") or {}
+    return status.get("alignmentLag")
+
+
+def job_status(cluster: LocalCluster, name: str) -> dict[str, Any]:
+    return cluster.kube.plane.admin.get(path_of("StreamingJob", JOBS, name)).body.get("status") or {}
+
+
+def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_and_two_nodes_lost_in_one_run(
     cluster: LocalCluster,
     history: GeneratedStats,
     by_kappa_run: list[dict[str, Any]],
     record_property: Callable[[str, object], None],
 ) -> None:
     """On the two nodes of jobs (kappa-node-2 and -3; node 1 runs the operators), a Backfill
-    (aligned, read slowly so that the faults land mid-run) and a StreamingJob archiving a Kafka
-    topic, both drivers preferring node 2, the executors of each spread over both nodes
-    (the example's anti-affinity). Then:
-    1. node 3 is lost, with executors only: the lost executors are deleted, Spark asks for
-       new ones (on node 2), the Backfill commits again without a restart;
-    2. node 3 is replaced by a new VM of the same name (empty: the images loaded again);
-    3. node 2 is lost, with both drivers: each application restarts from its checkpoint on
+    (two sources aligned, read slowly so that the faults land mid-run) beside the live
+    StreamingJob (rmi, of the tests before) and a StreamingJob archiving a Kafka topic; both new
+    drivers prefer node 2, the executors of the Backfill spread over both nodes (the example's
+    anti-affinity). Then, in order:
+    1. node 3 lost, with executors only, and the operator's pod (the coordinator in it) deleted
+       at once: the Deployment starts another, which declares the alignment group again from the
+       Backfill (the drivers hold their last bound meanwhile and report again); the lost executors
+       are deleted, Spark asks for new ones (on node 2), the Backfill commits again without a
+       restart;
+    2. kube-apiserver stopped for 60 s;
+    3. the S3 API answering every request 503 SlowDown for 30 s, while the sink commits (its data
+       files, the Iceberg metadata, Spark's checkpoint: all on S3); node 3 replaced meanwhile by a
+       new VM of the same name (empty: the images loaded again);
+    4. node 2 lost, with both new drivers: each application restarts from its checkpoint on
        node 3 within 60 s of Kubernetes marking its driver not Ready (``nodeLostAfter``, 10 s
        here, and the operator's backoff, 4 s here, included).
-    The Backfill ends Succeeded with `kappa run`'s rows, each batch committed once; the topic's
-    records produced before, between and after the faults are each in the archive once."""
+    The Backfill ends Succeeded with `kappa run`'s rows, each batch committed once, nothing
+    half-published; after the operator's restart no source ran more than maxDrift ahead of the
+    group; the topic's records produced before, between and after the faults are each in the
+    archive once; rmi Running and reporting again; one SparkApplication per object."""
     first, second = NODES[1], NODES[2]
     name, app = "rmi-lost", "rmi-lost-backfill"
     catalog = cluster.host_catalog()
@@ -102,8 +209,7 @@ def test_a_backfill_and_a_streaming_job_survive_losing_a_node_of_executors_then_
     kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
     body = backfill(
         name,
-        readLimit=SLOWER_READ,
-        publish={"enabled": False},
+        readLimit=SLOWEST_READ,
         restart={"initialBackoff": "4s"},
         driver={"affinity": near(first), **LOST_AFTER},
         executor=LOST_AFTER,
@@ -121,32 +227,63 @@ def test_a_backfill_and_a_streaming_job_survive_losing_a_node_of_executors_then_
     assert set(executors.values()) == {first, second}, executors
     drivers = {a: placed(cluster, a, "driver") for a in (app, "archive-moved")}
     assert all(list(d.values()) == [first] for d in drivers.values()), drivers
+    eventually(lambda: reported_lag(cluster, name), "the group's lag reported", timeout=300, every=1)
     branch = f"backfill-{name}"
     eventually(lambda: branch_commits(catalog, SINK, branch), "the Backfill's first commit", timeout=420, every=2)
 
-    # 1. the node with executors only
+    # 1. the node with executors only, and the operator's pod
+    operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
+    commits = len(branch_commits(catalog, SINK, branch))
     lost = time.monotonic()
     cluster.kube.lose(second)
+    kubectl(cluster, "delete", "pod", operator["metadata"]["name"], "-n", OPERATOR_NAMESPACE, "--wait=false")
+
+    def new_operator() -> bool:
+        found = running(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator") or []
+        return any(p["metadata"]["uid"] != operator["metadata"]["uid"] for p in found)
+
+    eventually(new_operator, "the operator's new pod", timeout=180, every=1)
+    lags: list[int] = []
+
+    def lag_reported() -> bool:
+        status = phase_of(cluster, "Backfill", name, "Running", "Publishing", "Succeeded") or {}
+        if status.get("alignmentLag"):
+            lags.append(int(str(status["alignmentLag"]).rstrip("s")))
+        return len(lags) >= 3 or status.get("phase") != "Running"
+
+    eventually(lag_reported, "the group's lag reported again", timeout=180, every=5)
+    operator_recovered = time.monotonic() - lost
     eventually(lambda: node_ready(cluster, second) != "True", f"{second} NotReady", timeout=120, every=1)
     not_ready = time.monotonic() - lost
     eventually(lambda: second not in placed(cluster, app, "executor").values() and events_of(
         cluster, "Backfill", name, "NodeLost"
     ), "the lost executors deleted", timeout=180, every=1)  # fmt: skip
     deleted = time.monotonic() - lost
-    commits = len(branch_commits(catalog, SINK, branch))
     eventually(lambda: len(branch_commits(catalog, SINK, branch)) > commits, "a commit after", timeout=300, every=1)
     recovered = time.monotonic() - lost
     status = phase_of(cluster, "Backfill", name, "Running")
     assert status is not None and status.get("restarts", 0) == 0, f"its driver was not touched: {status}"
     produce(cluster, topic, rows[500:1000])
 
-    # 2. a new VM in its place
-    cluster.kube.replace(second)
+    # 2. the API server
+    with cluster.kube.plane.api_server_stopped():
+        time.sleep(60)
+    # 3. S3's 503s, and a new VM in the lost node's place meanwhile
+    with cluster.store.slowing_down() as refused:
+        slowed = time.monotonic()
+        cluster.kube.replace(second)
+        time.sleep(max(0.0, 30 - (time.monotonic() - slowed)))
+    assert phase_of(cluster, "Backfill", name, "Running") is not None, "the faults so far landed mid-run"
 
-    # 3. the node with both drivers
-    before = {
-        a: next(iter(pods_of(cluster, JOBS, f"sparkoperator.k8s.io/app-name={a},spark-role=driver"))) for a in drivers
-    }
+    # 4. the node with both drivers (a driver the 503s failed restarted on it first: preferred)
+    eventually(lambda: all(list(placed(cluster, a, "driver").values()) == [first] for a in drivers),
+               f"both drivers running on {first}", timeout=180, every=1)  # fmt: skip
+    restarts = (phase_of(cluster, "Backfill", name, "Running") or {}).get("restarts", 0)
+    before = {}
+    for a in drivers:
+        running_now = placed(cluster, a, "driver")
+        pods = pods_of(cluster, JOBS, f"sparkoperator.k8s.io/app-name={a},spark-role=driver")
+        before[a] = next(p for p in pods if p["metadata"]["name"] in running_now)
     marks: dict[str, float] = {}
     cluster.kube.lose(first)
 
@@ -168,10 +305,12 @@ def test_a_backfill_and_a_streaming_job_survive_losing_a_node_of_executors_then_
         lambda: phase_of(cluster, "Backfill", name, "Succeeded", "Failed"), "the Backfill", timeout=900, every=2
     )
     assert status["phase"] == "Succeeded", status
-    assert status["restarts"] == 1, status
+    assert status["restarts"] == restarts + 1, status
+    assert lags and max(lags) <= 600, f"alignment lag after the operator's restart: {lags} s (maxDrift 10m)"
     assert branch_rows(catalog, SINK, status["branch"]) == by_kappa_run
-    counts = Counter(branch_commits(catalog, SINK, status["branch"]))
-    assert max(counts.values()) == 1, [c for c, n in counts.items() if n > 1]
+    assert_exactly_once(catalog, status["branch"])
+    sink_refused = [r for r in refused if "attributed_plays" in r or "checkpoints" in r]
+    assert sink_refused, f"the 503s met the sink and its checkpoint: {refused[:20]}"
     said = events_of(cluster, "Backfill", name, "NodeLost")
     assert any(f"driver pod {app}-driver lost with node {first}" in m for m in said), said
     restarting = events_of(cluster, "Backfill", name, "BackingOff")
@@ -184,17 +323,29 @@ def test_a_backfill_and_a_streaming_job_survive_losing_a_node_of_executors_then_
     # from Kubernetes marking the old driver not Ready (its node NotReady) to the new one running
     to_running = {a: round(moved[a] - marks[a], 1) for a in marks}
     assert to_running and max(to_running.values()) <= 60, to_running
+    apps = cluster.kube.plane.admin.get(path_of("SparkApplication", JOBS)).body["items"]
+    names = Counter(a["metadata"]["name"] for a in apps)
+    assert names["rmi"] == 1 and names[app] == 1 and names["archive-moved"] == 1, names
     cluster.kube.replace(first)
+    eventually(lambda: job_status(cluster, "rmi").get("phase") == "Running", "rmi Running", timeout=300, every=2)
+    reported = json.dumps(job_status(cluster, "rmi").get("progress"), sort_keys=True)
+    eventually(lambda: json.dumps(job_status(cluster, "rmi").get("progress"), sort_keys=True) != reported,
+               "rmi's progress reported again", timeout=180, every=3)  # fmt: skip
     for kind, obj in (("backfill", name), ("streamingjob", "archive-moved")):
         kubectl(cluster, "delete", kind, obj, "--wait=true", "--timeout=120s")
     record_property(
         "measured",
         json.dumps(
             {
+                "operator_restart_to_lag_reported_s": round(operator_recovered, 1),
+                "lags_s": lags,
+                "s3_503_refused": len(refused),
+                "s3_503_refused_sink": len(sink_refused),
                 "executors_node_lost_to_not_ready_s": round(not_ready, 1),
                 "executors_node_lost_to_pods_deleted_s": round(deleted, 1),
                 "executors_node_lost_to_next_commit_s": round(recovered, 1),
                 "drivers_marked_not_ready_to_running_on_a_live_node_s": to_running,
+                "restarts": status["restarts"],
             }
         ),
     )
