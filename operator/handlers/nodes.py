@@ -1,9 +1,11 @@
-"""Nodes that stopped answering, and the pods of our applications left on them (issue 59): the
-Nodes' watch keeps an index of the nodes that are not Ready, and while it holds any, each job's
-own periodic look (``backfill.follow``, ``progress.follow_progress``, every few seconds) asks
-its application's pods whether one has been on such a node for its ``nodeLostAfter``
-(``reconcile.node_loss``), deletes it, and says so in an Event on the job. With every node
-Ready, nothing is read."""
+"""Nodes that stopped answering or are drained, and the pods of our applications on them (issue
+59): the Nodes' watch keeps an index of the nodes that are not Ready and one of the nodes that
+are cordoned. While the first holds any, each job's own periodic look (``backfill.follow``,
+``progress.follow_progress``, every few seconds) asks its application's pods whether one has
+been on such a node for its ``nodeLostAfter`` (``reconcile.node_loss``), deletes it, and says so
+in an Event on the job; while the second does, a StreamingJob whose driver runs on one is
+reconciled, which moves it (``reconcile.node_drain``). With every node Ready and schedulable,
+nothing is read."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from kappa_operator.handlers.context import ctx
+from kappa_operator.reconcile.node_drain import DrainedDriver, cordoned, drained_driver
 from kappa_operator.reconcile.node_loss import (
     DRIVER_LOST_ANNOTATION,
     driver_lost_note,
@@ -35,9 +38,28 @@ def lost_nodes(name: str, body: kopf.Body, **_: Any) -> dict[str, str]:
     return {name: not_ready_since(body) or ""}
 
 
+@kopf.index("", "v1", "nodes", when=lambda body, **_: cordoned(body))
+def cordoned_nodes(name: str, **_: Any) -> dict[str, bool]:
+    """Nodes marked unschedulable (``kubectl cordon``, a drain's first step); uncordoned, a
+    node stops matching ``when`` and leaves the index."""
+    return {name: True}
+
+
 @kopf.on.startup()
-def read_lost_nodes_from_the_watch(lost_nodes: kopf.Index[str, str], **_: Any) -> None:
+def read_nodes_from_the_watch(
+    lost_nodes: kopf.Index[str, str], cordoned_nodes: kopf.Index[str, bool], **_: Any
+) -> None:
     ctx().lost_nodes = lost_nodes
+    ctx().cordoned_nodes = cordoned_nodes
+
+
+def driver_drained(namespace: str, app: str) -> DrainedDriver | None:
+    """The application's running driver, if it runs on a cordoned node (read only while a node
+    is cordoned)."""
+    nodes = ctx().cordoned_nodes
+    if not nodes:
+        return None
+    return drained_driver(ctx().cluster().pods_of_application(namespace, app), set(nodes))
 
 
 def clear_lost_pods(kind: str, body: kopf.Body) -> int:

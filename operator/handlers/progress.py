@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 
 from kappa_operator.handlers.context import READ_TIMEOUTS, ctx, parse, post_events, record, reported, until_stopped
-from kappa_operator.handlers.nodes import clear_lost_pods
+from kappa_operator.handlers.nodes import clear_lost_pods, driver_drained
 from kappa_operator.handlers.streaming_job import reconcile
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
@@ -25,6 +25,7 @@ from kappa_operator.reconcile.external_calls import calls_status
 from kappa_operator.reconcile.health import health_gauges, plan_health, plan_unreadable
 from kappa_operator.reconcile.kafka_lag import lag_gauges, lag_status
 from kappa_operator.render.jobconfig import live_checkpoint
+from kappa_operator.render.spark_application import Owner
 from spark_app.contract.reports.bootstrap import BootstrapRecord, read_record
 from spark_app.contract.reports.external_calls import ExternalCallsReport
 from spark_app.contract.reports.external_calls import read_report_at as read_calls_at
@@ -77,6 +78,15 @@ def read_job_reports(job: StreamingJob) -> JobReports:
     )
 
 
+def move_if_drained(body: kopf.Body) -> None:
+    """The job decided on again when its driver runs on a cordoned node: the decision moves it
+    (``reconcile.node_drain``); the timer of a job that moves looks again until it ran elsewhere."""
+    meta = body["metadata"]
+    owner = Owner("StreamingJob", meta["name"], meta["namespace"], meta.get("uid"))
+    if driver_drained(owner.namespace, owner.app_name) is not None:
+        reconcile(body)
+
+
 @reported("StreamingJob")
 async def follow_progress(body: kopf.Body, stopped: Any = None, **_: Any) -> None:
     meta = body["metadata"]
@@ -84,6 +94,8 @@ async def follow_progress(body: kopf.Body, stopped: Any = None, **_: Any) -> Non
         return  # a job being deleted gets no reads, no decisions, no status writes
     if ctx().lost_nodes:  # a node stopped answering: a pod of this job's left on it goes now
         await asyncio.to_thread(clear_lost_pods, "StreamingJob", body)
+    if ctx().cordoned_nodes and not (body.get("status") or {}).get("nodeDrain"):  # a drain: is it under our driver?
+        await asyncio.to_thread(move_if_drained, body)
     job = parse(StreamingJob, body)
     error: str | None = None
     try:

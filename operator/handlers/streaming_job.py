@@ -1,5 +1,6 @@
-"""StreamingJob: a live job as a ConfigMap and a SparkApplication, restarted by the operator
-with backoff, upgraded as spec.upgrade says, started from spec.initialSnapshot once."""
+"""StreamingJob: a live job as a ConfigMap and a SparkApplication (its driver under a
+PodDisruptionBudget), restarted by the operator with backoff, upgraded as spec.upgrade says,
+started from spec.initialSnapshot once, moved off a drained node after a snapshot."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from kappa_operator.handlers.context import (
     reported,
     with_driver_words,
 )
+from kappa_operator.handlers.nodes import driver_drained
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.observe.restore_points import initial_points
@@ -73,6 +75,8 @@ def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
         c.delete_app(owner.namespace, owner.app_name, owner)
     if plan.config_map is not None:
         c.apply_config_map(plan.config_map, owner)
+    if plan.disruption_budget is not None:
+        c.apply_disruption_budget(plan.disruption_budget, owner)
     if plan.create_app is not None:
         c.create_app(plan.create_app, owner)
         crash_point("exit-after-create-app")
@@ -135,7 +139,9 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     recorded = job.status.application_state if job.status else None
     app = with_driver_words(ctx().cluster().get_app(owner.namespace, owner.app_name, owner), owner.namespace, recorded)
     initial = initial_seen(job, owner) if initial_pending(job) and app is None else None
-    act(plan_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial), job, body)
+    drained = driver_drained(owner.namespace, owner.app_name) if app is not None else None
+    plan = plan_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial, drained=drained)
+    act(plan, job, body)
 
 
 def initial_seen(job: StreamingJob, owner: Owner) -> InitialSeen:
@@ -173,6 +179,8 @@ def _waiting(status: dict[str, Any] | None) -> bool:
     if status.get("phase") == "BackingOff":
         return True
     if ((status.get("upgrade") or {}).get("step")) in ("Snapshotting", "Starting"):
+        return True
+    if status.get("nodeDrain"):
         return True
     return any(not s.get("takenAt") and not s.get("error") for s in status.get("snapshots") or [])
 

@@ -12,15 +12,13 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from kappa_operator.models.common import GROUP, VERSION
-from kappa_operator.render.spark_application import MANAGED_BY, SPARK_API, Owner
+from kappa_operator.render.spark_application import APP_LABEL, MANAGED_BY, SPARK_API, Owner
 
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 """The Spark container of a driver pod, as Spark on Kubernetes names it."""
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 APPS = "sparkapplications"
-APP_LABEL = "sparkoperator.k8s.io/app-name"
-"""The spark-operator's label on an application's driver and executor pods."""
 log = logging.getLogger("kappa.operator")
 
 
@@ -64,6 +62,7 @@ writer, and the threads asyncio lends to the async handlers."""
 class Cluster:
     def __init__(self, client: kubernetes.client.ApiClient) -> None:
         self.core = kubernetes.client.CoreV1Api(client)
+        self.policy = kubernetes.client.PolicyV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
         self.applications: Mapping[tuple[str, str], Iterable[dict[str, Any]]] | None = None
         """Our SparkApplications as the operator's watch last saw them (kopf's index, filled
@@ -179,6 +178,18 @@ class Cluster:
                 return False
             raise
         return True
+
+    def apply_disruption_budget(self, body: dict[str, Any], owner: Owner) -> None:
+        """Create ``owner``'s driver's PodDisruptionBudget if absent (its spec never changes: the
+        selector is the application's name)."""
+        ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        self._create_owned(
+            "PodDisruptionBudget",
+            lambda: self.policy.create_namespaced_pod_disruption_budget(ns, body),
+            lambda: self.policy.read_namespaced_pod_disruption_budget(name, ns).to_dict(),
+            body,
+            owner,
+        )
 
     def annotate_app(self, namespace: str, name: str, annotations: dict[str, str | None]) -> None:
         """Set (None: remove) annotations of one of our SparkApplications (a merge patch)."""

@@ -544,9 +544,10 @@ class QueryProgress(CRModel):
 class TakenSnapshot(CRModel):
     """A snapshot the operator asked for (a trigger nonce, or before an upgrade)."""
 
-    reason: Literal["trigger", "upgrade"]
+    reason: Literal["trigger", "upgrade", "nodeDrain"]
     nonce: str
-    """What asked for it: `spec.snapshotTriggerNonce`, or `upgrade-<config hash>`."""
+    """What asked for it: `spec.snapshotTriggerNonce`, `upgrade-<config hash>`, or
+    `node-drain-<driver pod uid>` (its node drained: the job moves off it)."""
     requested_at: str
     taken_at: str | None = None
     """When the last sink's snapshot was committed (unset: not yet taken)."""
@@ -575,6 +576,23 @@ class UpgradeStatus(CRModel):
     started_at: str
     snapshot_nonce: str | None = None
     """The snapshot taken before it (mode snapshot): `status.snapshots[].nonce`."""
+
+
+class NodeDrainStatus(CRModel):
+    """The driver's node drained (cordoned): the job moves off it, a snapshot first."""
+
+    node: str
+    """The cordoned node the driver ran on."""
+    pod: str
+    """The driver pod that ran there."""
+    step: Literal["Snapshotting", "Moving"]
+    """`Snapshotting`: the driver takes a snapshot, still running (its PodDisruptionBudget holds
+    the drain's eviction meanwhile); `Moving`: the application was deleted and runs again from its
+    checkpoint on another node (cleared once it runs)."""
+    started_at: str
+    snapshot_nonce: str | None = None
+    """The snapshot taken before it moved: `status.snapshots[].nonce` (unset: no
+    spec.checkpoints.externalLocation, so none could be taken)."""
 
 
 class SwitchOffset(CRModel):
@@ -643,6 +661,8 @@ class StreamingJobStatus(StatusBase):
     """The last spec.snapshotTriggerNonce acted on."""
     upgrade: UpgradeStatus | None = None
     """The spec change in progress (unset: none)."""
+    node_drain: NodeDrainStatus | None = None
+    """The driver's node being drained, and the job's move off it (unset: none)."""
     last_stable_hash: str | None = None
     """The config of the last spec whose application reached RUNNING."""
     last_stable_spec: str | None = None

@@ -27,12 +27,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kappa_operator.render.spark_application import NODE_LOST_AFTER
+from kappa_operator.render.spark_application import NODE_LOST_AFTER, ROLE_LABEL
 
 EVICTED_BY_TAINT = "DeletionByTaintManager"
-DEFAULT_LOST_AFTER_S = 30.0
 """The reason of the ``DisruptionTarget`` condition the taint eviction controller sets."""
-ROLE_LABEL = "spark-role"
+DEFAULT_LOST_AFTER_S = 30.0
 DRIVER_LOST_ANNOTATION = "kappa.dev/driver-lost-with-node"
 """On a SparkApplication whose driver pod the operator deleted because its node was lost: the
 node and when; what the restart's status message says the failure was."""

@@ -4,8 +4,9 @@ A spec change (a different JobConfig hash) of a running job is an upgrade
 (``reconcile.upgrades``: last-state, stateless or snapshot-then-upgrade, with rollback).
 Suspend deletes the application and keeps the checkpoint; resume recreates it. A failed
 application is restarted by the operator with exponential backoff (``reconcile.restarts``).
-Snapshots asked for by trigger or upgrade are requests to the running driver
-(``reconcile.snapshot_requests``).
+Snapshots asked for by trigger, upgrade or drain are requests to the running driver
+(``reconcile.snapshot_requests``). A drained node under the driver moves the job, a snapshot
+first (``reconcile.node_drain``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kappa_operator.models.common import Condition
 from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
 from kappa_operator.reconcile.bootstrap import added_to_running, bootstrapping, bootstrapping_message
 from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
+from kappa_operator.reconcile.node_drain import DrainedDriver, drain_nonce
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.reconcile.restarts import REFUSED, next_restart, parse_time, refused_its_configuration
 from kappa_operator.reconcile.snapshot_requests import Answers, Book, book
@@ -30,6 +32,7 @@ from kappa_operator.reconcile.upgrades import (
     upgrade_nonce,
     upgrade_record,
 )
+from kappa_operator.render.disruption_budget import driver_disruption_budget
 from kappa_operator.render.jobconfig import (
     CHECKPOINT_ANNOTATION,
     PAUSED_ANNOTATION,
@@ -80,6 +83,8 @@ class JobPlan:
     """Apply this ConfigMap and create this restore application (``spec.initialSnapshot``)."""
     delete_restore: bool = False
     """Delete the restore application (it restored the initial snapshot)."""
+    disruption_budget: dict[str, Any] | None = None
+    """Create this PodDisruptionBudget of the driver, if absent (``reconcile.node_drain``)."""
 
 
 @dataclass(frozen=True)
@@ -109,14 +114,17 @@ def plan_streaming_job(
     answers: Answers | None = None,
     restarts: bool = True,
     initial: InitialSeen | None = None,
+    drained: DrainedDriver | None = None,
 ) -> JobPlan:
     """``answers``: the driver's answers to the open snapshot requests (read by the handler).
+    ``drained``: the running driver's pod, when its node is cordoned (read by the handler while
+    a node is).
     ``restarts``: False for ``kappa run``, whose local run ends by design (availableNow) and
     is shown as it ended, never restarted. ``initial``: what the handler saw of the restore of
     ``spec.initialSnapshot`` (while one is due)."""
     job = effective(job)
     requests = book(job, answers, now)
-    plan = _decide(job, app, now, requests, restarts, initial)
+    plan = _decide(job, app, now, requests, restarts, initial, drained)
     return _with_requests(plan, job, requests)
 
 
@@ -138,6 +146,7 @@ def _decide(
     requests: Book,
     restarts: bool,
     initial: InitialSeen | None,
+    drained: DrainedDriver | None,
 ) -> JobPlan:
     owner = owner_of(job)
     previous: list[Condition] = list(job.status.conditions) if job.status else []
@@ -219,6 +228,9 @@ def _decide(
     why = rollback_due(job, digest, state, state in ENDED_LIVE, now)
     if why is not None:
         return _roll_back(job, why, state, requests, status)
+    moving = _move(job, app, state, drained, now, requests, status)
+    if moving is not None:
+        return moving
     if state in ENDED_LIVE and restarts:
         return _ended(job, app, state, now, status)
     if not state and job.status is not None and job.status.phase == "Submitted" and not job.status.application_state:
@@ -245,6 +257,11 @@ def _decide(
         if up is not None and up.step == "Starting" and up.to_hash == digest:
             fields["upgrade"] = None
             events += (Event("Normal", "Upgraded", f"config {up.from_hash} -> {digest} runs ({up.mode})"),)
+        moved = job.status.node_drain if job.status else None
+        if moved is not None and moved.step == "Moving" and state == "RUNNING":
+            fields["nodeDrain"] = None
+            said = f"moved off drained node {moved.node}: running again from its checkpoint"
+            events += (Event("Normal", "Moved", said),)
     return JobPlan(status=fields, events=events)
 
 
@@ -300,10 +317,84 @@ def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, 
     )
 
 
+def _move(
+    job: StreamingJob,
+    app: dict[str, Any] | None,
+    state: str,
+    drained: DrainedDriver | None,
+    now: str,
+    requests: Book,
+    status: StatusOf,
+) -> JobPlan | None:
+    """The driver's node drained (``reconcile.node_drain``): a snapshot first, the application then
+    deleted and submitted again (the next reconcile creates it, elsewhere: the node is
+    cordoned). None: nothing to move, or moved (the rest of the decision applies)."""
+    record = job.status.node_drain if job.status else None
+    external = job.spec.checkpoints.external_location is not None
+    if record is None or (drained is not None and record.pod != drained.pod and record.step != "Moving"):
+        if drained is None or state != "RUNNING":
+            return None
+        nonce = drain_nonce(drained) if external else None
+        record_fields = {"node": drained.node, "pod": drained.pod, "startedAt": now, "snapshotNonce": nonce}
+        if nonce is not None:
+            requests.request(nonce, "nodeDrain", now)
+            msg = (
+                f"node {drained.node} is drained: taking snapshot {nonce} before the driver moves off it "
+                "(its PodDisruptionBudget holds the eviction meanwhile)"
+            )
+            return JobPlan(
+                status={
+                    **status("Draining", True, "Draining", msg, state),
+                    "nodeDrain": {**record_fields, "step": "Snapshotting"},
+                },
+                events=(Event("Normal", "Draining", msg),),
+            )
+        how = "no spec.checkpoints.externalLocation to take a snapshot to: moving from its checkpoint alone"
+        return _moving(record_fields, drained.node, how, state, status)
+    if record.step == "Snapshotting":
+        snapshot = requests.get(record.snapshot_nonce) if record.snapshot_nonce else None
+        if snapshot is not None and snapshot.taken_at is None and snapshot.error is None:
+            if state in ENDED_LIVE:  # failed on its own meanwhile: restarted as any failure, elsewhere
+                ended = _ended(job, app, state, now, status)
+                return replace(ended, status={**ended.status, "nodeDrain": None}) if ended.status else ended
+            return JobPlan()  # the timer looks again
+        if snapshot is not None and snapshot.taken_at is not None:
+            ids = ", ".join(f"{k} batch {v}" for k, v in sorted(snapshot.batch_ids.items()))
+            how = f"snapshot {snapshot.nonce} taken ({ids})"
+        else:
+            why = snapshot.error if snapshot is not None else "no answer"
+            how = f"snapshot {record.snapshot_nonce} {why}: moving from its checkpoint alone"
+        fields = record.model_dump(by_alias=True, exclude_none=True)
+        return _moving(fields, record.node, how, state, status)
+    # Moving: the old application goes (it may still show, ended or being deleted), the new one
+    # is created once it is gone, and runs (the Running branch clears the record)
+    if app is not None and (app.get("metadata", {}).get("deletionTimestamp") or created_before(app, record.started_at)):
+        return JobPlan()
+    return None
+
+
+def _moving(record: dict[str, Any], node: str, how: str, state: str, status: StatusOf) -> JobPlan:
+    msg = (
+        f"node {node} is drained: {how}; the application is deleted and runs again from its checkpoint on another node"
+    )
+    return JobPlan(
+        delete_app=True,
+        status={**status("Restarting", False, "Drained", msg, state), "nodeDrain": {**record, "step": "Moving"}},
+        events=(Event("Normal", "Moving", msg),),
+    )
+
+
+def created_before(app: dict[str, Any], when: str) -> bool:
+    """Whether ``app`` was created before ``when`` (RFC 3339): the application a move deletes."""
+    created = (app.get("metadata") or {}).get("creationTimestamp")
+    return bool(created) and parse_time(str(created)) < parse_time(when)
+
+
 def _create(job: StreamingJob, owner: Owner, cfg: JobConfig, digest: str, requests: Book, status: StatusOf) -> JobPlan:
     launch = job_launch(job, LIVE_RESTART)
     external = job.spec.checkpoints.external_location is not None
     return JobPlan(
+        disruption_budget=driver_disruption_budget(owner),
         config_map=config_map(owner, cfg),
         create_app=spark_application(owner, cfg, launch, digest, control=external),
         control_map=control_map(owner, requests.open) if external else None,

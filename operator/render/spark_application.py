@@ -26,6 +26,10 @@ SPARK_VERSION = "4.2.0"
 """The Spark of the image: the pyspark pyproject pins (and the Kafka connector spark_app.jars pins)."""
 MAIN = "local:///opt/kappa/spark_app/__main__.py"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kappa-operator"}
+APP_LABEL = "sparkoperator.k8s.io/app-name"
+"""The spark-operator's label on an application's driver and executor pods."""
+ROLE_LABEL = "spark-role"
+"""Spark's label on a pod of an application: driver | executor."""
 NODE_LOST_AFTER = "kappa.dev/node-lost-after"
 """On each driver and executor pod: its ``nodeLostAfter`` in seconds, which the operator reads
 back from the pod (``reconcile.node_loss``)."""

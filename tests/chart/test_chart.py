@@ -122,6 +122,8 @@ def expected_permissions() -> set[tuple[str, str, str, str]]:
     perms.add(("", "pods", "get", "*"))  # a failed driver's termination message
     # an application's pods listed, and those evicted from a lost node deleted (issue 59)
     perms |= {("", "pods", "list", "*"), ("", "pods", "delete", "*")}
+    # each StreamingJob's driver's PodDisruptionBudget, created if absent (issue 59: drains)
+    perms |= {("policy", "poddisruptionbudgets", "create", "*"), ("policy", "poddisruptionbudgets", "get", "*")}
     return perms
 
 

@@ -321,15 +321,17 @@ def test_a_job_bootstraps_from_its_archive_then_takes_over_the_topics_on_the_nod
     `bootstrap.from`, records where each partition takes over, switches to Kafka in the same
     query, and commits its sink."""
     catalog = cluster.host_catalog()
-    for topic, values in VALUES.items():
-        job = archive_job(cluster, topic, f"{values}, {KAFKA_METADATA}")
+    archives = {topic: archive_job(cluster, topic, f"{values}, {KAFKA_METADATA}") for topic, values in VALUES.items()}
+    for job in archives.values():  # side by side: their pods' starts overlap
         kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+    for topic in archives:
         produced = catalog.load_table(f"ingest.{topic}").scan().to_arrow().num_rows
 
         def archived(table: str = f"archive.{topic}", rows: int = produced) -> bool:
             return catalog.table_exists(table) and catalog.load_table(table).scan().to_arrow().num_rows == rows
 
         eventually(archived, f"{topic} archived", timeout=300, every=3)
+    for job in archives.values():
         kubectl(cluster, "delete", "streamingjob", job["metadata"]["name"], "--wait=true", "--timeout=120s")
     job = cluster.streaming_job(
         yaml.safe_load((ROOT / "examples" / "kafka-rmi-bootstrap-streamingjob.yaml").read_text())

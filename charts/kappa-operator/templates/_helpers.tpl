@@ -123,6 +123,12 @@ sets); change them together.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "delete"]
+# Each StreamingJob's driver's PodDisruptionBudget, owned by the job (garbage-collected with it):
+# created if absent (read back to check whose it is). A drain waits on it while the operator
+# moves the job off the node, a snapshot first (issue 59).
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["create", "get"]
 # Events on our resources (core v1, operator/kube/events.py): created, and a repeat of one counted
 # on it (patch of count and lastTimestamp), as client-go's recorder does.
 - apiGroups: [""]
