@@ -20,6 +20,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import yaml
 from rich.console import Console
@@ -198,10 +199,9 @@ def serve(workdir: Path, nodes: int = 1) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the parts are being stopped
         raise Stopped
 
-    def example_data(started: LocalCluster) -> None:
-        """What `kappa example-data` writes, while the charts are installed (it needs only the
-        catalog and S3)."""
-        catalog = started.host_catalog()
+    def example_data(catalog: Any) -> None:
+        """What `kappa example-data` writes, while the nodes start and the charts are installed
+        (it needs only the catalog and S3)."""
         if not catalog.table_exists("ingest.impressions"):
             every = timedelta(minutes=5)
             generate(catalog, GeneratorConfig(START, HOURS, PER_HOUR, commit_interval=every, namespace="ingest"))
