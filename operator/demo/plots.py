@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kappa_operator.coordinator.core import Accepted
-from spark_app.apps.run import RunResult
+from spark_app.apps.result import RunResult
 from spark_app.contract.alignment import HELD
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -29,7 +29,8 @@ from kappa_operator.demo.jobs import DemoSettings, sessions_job
 from kappa_operator.demo.outage import compare_tables
 from kappa_operator.demo.steps import Steps, batches_poll, plural
 from spark_app.apps.restore import run_restore
-from spark_app.apps.run import RunResult, run
+from spark_app.apps.result import RunResult
+from spark_app.apps.run import run
 from spark_app.contract.checkpoints import Manifest, choose, list_snapshots, open_location
 from spark_app.contract.config import CheckpointConfig, ExternalCheckpoints, RestoreConfig, RestorePoint
 from spark_app.contract.errors import KappaError

@@ -28,7 +28,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from kappa_operator.demo.jobs import START, DemoSettings, job_config
 from kappa_operator.demo.steps import Steps, batches_poll, plural, quiet
-from spark_app.apps.run import RunResult, run
+from spark_app.apps.result import RunResult
+from spark_app.apps.run import run
 from spark_app.contract.config import JobConfig, ParquetSink, format_duration
 from spark_app.examples import sessions, windows
 from spark_app.examples.reference import history, in_window, rows

@@ -17,7 +17,7 @@ from rich.table import Table
 from kappa_operator.local.overrides import Mapped
 from kappa_operator.models.backfill import PublishedTable
 from kappa_operator.models.rewind import SinkRestore
-from spark_app.apps.run import RunResult
+from spark_app.apps.result import RunResult
 
 PHASE_STYLE = {"Succeeded": "green", "Completed": "green", "Failed": "red", "Rewinding": "yellow"}
 

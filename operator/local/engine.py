@@ -15,7 +15,7 @@ from kappa_operator.local.overrides import RunOptions
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.apps.run import RunResult
+from spark_app.apps.result import RunResult
 from spark_app.contract.config import JobConfig
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from kappa_operator.render.jobconfig import (
     config_hash,
     streaming_job_config,
 )
-from spark_app.apps.run import RunResult
+from spark_app.apps.result import RunResult
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import KappaError, user_message
 from spark_app.contract.reports.bootstrap import read_record, record_location

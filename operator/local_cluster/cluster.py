@@ -23,7 +23,7 @@ import yaml
 
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries, eventually, path_of
-from kappa_operator.local_cluster.images import build_all
+from kappa_operator.local_cluster.images import OPERATOR_IMAGE, SPARK_IMAGE, SPARK_OPERATOR_IMAGE, build_all
 from kappa_operator.local_cluster.kubernetes import Kubernetes
 from kappa_operator.local_cluster.node import GATEWAY, JOBS_POOL, SYSTEM_POOL, bridge
 from kappa_operator.local_cluster.storage import (
@@ -35,9 +35,6 @@ from kappa_operator.local_cluster.storage import (
     ObjectStore,
 )
 
-SPARK_IMAGE = "kappa.dev/kappa-spark:0.1.0"
-OPERATOR_IMAGE = "kappa.dev/kappa-operator:0.1.0"
-SPARK_OPERATOR_IMAGE = "kappa.dev/spark-operator:2.3.0"
 OPERATOR_RELEASE, OPERATOR_NAMESPACE = "kappa", "kappa-system"
 SPARK_OPERATOR_RELEASE, SPARK_OPERATOR_NAMESPACE = "spark-operator", "spark-operator"
 SPARK_APPLICATIONS_CRD = "sparkapplications.sparkoperator.k8s.io"

@@ -50,6 +50,10 @@ CONTEXT = {
 """What each Dockerfile copies (the build context is the repository root, less .dockerignore):
 an image is rebuilt when these change, and only then."""
 COMPONENTS = ("spark", "operator", "spark-operator")
+SPARK_IMAGE = "kappa.dev/kappa-spark:0.1.0"
+OPERATOR_IMAGE = "kappa.dev/kappa-operator:0.1.0"
+SPARK_OPERATOR_IMAGE = "kappa.dev/spark-operator:2.3.0"
+"""The images' names in the nodes' containerd (``pullPolicy: Never``: loaded, never pulled)."""
 
 
 class ImageError(RuntimeError):
@@ -302,7 +306,6 @@ def build_all(
     image (it is that image's ``jvm`` stage, cached by then, plus one layer) and after its
     binary is known (``spark_operator_binary``, e.g. cluster/build.sh's, which waits for a
     build.sh already running). Raises the first failure, after the others ended."""
-    from kappa_operator.local_cluster.cluster import OPERATOR_IMAGE, SPARK_IMAGE, SPARK_OPERATOR_IMAGE
 
     def timed(component: str, make: Callable[[], Path]) -> dict[str, Path]:
         started = time.monotonic()

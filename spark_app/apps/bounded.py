@@ -46,7 +46,7 @@ from spark_app.contract.errors import ConfigError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from spark_app.apps.run import RunResult
+    from spark_app.apps.result import RunResult
     from spark_app.sources.frames import Pipeline
     from spark_app.window.edges import Edges
 
@@ -400,7 +400,7 @@ def _proof_frame(spark: SparkSession, cfg: JobConfig, used: dict[str, tuple[str,
     from spark_app.contract.config import IcebergBackfillSource
     from spark_app.sources.frames import source_spec, task_slots
     from spark_app.sources.iceberg.frame import iceberg_batch_frame
-    from spark_app.window.edges import snapshot_of
+    from spark_app.window.history import snapshot_of
 
     src = cfg.sources[name]
     assert isinstance(src, IcebergBackfillSource)
@@ -424,7 +424,7 @@ def _probe(
     from spark_app.contract.config import IcebergBackfillSource
     from spark_app.sources.iceberg import scan
     from spark_app.sources.iceberg.stream import micros
-    from spark_app.window.edges import snapshot_of
+    from spark_app.window.history import snapshot_of
 
     src = cfg.sources[name]
     assert isinstance(src, IcebergBackfillSource) and cfg.window is not None
@@ -597,12 +597,13 @@ def run_bounded(
     checked its plans); the run report as the streaming run's, with one batch per sink.
     A sink whose results close on the watermark writes those whose end the final watermark
     has passed, and reads on past the drain while some that start in the window are open
-    and the history goes on: the aligned run's rule, step for step (``runtime.next_read``).
+    and the history goes on: the aligned run's rule, step for step (``window_end.next_read``).
 
     ``probes``: the sources (``choice.proving``) the first sink's write proves were not late,
     from what it observes on the rows it reads, before its commit; if some were, its files are
     removed, the mode file says aligned and ``LateRowsFound`` tells the caller to run aligned."""
-    from spark_app.apps.run import RunResult, next_read, record_finality
+    from spark_app.apps.result import RunResult
+    from spark_app.apps.window_end import next_read, record_finality
     from spark_app.contract.reports.run import write_report as write_run_report
     from spark_app.contract.storage import open_location
     from spark_app.sources.iceberg.frame import field_ids_read

@@ -40,7 +40,7 @@ from spark_app.sinks.iceberg.publish import publish
 from spark_app.sinks.iceberg.window import TimeWindow
 
 if TYPE_CHECKING:  # run.py is the query's whole machinery: imported when a run starts
-    from spark_app.apps.run import RunResult
+    from spark_app.apps.result import RunResult
 
 log = logging.getLogger("kappa.publishing")
 

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +21,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_app.alignment.local import LocalWatermarkProvider
-from spark_app.alignment.reads import MemberReads, ReadLedger, ledger_file
+from spark_app.alignment.reads import ReadLedger, ledger_file
 from spark_app.apps.bounded import Closing, LatenessProbe
 from spark_app.apps.pipeline_code import make_importable
+from spark_app.apps.result import RunResult
 from spark_app.apps.session import PROGRESS_RETENTION, build_session, progress_retention
+from spark_app.apps.window_end import DrainExtensions, next_read, record_finality
 from spark_app.bootstrap.legs import BootstrapLeg, archive_config
 from spark_app.bootstrap.steps import start as start_bootstrap
 from spark_app.bootstrap.steps import switch as switch_bootstrap
@@ -39,14 +41,12 @@ from spark_app.contract.config import (
     KafkaSink,
     ParquetSink,
     TriggerConfig,
-    format_duration,
 )
-from spark_app.contract.errors import ConfigError, IncompleteBackfillError, KappaError, LatenessError
+from spark_app.contract.errors import IncompleteBackfillError, KappaError, LatenessError
 from spark_app.contract.offsets import BackfillOffset
 from spark_app.contract.reports.bootstrap import BootstrapRecord
 from spark_app.contract.reports.progress import ProgressReporter
 from spark_app.contract.reports.run import write_report as write_run_report
-from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.external_calls import serve as serve_external_calls
 from spark_app.jvm.calls import analyzed_plan, wait_for_listener_bus
@@ -66,7 +66,6 @@ from spark_app.sources.frames import (
 from spark_app.sources.iceberg.stream import backfill_plan, micros
 from spark_app.sources.kafka import records_gone
 from spark_app.window.edges import Edges, open_results, resolve
-from spark_app.window.horizon import next_drain_step
 from spark_app.window.lateness import Verdict, check_lateness, watermark_delays
 
 log = logging.getLogger("kappa.runtime")
@@ -168,129 +167,6 @@ def query_progress(q: StreamingQuery) -> list[dict[str, Any]]:
     """Every progress of a finished query, read from the query itself: a listener's events
     arrive asynchronously and may still be queued when the query has ended."""
     return [p if isinstance(p, dict) else json.loads(p.json) for p in q.recentProgress]
-
-
-@dataclass
-class RunResult:
-    """What ``run`` returns to its caller in this process: the queries' progress, the edges,
-    the lateness verdict, the reads. Not the report a backfill's driver leaves in
-    ``_kappa/run-report.json`` for the operator (``reports.run.RunReport``, built from it)."""
-
-    name: str
-    mode: str
-    seconds: float
-    progress: list[dict[str, Any]] = field(default_factory=list)
-    lateness: Verdict | None = None
-    edges: Edges | None = None
-    """A backfill's resolved edges: sources read, warm-up verdict, drain, finality."""
-    externalized: dict[str, list[int]] = field(default_factory=dict)
-    """A live job's checkpoint snapshots its driver took, per sink (batch ids)."""
-    reads: dict[str, MemberReads] = field(default_factory=dict)
-    """A backfill's admitted bytes and files per member (``job/sink/source``), this run."""
-    read_cap: tuple[float | None, float | None] = (None, None)
-    """The run's read-rate cap (bytes/s, files/s); None: uncapped."""
-    extended_to: tuple[int, ...] = ()
-    """Where a backfill read on past ``end + drain`` (µs; ``DrainExtensions``)."""
-    edges_end: datetime | None = None
-    """The window's end (to say how far the extensions went)."""
-    external_calls: ExternalCallsReport | None = None
-    """What the pipeline's external calls did under the run's limit (None: no limit)."""
-    notices: list[str] = field(default_factory=list)
-    """A live job's first start: what it found lost before it read (``records_gone``)."""
-    mode_choice: ModeChoice | None = None
-    """A backfill's mode and why (``alignment.mode: auto`` chooses)."""
-
-    @property
-    def read_past_end(self) -> timedelta | None:
-        """How far past the window's end the backfill read: the drain, or its last extension."""
-        if self.edges is None:
-            return None
-        if not self.extended_to:
-            return self.edges.drain
-        end = self.edges_end
-        return None if end is None else timedelta(microseconds=self.extended_to[-1] - micros(end))
-
-    @property
-    def final(self) -> bool:
-        """False when the history did not reach far enough past the end to close every result."""
-        return self.edges is None or self.edges.final
-
-    def for_query(self, sink: str) -> list[dict[str, Any]]:
-        return [p for p in self.progress if p.get("name") == f"{self.name}-{sink}"]
-
-    @property
-    def input_rows(self) -> int:
-        return sum(delivered_rows(p) for p in self.progress)
-
-    @property
-    def scanned_rows(self) -> int:
-        """Rows the sources decoded to deliver ``input_rows`` (``telemetry.scanned_rows``)."""
-        return scanned_rows(self.progress)
-
-    @property
-    def reused_rows(self) -> int:
-        """Rows delivered from a file's earlier read instead of decoding it again."""
-        return reused_rows(self.progress)
-
-    @property
-    def batches(self) -> int:
-        return sum(1 for p in self.progress if p.get("numInputRows", 0) > 0)
-
-    @property
-    def dropped_by_watermark(self) -> int:
-        return sum(op.get("numRowsDroppedByWatermark", 0) for p in self.progress for op in p.get("stateOperators", []))
-
-    @property
-    def peak_state_rows(self) -> int:
-        return max(
-            (sum(op.get("numRowsTotal", 0) for op in p.get("stateOperators", [])) for p in self.progress), default=0
-        )
-
-    def read_summary(self) -> dict[str, Any]:
-        """What the run read (admitted splits' bytes and files, as Iceberg sizes them) and at
-        what average rate over the run's wall time, next to its cap."""
-        nbytes = sum(r.bytes for r in self.reads.values())
-        nfiles = sum(r.files for r in self.reads.values())
-        cap_bytes, cap_files = self.read_cap
-        capped = cap_bytes is not None or cap_files is not None
-        return {
-            "read_bytes": nbytes,
-            "read_files": nfiles,
-            "read_bytes_per_s": round(nbytes / self.seconds, 1) if self.seconds else None,
-            "read_files_per_s": round(nfiles / self.seconds, 3) if self.seconds else None,
-            "read_cap": {"bytes_per_s": cap_bytes, "files_per_s": cap_files} if capped else None,
-            "read_wait_s": round(sum(r.waited_s for r in self.reads.values()), 2),
-            "read_by_source": {m: {"bytes": r.bytes, "files": r.files} for m, r in sorted(self.reads.items())},
-        }
-
-    def summary(self) -> dict[str, Any]:
-        wms = [p["eventTime"]["watermark"] for p in self.progress if p.get("eventTime", {}).get("watermark")]
-        return {
-            "name": self.name,
-            "mode": self.mode,
-            "seconds": round(self.seconds, 2),
-            "batches": self.batches,
-            "input_rows": self.input_rows,
-            "scanned_rows": self.scanned_rows,
-            "reused_rows": self.reused_rows,
-            "rows_per_s": round(self.input_rows / self.seconds, 1) if self.seconds else None,
-            "dropped_by_watermark": self.dropped_by_watermark,
-            "peak_state_rows": self.peak_state_rows,
-            "first_watermark": wms[0] if wms else None,
-            "last_watermark": wms[-1] if wms else None,
-            "lateness_guard": self.lateness.message if self.lateness else None,
-            "final": self.final,
-            "drain": None if self.edges is None else format_duration(self.edges.drain),
-            "read_past_end": None if (past := self.read_past_end) is None else format_duration(past),
-            "state_horizon": None if self.edges is None else self.edges.horizon.describe(),
-            "notices": [*([] if self.edges is None else self.edges.notices), *self.notices],
-            **(self.read_summary() if self.mode == "backfill" else {}),
-            **(
-                {}
-                if self.mode_choice is None
-                else {"alignment_mode": self.mode_choice.mode, "alignment_mode_reason": self.mode_choice.reason}
-            ),
-        }
 
 
 AVAILABLE_NOW = TriggerConfig(kind="availableNow")
@@ -647,54 +523,6 @@ def drain_step(
     return next_read(cfg, edges, extended, still, first)
 
 
-def next_read(
-    cfg: JobConfig, edges: Edges, extended: tuple[int, ...], still: int, first: datetime | None
-) -> tuple[Edges, int | None]:
-    """With ``still`` results open when reading stopped (``first``: the earliest start, if
-    known): the edges with the count (and the notice when reading stops with results open),
-    and where to read on to (µs), if at all. The aligned and the bounded run's one rule."""
-    assert cfg.window is not None
-    window = cfg.window
-    read_until = datetime.fromtimestamp((extended[-1] if extended else micros(window.read_end)) / 1e6, tz=UTC)
-    step = next_drain_step(still, window.end, read_until, edges.history_end, edges.drain, window.max_drain)
-    notices = edges.notices
-    if step.notice is not None:
-        notices = (*notices, step.notice)
-        log.warning("backfill %s: %s (the first starts at %s)", cfg.name, step.notice, first)
-    elif step.read_until is not None:
-        log.info(
-            "backfill %s: %d windows or sessions that start in the window are still open at %s and the history goes "
-            "on: reading on to %s",
-            cfg.name,
-            still,
-            read_until.isoformat(),
-            step.read_until.isoformat(),
-        )
-    until = None if step.read_until is None else micros(step.read_until)
-    return replace(edges, notices=notices, open_results=still), until
-
-
-class DrainExtensions:
-    """Where a backfill read on past ``end + drain`` (``drain-extensions.json`` in its checkpoint
-    location), written before the queries restart: a backfill killed while reading on resumes
-    with the same plan (its offsets index the window's plan followed by each extension's)."""
-
-    NAME = "drain-extensions.json"
-
-    def __init__(self, cfg: JobConfig) -> None:
-        from spark_app.contract.storage import open_location
-
-        self.location = open_location(cfg.checkpoint.location)
-
-    def load(self) -> tuple[int, ...]:
-        if self.location.stat(self.NAME) is None:
-            return ()
-        return tuple(int(v) for v in json.loads(self.location.read_bytes(self.NAME))["extended_to"])
-
-    def save(self, extended: tuple[int, ...]) -> None:
-        self.location.write_bytes(self.NAME, json.dumps({"extended_to": list(extended)}).encode())
-
-
 def resolve_edges(
     spark: SparkSession, cfg: JobConfig, pipeline: Pipeline
 ) -> tuple[JobConfig, Edges, tuple[str, ...], ModeChoice, dict[str, Closing | str], dict[str, LatenessProbe]]:
@@ -735,23 +563,6 @@ def leave_group(cfg: JobConfig, members: tuple[str, ...]) -> None:
     provider = HttpWatermarkProvider(coord.url, cfg.alignment_group, coord.token, coord.timeout.total_seconds())
     for m in members:
         provider.report(m, None)
-
-
-def record_finality(cfg: JobConfig, edges: Edges) -> None:
-    """Put what is not final on each Iceberg sink's table, so publish (wherever it runs) says it."""
-    from functools import partial
-
-    from spark_app.sinks.iceberg import finality
-
-    not_final = [n for n in edges.notices if n.startswith("not yet final")]
-    for name, sink in cfg.sinks.items():
-        if isinstance(sink, IcebergSink):
-            load = partial(load_table, sink.catalog, cfg.catalogs[sink.catalog].properties(), sink.table)
-            try:
-                finality.mark(load, cfg.sink_branch(name), not_final)
-            except ConfigError:
-                if not_final:  # the sink wrote nothing (no table): the report still says it
-                    log.warning("backfill %s: cannot record on %s: %s", cfg.name, sink.table, not_final)
 
 
 def require_complete(cfg: JobConfig, progress: list[dict[str, Any]], bootstrap: bool = False) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from spark_app.contract.config import IcebergBackfillSource, JobConfig, Window
+from spark_app.contract.config import Window
 
 MIN_TOLERANCE = timedelta(minutes=1)
 
@@ -104,26 +104,3 @@ def assess(window: Window, extents: Sequence[Extent]) -> Coverage:
                 "holds it, or narrow the window"
             )
     return Coverage(None, tuple(notices))
-
-
-def extents(cfg: JobConfig, names: Sequence[str]) -> list[Extent]:
-    """The history of each backfill source in ``names`` (an edge: reads the manifests)."""
-    from spark_app.window.edges import history_files
-
-    out = []
-    for name in names:
-        src = cfg.sources[name]
-        if not isinstance(src, IcebergBackfillSource):
-            continue
-        files = history_files(cfg, name, None, None)
-        lowers = [f.lower for f in files if f.lower is not None]
-        uppers = [f.upper for f in files if f.upper is not None]
-        first = datetime.fromtimestamp(min(lowers) / 1e6, tz=UTC) if lowers else None
-        last = datetime.fromtimestamp(max(uppers) / 1e6, tz=UTC) if uppers else None
-        out.append(Extent(name, src.table, first, last, len(files)))
-    return out
-
-
-def check(cfg: JobConfig, names: Sequence[str]) -> Coverage:
-    assert cfg.window is not None
-    return assess(cfg.window, extents(cfg, names))

@@ -27,7 +27,7 @@ from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_d
 from spark_app.contract.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
 from spark_app.contract.reports.plan import PlanReport, SourcePlan
 from spark_app.jvm.calls import analyzed_plan, leaf_ids
-from spark_app.planning import coverage, forecast
+from spark_app.planning import forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.split_spans import fit_sources
 from spark_app.planning.splits import DataFileInfo, Split, is_wide, max_span
@@ -362,7 +362,9 @@ def _plan(cfg: JobConfig, spark: SparkSession | None, tag: str | None) -> PlanRe
         except KappaError as exc:
             raise type(exc)(f"source {name}: {exc}") from None
     if spark is None:  # with Spark, window.edges.resolve checked it, as the run does
-        covered = coverage.check(cfg, names)
+        from spark_app.window.history import covered as history_covered
+
+        covered = history_covered(cfg, names)
         if covered.refusal is not None:
             raise ConfigError(covered.refusal)
         shape = replace(shape, notices=(*shape.notices, *covered.notices))

@@ -16,13 +16,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from spark_app.catalogs import load_table
 from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_duration
 from spark_app.contract.errors import ConfigError, WarmupError
 from spark_app.jvm.calls import analyzed_plan, leaf_ids
-from spark_app.planning import coverage
-from spark_app.sources.iceberg import scan
-from spark_app.sources.iceberg.spec import micros
+from spark_app.window.history import covered as history_covered
+from spark_app.window.history import history_files
 from spark_app.window.horizon import (
     StateHorizon,
     check_warmup,
@@ -90,27 +88,6 @@ class Edges:
         return not any(n.startswith("not yet final") for n in self.notices)
 
 
-def snapshot_of(table: Any, src: IcebergBackfillSource) -> int | None:
-    """The snapshot a backfill source reads: its own, else the table's current one."""
-    if src.snapshot_id is not None:
-        return src.snapshot_id
-    current = table.current_snapshot()
-    return current.snapshot_id if current else None
-
-
-def history_files(cfg: JobConfig, name: str, lo: datetime | None, hi: datetime | None) -> list[Any]:
-    """The data files of a backfill source's snapshot whose ordering range may meet [lo, hi)
-    (None: open), from the manifests."""
-    src = cfg.sources[name]
-    assert isinstance(src, IcebergBackfillSource)
-    table = load_table(src.catalog, cfg.catalogs[src.catalog].properties(), src.table)
-    sid = snapshot_of(table, src)
-    if sid is None:
-        return []
-    us = (None if lo is None else micros(lo), None if hi is None else micros(hi))
-    return scan.files_in_window(table, sid, cfg.ordering_column(name), us, src.filter)
-
-
 def resolve(cfg: JobConfig, frames: dict[str, dict[str, DataFrame]], outputs: dict[str, DataFrame]) -> Edges:
     """Decide the edges from a first build of the pipeline (``frames`` per sink)."""
     assert cfg.window is not None
@@ -138,7 +115,7 @@ def resolve(cfg: JobConfig, frames: dict[str, dict[str, DataFrame]], outputs: di
     verdict = check_warmup(window.warmup, horizon, history_before, window.allow_short_warmup)
     if not verdict.ok:
         raise WarmupError(verdict.message)
-    covered = coverage.check(cfg, backfill_sources)
+    covered = history_covered(cfg, backfill_sources)
     if covered.refusal is not None:
         raise ConfigError(covered.refusal)
     notices = [f"source {n} is configured but no output reads it: not an alignment member" for n in unused]

@@ -21,8 +21,9 @@ import yaml
 from confluent_kafka import Producer
 
 from kappa_operator.local.example_data import START
-from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, SPARK_IMAGE, LocalCluster
+from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
+from kappa_operator.local_cluster.images import SPARK_IMAGE
 from kappa_operator.local_cluster.kubernetes import Kubernetes
 from kappa_operator.local_cluster.node import BUSYBOX, PODS, SERVICES, pod
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate

@@ -1,7 +1,7 @@
 """Faults on the real cluster (issue 41): what a cluster does to a running Backfill or
-StreamingJob (a driver pod deleted between a write and its commit, the broker restarted, a
-driver that fails on its own), and what the user sees (the operator's pod, the API server, S3
-and nodes lost under one run: ``test_node_loss.py``). Each test names what
+StreamingJob (the broker restarted, a driver that fails on its own), and what the user sees (a
+driver deleted between its write and its commit, the operator's pod, the API server, S3 and
+nodes lost under one run: ``test_node_loss.py``). Each test names what
 it kills and when; the Backfills' rows are compared with the same Backfill run by `kappa run`
 (``by_kappa_run``), row for row."""
 
@@ -16,33 +16,21 @@ from typing import Any
 import yaml
 from confluent_kafka import Producer
 
-from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
+from kappa_operator.local_cluster.cluster import LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, eventually
 from spark_app.examples.generator import GeneratedStats
 from spark_app.sinks.iceberg.publish import PUBLISHED_FROM
-from spark_app.sinks.iceberg.writer import FAULT_ENV
 from tests.node.objects import (
     KAFKA_METADATA,
     VALUES,
     archive_job,
     backfill,
     branch_commits,
-    branch_rows,
-    driver_log,
     kubectl,
     phase_of,
-    running,
 )
 
 SINK = "marts.attributed_plays"
-
-
-def app_pods(cluster: LocalCluster, app: str, role: str) -> list[dict[str, Any]] | None:
-    return running(cluster, JOBS, f"sparkoperator.k8s.io/app-name={app},spark-role={role}")
-
-
-def delete_pod(cluster: LocalCluster, namespace: str, name: str) -> None:
-    kubectl(cluster, "delete", "pod", name, "-n", namespace, "--wait=false")
 
 
 def finished(cluster: LocalCluster, name: str, timeout: float) -> dict[str, Any]:
@@ -64,41 +52,6 @@ def assert_exactly_once(catalog: Any, branch: str) -> None:
     counts = Counter(branch_commits(catalog, SINK, branch))
     assert counts and max(counts.values()) == 1, [c for c, n in counts.items() if n > 1]
     assert published_once(catalog, branch) <= 1
-
-
-def test_a_backfill_whose_driver_is_deleted_between_its_write_and_its_commit_succeeds_with_the_clean_rows(
-    cluster: LocalCluster,
-    history: GeneratedStats,
-    by_kappa_run: list[dict[str, Any]],
-    record_property: Callable[[str, object], None],
-) -> None:
-    """Kills the driver pod while it holds its first batch with output between the batch's file
-    writes and its Iceberg commit (``KAPPA_SINK_FAULT=pause-before-commit:1`` on the first
-    driver only: the Backfill's ``driver.env``, removed before the restart reads it). The
-    operator backs off and submits a new application from the checkpoint (spec.restart); the
-    Backfill ends Succeeded after one restart with the rows of the clean run, each batch
-    committed once, main published at most once. (An executor lost mid-batch and a driver lost
-    mid-run, with its node, are ``test_node_loss.py``'s: issue 58 runs each fault once.)"""
-    name, app = "rmi-faults", "rmi-faults-backfill"
-    catalog = cluster.host_catalog()
-    fault = {"env": [{"name": FAULT_ENV, "value": "pause-before-commit:1"}]}
-    # restarted after 4 s (spec.restart; 10 s by default): what is tested is that it restarts
-    # from its checkpoint, not how long it waits first
-    body = backfill(name, driver=fault, restart={"initialBackoff": "4s"})
-    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body))
-    eventually(lambda: "fault point reached" in driver_log(cluster, app), "a batch written", timeout=420, every=2)
-    first = app_pods(cluster, app, "driver")
-    assert first is not None
-    kubectl(cluster, "patch", "backfill", name, "--type=json", "-p", '[{"op":"remove","path":"/spec/driver"}]')
-    delete_pod(cluster, JOBS, first[0]["metadata"]["name"])
-    off = eventually(lambda: backing_off(cluster, name), "the Backfill backing off", timeout=120, every=1)
-    assert off["restarts"] == 1 and "restart 1 at" in off["message"], off
-    status = finished(cluster, name, timeout=900)
-    assert status["phase"] == "Succeeded", status
-    assert status["restarts"] == 1, status
-    assert branch_rows(catalog, SINK, status["branch"]) == by_kappa_run
-    assert_exactly_once(catalog, status["branch"])
-    record_property("measured", json.dumps({"restarts": status["restarts"]}))
 
 
 def backing_off(cluster: LocalCluster, name: str) -> dict[str, Any] | None:

@@ -24,7 +24,8 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from spark_app.apps.run import RunResult, run
+from spark_app.apps.result import RunResult
+from spark_app.apps.run import run
 from spark_app.contract.errors import LatenessError
 from spark_app.contract.trace import read_trace
 from tests.spark.conftest import T0, Dataset, sources

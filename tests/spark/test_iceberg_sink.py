@@ -19,7 +19,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
-from spark_app.apps.run import RunResult, run
+from spark_app.apps.result import RunResult
+from spark_app.apps.run import run
 from spark_app.contract.config import JobConfig
 from spark_app.contract.trace import read_trace
 from spark_app.sinks.iceberg import batch_tags

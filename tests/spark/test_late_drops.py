@@ -25,7 +25,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField, StringType, TimestampType
 from pyspark.sql import SparkSession
 
-from spark_app.apps.run import RunResult, run
+from spark_app.apps.result import RunResult
+from spark_app.apps.run import run
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.errors import LatenessError
 from tests.spark.conftest import T0

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_app.apps.run import RunResult, run
+from spark_app.apps.result import RunResult
+from spark_app.apps.run import run
 from spark_app.contract.trace import read_trace
 from spark_app.planning.read_rate import BURST_S
 from tests.spark.conftest import T0, Dataset, sources

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_app.apps.run import RunResult, run
+from spark_app.apps.result import RunResult
+from spark_app.apps.run import run
 from spark_app.contract.errors import ConfigError, WarmupError
 from spark_app.examples import reference, sessions, windows
 from tests.spark.conftest import T0, Dataset, sources

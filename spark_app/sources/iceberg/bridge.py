@@ -113,7 +113,7 @@ def register(spark: SparkSession, planner: BackfillReader | LiveReader) -> str:
     if not isinstance(planners, JavaClass):
         raise ConfigError(
             f"this SparkSession has no kappa-iceberg source ({PLANNERS} is not on its classpath): build it with "
-            "spark_app.apps.run.build_session, or add the jar of `python -m spark_app.jvm` to spark.jars"
+            "spark_app.apps.session.build_session, or add the jar of `python -m spark_app.jvm` to spark.jars"
         )
     planners.register(key, bridge)
     return key

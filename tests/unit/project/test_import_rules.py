@@ -203,3 +203,75 @@ def test_the_drivers_session_starts_before_pyiceberg_and_the_sources_are_importe
     iceberg = {m for r in reached for m in imported(module_file(r)) if m.startswith("pyiceberg")}  # type: ignore[arg-type]
     assert iceberg <= ROW_FILTER_PARSER, sorted(iceberg)
     assert not {m for m in reached if m.startswith(("spark_app.apps.run", "spark_app.sources.frames"))}, sorted(reached)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    parts = [{"spark_app": "spark_app", "operator": "kappa_operator"}[rel.parts[0]], *rel.with_suffix("").parts[1:]]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def depends_on(path: Path) -> set[str]:
+    """The project's modules ``path`` imports, at any depth of its code. ``from pkg import sub``
+    of a submodule is a dependency on ``sub``, not on ``pkg``'s ``__init__`` (which Python loads
+    first, whoever imports a submodule: no design choice of the importer's)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if module_file(sub) is not None else node.module)
+    return {module_name(f) for m in found if (f := module_file(m)) is not None and f != path}
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_module_reaches_itself_through_its_imports_at_any_depth() -> None:
+    """Issue 60: no import circle between the project's modules, direct or through others
+    (``planning.plan`` -> ``apps.bounded`` -> ``apps.run`` -> ``apps.bounded`` was one), imports
+    inside functions included: a circle hidden in a function is still two modules that cannot
+    be understood or changed one without the other."""
+    files = [p for top in ("spark_app", "operator") for p in sorted((ROOT / top).rglob("*.py"))]
+    graph = {module_name(p): depends_on(p) for p in files}
+    assert "spark_app.apps.result" in graph["spark_app.apps.bounded"], "the graph follows imports inside functions"
+    assert import_circles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle_through_a_third_module() -> None:
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []

@@ -28,7 +28,7 @@ from kappa_operator.local.runs import run_manifests
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION
-from spark_app.apps.run import RunResult
+from spark_app.apps.result import RunResult
 from spark_app.checkpoints.driver import externalize_sinks
 from spark_app.contract.checkpoints import layout, list_snapshots, open_location
 from spark_app.contract.config import JobConfig

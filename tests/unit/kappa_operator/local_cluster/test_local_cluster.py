@@ -15,10 +15,10 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from kappa_operator.local_cluster.cluster import CREDENTIALS, SPARK_IMAGE, LocalCluster
+from kappa_operator.local_cluster.cluster import CREDENTIALS, LocalCluster
 from kappa_operator.local_cluster.commands import ClusterCommandError, example_manifests, left_running, up
 from kappa_operator.local_cluster.control_plane import ROOT
-from kappa_operator.local_cluster.images import CONTEXT
+from kappa_operator.local_cluster.images import CONTEXT, SPARK_IMAGE
 from kappa_operator.local_cluster.kubernetes import node_count_refused
 from kappa_operator.local_cluster.node import (
     PODS,

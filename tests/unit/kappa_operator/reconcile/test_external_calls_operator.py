@@ -218,7 +218,7 @@ def test_kappa_run_says_what_the_limit_did() -> None:
     from rich.console import Console
 
     from kappa_operator.local.display import Display
-    from spark_app.apps.run import RunResult
+    from spark_app.apps.result import RunResult
 
     console = Console(record=True, width=200)
     run = RunResult("calls", "backfill", 70.0)
