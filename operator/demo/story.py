@@ -36,7 +36,7 @@ from kappa_operator.demo.outage import all_rows, compare_tables, head, inject_ou
 from kappa_operator.demo.report import evaluate, print_report
 from kappa_operator.demo.rewind import run_rewind
 from kappa_operator.demo.steps import DemoError, Poll, Steps, batches_poll, plural, quiet
-from kappa_operator.reconcile.backfill import alignment_group
+from kappa_operator.reconcile.backfill.intent import alignment_group
 from spark_app.apps.run import run
 from spark_app.apps.session import build_session
 from spark_app.catalogs import load_table

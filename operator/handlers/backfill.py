@@ -39,17 +39,11 @@ from kappa_operator.handlers.nodes import clear_lost_pods
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import (
-    SAVED_JOB,
-    BackfillPlan,
-    Planning,
-    follow_step,
-    owner_of,
-    plan_backfill,
-    progress_update,
-    submitted,
-    wants_publish_report,
-)
+from kappa_operator.reconcile.backfill.decide import follow_step, plan_backfill, submitted
+from kappa_operator.reconcile.backfill.dry_run import Planning
+from kappa_operator.reconcile.backfill.intent import SAVED_JOB, BackfillPlan, owner_of
+from kappa_operator.reconcile.backfill.progress import progress_update
+from kappa_operator.reconcile.backfill.publish import wants_publish_report
 from kappa_operator.reconcile.backfill_queue import Admitted, Candidate, Queued, decide
 from kappa_operator.reconcile.estimates import CONFIG_MAP, recorded, runs_from
 from kappa_operator.reconcile.external_calls import calls_status, calls_update, due

@@ -21,13 +21,10 @@ from kappa_operator.local.job import _failure_hint
 from kappa_operator.local.overrides import runtime_config
 from kappa_operator.models.backfill import Backfill, BackfillRestart
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import (
-    NONCE,
-    BackfillPlan,
-    plan_backfill,
-    progress_status,
-    wants_publish_report,
-)
+from kappa_operator.reconcile.backfill.decide import plan_backfill
+from kappa_operator.reconcile.backfill.intent import NONCE, BackfillPlan
+from kappa_operator.reconcile.backfill.progress import progress_status
+from kappa_operator.reconcile.backfill.publish import wants_publish_report
 from kappa_operator.reconcile.phases import now_rfc3339
 from kappa_operator.render.jobconfig import (
     backfill_config,

@@ -42,7 +42,7 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.crd import KINDS
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import plan_backfill
+from kappa_operator.reconcile.backfill.decide import plan_backfill
 from kappa_operator.reconcile.rewind import downstream_rewind
 from kappa_operator.reconcile.streaming_job import plan_streaming_job
 from kappa_operator.render.spark_application import Owner, token_secret

@@ -17,7 +17,9 @@ from kappa_operator.models.backfill import Backfill, BackfillRestart
 from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import SAVED_JOB, plan_backfill, progress_update
+from kappa_operator.reconcile.backfill.decide import plan_backfill
+from kappa_operator.reconcile.backfill.intent import SAVED_JOB
+from kappa_operator.reconcile.backfill.progress import progress_update
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.failures import Failure, failure_status, with_recovery
 from kappa_operator.reconcile.rewind import Observed, plan_rewind

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from kappa_operator.handlers.backfill import candidate
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import Planning, plan_backfill
+from kappa_operator.reconcile.backfill.decide import plan_backfill
+from kappa_operator.reconcile.backfill.dry_run import Planning
 from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Candidate, Queued, QueueLimits, decide
 from kappa_operator.reconcile.estimates import Run, eta, recorded, runs_from
 from spark_app.contract.reports.run import RunReport, batch_costs

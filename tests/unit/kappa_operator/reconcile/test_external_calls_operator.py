@@ -20,7 +20,7 @@ from kappa_operator.handlers.progress import external_calls as job_calls
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import plan_backfill
+from kappa_operator.reconcile.backfill.decide import plan_backfill
 from kappa_operator.reconcile.external_calls import EVERY_S, calls_status, calls_update, due
 from kappa_operator.render.jobconfig import backfill_config, live_checkpoint, restore_config, streaming_job_config
 from kappa_operator.service.metrics import OperatorMetrics

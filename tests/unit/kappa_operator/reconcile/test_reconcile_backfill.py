@@ -16,23 +16,10 @@ from kappa_operator.coordinator.groups import owned
 from kappa_operator.coordinator.scopes import verify
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill import (
-    DONE,
-    NO_PACE,
-    NONCE,
-    PUBLISH,
-    SAVED_JOB,
-    byte_rate,
-    follow_step,
-    plan_backfill,
-    progress,
-    progress_status,
-    progress_update,
-    published,
-    saved_job,
-    submitted,
-    wants_publish_report,
-)
+from kappa_operator.reconcile.backfill.decide import follow_step, plan_backfill, submitted
+from kappa_operator.reconcile.backfill.intent import DONE, NO_PACE, NONCE, PUBLISH, SAVED_JOB, saved_job
+from kappa_operator.reconcile.backfill.progress import byte_rate, progress, progress_status, progress_update
+from kappa_operator.reconcile.backfill.publish import published, wants_publish_report
 from kappa_operator.reconcile.backfill_queue import Queued
 from kappa_operator.reconcile.failures import changes_nothing
 from kappa_operator.reconcile.phases import MESSAGE_MAX, driver_pod, one_line, with_last_words
