@@ -22,8 +22,9 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import ReadLedger, ledger_file
-from spark_app.apps.bounded import Closing, LatenessProbe
+from spark_app.apps.mode_choice import LatenessProbe
 from spark_app.apps.pipeline_code import make_importable
+from spark_app.apps.query_shape import Closing
 from spark_app.apps.result import RunResult
 from spark_app.apps.session import PROGRESS_RETENTION, build_session, progress_retention
 from spark_app.apps.window_end import DrainExtensions, next_read, record_finality
@@ -185,7 +186,8 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     calls = serve_external_calls(cfg, spark)  # before the pipeline is called: its limiter() is this run's
     resolved = resolve_run(spark, cfg, pipeline)
     if resolved.choice is not None and resolved.choice.mode == "bounded":
-        from spark_app.apps.bounded import LateRowsFound, run_bounded
+        from spark_app.apps.bounded import run_bounded
+        from spark_app.apps.mode_choice import LateRowsFound
 
         assert resolved.edges is not None
         # Out of the group at once: no split is read in event-time order. If the write finds
@@ -531,7 +533,8 @@ def resolve_edges(
     from the same plans), and how each sink's results close (a bounded run's rule). Members
     for sources no output reads are reported finished (to a coordinator that was told of
     every configured source), so they never hold the group."""
-    from spark_app.apps.bounded import closings, decided
+    from spark_app.apps.mode_choice import decided
+    from spark_app.apps.query_shape import closings
 
     frames: dict[str, dict[str, DataFrame]] = {}
     outputs = outputs_for(spark, cfg, pipeline, frames=frames)

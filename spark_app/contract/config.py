@@ -463,7 +463,7 @@ class AlignmentConfig(KappaModel):
     (stateless pipelines, top throughput); `bounded`: the pipeline over batch reads of the
     whole read, one Spark batch query per sink (batch speed, no state store; windows and
     sessions under the aligned run's open/written rule; pipelines whose streaming semantics
-    differ from their batch ones are refused: ``spark_app/apps/bounded.py``)."""
+    differ from their batch ones are refused: ``spark_app/apps/query_shape.py``)."""
     group: str | None = None
     """Alignment group; default: the job name. Groups can span queries and jobs."""
     max_drift: Duration = timedelta(minutes=10)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_app.apps.bounded import as_set
+from spark_app.apps.mode_choice import as_set
 from spark_app.contract.alignment import ModeChoice
 from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_duration, parse_duration
 from spark_app.contract.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
@@ -99,8 +99,9 @@ def source_order(frames: dict[str, DataFrame], output: DataFrame) -> tuple[str, 
 def shape_from_query_plan(spark: SparkSession, cfg: JobConfig) -> Shape:
     """Build the pipeline over the sources (no data read, no job run) and resolve its edges as
     the runtime does. A too-short warm-up is a verdict here, not an exception."""
-    from spark_app.apps.bounded import chosen, closings, plan_reason
+    from spark_app.apps.mode_choice import chosen, plan_reason
     from spark_app.apps.pipeline_code import make_importable
+    from spark_app.apps.query_shape import closings
     from spark_app.contract.errors import user_message
     from spark_app.sources.frames import load_pipeline, outputs_for
     from spark_app.window.edges import resolve

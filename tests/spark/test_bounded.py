@@ -218,7 +218,7 @@ def test_auto_whose_write_finds_late_rows_commits_nothing_and_runs_aligned_to_th
     10 minutes) were late live: the write finds them before its commit, removes its files, and
     the run goes on aligned, writing what an aligned run writes, dropped rows and all (a drift
     of 1m keeps the aligned run's own lateness guard satisfied: 1m + the files' 6m43s span)."""
-    from spark_app.apps.bounded import MODE_FILE
+    from spark_app.apps.mode_choice import MODE_FILE
     from spark_app.sinks.iceberg import batch_tags
 
     late = {"pipelineArgs": {"lateness": "8 minutes"}, "drift": "1m"}

@@ -1,6 +1,6 @@
 """``alignment.mode: auto`` with real local Spark: the mode the plan and the run choose on each
 example shape, and why. The same function decides in ``kappa plan`` and at the run's start
-(``spark_app.apps.bounded.chosen``): bounded where the output is provably the aligned run's (a
+(``spark_app.apps.mode_choice.chosen``): bounded where the output is provably the aligned run's (a
 stateless copy, an inner range join whose every row arrived before the live watermark passed
 it, windows and sessions), aligned otherwise, naming the operator (a dedup, an aggregation
 whose window end the output drops) or the late arrivals that the archive's ingestion time
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_app.apps.bounded import MODE_FILE, decided
+from spark_app.apps.mode_choice import MODE_FILE, decided
 from spark_app.apps.run import run
 from spark_app.contract.reports.run import read_report
 from spark_app.planning.plan import plan_backfill

@@ -8,22 +8,18 @@ from typing import Any
 
 import pytest
 
-from spark_app.apps.bounded import (
+from spark_app.apps.bounded import BoundedState
+from spark_app.apps.mode_choice import (
     ARRIVAL_COLUMN,
-    BoundedState,
-    Closing,
     LateArrivals,
     LatenessProbe,
     LateRowsFound,
-    ModeChoice,
     Proof,
-    WatermarkInput,
     choose,
-    end_column,
-    joins,
     late_bound,
-    refusal,
 )
+from spark_app.apps.query_shape import Closing, WatermarkInput, end_column, joins, refusal
+from spark_app.contract.alignment import ModeChoice
 from spark_app.contract.config import parse_config
 from spark_app.contract.errors import ConfigError
 
