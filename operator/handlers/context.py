@@ -25,9 +25,9 @@ from kappa_operator.kube.events import EventRecorder
 from kappa_operator.models.common import CRModel, manifest_fields
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill_queue import QueueLimits
+from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.failures import RETRY_DELAY, Failure, changes_nothing, failure_status, with_recovery
 from kappa_operator.reconcile.phases import app_state, driver_pod, now_rfc3339, with_last_words
-from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.service.metrics import OperatorMetrics, backfill_times
 from spark_app.contract.storage import S3Options
 

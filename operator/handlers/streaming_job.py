@@ -26,17 +26,11 @@ from kappa_operator.handlers.nodes import driver_drained
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.observe.restore_points import initial_points
+from kappa_operator.reconcile.initial_snapshot import InitialSeen, initial_pending, restore_app_name, restore_map_name
+from kappa_operator.reconcile.job_intent import JobPlan
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.reconcile.snapshot_requests import Answers
-from kappa_operator.reconcile.streaming_job import (
-    InitialSeen,
-    JobPlan,
-    initial_pending,
-    owner_of,
-    plan_streaming_job,
-    restore_app_name,
-    restore_map_name,
-)
+from kappa_operator.reconcile.streaming_job import owner_of, plan_streaming_job
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, initial_restore_config
 from kappa_operator.render.spark_application import Owner
 from spark_app.contract.reports.restore import read_report

@@ -20,7 +20,7 @@ from typing import Any
 from kappa_operator.models.common import Condition, as_timedelta, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, set_conditions
-from kappa_operator.reconcile.streaming_job import Event
+from kappa_operator.reconcile.events import Event
 from spark_app.contract.reports.progress import ProgressReport
 
 NO_PROGRESS = "NoProgress"

@@ -29,7 +29,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kappa_operator.render.spark_application import ROLE_LABEL
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.events import Event
+from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobPlan, StatusOf
+from kappa_operator.reconcile.restarts import parse_time
+from kappa_operator.reconcile.snapshot_requests import Book
+from kappa_operator.render.spark_application import (
+    ROLE_LABEL,
+)
 
 
 @dataclass(frozen=True)
@@ -62,3 +69,75 @@ def drain_nonce(driver: DrainedDriver) -> str:
     """The snapshot before moving this driver: one per driver pod (a drain retried, or the
     operator restarted meanwhile, asks for the same one)."""
     return f"node-drain-{driver.uid[:8] or driver.pod}"
+
+
+def move(
+    job: StreamingJob,
+    app: dict[str, Any] | None,
+    state: str,
+    drained: DrainedDriver | None,
+    now: str,
+    requests: Book,
+    status: StatusOf,
+) -> JobPlan | None:
+    """The driver's node drained (``reconcile.node_drain``): a snapshot first, the application then
+    deleted and submitted again (the next reconcile creates it, elsewhere: the node is
+    cordoned). None: nothing to move, or moved (the rest of the decision applies)."""
+    record = job.status.node_drain if job.status else None
+    external = job.spec.checkpoints.external_location is not None
+    if record is None or (drained is not None and record.pod != drained.pod and record.step != "Moving"):
+        if drained is None or state != "RUNNING":
+            return None
+        nonce = drain_nonce(drained) if external else None
+        record_fields = {"node": drained.node, "pod": drained.pod, "startedAt": now, "snapshotNonce": nonce}
+        if nonce is not None:
+            requests.request(nonce, "nodeDrain", now)
+            msg = (
+                f"node {drained.node} is drained: taking snapshot {nonce} before the driver moves off it "
+                "(its PodDisruptionBudget holds the eviction meanwhile)"
+            )
+            return JobPlan(
+                status={
+                    **status("Draining", True, "Draining", msg, state),
+                    "nodeDrain": {**record_fields, "step": "Snapshotting"},
+                },
+                events=(Event("Normal", "Draining", msg),),
+            )
+        how = "no spec.checkpoints.externalLocation to take a snapshot to: moving from its checkpoint alone"
+        return moving(record_fields, drained.node, how, state, status)
+    if record.step == "Snapshotting":
+        snapshot = requests.get(record.snapshot_nonce) if record.snapshot_nonce else None
+        if snapshot is not None and snapshot.taken_at is None and snapshot.error is None:
+            if state in ENDED_LIVE:  # failed on its own meanwhile: restarted as any failure (the
+                return None  # decision's failure path, which drops the record), elsewhere
+            return JobPlan()  # the timer looks again
+        if snapshot is not None and snapshot.taken_at is not None:
+            ids = ", ".join(f"{k} batch {v}" for k, v in sorted(snapshot.batch_ids.items()))
+            how = f"snapshot {snapshot.nonce} taken ({ids})"
+        else:
+            why = snapshot.error if snapshot is not None else "no answer"
+            how = f"snapshot {record.snapshot_nonce} {why}: moving from its checkpoint alone"
+        fields = record.model_dump(by_alias=True, exclude_none=True)
+        return moving(fields, record.node, how, state, status)
+    # Moving: the old application goes (it may still show, ended or being deleted), the new one
+    # is created once it is gone, and runs (the Running branch clears the record)
+    if app is not None and (app.get("metadata", {}).get("deletionTimestamp") or created_before(app, record.started_at)):
+        return JobPlan()
+    return None
+
+
+def moving(record: dict[str, Any], node: str, how: str, state: str, status: StatusOf) -> JobPlan:
+    msg = (
+        f"node {node} is drained: {how}; the application is deleted and runs again from its checkpoint on another node"
+    )
+    return JobPlan(
+        delete_app=True,
+        status={**status("Restarting", False, "Drained", msg, state), "nodeDrain": {**record, "step": "Moving"}},
+        events=(Event("Normal", "Moving", msg),),
+    )
+
+
+def created_before(app: dict[str, Any], when: str) -> bool:
+    """Whether ``app`` was created before ``when`` (RFC 3339): the application a move deletes."""
+    created = (app.get("metadata") or {}).get("creationTimestamp")
+    return bool(created) and parse_time(str(created)) < parse_time(when)

@@ -26,8 +26,8 @@ from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import SKIP_PARTITIONS_MAX, PartitionRange, Rewind, SinkRestore, TopicRanges
 from kappa_operator.models.streaming_job import LiveSource, StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
+from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, app_message, app_state
-from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import (
     CHECKPOINT_ANNOTATION,
     PAUSED_ANNOTATION,

@@ -21,7 +21,15 @@ from typing import Any
 
 from kappa_operator.models.common import API_VERSION, as_timedelta, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec, TakenSnapshot
-from kappa_operator.reconcile.snapshot_requests import parse_time
+from kappa_operator.reconcile.events import Event
+from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobPlan, StatusOf
+from kappa_operator.reconcile.phases import app_state
+from kappa_operator.reconcile.snapshot_requests import Book, parse_time
+from kappa_operator.render.jobconfig import (
+    CHECKPOINT_ANNOTATION,
+    config_hash,
+    streaming_job_config,
+)
 
 
 def effective(job: StreamingJob) -> StreamingJob:
@@ -111,3 +119,78 @@ def rollback_rewind(job: StreamingJob, snapshot: TakenSnapshot | None) -> dict[s
         },
         "spec": {"jobRef": {"name": meta.name}, "target": target, "resetSinks": True},
     }
+
+
+def upgrade(
+    job: StreamingJob,
+    app: dict[str, Any] | None,
+    running_hash: str | None,
+    digest: str,
+    now: str,
+    requests: Book,
+    status: StatusOf,
+) -> JobPlan:
+    """The running application has another config: upgrade it as spec.upgrade.mode says."""
+    mode = job.spec.upgrade.mode
+    up = job.status.upgrade if job.status else None
+    state = app_state(app)
+    if up is not None and up.to_hash == digest and up.step == "SnapshotFailed":
+        return JobPlan()  # said once; the previous spec runs until the next edit
+    if mode == "snapshot" and state not in ENDED_LIVE:  # an ended application takes no snapshot
+        nonce = upgrade_nonce(digest)
+        snapshot = requests.get(nonce)
+        if snapshot is None or (snapshot.taken_at is None and snapshot.error is None):
+            if snapshot is None:
+                requests.request(nonce, "upgrade", now)
+            msg = f"spec changed: taking snapshot {nonce} before the upgrade; the previous spec runs meanwhile"
+            fields = status("Upgrading", state == "RUNNING", "Snapshotting", msg, state)
+            first = up is None or up.to_hash != digest
+            return JobPlan(
+                status={**fields, "upgrade": upgrade_record(job, running_hash, digest, "Snapshotting", now)},
+                events=(Event("Normal", "Snapshotting", msg),) if first else (),
+            )
+        if snapshot.error is not None:
+            msg = f"upgrade to config {digest} not made: snapshot {nonce} {snapshot.error}; the previous spec runs"
+            fields = status("Running", state == "RUNNING", "SnapshotFailed", msg, state)
+            record = {**upgrade_record(job, running_hash, digest, "SnapshotFailed", now)}
+            return JobPlan(status={**fields, "upgrade": record}, events=(Event("Warning", "UpgradeFailed", msg),))
+    move = stateless_location(job) if mode == "stateless" else None
+    if move is not None and job.metadata.annotations.get(CHECKPOINT_ANNOTATION) == move:
+        move = None  # moved already (a retry)
+    if move is not None:  # the config to come runs on the new checkpoint: that is its hash
+        annotations = {**job.metadata.annotations, CHECKPOINT_ANNOTATION: move}
+        moved = job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": annotations})})
+        digest = config_hash(streaming_job_config(moved))
+    how = {
+        "last-state": "restarting from the checkpoint",
+        "stateless": "starting on an empty checkpoint (state dropped)",
+        "snapshot": "snapshot taken; restarting from the checkpoint",
+    }[mode]
+    fields = status("Restarting", False, "SpecChanged", f"spec changed: {how}", None)
+    return JobPlan(
+        delete_app=True,
+        move_checkpoint=move,
+        status={**fields, "upgrade": upgrade_record(job, running_hash, digest, "Starting", now)},
+        events=(Event("Normal", "SpecChanged", f"config {running_hash} -> {digest}: {how} ({mode} upgrade)"),),
+    )
+
+
+def roll_back(job: StreamingJob, why: str, state: str, requests: Book, status: StatusOf) -> JobPlan:
+    """The upgraded spec failed: run the last stable one again (and, in snapshot mode, rewind
+    to the snapshot taken before the upgrade)."""
+    assert job.status is not None and job.status.upgrade is not None
+    up = job.status.upgrade
+    snapshot = requests.get(up.snapshot_nonce) if up.snapshot_nonce else None
+    rewind = rollback_rewind(job, snapshot)
+    back = f"rolled back to config {job.status.last_stable_hash}"
+    if rewind is not None:
+        back += f" and snapshot {up.snapshot_nonce} (Rewind {rewind['metadata']['name']})"
+    msg = f"{why}: {back}; the edited spec stays as written (edit it to try again)"
+    fields = status("RollingBack", False, "RolledBack", msg, state)
+    record = up.model_dump(by_alias=True, exclude_none=True) | {"step": "RolledBack"}
+    return JobPlan(
+        delete_app=True,
+        create_rewind=rewind,
+        status={**fields, "upgrade": record, "rolledBackGeneration": job.metadata.generation},
+        events=(Event("Warning", "RolledBack", msg),),
+    )

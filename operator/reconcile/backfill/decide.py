@@ -40,9 +40,9 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Queued
 from kappa_operator.reconcile.estimates import calibration, measured
+from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_state
 from kappa_operator.reconcile.restarts import REFUSED, next_backfill_restart, parse_time, refused_its_configuration
-from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
 from kappa_operator.render.spark_application import (
     BACKFILL_RESTART,

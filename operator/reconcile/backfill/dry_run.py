@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.estimates import Run, executor_cores, failed_plan, plan_status
+from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, app_message, app_state
-from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import config_hash
 from kappa_operator.render.spark_application import (
     BACKFILL_RESTART,

@@ -16,7 +16,7 @@ from kappa_operator.models.common import Condition
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.estimates import Run
-from kappa_operator.reconcile.streaming_job import Event
+from kappa_operator.reconcile.events import Event
 from kappa_operator.render.jobconfig import backfill_branch
 from kappa_operator.render.spark_application import (
     Owner,

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from kappa_operator.coordinator.core import GroupSpec
 from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, app_message, app_state
 from kappa_operator.reconcile.restarts import parse_time
-from kappa_operator.reconcile.streaming_job import Event
 from kappa_operator.render.jobconfig import backfill_branch, config_hash
 from kappa_operator.render.spark_application import (
     BACKFILL_RESTART,

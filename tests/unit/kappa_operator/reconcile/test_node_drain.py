@@ -9,8 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from kappa_operator.reconcile.job_intent import JobPlan
 from kappa_operator.reconcile.node_drain import DrainedDriver, cordoned, drain_nonce, drained_driver
-from kappa_operator.reconcile.streaming_job import JobPlan, plan_streaming_job
+from kappa_operator.reconcile.streaming_job import plan_streaming_job
 from kappa_operator.render.disruption_budget import driver_disruption_budget
 from kappa_operator.render.spark_application import Owner
 from spark_app.contract.snapshot_requests import Answer

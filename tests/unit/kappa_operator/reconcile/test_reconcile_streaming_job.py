@@ -10,8 +10,9 @@ import yaml
 
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.failures import changes_nothing
+from kappa_operator.reconcile.job_intent import ENDED_LIVE
 from kappa_operator.reconcile.phases import STATES
-from kappa_operator.reconcile.streaming_job import ENDED_LIVE, plan_streaming_job
+from kappa_operator.reconcile.streaming_job import plan_streaming_job
 
 ROOT = Path(__file__).resolve().parents[4]
 NOW, LATER = "2026-11-21T10:00:00Z", "2026-11-21T11:00:00Z"

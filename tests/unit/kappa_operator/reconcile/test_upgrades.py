@@ -14,7 +14,9 @@ from typing import Any
 import yaml
 
 from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
-from kappa_operator.reconcile.streaming_job import InitialSeen, JobPlan, plan_streaming_job
+from kappa_operator.reconcile.initial_snapshot import InitialSeen
+from kappa_operator.reconcile.job_intent import JobPlan
+from kappa_operator.reconcile.streaming_job import plan_streaming_job
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, config_hash, streaming_job_config
 from spark_app.contract.reports.restore import RestoreReport
 from spark_app.contract.snapshot_requests import Answer

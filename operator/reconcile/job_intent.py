@@ -1,0 +1,43 @@
+"""What a decision on a StreamingJob asks for (``JobPlan``): the objects to create, apply or
+delete, the status and Events; the handler carries it out, intent recorded first. Shared by the
+decision (``streaming_job``) and its steps (``upgrades``, ``initial_snapshot``, ``node_drain``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kappa_operator.reconcile.events import Event
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    config_map: dict[str, Any] | None = None
+    """Apply (create or replace) this ConfigMap."""
+    create_app: dict[str, Any] | None = None
+    """Create this SparkApplication."""
+    delete_app: bool = False
+    """Delete the current SparkApplication (suspend, or a restart after a spec change)."""
+    status: dict[str, Any] = field(default_factory=dict)
+    events: tuple[Event, ...] = ()
+    control_map: dict[str, Any] | None = None
+    """Apply the job's control ConfigMap (its open snapshot requests)."""
+    move_checkpoint: str | None = None
+    """Point the job at this checkpoint location (its annotation): a stateless upgrade."""
+    create_rewind: dict[str, Any] | None = None
+    """Create this Rewind (a rollback to the upgrade's snapshot)."""
+    restore: tuple[dict[str, Any], dict[str, Any]] | None = None
+    """Apply this ConfigMap and create this restore application (``spec.initialSnapshot``)."""
+    delete_restore: bool = False
+    """Delete the restore application (it restored the initial snapshot)."""
+    disruption_budget: dict[str, Any] | None = None
+    """Create this PodDisruptionBudget of the driver, if absent (``reconcile.node_drain``)."""
+
+
+ENDED_LIVE = ("FAILED", "SUBMISSION_FAILED", "COMPLETED")
+"""States after which a live application runs no more (rendered with restartPolicy Never: the
+operator restarts it, with backoff)."""
+
+
+StatusOf = Callable[[str, bool, str, str, "str | None"], dict[str, Any]]
