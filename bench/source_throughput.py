@@ -142,7 +142,7 @@ def job_config(
 
 def choose_lateness(cfg: Any) -> tuple[timedelta, timedelta]:
     """The rmi watermark delay that lets the aligned run pass the guard: max(30m, drift + span)."""
-    from spark_app.apps.run import plan_max_span
+    from spark_app.apps.lateness_guard import plan_max_span
 
     span = plan_max_span(cfg)
     required = cfg.alignment.effective_drift + span

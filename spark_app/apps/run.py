@@ -13,17 +13,25 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery
 
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import ReadLedger, ledger_file
+from spark_app.apps.lateness_guard import lateness_verdict
 from spark_app.apps.mode_choice import LatenessProbe
 from spark_app.apps.pipeline_code import make_importable
+from spark_app.apps.queries import (
+    ProgressListener,
+    await_queries,
+    drain_listener_bus,
+    finish_writers,
+    query_progress,
+    start_query,
+)
 from spark_app.apps.query_shape import Closing
 from spark_app.apps.result import RunResult
 from spark_app.apps.session import PROGRESS_RETENTION, build_session, progress_retention
@@ -31,143 +39,34 @@ from spark_app.apps.window_end import DrainExtensions, next_read, record_finalit
 from spark_app.bootstrap.legs import BootstrapLeg, archive_config
 from spark_app.bootstrap.steps import start as start_bootstrap
 from spark_app.bootstrap.steps import switch as switch_bootstrap
-from spark_app.catalogs import load_table
 from spark_app.checkpoints.driver import attach, detach
 from spark_app.contract.alignment import ModeChoice, aligned_members, member_id
 from spark_app.contract.config import (
-    ConsoleSink,
-    IcebergBackfillSource,
-    IcebergSink,
     JobConfig,
-    KafkaSink,
-    ParquetSink,
     TriggerConfig,
 )
-from spark_app.contract.errors import IncompleteBackfillError, KappaError, LatenessError
+from spark_app.contract.errors import IncompleteBackfillError, KappaError
 from spark_app.contract.offsets import BackfillOffset
 from spark_app.contract.reports.bootstrap import BootstrapRecord
 from spark_app.contract.reports.progress import ProgressReporter
 from spark_app.contract.reports.run import write_report as write_run_report
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.external_calls import serve as serve_external_calls
-from spark_app.jvm.calls import analyzed_plan, wait_for_listener_bus
+from spark_app.jvm.calls import analyzed_plan
 from spark_app.planning.split_spans import fit_sources
-from spark_app.planning.splits import max_span
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
-from spark_app.sinks.kafka import KafkaBatchWriter
-from spark_app.sinks.warmup import restrict_to_window
 from spark_app.sources.frames import (
     Pipeline,
     load_pipeline,
     outputs_for,
     reset_rounds,
-    source_spec,
     state_file,
 )
-from spark_app.sources.iceberg.stream import backfill_plan, micros
 from spark_app.sources.kafka import records_gone
 from spark_app.window.edges import Edges, open_results, resolve
-from spark_app.window.lateness import Verdict, check_lateness, watermark_delays
+from spark_app.window.lateness import Verdict
 
 log = logging.getLogger("kappa.runtime")
-
-
-# --- lateness guard --------------------------------------------------------------------
-
-
-def plan_max_span(cfg: JobConfig, read: set[str] | None = None) -> timedelta:
-    """Largest split span over the backfill's sources (those in ``read``), planned exactly as
-    the sources will."""
-    spans = []
-    for name, src in cfg.sources.items():
-        if not isinstance(src, IcebergBackfillSource) or (read is not None and name not in read):
-            continue
-        spec = source_spec(cfg, next(iter(cfg.sinks)), name, 1)
-        table = load_table(spec.catalog_name, spec.catalog, src.table)
-        sid = src.snapshot_id or (table.current_snapshot().snapshot_id if table.current_snapshot() else None)
-        if sid is None:
-            continue
-        spans.append(max_span(backfill_plan(table, spec, sid)))
-    return timedelta(microseconds=max(spans, default=0))
-
-
-def plan_watermark_delay(df: DataFrame) -> timedelta | None:
-    delays = watermark_delays(analyzed_plan(df))
-    return min(delays) if delays else None
-
-
-def lateness_verdict(cfg: JobConfig, outputs: dict[str, DataFrame], read: set[str] | None = None) -> Verdict | None:
-    if cfg.mode != "backfill":
-        return None
-    delay = cfg.alignment.lateness
-    if delay is None:
-        found = [d for df in outputs.values() if (d := plan_watermark_delay(df)) is not None]
-        delay = min(found) if found else None
-    verdict = check_lateness(
-        delay,
-        cfg.alignment.effective_drift,
-        plan_max_span(cfg, read),
-        cfg.alignment.mode,
-        cfg.alignment.allow_late_drops,
-    )
-    if not verdict.ok:
-        raise LatenessError(verdict.message)
-    log.info("lateness guard: %s", verdict.message)
-    return verdict
-
-
-# --- sinks -------------------------------------------------------------------------------
-
-
-def start_query(
-    cfg: JobConfig, name: str, df: DataFrame, writers: list[IcebergBatchWriter] | None = None
-) -> StreamingQuery:
-    """``writers``: gets the query's Iceberg sink writer, whose pipelined commits the caller
-    finishes (``IcebergBatchWriter.finish``) once the query ended."""
-    sink = cfg.sinks[name]
-    if cfg.mode == "backfill" and cfg.window is not None:
-        df = restrict_to_window(df, sink.time_column, micros(cfg.window.start), micros(cfg.window.end))
-    checkpoint = f"{cfg.checkpoint.location.rstrip('/')}/{name}"
-    writer = df.writeStream.queryName(f"{cfg.name}-{name}").option("checkpointLocation", checkpoint)
-    writer = writer.outputMode(sink.output_mode)
-    trig = cfg.effective_trigger
-    if trig.kind == "availableNow":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{int(trig.interval.total_seconds() * 1000)} milliseconds")
-    if isinstance(sink, ParquetSink):
-        writer = writer.format("parquet").option("path", sink.path)
-        if sink.partition_by:
-            writer = writer.partitionBy(*sink.partition_by)
-    elif isinstance(sink, ConsoleSink):
-        writer = writer.format("console").option("truncate", "false")
-    elif isinstance(sink, IcebergSink):
-        pipelined = sink.pipelined_commit and writers is not None
-        batch_writer = IcebergBatchWriter(
-            cfg.name,
-            name,
-            sink,
-            cfg.catalogs[sink.catalog],
-            cfg.sink_branch(name),
-            checkpoint,
-            cfg.trace_path,
-            pipelined=pipelined,
-        )
-        if writers is not None:
-            writers.append(batch_writer)
-        writer = writer.foreachBatch(batch_writer)
-    elif isinstance(sink, KafkaSink):
-        writer = writer.foreachBatch(KafkaBatchWriter(name, sink, checkpoint, cfg.trace_path))
-    return writer.start()
-
-
-# --- progress ----------------------------------------------------------------------------
-
-
-def query_progress(q: StreamingQuery) -> list[dict[str, Any]]:
-    """Every progress of a finished query, read from the query itself: a listener's events
-    arrive asynchronously and may still be queued when the query has ended."""
-    return [p if isinstance(p, dict) else json.loads(p.json) for p in q.recentProgress]
 
 
 AVAILABLE_NOW = TriggerConfig(kind="availableNow")
@@ -424,65 +323,6 @@ def finish(
         notices=held.gone,
         mode_choice=legs.choice,
     )
-
-
-def drain_listener_bus(spark: SparkSession, timeout_ms: int = 10_000) -> None:
-    """Wait until Spark's listener bus delivered every event posted so far: the progress
-    listener is a Python callback, and an event still queued when it is removed (and the
-    process exits) was delivered to a closed callback server, logging a Py4J error and a Java
-    trace after the run's last line (issue 44)."""
-    try:
-        wait_for_listener_bus(spark, timeout_ms)
-    except Exception:  # a bus that does not drain in time: the events are only progress
-        log.debug("the listener bus did not drain within %s ms", timeout_ms, exc_info=True)
-
-
-def finish_writers(writers: list[IcebergBatchWriter]) -> None:
-    """Each Iceberg sink's recorded batches committed (the first failure raised, after all
-    were tried: a record that stays is committed by the next run)."""
-    failures = []
-    while writers:
-        try:
-            writers.pop().finish()
-        except Exception as exc:
-            failures.append(exc)
-    if failures:
-        raise failures[0]
-
-
-def await_queries(queries: list[StreamingQuery], deadline: float | None) -> None:
-    """Wait for every query to end (availableNow) or the deadline, then raise the first failure."""
-    for q in queries:
-        remaining = None if deadline is None else max(deadline - time.monotonic(), 0.001)
-        finished = q.awaitTermination(remaining) if remaining is not None else q.awaitTermination()
-        if finished is False:
-            q.stop()
-    for q in queries:
-        if q.exception() is not None:
-            raise q.exception()  # type: ignore[misc]
-
-
-class ProgressListener(StreamingQueryListener):
-    """Hands each progress and idle event of a live job to its ``ProgressReporter`` (an idle
-    event names its query by id only: the start event gives the name)."""
-
-    def __init__(self, reporter: ProgressReporter) -> None:
-        self.reporter = reporter
-        self.names: dict[str, str] = {}
-
-    def onQueryStarted(self, event: Any) -> None:
-        self.names[str(event.id)] = str(event.name)
-
-    def onQueryProgress(self, event: Any) -> None:
-        self.reporter.observe(json.loads(event.progress.json))
-
-    def onQueryIdle(self, event: Any) -> None:
-        name = self.names.get(str(event.id))
-        if name is not None:
-            self.reporter.idle(name)
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
 
 
 def start_reads(cfg: JobConfig) -> ReadLedger | None:

@@ -32,7 +32,7 @@ from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, ReadMaxRows
 
-from spark_app.apps import run as runtime
+from spark_app.apps.queries import start_query
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import NonAppendSnapshotError, PlanChangedError, SnapshotExpiredError
 from spark_app.contract.offsets import BackfillOffset, LiveOffset
@@ -238,7 +238,7 @@ def test_snapshots_appended_under_a_running_query_are_read_exactly_once(
     ds = fresh_dataset(0.5)
     cfg = live_config(ds, tmp_path, startingPosition="earliest", readLimit={"maxSnapshots": 3})
     outputs = frames.outputs_for(spark, cfg, frames.load_pipeline(cfg.pipeline))
-    q = runtime.start_query(cfg, "copy", outputs["copy"])
+    q = start_query(cfg, "copy", outputs["copy"])
     appended: list[str] = []
     try:
         q.processAllAvailable()
