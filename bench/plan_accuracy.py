@@ -114,10 +114,10 @@ def measure(spark: Any, cfg: Any) -> dict[str, Any]:
     from spark_app.apps.run import run
     from spark_app.contract.errors import LatenessError
     from spark_app.contract.reports.run import read_report
-    from spark_app.planning.plan import plan_backfill
+    from spark_app.planning.plan import decide_backfill
 
     t0 = time.monotonic()
-    plan = plan_backfill(cfg, spark)
+    plan = decide_backfill(cfg, spark)
     plan_s = time.monotonic() - t0
     if plan.state != "Planned":
         raise RuntimeError(f"plan of {cfg.name} failed: {plan.error}")

@@ -16,7 +16,7 @@ from kappa_operator.coordinator.server import Service
 
 
 @dataclass(frozen=True)
-class Progress:
+class GroupProgress:
     """What `kubectl get bf` shows of a group: its global watermark and the largest lag, and
     what the backfill's members read (None until they report reads: an older Spark side)."""
 
@@ -41,7 +41,7 @@ class Groups(Protocol):
         """Remove the members ``owner`` (a backfill's name: ids are ``owner/sink/source``) joined with."""
         ...
 
-    def progress(self, group: str, owner: str) -> Progress | None:
+    def progress(self, group: str, owner: str) -> GroupProgress | None:
         """None: no such group (not declared yet, or already left)."""
         ...
 
@@ -73,7 +73,7 @@ class EmbeddedGroups:
                 core.declare(rest, _now())
             self.service.persist()
 
-    def progress(self, group: str, owner: str) -> Progress | None:
+    def progress(self, group: str, owner: str) -> GroupProgress | None:
         core, now = self.service.core, _now()
         try:
             answer = core.view(group, now)
@@ -84,8 +84,8 @@ class EmbeddedGroups:
         gw = None if answer.held or answer.finished else answer.global_watermark
         reads = core.reads(group, mine, now)
         if reads is None:
-            return Progress(gw, max(lags, default=None), answer.finished)
-        return Progress(
+            return GroupProgress(gw, max(lags, default=None), answer.finished)
+        return GroupProgress(
             gw,
             max(lags, default=None),
             answer.finished,

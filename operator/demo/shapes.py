@@ -178,7 +178,7 @@ def _backfill_and_compare(
     cfg = job(s, module)
     sink = cfg.sinks[module.OUTPUT]
     assert isinstance(sink, ParquetSink)
-    with quiet("kappa.runtime"):
+    with quiet("spark_app"):
         report = steps.run(
             f"{name(module)} backfill",
             lambda: run(cfg, spark),

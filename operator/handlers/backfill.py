@@ -39,9 +39,9 @@ from kappa_operator.handlers.nodes import clear_lost_pods
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill.decide import follow_step, plan_backfill, submitted
+from kappa_operator.reconcile.backfill.decide import decide_backfill, follow_step, submitted
 from kappa_operator.reconcile.backfill.dry_run import Planning
-from kappa_operator.reconcile.backfill.intent import SAVED_JOB, BackfillPlan, owner_of
+from kappa_operator.reconcile.backfill.intent import SAVED_JOB, BackfillIntent, owner_of
 from kappa_operator.reconcile.backfill.progress import progress_update
 from kappa_operator.reconcile.backfill.publish import wants_publish_report
 from kappa_operator.reconcile.backfill_queue import Admitted, Candidate, Queued, decide
@@ -167,12 +167,12 @@ def _plan(
     apps: tuple[dict[str, Any] | None, dict[str, Any] | None],
     job: StreamingJob | None,
     saved: bool,
-) -> BackfillPlan:
+) -> BackfillIntent:
     c = ctx()
     url = c.coordinator_url if c.groups is not None else None
     app, publish_app = apps
     report = _report(bf, job, app, publish_app)
-    return plan_backfill(
+    return decide_backfill(
         bf,
         job,
         app,
@@ -195,7 +195,7 @@ def _apps(bf: Backfill) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     return cluster.get_app(ns, owner.app_name, owner), cluster.get_app(ns, owner.publish_app_name, owner)
 
 
-def act(plan: BackfillPlan, bf: Backfill, job: StreamingJob | None, body: Any) -> dict[str, Any]:
+def act(plan: BackfillIntent, bf: Backfill, job: StreamingJob | None, body: Any) -> dict[str, Any]:
     """Carry out ``plan``; the status to record (a publish ends in a later status than planned)."""
     c = ctx()
     cluster, owner = c.cluster(), owner_of(bf)

@@ -34,12 +34,12 @@ from kappa_operator.reconcile.rewind import (
     Pause,
     Resume,
     RewindDownstream,
-    RewindPlan,
+    RewindIntent,
     RunRestore,
+    decide_rewind,
     downstream_of,
     owner_of,
     paused_by,
-    plan_rewind,
     step_failed,
 )
 from kappa_operator.reconcile.streaming_job import owner_of as job_owner
@@ -98,7 +98,7 @@ def _observe(rw: Rewind) -> Observed:
 def step(rw: Rewind, body: Any) -> dict[str, Any]:
     """One phase: record it, run its commands, record the next. The last status written."""
     seen = _observe(rw)
-    plan: RewindPlan = plan_rewind(rw, seen, now_rfc3339())
+    plan: RewindIntent = decide_rewind(rw, seen, now_rfc3339())
     record(KIND, body, plan.status)
     observe(KIND, body, plan.status)
     post_events(body, plan.events)
@@ -119,7 +119,7 @@ def step(rw: Rewind, body: Any) -> dict[str, Any]:
     return {**plan.status, **nxt}
 
 
-def _carry_out(rw: Rewind, plan: RewindPlan, job: StreamingJob | None) -> dict[str, Any]:
+def _carry_out(rw: Rewind, plan: RewindIntent, job: StreamingJob | None) -> dict[str, Any]:
     """Run the step's commands; the status fields they produced."""
     c = ctx().cluster()
     ns = rw.metadata.namespace

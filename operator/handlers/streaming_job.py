@@ -27,10 +27,10 @@ from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.observe.restore_points import initial_points
 from kappa_operator.reconcile.initial_snapshot import InitialSeen, initial_pending, restore_app_name, restore_map_name
-from kappa_operator.reconcile.job_intent import JobPlan
+from kappa_operator.reconcile.job_intent import JobIntent
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
 from kappa_operator.reconcile.snapshot_requests import Answers
-from kappa_operator.reconcile.streaming_job import owner_of, plan_streaming_job
+from kappa_operator.reconcile.streaming_job import decide_streaming_job, owner_of
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, initial_restore_config
 from kappa_operator.render.spark_application import Owner
 from spark_app.contract.reports.restore import read_report
@@ -47,7 +47,7 @@ INTENT_FIELDS = ("upgrade", "rolledBackGeneration", "initialRestore", "initialSn
 reader that sees the step's application also sees the step (the restored start's flag)."""
 
 
-def act(plan: JobPlan, job: StreamingJob, body: Any) -> None:
+def act(plan: JobIntent, job: StreamingJob, body: Any) -> None:
     c, owner = ctx().cluster(), owner_of(job)
     intent = any(k in plan.status for k in INTENT_FIELDS)
     if intent:  # a step is recorded before its I/O: a restarted operator (or a reader) finds it
@@ -134,7 +134,7 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     app = with_driver_words(ctx().cluster().get_app(owner.namespace, owner.app_name, owner), owner.namespace, recorded)
     initial = initial_seen(job, owner) if initial_pending(job) and app is None else None
     drained = driver_drained(owner.namespace, owner.app_name) if app is not None else None
-    plan = plan_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial, drained=drained)
+    plan = decide_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial, drained=drained)
     act(plan, job, body)
 
 

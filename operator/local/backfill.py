@@ -1,4 +1,4 @@
-"""`kappa run` of a Backfill: ``plan_backfill`` -> alignment group declared in an embedded
+"""`kappa run` of a Backfill: ``decide_backfill`` -> alignment group declared in an embedded
 coordinator -> the backfill JobConfig run to its end, validating and publishing in the same
 run when publish is enabled, as its driver does on a cluster (``spark_app.apps.publish
 .run_and_publish``, in-process on one SparkSession) -> Succeeded / Failed as the operator
@@ -21,8 +21,8 @@ from kappa_operator.local.job import _failure_hint
 from kappa_operator.local.overrides import runtime_config
 from kappa_operator.models.backfill import Backfill, BackfillRestart
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill.decide import plan_backfill
-from kappa_operator.reconcile.backfill.intent import NONCE, BackfillPlan
+from kappa_operator.reconcile.backfill.decide import decide_backfill
+from kappa_operator.reconcile.backfill.intent import NONCE, BackfillIntent
 from kappa_operator.reconcile.backfill.progress import progress_status
 from kappa_operator.reconcile.backfill.publish import wants_publish_report
 from kappa_operator.reconcile.phases import now_rfc3339
@@ -46,7 +46,7 @@ def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
     with EmbeddedCoordinator(Service(token)) as coordinator:
         groups = EmbeddedGroups(coordinator.service)
 
-        def act(plan: BackfillPlan, current: Backfill) -> Backfill:
+        def act(plan: BackfillIntent, current: Backfill) -> Backfill:
             if plan.join_group is not None:
                 groups.join(plan.join_group)  # before the driver reports into it
             if plan.leave_group is not None:
@@ -54,7 +54,7 @@ def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
             return local.record(current, plan.status)
 
         app = application("COMPLETED", "", {NONCE: str(bf.spec.restart_nonce)})
-        plan = plan_backfill(bf, job, app if _publishing(bf) else None, coordinator.url, now_rfc3339())
+        plan = decide_backfill(bf, job, app if _publishing(bf) else None, coordinator.url, now_rfc3339())
         if plan.create_app is None and plan.create_publish_app is None:
             bf = act(plan, bf)
             return _backfill_done_before(local, bf)
@@ -63,14 +63,14 @@ def run_backfill(local: Local, bf: Backfill, job: StreamingJob) -> int:
             created = dict(plan.create_app["metadata"]["annotations"])  # what it runs with (nonce, publish)
             bf, app = _run_backfill(local, bf, job, coordinator.url, token, groups, created)
             ran = _not_restarted(bf)
-            plan = plan_backfill(ran, job, app, coordinator.url, now_rfc3339(), report=_report(ran, job, app))
+            plan = decide_backfill(ran, job, app, coordinator.url, now_rfc3339(), report=_report(ran, job, app))
             bf = act(plan, bf)
         # No report of the run (the operator's fallback, in-process): Publishing is recorded, so an
         # interrupted `kappa run` publishes next time.
         if plan.create_publish_app is not None:
             bf = act(plan, bf)
             publisher = _publish(local, bf, job)
-            bf = act(plan_backfill(bf, job, app, coordinator.url, now_rfc3339(), None, False, *publisher), bf)
+            bf = act(decide_backfill(bf, job, app, coordinator.url, now_rfc3339(), None, False, *publisher), bf)
     if bf.status and bf.status.published:
         show.published(list(bf.status.published))
     show.status("Backfill", bf.metadata.name, _status(bf))

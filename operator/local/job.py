@@ -1,4 +1,4 @@
-"""`kappa run` of a StreamingJob: ``plan_streaming_job``, the rendered live JobConfig on local
+"""`kappa run` of a StreamingJob: ``decide_streaming_job``, the rendered live JobConfig on local
 Spark, whose driver externalizes its checkpoint as it would on the cluster (every committed
 batch of the run here, the newest one per ``spec.checkpoints.interval`` there); then the
 restore points listed as the operator lists them."""
@@ -18,7 +18,7 @@ from kappa_operator.observe.restore_points import restore_points, snapshot_failu
 from kappa_operator.reconcile.bootstrap import bootstrap_status
 from kappa_operator.reconcile.checkpoints import checkpoint_status
 from kappa_operator.reconcile.phases import now_rfc3339
-from kappa_operator.reconcile.streaming_job import plan_streaming_job
+from kappa_operator.reconcile.streaming_job import decide_streaming_job
 from kappa_operator.render.jobconfig import (
     config_hash,
     streaming_job_config,
@@ -47,7 +47,7 @@ class JobRun:
 def run_job(local: Local, job: StreamingJob) -> JobRun:
     show, opts = local.show, local.opts
     job = local.objects.apply(job)
-    plan = plan_streaming_job(job, None, now_rfc3339())
+    plan = decide_streaming_job(job, None, now_rfc3339())
     if plan.create_app is None:  # paused by a Rewind, or suspended: the operator runs nothing
         job = local.record(job, plan.status)
         return JobRun(job, "", str(plan.status.get("message")))
@@ -58,7 +58,7 @@ def run_job(local: Local, job: StreamingJob) -> JobRun:
     show.notes("local run", notes)
     hashed = {"kappa.dev/config-hash": digest}
     running = application("RUNNING", f"running locally from {cfg.checkpoint.location}", hashed)
-    job = local.record(job, plan_streaming_job(job, running, now_rfc3339()).status)
+    job = local.record(job, decide_streaming_job(job, running, now_rfc3339()).status)
     report, state, message = None, "COMPLETED", "ran locally to the end of what was there (availableNow)"
     text = f"{job.metadata.name}: live from {cfg.checkpoint.location}" + (" (Ctrl-C stops)" if opts.follow else "")
     try:
@@ -85,7 +85,7 @@ def run_job(local: Local, job: StreamingJob) -> JobRun:
     if state == "FAILED":
         _failure_hint(local, message)
     ended = application(state, message, hashed)
-    job = local.record(job, {**plan_streaming_job(job, ended, now_rfc3339(), restarts=False).status, **fields})
+    job = local.record(job, {**decide_streaming_job(job, ended, now_rfc3339(), restarts=False).status, **fields})
     if report is not None:
         show.runs(f"{job.metadata.name}: live, locally", [(job.metadata.name, report)])
         for notice in report.notices:

@@ -81,7 +81,7 @@ def session(cfg: JobConfig) -> Any:
 
 def plan_manifest(manifest: Path, job_file: Path | None, opts: PlanOptions, out: Console) -> int:
     """Plan and print; the exit code (0 Planned, 3 Failed, 2 refused before planning)."""
-    from spark_app.planning.plan import plan_backfill
+    from spark_app.planning.plan import decide_backfill
 
     show = Display(out if not opts.json else Console(stderr=True))
     try:
@@ -92,7 +92,7 @@ def plan_manifest(manifest: Path, job_file: Path | None, opts: PlanOptions, out:
     if opts.spark:
         open_source_tables(cfg)
     if opts.json:
-        report = plan_backfill(cfg, session(cfg) if opts.spark else None)
+        report = decide_backfill(cfg, session(cfg) if opts.spark else None)
         sys.stdout.write(report.model_dump_json(indent=2) + "\n")
         sys.stdout.flush()
         return 0 if report.state == "Planned" else 3
@@ -100,7 +100,7 @@ def plan_manifest(manifest: Path, job_file: Path | None, opts: PlanOptions, out:
         show.note(line)
     how = "the pipeline's query plan (local Spark)" if opts.spark else "declarations only (--no-spark)"
     with out.status(escape(f"planning {cfg.name} from Iceberg metadata and {how}")):
-        report = plan_backfill(cfg, session(cfg) if opts.spark else None)
+        report = decide_backfill(cfg, session(cfg) if opts.spark else None)
     print_plan(out, cfg, report)
     return 0 if report.state == "Planned" else 3
 

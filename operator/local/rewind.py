@@ -1,4 +1,4 @@
-"""`kappa run` of a Rewind: ``plan_rewind`` phase by phase; Pause is recorded (nothing of the
+"""`kappa run` of a Rewind: ``decide_rewind`` phase by phase; Pause is recorded (nothing of the
 job runs here), the restore application's code (``spark_app.apps.restore``, what ``python -m
 spark_app restore`` runs on a cluster) runs in-process and leaves its report where the
 operator reads it, Resume runs the job once from the restored checkpoint, downstream Rewinds
@@ -28,9 +28,9 @@ from kappa_operator.reconcile.rewind import (
     Resume,
     RewindDownstream,
     RunRestore,
+    decide_rewind,
     downstream_of,
     paused_by,
-    plan_rewind,
     step_failed,
 )
 from kappa_operator.render.jobconfig import (
@@ -81,7 +81,7 @@ def run_rewind(local: Local, rw: Rewind, job: StreamingJob, others: tuple[Stream
             restore_app=restored[0] if ended and restored is not None else None,
             report=restored[1] if ended and restored is not None else None,
         )
-        plan = plan_rewind(rw, seen, now_rfc3339())
+        plan = decide_rewind(rw, seen, now_rfc3339())
         rw = local.record(rw, plan.status)
         if plan.status.get("phase") in TERMINAL:
             break

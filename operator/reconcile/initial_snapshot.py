@@ -9,7 +9,7 @@ from typing import Any
 
 from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
 from kappa_operator.reconcile.events import Event
-from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobPlan, StatusOf
+from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.phases import app_message, app_state
 from kappa_operator.render.jobconfig import (
     config_hash,
@@ -42,7 +42,7 @@ def initial_pending(job: StreamingJob) -> bool:
     return job.spec.initial_snapshot is not None and not (job.status and job.status.initial_snapshot_restored)
 
 
-def start_from_snapshot(job: StreamingJob, owner: Owner, seen: InitialSeen, status: StatusOf) -> JobPlan:
+def start_from_snapshot(job: StreamingJob, owner: Owner, seen: InitialSeen, status: StatusOf) -> JobIntent:
     """A new job's first step with ``spec.initialSnapshot``: choose each sink's snapshot (once,
     recorded), restore them into the live checkpoint with a restore application of the job's
     image and credentials, then (restored) run as any job does."""
@@ -52,20 +52,20 @@ def start_from_snapshot(job: StreamingJob, owner: Owner, seen: InitialSeen, stat
     if not chosen:
         if isinstance(seen.points, str):
             msg = f"cannot start from the initial snapshot: {seen.points}"
-            return JobPlan(
+            return JobIntent(
                 status=status("Failed", False, "InitialSnapshotMissing", msg, None),
                 events=(Event("Warning", "InitialSnapshotMissing", msg),),
             )
         chosen = list(seen.points or [])
         if not chosen:
-            return JobPlan()  # not looked yet
+            return JobIntent()  # not looked yet
     where = ", ".join(f"{p.sink} batch {p.batch_id}" for p in chosen)
     fields = {"initialRestore": [p.model_dump(by_alias=True) for p in chosen]}
     report, state = seen.report, app_state(seen.restore_app)
     if report is not None and report.state == "Restored" and state == "COMPLETED":
         msg = f"restored {where} from {source.location}: starting"
         done = status("Submitted", False, "InitialSnapshotRestored", msg, None)
-        return JobPlan(
+        return JobIntent(
             delete_restore=True,
             status={**done, "initialSnapshotRestored": True},
             events=(Event("Normal", "InitialSnapshotRestored", msg),),
@@ -73,12 +73,12 @@ def start_from_snapshot(job: StreamingJob, owner: Owner, seen: InitialSeen, stat
     if (report is not None and report.state == "Failed") or state in ENDED_LIVE:
         why = (report.error if report is not None else None) or app_message(seen.restore_app) or state
         msg = f"restoring the initial snapshot ({where}) failed: {why}; delete the job's checkpoint and recreate it"
-        return JobPlan(
+        return JobIntent(
             status={**status("Failed", False, "InitialRestoreFailed", msg, None), **fields},
             events=(Event("Warning", "InitialRestoreFailed", msg),),
         )
     if seen.restore_app is not None:
-        return JobPlan(status={**status("Restoring", False, "Restoring", f"restoring {where}", None), **fields})
+        return JobIntent(status={**status("Restoring", False, "Restoring", f"restoring {where}", None), **fields})
     cfg = initial_restore_config(job, chosen)
     digest = config_hash(cfg)
     app = spark_application(owner, cfg, job_launch(job, BACKFILL_RESTART), digest, command="restore")
@@ -87,7 +87,7 @@ def start_from_snapshot(job: StreamingJob, owner: Owner, seen: InitialSeen, stat
     cm["metadata"]["name"] = restore_map_name(owner)
     app["spec"]["volumes"][0]["configMap"]["name"] = cm["metadata"]["name"]
     msg = f"restoring {where} from {source.location} before the first run"
-    return JobPlan(
+    return JobIntent(
         restore=(cm, app),
         status={**status("Restoring", False, "Restoring", msg, None), **fields},
         events=(Event("Normal", "Restoring", msg),),

@@ -1,4 +1,4 @@
-"""What a decision on a StreamingJob asks for (``JobPlan``): the objects to create, apply or
+"""What a decision on a StreamingJob asks for (``JobIntent``): the objects to create, apply or
 delete, the status and Events; the handler carries it out, intent recorded first. Shared by the
 decision (``streaming_job``) and its steps (``upgrades``, ``initial_snapshot``, ``node_drain``)."""
 
@@ -12,7 +12,7 @@ from kappa_operator.reconcile.events import Event
 
 
 @dataclass(frozen=True)
-class JobPlan:
+class JobIntent:
     config_map: dict[str, Any] | None = None
     """Apply (create or replace) this ConfigMap."""
     create_app: dict[str, Any] | None = None

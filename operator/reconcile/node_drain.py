@@ -31,7 +31,7 @@ from typing import Any
 
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.events import Event
-from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobPlan, StatusOf
+from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.restarts import parse_time
 from kappa_operator.reconcile.snapshot_requests import Book
 from kappa_operator.render.spark_application import (
@@ -79,7 +79,7 @@ def move(
     now: str,
     requests: Book,
     status: StatusOf,
-) -> JobPlan | None:
+) -> JobIntent | None:
     """The driver's node drained (``reconcile.node_drain``): a snapshot first, the application then
     deleted and submitted again (the next reconcile creates it, elsewhere: the node is
     cordoned). None: nothing to move, or moved (the rest of the decision applies)."""
@@ -96,7 +96,7 @@ def move(
                 f"node {drained.node} is drained: taking snapshot {nonce} before the driver moves off it "
                 "(its PodDisruptionBudget holds the eviction meanwhile)"
             )
-            return JobPlan(
+            return JobIntent(
                 status={
                     **status("Draining", True, "Draining", msg, state),
                     "nodeDrain": {**record_fields, "step": "Snapshotting"},
@@ -110,7 +110,7 @@ def move(
         if snapshot is not None and snapshot.taken_at is None and snapshot.error is None:
             if state in ENDED_LIVE:  # failed on its own meanwhile: restarted as any failure (the
                 return None  # decision's failure path, which drops the record), elsewhere
-            return JobPlan()  # the timer looks again
+            return JobIntent()  # the timer looks again
         if snapshot is not None and snapshot.taken_at is not None:
             ids = ", ".join(f"{k} batch {v}" for k, v in sorted(snapshot.batch_ids.items()))
             how = f"snapshot {snapshot.nonce} taken ({ids})"
@@ -122,15 +122,15 @@ def move(
     # Moving: the old application goes (it may still show, ended or being deleted), the new one
     # is created once it is gone, and runs (the Running branch clears the record)
     if app is not None and (app.get("metadata", {}).get("deletionTimestamp") or created_before(app, record.started_at)):
-        return JobPlan()
+        return JobIntent()
     return None
 
 
-def moving(record: dict[str, Any], node: str, how: str, state: str, status: StatusOf) -> JobPlan:
+def moving(record: dict[str, Any], node: str, how: str, state: str, status: StatusOf) -> JobIntent:
     msg = (
         f"node {node} is drained: {how}; the application is deleted and runs again from its checkpoint on another node"
     )
-    return JobPlan(
+    return JobIntent(
         delete_app=True,
         status={**status("Restarting", False, "Drained", msg, state), "nodeDrain": {**record, "step": "Moving"}},
         events=(Event("Normal", "Moving", msg),),

@@ -82,7 +82,7 @@ Command = Pause | RunRestore | RewindDownstream | Resume
 
 
 @dataclass(frozen=True)
-class RewindPlan:
+class RewindIntent:
     status: dict[str, Any]
     """Recorded before the commands run."""
     commands: tuple[Command, ...] = ()
@@ -111,10 +111,10 @@ class Observed:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def plan_rewind(rw: Rewind, seen: Observed, now: str) -> RewindPlan:
+def decide_rewind(rw: Rewind, seen: Observed, now: str) -> RewindIntent:
     phase = rw.status.phase if rw.status and rw.status.phase else "Pending"
     if phase in TERMINAL:
-        return RewindPlan(status=_kept(rw))
+        return RewindIntent(status=_kept(rw))
     return STEPS[phase](rw, seen, _Status(rw, now))
 
 
@@ -167,25 +167,25 @@ def restored_location(rw: Rewind, job: StreamingJob) -> str:
 # --- one function per phase ---------------------------------------------------------------
 
 
-def _pending(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
+def _pending(rw: Rewind, seen: Observed, status: _Status) -> RewindIntent:
     job = seen.job
     if job is None:
         msg = f"StreamingJob {rw.spec.job_ref.name} not found in {rw.metadata.namespace}; waiting for it"
-        return RewindPlan(status=status("Pending", msg, "JobNotFound"))
+        return RewindIntent(status=status("Pending", msg, "JobNotFound"))
     if isinstance(seen.chosen, str):
         msg = f"no restorable point: {seen.chosen}"
-        return RewindPlan(
+        return RewindIntent(
             status=status("Failed", msg, "NoRestorablePoint"), events=(Event("Warning", "NoRestorablePoint", msg),)
         )
     if seen.expired is not None:
-        return RewindPlan(
+        return RewindIntent(
             status=status("Failed", seen.expired, "KafkaOffsetsExpired"),
             events=(Event("Warning", "KafkaOffsetsExpired", seen.expired),),
         )
     points = ", ".join(f"{r.sink} batch {r.batch_id} ({r.committed_at})" for r in seen.chosen)
     msg = f"restoring {points}; stopping {job.metadata.name}"
     location = restored_location(rw, job)
-    return RewindPlan(
+    return RewindIntent(
         status=status(
             "Stopping",
             msg,
@@ -198,19 +198,19 @@ def _pending(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
     )
 
 
-def _stopping(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
+def _stopping(rw: Rewind, seen: Observed, status: _Status) -> RewindIntent:
     if seen.job is None:
         return _failed(status, "JobDeleted", f"StreamingJob {rw.spec.job_ref.name} was deleted during the rewind")
     if seen.app is not None:  # the job's handler deletes it once it sees the annotation
-        return RewindPlan(
+        return RewindIntent(
             status=status("Stopping", f"waiting for SparkApplication {seen.job.metadata.name} to stop"),
             commands=(Pause(paused_by(rw)),),
         )
     msg = f"stopped; restoring into {_location(rw)}"
-    return RewindPlan(status=status("Restoring", msg), events=(Event("Normal", "Restoring", msg),))
+    return RewindIntent(status=status("Restoring", msg), events=(Event("Normal", "Restoring", msg),))
 
 
-def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
+def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindIntent:
     owner, job = owner_of(rw), seen.job
     extra: dict[str, Any] = {"restoreApplicationName": owner.app_name}
     points = ", ".join(f"{r.sink} batch {r.batch_id}" for r in _restores(rw))
@@ -221,7 +221,7 @@ def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
         cfg = restore_config(rw, job, _restores(rw), _location(rw))
         app = spark_application(owner, cfg, job_launch(job, BACKFILL_RESTART), config_hash(cfg), command="restore")
         msg = f"SparkApplication {owner.app_name} restoring {points} into {_location(rw)}{undo}"
-        return RewindPlan(
+        return RewindIntent(
             status=status("Restoring", msg, restoreApplicationState="", **extra),
             commands=(RunRestore(config_map(owner, cfg), app),),
             events=(Event("Normal", "Restoring", msg),),
@@ -230,7 +230,7 @@ def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
     extra["restoreApplicationState"] = state
     if state not in ENDED:
         msg = f"SparkApplication {owner.app_name} restoring {points}{undo}: it is {state or 'submitted'}"
-        return RewindPlan(status=status("Restoring", msg, **extra))
+        return RewindIntent(status=status("Restoring", msg, **extra))
     report = seen.report
     if report is None or report.state == "Failed":
         why = report.error if report is not None and report.error else None
@@ -255,7 +255,7 @@ def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
         fields["downstream"] = [m["metadata"]["name"] for m in manifests]
     removed = sum(r.files_removed for r in report.sinks)
     msg = f"restored {points} into {_location(rw)}" + (f"; sinks reset ({removed} file(s) removed)" if undo else "")
-    return RewindPlan(
+    return RewindIntent(
         status=status("Restoring", msg, **extra, **fields),
         commands=commands,
         next_phase="Resuming",
@@ -263,7 +263,7 @@ def _restoring(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
     )
 
 
-def _resuming(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
+def _resuming(rw: Rewind, seen: Observed, status: _Status) -> RewindIntent:
     job = seen.job
     if job is None:
         return _failed(status, "JobDeleted", f"StreamingJob {rw.spec.job_ref.name} was deleted during the rewind")
@@ -276,8 +276,8 @@ def _resuming(rw: Rewind, seen: Observed, status: _Status) -> RewindPlan:
     skipping = f", skipping {ranges} offset range(s) its upstream job wrote after its restore point" if ranges else ""
     if moved and skipped and not paused and seen.app is not None:
         msg = f"{job.metadata.name} resumed from {location}{skipping}"
-        return RewindPlan(status=status("Succeeded", msg, "Resumed"), events=(Event("Normal", "Resumed", msg),))
-    return RewindPlan(
+        return RewindIntent(status=status("Succeeded", msg, "Resumed"), events=(Event("Normal", "Resumed", msg),))
+    return RewindIntent(
         status=status("Resuming", f"starting {job.metadata.name} from {location}{skipping}"),
         commands=(Resume(location, skip),),
     )
@@ -293,18 +293,18 @@ def skip_annotation(job: StreamingJob, rw: Rewind) -> str | None:
     return json.dumps(kept + [r for r in new if r not in kept], separators=(",", ":"))
 
 
-def _failed(status: _Status, reason: str, msg: str, **extra: Any) -> RewindPlan:
-    return RewindPlan(status=status("Failed", msg, reason, **extra), events=(Event("Warning", reason, msg),))
+def _failed(status: _Status, reason: str, msg: str, **extra: Any) -> RewindIntent:
+    return RewindIntent(status=status("Failed", msg, reason, **extra), events=(Event("Warning", reason, msg),))
 
 
-def step_failed(rw: Rewind, phase: str, error: str, now: str) -> RewindPlan:
+def step_failed(rw: Rewind, phase: str, error: str, now: str) -> RewindIntent:
     """A step refused for good (a snapshot gone, an undo that would be partial): Failed, with
     what was done so far kept in status, so a person can see where it stopped."""
     hint = f"; {rw.spec.job_ref.name} stays stopped: delete this Rewind to resume it from its live checkpoint"
     return _failed(_Status(rw, now), f"{phase}Failed", f"{phase}: {error}{hint}")
 
 
-STEPS: dict[str, Callable[[Rewind, Observed, _Status], RewindPlan]] = {
+STEPS: dict[str, Callable[[Rewind, Observed, _Status], RewindIntent]] = {
     "Pending": _pending,
     "Stopping": _stopping,
     "Restoring": _restoring,

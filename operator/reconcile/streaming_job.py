@@ -24,7 +24,7 @@ from kappa_operator.reconcile.initial_snapshot import (
     initial_pending,
     start_from_snapshot,
 )
-from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobPlan, StatusOf
+from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.node_drain import DrainedDriver, move
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.reconcile.restarts import REFUSED, next_restart, parse_time, refused_its_configuration
@@ -59,7 +59,7 @@ def owner_of(job: StreamingJob) -> Owner:
     return Owner("StreamingJob", job.metadata.name, job.metadata.namespace, job.metadata.uid)
 
 
-def plan_streaming_job(
+def decide_streaming_job(
     job: StreamingJob,
     app: dict[str, Any] | None,
     now: str,
@@ -67,7 +67,7 @@ def plan_streaming_job(
     restarts: bool = True,
     initial: InitialSeen | None = None,
     drained: DrainedDriver | None = None,
-) -> JobPlan:
+) -> JobIntent:
     """``answers``: the driver's answers to the open snapshot requests (read by the handler).
     ``drained``: the running driver's pod, when its node is cordoned (read by the handler while
     a node is).
@@ -80,7 +80,7 @@ def plan_streaming_job(
     return _with_requests(plan, job, requests)
 
 
-def _with_requests(plan: JobPlan, job: StreamingJob, requests: Book) -> JobPlan:
+def _with_requests(plan: JobIntent, job: StreamingJob, requests: Book) -> JobIntent:
     """The snapshot history and its Events in the plan; the control ConfigMap when a request
     was added (applied before the status that records it)."""
     fields = requests.status()
@@ -99,7 +99,7 @@ def _decide(
     restarts: bool,
     initial: InitialSeen | None,
     drained: DrainedDriver | None,
-) -> JobPlan:
+) -> JobIntent:
     owner = owner_of(job)
     previous: list[Condition] = list(job.status.conditions) if job.status else []
     base: dict[str, Any] = {"observedGeneration": job.metadata.generation, "applicationName": owner.app_name}
@@ -127,7 +127,7 @@ def _decide(
         if app is not None:  # a bad edit does not stop what runs: it keeps its previous config
             msg += f"; SparkApplication {owner.app_name} keeps running with the previous spec"
         changed = job.status is None or job.status.message != msg
-        return JobPlan(
+        return JobIntent(
             status=status("Failed", False, "InvalidSpec", msg, None),
             events=(Event("Warning", "InvalidSpec", msg),) if changed else (),
         )
@@ -139,23 +139,23 @@ def _decide(
     if paused:
         msg = f"stopped by {paused}; the live checkpoint is kept"
         if app is not None:
-            return JobPlan(
+            return JobIntent(
                 delete_app=True,
                 status=status("Rewinding", False, "Rewinding", msg, None),
                 events=(Event("Normal", "Rewinding", f"{paused}: deleted the SparkApplication"),),
             )
-        return JobPlan(status=status("Rewinding", False, "Rewinding", msg, None))
+        return JobIntent(status=status("Rewinding", False, "Rewinding", msg, None))
 
     if job.spec.suspend:
         if app is not None:
             # Straight to Suspended (not "Suspending"): the application's DELETED event reports
             # the same status, so whichever of the two status writes lands last, they agree.
-            return JobPlan(
+            return JobIntent(
                 delete_app=True,
                 status=status("Suspended", False, "Suspended", "suspended; the checkpoint is kept", None),
                 events=(Event("Normal", "Suspended", "spec.suspend: deleted the SparkApplication, checkpoint kept"),),
             )
-        return JobPlan(status=status("Suspended", False, "Suspended", "suspended; the checkpoint is kept", None))
+        return JobIntent(status=status("Suspended", False, "Suspended", "suspended; the checkpoint is kept", None))
 
     if app is None and initial_pending(job):
         step = start_from_snapshot(job, owner, initial or InitialSeen(), status)
@@ -192,7 +192,7 @@ def _decide(
     if not state and job.status is not None and job.status.phase == "Submitted" and not job.status.application_state:
         # created by us and not yet taken by the Spark operator: its first event says nothing
         # the status does not already say (no second "Submitted" Event, no status write)
-        return JobPlan()
+        return JobIntent()
     phase, ready, reason = STATES.get(state, ("Unknown", False, "Unknown"))
     message = app_message(app) or f"SparkApplication is {state or 'submitted'}"
     if phase == "Running" and bootstrapping(job):  # it runs, on history: not live yet
@@ -218,7 +218,7 @@ def _decide(
             fields["nodeDrain"] = None
             said = f"moved off drained node {moved.node}: running again from its checkpoint"
             events += (Event("Normal", "Moved", said),)
-    return JobPlan(status=fields, events=events)
+    return JobIntent(status=fields, events=events)
 
 
 def spark_ui(app: dict[str, Any] | None, namespace: str) -> str | None:
@@ -233,44 +233,48 @@ def spark_ui(app: dict[str, Any] | None, namespace: str) -> str | None:
     return str(info["webUIAddress"]) if info.get("webUIAddress") else None
 
 
-def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, status: StatusOf) -> JobPlan:
+def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, status: StatusOf) -> JobIntent:
     """A live application that ended: back off, then restart it from its checkpoint (a
     further state of the same ended application changes nothing)."""
     error = app_message(app) or ("the live query ended" if state == "COMPLETED" else f"application {state}")
     current = job.status
     if current is not None and current.phase == "BackingOff" and current.next_restart_at:
         if parse_time(now) < parse_time(current.next_restart_at):
-            return JobPlan()  # the timer looks again
-        return JobPlan(
+            return JobIntent()  # the timer looks again
+        return JobIntent(
             delete_app=True,
             status=status("Restarting", False, "BackOffElapsed", f"restart {current.restarts}: {error}", state),
             events=(Event("Normal", "Restarting", f"restart {current.restarts} from the checkpoint after: {error}"),),
         )
     if current is not None and current.phase == "Failed" and current.application_state == state:
-        return JobPlan()  # the restart limit was reached: it stays failed
+        return JobIntent()  # the restart limit was reached: it stays failed
     if refused_its_configuration(error):
         msg = f"{error}; {REFUSED}: fix the StreamingJob's spec, which submits it again"
         fields = status("Failed", False, "ConfigRefused", msg, state)
-        return JobPlan(status={**fields, "nextRestartAt": None}, events=(Event("Warning", "ConfigRefused", msg),))
+        return JobIntent(status={**fields, "nextRestartAt": None}, events=(Event("Warning", "ConfigRefused", msg),))
     decision = next_restart(job, parse_time(now))
     if decision is None:
         made = job.status.restarts if job.status else 0
         msg = f"{error}; not restarted: {made} restarts in a row (restart.maxAttempts)"
         fields = status("Failed", False, "RestartLimitReached", msg, state)
-        return JobPlan(status={**fields, "nextRestartAt": None}, events=(Event("Warning", "RestartLimitReached", msg),))
+        return JobIntent(
+            status={**fields, "nextRestartAt": None}, events=(Event("Warning", "RestartLimitReached", msg),)
+        )
     attempt, at = decision
     msg = f"{error}; restart {attempt} at {at} (spec.restart)"
     fields = status("BackingOff", False, "BackingOff", msg, state)
-    return JobPlan(
+    return JobIntent(
         status={**fields, "restarts": attempt, "nextRestartAt": at},
         events=(Event("Warning", "BackingOff", msg),),
     )
 
 
-def _create(job: StreamingJob, owner: Owner, cfg: JobConfig, digest: str, requests: Book, status: StatusOf) -> JobPlan:
+def _create(
+    job: StreamingJob, owner: Owner, cfg: JobConfig, digest: str, requests: Book, status: StatusOf
+) -> JobIntent:
     launch = job_launch(job, LIVE_RESTART)
     external = job.spec.checkpoints.external_location is not None
-    return JobPlan(
+    return JobIntent(
         disruption_budget=driver_disruption_budget(owner),
         config_map=config_map(owner, cfg),
         create_app=spark_application(owner, cfg, launch, digest, control=external),

@@ -22,7 +22,7 @@ from typing import Any
 from kappa_operator.models.common import API_VERSION, as_timedelta, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec, TakenSnapshot
 from kappa_operator.reconcile.events import Event
-from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobPlan, StatusOf
+from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.phases import app_state
 from kappa_operator.reconcile.snapshot_requests import Book, parse_time
 from kappa_operator.render.jobconfig import (
@@ -129,13 +129,13 @@ def upgrade(
     now: str,
     requests: Book,
     status: StatusOf,
-) -> JobPlan:
+) -> JobIntent:
     """The running application has another config: upgrade it as spec.upgrade.mode says."""
     mode = job.spec.upgrade.mode
     up = job.status.upgrade if job.status else None
     state = app_state(app)
     if up is not None and up.to_hash == digest and up.step == "SnapshotFailed":
-        return JobPlan()  # said once; the previous spec runs until the next edit
+        return JobIntent()  # said once; the previous spec runs until the next edit
     if mode == "snapshot" and state not in ENDED_LIVE:  # an ended application takes no snapshot
         nonce = upgrade_nonce(digest)
         snapshot = requests.get(nonce)
@@ -145,7 +145,7 @@ def upgrade(
             msg = f"spec changed: taking snapshot {nonce} before the upgrade; the previous spec runs meanwhile"
             fields = status("Upgrading", state == "RUNNING", "Snapshotting", msg, state)
             first = up is None or up.to_hash != digest
-            return JobPlan(
+            return JobIntent(
                 status={**fields, "upgrade": upgrade_record(job, running_hash, digest, "Snapshotting", now)},
                 events=(Event("Normal", "Snapshotting", msg),) if first else (),
             )
@@ -153,7 +153,7 @@ def upgrade(
             msg = f"upgrade to config {digest} not made: snapshot {nonce} {snapshot.error}; the previous spec runs"
             fields = status("Running", state == "RUNNING", "SnapshotFailed", msg, state)
             record = {**upgrade_record(job, running_hash, digest, "SnapshotFailed", now)}
-            return JobPlan(status={**fields, "upgrade": record}, events=(Event("Warning", "UpgradeFailed", msg),))
+            return JobIntent(status={**fields, "upgrade": record}, events=(Event("Warning", "UpgradeFailed", msg),))
     move = stateless_location(job) if mode == "stateless" else None
     if move is not None and job.metadata.annotations.get(CHECKPOINT_ANNOTATION) == move:
         move = None  # moved already (a retry)
@@ -167,7 +167,7 @@ def upgrade(
         "snapshot": "snapshot taken; restarting from the checkpoint",
     }[mode]
     fields = status("Restarting", False, "SpecChanged", f"spec changed: {how}", None)
-    return JobPlan(
+    return JobIntent(
         delete_app=True,
         move_checkpoint=move,
         status={**fields, "upgrade": upgrade_record(job, running_hash, digest, "Starting", now)},
@@ -175,7 +175,7 @@ def upgrade(
     )
 
 
-def roll_back(job: StreamingJob, why: str, state: str, requests: Book, status: StatusOf) -> JobPlan:
+def roll_back(job: StreamingJob, why: str, state: str, requests: Book, status: StatusOf) -> JobIntent:
     """The upgraded spec failed: run the last stable one again (and, in snapshot mode, rewind
     to the snapshot taken before the upgrade)."""
     assert job.status is not None and job.status.upgrade is not None
@@ -188,7 +188,7 @@ def roll_back(job: StreamingJob, why: str, state: str, requests: Book, status: S
     msg = f"{why}: {back}; the edited spec stays as written (edit it to try again)"
     fields = status("RollingBack", False, "RolledBack", msg, state)
     record = up.model_dump(by_alias=True, exclude_none=True) | {"step": "RolledBack"}
-    return JobPlan(
+    return JobIntent(
         delete_app=True,
         create_rewind=rewind,
         status={**fields, "upgrade": record, "rolledBackGeneration": job.metadata.generation},

@@ -118,7 +118,7 @@ def run_bounded(
     from spark_app.contract.reports.run import write_report as write_run_report
     from spark_app.contract.storage import open_location
     from spark_app.sources.iceberg.frame import field_ids_read
-    from spark_app.window.lateness import Verdict
+    from spark_app.window.lateness import LatenessVerdict
 
     assert cfg.window is not None
     state = fixed_state(cfg)
@@ -167,7 +167,7 @@ def run_bounded(
         raise
     called = stop_calls()
     record_finality(cfg, edges)
-    verdict = Verdict(True, cfg.alignment.max_drift, edges.delay, "bounded: one batch query, no row is late")
+    verdict = LatenessVerdict(True, cfg.alignment.max_drift, edges.delay, "bounded: one batch query, no row is late")
     report = RunResult(cfg.name, cfg.mode, time.monotonic() - started, progress, verdict, edges)
     report.external_calls = called
     report.edges_end = cfg.window.end

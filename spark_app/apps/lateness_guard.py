@@ -21,9 +21,9 @@ from spark_app.sources.frames import (
     source_spec,
 )
 from spark_app.sources.iceberg.stream import backfill_plan
-from spark_app.window.lateness import Verdict, check_lateness, watermark_delays
+from spark_app.window.lateness import LatenessVerdict, check_lateness, watermark_delays
 
-log = logging.getLogger("kappa.runtime")
+log = logging.getLogger(__name__)
 
 
 def plan_max_span(cfg: JobConfig, read: set[str] | None = None) -> timedelta:
@@ -47,7 +47,9 @@ def plan_watermark_delay(df: DataFrame) -> timedelta | None:
     return min(delays) if delays else None
 
 
-def lateness_verdict(cfg: JobConfig, outputs: dict[str, DataFrame], read: set[str] | None = None) -> Verdict | None:
+def lateness_verdict(
+    cfg: JobConfig, outputs: dict[str, DataFrame], read: set[str] | None = None
+) -> LatenessVerdict | None:
     if cfg.mode != "backfill":
         return None
     delay = cfg.alignment.lateness

@@ -26,7 +26,7 @@ from spark_app.sinks.kafka import KafkaBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
 from spark_app.sources.iceberg.stream import micros
 
-log = logging.getLogger("kappa.runtime")
+log = logging.getLogger(__name__)
 
 
 def start_query(

@@ -16,7 +16,7 @@ from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_r
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.sources.iceberg.stream import micros
 from spark_app.window.edges import Edges
-from spark_app.window.lateness import Verdict
+from spark_app.window.lateness import LatenessVerdict
 
 
 @dataclass
@@ -29,7 +29,7 @@ class RunResult:
     mode: str
     seconds: float
     progress: list[dict[str, Any]] = field(default_factory=list)
-    lateness: Verdict | None = None
+    lateness: LatenessVerdict | None = None
     edges: Edges | None = None
     """A backfill's resolved edges: sources read, warm-up verdict, drain, finality."""
     externalized: dict[str, list[int]] = field(default_factory=dict)

@@ -64,9 +64,9 @@ from spark_app.sources.frames import (
 )
 from spark_app.sources.kafka import records_gone
 from spark_app.window.edges import Edges, open_results, resolve
-from spark_app.window.lateness import Verdict
+from spark_app.window.lateness import LatenessVerdict
 
-log = logging.getLogger("kappa.runtime")
+log = logging.getLogger(__name__)
 
 
 AVAILABLE_NOW = TriggerConfig(kind="availableNow")
@@ -295,7 +295,7 @@ class RunResources:
 
 
 def finish(
-    legs: Legs, held: RunResources, verdict: Verdict | None, ledger: ReadLedger | None, seconds: float
+    legs: Legs, held: RunResources, verdict: LatenessVerdict | None, ledger: ReadLedger | None, seconds: float
 ) -> RunResult:
     """A backfill that did not read its window fails here; what is not final is put on its
     sinks' tables; the run report (whose costs calibrate the next plans' ETAs) and the result

@@ -17,7 +17,7 @@ from spark_app.sources.iceberg.stream import micros
 from spark_app.window.edges import Edges
 from spark_app.window.horizon import next_drain_step
 
-log = logging.getLogger("kappa.runtime")
+log = logging.getLogger(__name__)
 
 
 def next_read(

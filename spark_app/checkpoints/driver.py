@@ -87,7 +87,7 @@ def externalize_sinks(cfg: JobConfig, now: datetime) -> dict[str, list[int]]:
 
 
 class CheckpointExternalizer(StreamingQueryListener):
-    """Registered by ``runtime.run`` for a live job with ``checkpoint.external``. Progress
+    """Registered by ``apps.run.run`` for a live job with ``checkpoint.external``. Progress
     events only schedule: one copy at a time runs on a worker thread; a copy that fails is
     logged and tried again at the next due progress (the live query never fails for it)."""
 

@@ -153,7 +153,7 @@ def simulate(members: Sequence[Member], mode: str, drift: timedelta, budget_rows
 
 
 def data_batches(sim: Simulation, members: Sequence[Member]) -> int:
-    """Micro-batches that read rows (what ``runtime.RunResult.batches`` counts)."""
+    """Micro-batches that read rows (what ``apps.result.RunResult.batches`` counts)."""
     by_id = {m.id: m for m in members}
     return sum(1 for b in sim.batches if sim.rows(by_id, b) > 0)
 

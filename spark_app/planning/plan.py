@@ -335,7 +335,7 @@ def failed(cfg: JobConfig, tag: str | None, error: str) -> PlanReport:
     )
 
 
-def plan_backfill(cfg: JobConfig, spark: SparkSession | None, tag: str | None = None) -> PlanReport:
+def decide_backfill(cfg: JobConfig, spark: SparkSession | None, tag: str | None = None) -> PlanReport:
     """The plan of a backfill JobConfig (mode backfill, sources icebergBackfill). ``spark``:
     read the pipeline's delay and horizon from its analyzed plan (None: driver-only). A refusal
     (a missing table or column, a pipeline that does not build, a table without snapshot) is a

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import KappaError
 from spark_app.contract.reports.plan import PlanReport, report_location
-from spark_app.planning.plan import failed, plan_backfill
+from spark_app.planning.plan import decide_backfill, failed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,7 +37,7 @@ def run_plan(cfg: JobConfig, spark: SparkSession | None) -> PlanReport:
     loc, name = report_location(cfg)
     loc.delete(name)
     try:
-        report = plan_backfill(cfg, spark, tag)
+        report = decide_backfill(cfg, spark, tag)
     except Exception as exc:
         first = (str(exc).splitlines() or [""])[0][:500]
         _write(cfg, failed(cfg, tag, f"plan of backfill {cfg.name} failed: {type(exc).__name__}: {first}"))

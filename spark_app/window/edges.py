@@ -31,7 +31,7 @@ from spark_app.window.horizon import (
 )
 from spark_app.window.lateness import watermark_delays
 
-log = logging.getLogger("kappa.runtime")
+log = logging.getLogger(__name__)
 
 
 def _leaf_ids(df: DataFrame) -> set[int]:

@@ -41,7 +41,7 @@ def watermark_delays(plan: str) -> list[timedelta]:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class LatenessVerdict:
     ok: bool
     required: timedelta
     delay: timedelta | None
@@ -58,16 +58,18 @@ def check_lateness(
     max_split_span: timedelta,
     mode: str,
     allow_late_drops: bool,
-) -> Verdict:
+) -> LatenessVerdict:
     required = max_drift + max_split_span
     if mode == "bounded":
-        return Verdict(True, required, delay, "bounded: one batch query reads every row at once, none is late")
+        return LatenessVerdict(True, required, delay, "bounded: one batch query reads every row at once, none is late")
     if mode == "unordered":
-        return Verdict(True, required, delay, "unordered: no ordering bound (meant for stateless pipelines)")
+        return LatenessVerdict(True, required, delay, "unordered: no ordering bound (meant for stateless pipelines)")
     if delay is None:
-        return Verdict(True, required, None, "the pipeline has no event-time watermark: nothing is dropped as late")
+        return LatenessVerdict(
+            True, required, None, "the pipeline has no event-time watermark: nothing is dropped as late"
+        )
     if delay >= required:
-        return Verdict(
+        return LatenessVerdict(
             True,
             required,
             delay,
@@ -82,5 +84,5 @@ def check_lateness(
         "alignment.maxDrift, or set alignment.allowLateDrops: true to accept the drops"
     )
     if allow_late_drops:
-        return Verdict(True, required, delay, "allowLateDrops: " + msg)
-    return Verdict(False, required, delay, msg)
+        return LatenessVerdict(True, required, delay, "allowLateDrops: " + msg)
+    return LatenessVerdict(False, required, delay, msg)

@@ -42,9 +42,9 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.crd import KINDS
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill.decide import plan_backfill
+from kappa_operator.reconcile.backfill.decide import decide_backfill
 from kappa_operator.reconcile.rewind import downstream_rewind
-from kappa_operator.reconcile.streaming_job import plan_streaming_job
+from kappa_operator.reconcile.streaming_job import decide_streaming_job
 from kappa_operator.render.spark_application import Owner, token_secret
 from kappa_operator.service import runner
 from tests.chart.test_chart import CHART, FULLNAME, KUBE_VERSION, NAMESPACE, ROOT, permissions, render
@@ -378,8 +378,8 @@ def manifest(name: str) -> dict[str, Any]:
 def owned_objects() -> list[dict[str, Any]]:
     """Every object the operator creates with ownerReferences, built by its own code."""
     job = StreamingJob.model_validate(manifest("rmi-streamingjob.yaml"))
-    live = plan_streaming_job(job, None, NOW)
-    backfill = plan_backfill(
+    live = decide_streaming_job(job, None, NOW)
+    backfill = decide_backfill(
         Backfill.model_validate(manifest("rmi-backfill.yaml")), job, None, "http://coordinator:8471", NOW, "admin"
     )
     assert backfill.secret is not None, "an aligned Backfill gets its coordinator credential"

@@ -26,7 +26,7 @@ from spark_app.contract.errors import LatenessError, WarmupError
 from spark_app.contract.reports.plan import PlanReport, read_report
 from spark_app.contract.reports.run import read_report as read_run_report
 from spark_app.contract.trace import read_trace
-from spark_app.planning.plan import plan_backfill
+from spark_app.planning.plan import decide_backfill
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark
@@ -54,7 +54,7 @@ def within(planned: float, actual: float, tolerance: float) -> bool:
 
 def test_the_plan_predicts_the_aligned_run(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
     cfg = rmi(dataset, tmp_path)
-    plan = plan_backfill(cfg, spark)
+    plan = decide_backfill(cfg, spark)
     assert plan.state == "Planned" and plan.from_query_plan
     assert not (tmp_path / "trace.jsonl").exists(), "planning leaves the run's trace alone"
     report = run(cfg, spark)
@@ -86,19 +86,19 @@ def test_the_plan_predicts_the_aligned_run(spark: SparkSession, dataset: Dataset
 
 def test_unordered_is_one_batch_with_everything_in_state(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
     cfg = rmi(dataset, tmp_path, mode="unordered")
-    plan = plan_backfill(cfg, spark)
+    plan = decide_backfill(cfg, spark)
     report = run(cfg, spark)
     assert plan.expected_batches == report.batches == 1
     assert plan.peak_state_rows == plan.rows_total and within(plan.peak_state_rows, report.peak_state_rows, 0.3)
     assert report.lateness is not None and plan.lateness_message == report.lateness.message
-    aligned = plan_backfill(rmi(dataset, tmp_path / "aligned"), spark)
+    aligned = decide_backfill(rmi(dataset, tmp_path / "aligned"), spark)
     assert aligned.peak_state_rows < 0.9 * plan.peak_state_rows, "alignment bounds the state"
     assert any("mode unordered admits the whole window at once" in w for w in plan.warnings)
 
 
 def test_the_guards_refusals_are_predicted_word_for_word(spark: SparkSession, dataset: Dataset, tmp_path: Path) -> None:
     too_far = rmi(dataset, tmp_path / "drift", maxDrift="30m")
-    plan = plan_backfill(too_far, spark)
+    plan = decide_backfill(too_far, spark)
     assert plan.state == "Planned" and not plan.lateness_ok
     assert any("lower alignment.maxDrift to at most" in w for w in plan.warnings)
     with pytest.raises(LatenessError) as refused:
@@ -106,7 +106,7 @@ def test_the_guards_refusals_are_predicted_word_for_word(spark: SparkSession, da
     assert str(refused.value) == plan.lateness_message
 
     cold = rmi(dataset, tmp_path / "warmup", warmup="0s")
-    plan = plan_backfill(cold, spark)
+    plan = decide_backfill(cold, spark)
     assert plan.state == "Planned" and not plan.warmup_ok and plan.recommended_warmup_s == 1800
     with pytest.raises(WarmupError) as refused_warmup:
         run(cold, spark)

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 from spark_app.apps.mode_choice import MODE_FILE, decided
 from spark_app.apps.run import run
 from spark_app.contract.reports.run import read_report
-from spark_app.planning.plan import plan_backfill
+from spark_app.planning.plan import decide_backfill
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark
@@ -90,7 +90,7 @@ def test_the_plan_names_the_mode_auto_picks_and_why(
     mode: str,
     said: str,
 ) -> None:
-    report = plan_backfill(auto(dataset, tmp_path, pipeline, output, time_column, **fields), spark)
+    report = decide_backfill(auto(dataset, tmp_path, pipeline, output, time_column, **fields), spark)
     assert report.state == "Planned" and report.from_query_plan, report.error
     assert report.mode == mode and report.mode_reason is not None and said in report.mode_reason, report.mode_reason
     if mode == "bounded":

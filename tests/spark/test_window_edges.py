@@ -154,7 +154,7 @@ def test_an_unused_configured_source_holds_nobody(
 ) -> None:
     """windows reads playbacks only; impressions is configured too. It used to be declared a
     member, hold the group at -inf, and the run 'succeeded' with nothing read."""
-    with caplog.at_level(logging.WARNING, logger="kappa.runtime"):
+    with caplog.at_level(logging.WARNING, logger="spark_app.window.edges"):
         report = backfill(spark, dataset, tmp_path, windows, names=("impressions", "playbacks"))
     expected = in_window(
         windows.pipeline({"playbacks": history(spark, dataset, "demo.playbacks")})[windows.OUTPUT],

@@ -63,7 +63,7 @@ from kappa_operator.reconcile.backfill.intent import (
     NONCE,
     PUBLISH,
     SAVED_JOB,
-    BackfillPlan,
+    BackfillIntent,
     StatusAt,
     alignment_group,
     nonce_of,
@@ -81,7 +81,7 @@ from kappa_operator.reconcile.backfill.publish import (
 )
 
 
-def plan_backfill(
+def decide_backfill(
     bf: Backfill,
     job: StreamingJob | None,
     app: dict[str, Any] | None,
@@ -95,7 +95,7 @@ def plan_backfill(
     planning: Planning | None = None,
     turn: Admitted | Queued | None = None,
     run_report: RunReport | None = None,
-) -> BackfillPlan:
+) -> BackfillIntent:
     """``admin_token``: the coordinator's, from which this backfill's credential (scoped to its
     group) is derived. ``job_saved``: ``job`` is the copy kept at submission (the StreamingJob
     was deleted since): the backfill finishes with it. ``publish_app``: the separate publish
@@ -118,7 +118,7 @@ def plan_backfill(
     return replace(plan, status={**plan.status, "calibration": calibration(run)}, record_calibration=run)
 
 
-def _job_deleted_said(bf: Backfill, plan: BackfillPlan, job_saved: bool) -> BackfillPlan:
+def _job_deleted_said(bf: Backfill, plan: BackfillIntent, job_saved: bool) -> BackfillIntent:
     """The first decision made with the kept copy says that the job is gone: status.jobDeleted
     and one Warning (none more if the decision itself already warns JobDeleted)."""
     if not job_saved or (bf.status is not None and bf.status.job_deleted):
@@ -135,7 +135,7 @@ def _job_deleted_said(bf: Backfill, plan: BackfillPlan, job_saved: bool) -> Back
     return replace(plan, status={**plan.status, "jobDeleted": True}, events=events)
 
 
-def _without_credential_when_stopped(plan: BackfillPlan, app: dict[str, Any] | None) -> BackfillPlan:
+def _without_credential_when_stopped(plan: BackfillIntent, app: dict[str, Any] | None) -> BackfillIntent:
     """A failed backfill whose application is gone or ended, like one that left its group,
     drops its coordinator credential: no driver is left to present it, and it must not outlive
     the run it was made for. One still running keeps it (a spec made invalid mid-run fails the
@@ -156,16 +156,16 @@ def _decide(
     report: PublishReport | None,
     planning: Planning | None,
     turn: Admitted | Queued | None,
-) -> BackfillPlan:
+) -> BackfillIntent:
     status = StatusAt(bf, now)
     phase_now = bf.status.phase if bf.status else None
     nonce = bf.spec.restart_nonce
     same_nonce = submitted_nonce(bf) == nonce
     if done(bf, app):
-        return BackfillPlan(status=status.kept())  # a new restartNonce runs a failed one again
+        return BackfillIntent(status=status.kept())  # a new restartNonce runs a failed one again
     if job is None:
         msg = f"StreamingJob {bf.spec.job_ref.name} not found in {bf.metadata.namespace}; waiting for it"
-        return BackfillPlan(
+        return BackfillIntent(
             status=status("Pending", "JobNotFound", msg),
             events=(Event("Warning", "JobNotFound", msg),) if phase_now != "Pending" else (),
             retry_after=30,
@@ -177,7 +177,7 @@ def _decide(
             f"cannot run this backfill: {exc} (its spec is immutable: create a new Backfill; after a fix of "
             "the StreamingJob, bumping spec.restartNonce tries this one again)"
         )
-        return BackfillPlan(
+        return BackfillIntent(
             status=status("Failed", "InvalidSpec", msg),  # no nonce recorded: a new restartNonce tries again
             events=(Event("Warning", "InvalidSpec", msg),) if phase_now != "Failed" else (),
         )
@@ -196,7 +196,7 @@ def _decide(
                 f"checkpoint and branch kept: bump spec.restartNonce to resume with the configuration kept at "
                 "submission"
             )
-            return BackfillPlan(
+            return BackfillIntent(
                 leave_group=group,
                 delete_secret=True,
                 status=status("Failed", "JobDeleted", msg, **extra),
@@ -220,7 +220,7 @@ def _decide(
         verb = "resubmitted" if phase_now == "Failed" else "created"
         copy = " with the configuration kept at submission (its StreamingJob was deleted)" if job_saved else ""
         then = ", then validating it against main and publishing, in the same application" if cfg.publish else ""
-        return BackfillPlan(
+        return BackfillIntent(
             config_map=config_map(owner, cfg, {SAVED_JOB: saved_job(job)}),
             secret=credential,
             create_app=created,
@@ -241,7 +241,7 @@ def _decide(
     app_nonce = nonce_of(app)
     if app_nonce != str(nonce):
         msg = f"restartNonce {app_nonce} -> {nonce}: resubmitting from the checkpoint"
-        return BackfillPlan(
+        return BackfillIntent(
             delete_app=True,
             delete_publish_app=publish_app is not None,
             status=status("Running", "Restarting", msg, **extra),
@@ -250,7 +250,7 @@ def _decide(
     state = app_state(app) or ""
     if not state and _just_submitted(bf):
         # created by us and not yet taken by the Spark operator: nothing new to say or write
-        return BackfillPlan(join_group=group)
+        return BackfillIntent(join_group=group)
     _, _, reason = STATES.get(state, ("Unknown", False, "Unknown"))
     message = app_message(app) or f"SparkApplication is {state or 'submitted'}"
     extra["applicationState"] = state
@@ -263,7 +263,7 @@ def _decide(
         return _failed_run(bf, status, message, reason, group, extra, now)
     changed = bf.status is None or bf.status.application_state != state
     kind = "Warning" if phase == "Failed" else "Normal"
-    return BackfillPlan(
+    return BackfillIntent(
         join_group=group if phase == "Running" else None,
         status=status(phase, reason, message, **extra),
         events=(Event(kind, reason, message),) if changed else (),
@@ -278,22 +278,22 @@ def _failed_run(
     group: GroupSpec | None,
     extra: dict[str, Any],
     now: str,
-) -> BackfillPlan:
+) -> BackfillIntent:
     """Its application failed: back off, then delete it so that a new one resumes from the
     checkpoint and branch (``spec.restart``); after ``maxAttempts`` restarts in a row, Failed.
     The delay and the attempt are in status first, so an operator restart in between neither
     skips the wait nor counts the failure twice."""
     current = bf.status
     if current is not None and current.phase == "Failed":
-        return BackfillPlan(status=status.kept())  # decided: a later look at the same application changes nothing
+        return BackfillIntent(status=status.kept())  # decided: a later look at the same application changes nothing
     if current is not None and current.phase == "Running" and reason_of(bf) == "Restarting":
-        return BackfillPlan(delete_app=True, join_group=group)  # its deletion still under way
+        return BackfillIntent(delete_app=True, join_group=group)  # its deletion still under way
     if current is not None and current.phase == "Running" and current.next_restart_at:
         wait = (parse_time(current.next_restart_at) - parse_time(now)).total_seconds()
         if wait > 0:
-            return BackfillPlan(join_group=group)  # the timer looks again
+            return BackfillIntent(join_group=group)  # the timer looks again
         msg = f"restart {current.restarts} of the failed application, from the checkpoint, after: {error}"
-        return BackfillPlan(
+        return BackfillIntent(
             delete_app=True,
             join_group=group,
             status=status("Running", "Restarting", msg, **extra, nextRestartAt=None, **NO_PACE),
@@ -302,7 +302,7 @@ def _failed_run(
     if refused_its_configuration(error):
         message = f"{error}; {REFUSED}: fix it, then bump spec.restartNonce (checkpoint and branch kept)"
         changed = current is None or current.phase != "Failed"
-        return BackfillPlan(
+        return BackfillIntent(
             status=status("Failed", "ConfigRefused", message, **extra, nextRestartAt=None),
             events=(Event("Warning", "Failed", message),) if changed else (),
         )
@@ -312,13 +312,13 @@ def _failed_run(
         tried = f"; not restarted again after {made} restarts (spec.restart.maxAttempts)" if made else ""
         message = f"{error}{tried}; checkpoint and branch kept: bump spec.restartNonce to resume"
         changed = current is None or current.phase != "Failed"
-        return BackfillPlan(
+        return BackfillIntent(
             status=status("Failed", reason, message, **extra, nextRestartAt=None),
             events=(Event("Warning", "Failed", message),) if changed else (),
         )
     attempt, at = decision
     msg = f"{error}; restart {attempt} at {at} from the checkpoint (spec.restart)"
-    return BackfillPlan(
+    return BackfillIntent(
         join_group=group,  # its members hold at its last watermark until the new driver reports
         # no ETA while nothing runs: the rate of the last minutes would put it at months
         status=status("Running", "BackingOff", msg, **extra, restarts=attempt, nextRestartAt=at, **NO_PACE),
@@ -334,11 +334,11 @@ def _just_submitted(bf: Backfill) -> bool:
     return reason_of(bf) == "Submitted"
 
 
-def _queued(bf: Backfill, status: StatusAt, queued: Queued, extra: dict[str, Any]) -> BackfillPlan:
+def _queued(bf: Backfill, status: StatusAt, queued: Queued, extra: dict[str, Any]) -> BackfillIntent:
     """Over the cluster's or the namespace's limit: wait, with the position and the reason."""
     was = bf.status.phase if bf.status else None
     since = bf.status.queued_since if bf.status is not None and bf.status.queued_since else status.now
-    return BackfillPlan(
+    return BackfillIntent(
         status=status("Queued", "Queued", queued.reason, queuePosition=queued.position, queuedSince=since, **extra),
         events=(Event("Normal", "Queued", queued.reason),) if was != "Queued" else (),
     )

@@ -24,7 +24,7 @@ from spark_app.contract.reports.plan import PlanReport
 
 if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
     pass
-from kappa_operator.reconcile.backfill.intent import SAVED_JOB, BackfillPlan, StatusAt, owner_of, saved_job
+from kappa_operator.reconcile.backfill.intent import SAVED_JOB, BackfillIntent, StatusAt, owner_of, saved_job
 
 
 @dataclass(frozen=True)
@@ -39,18 +39,18 @@ class Planning:
 
 def planning_step(
     bf: Backfill, job: StreamingJob, cfg: JobConfig, status: StatusAt, planning: Planning, extra: dict[str, Any]
-) -> BackfillPlan:
+) -> BackfillIntent:
     """spec.dryRun: run the plan application once, then stay Planned with its report in
     status.plan until dryRun is set to false."""
     owner = owner_of(bf)
     extra = {**extra, "planApplicationName": owner.plan_app_name}
     if bf.status is not None and bf.status.phase == "Planned" and bf.status.plan is not None:
-        return BackfillPlan(status=status.kept())
+        return BackfillIntent(status=status.kept())
     if planning.app is None:
         launch = job_launch(job, BACKFILL_RESTART, bf.spec.image, None, bf.spec.driver, bf.spec.executor)
         created = spark_application(owner, cfg, launch, config_hash(cfg), command="plan")
         msg = f"planning from Iceberg metadata (SparkApplication {owner.plan_app_name})"
-        return BackfillPlan(
+        return BackfillIntent(
             config_map=config_map(owner, cfg, {SAVED_JOB: saved_job(job)}),
             create_plan_app=created,
             status=status("Planning", "Planning", msg, planApplicationState="", **extra),
@@ -60,13 +60,13 @@ def planning_step(
     extra["planApplicationState"] = state
     if state not in ENDED:
         msg = f"planning: SparkApplication {owner.plan_app_name} is {state or 'submitted'}"
-        return BackfillPlan(status=status("Planning", "Planning", msg, **extra))
+        return BackfillIntent(status=status("Planning", "Planning", msg, **extra))
     if planning.report is None:
         why = app_message(planning.app) or f"it ended {state} without a report"
         plan = failed_plan(f"SparkApplication {owner.plan_app_name}: {why}", status.now)
     else:
         plan = plan_status(planning.report, executor_cores(job), list(planning.runs), status.now)
-    return BackfillPlan(
+    return BackfillIntent(
         status=status("Planned", "Planned", planned_message(plan), plan=plan, **extra), events=plan_events(plan)
     )
 

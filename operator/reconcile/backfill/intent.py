@@ -1,4 +1,4 @@
-"""What a decision on a Backfill asks for (``BackfillPlan``: the objects to create or delete, the
+"""What a decision on a Backfill asks for (``BackfillIntent``: the objects to create or delete, the
 group to join or leave, the status and Events), and the names and documents every step shares:
 the annotations on its applications, its status at one instant (``StatusAt``), its owner, the
 kept copy of its StreamingJob, its alignment group."""
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here impo
 
 
 @dataclass(frozen=True)
-class BackfillPlan:
+class BackfillIntent:
     config_map: dict[str, Any] | None = None
     secret: dict[str, Any] | None = None
     """The backfill's coordinator credential (scoped to its alignment group)."""

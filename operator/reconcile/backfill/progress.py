@@ -12,11 +12,11 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import instant
 
 if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
-    from kappa_operator.coordinator.groups import Progress as GroupProgress
+    from kappa_operator.coordinator.groups import GroupProgress
 
 
 @dataclass(frozen=True)
-class Progress:
+class WindowProgress:
     """Where the group's global watermark is in the window, and when it will reach the end."""
 
     ratio: float
@@ -33,17 +33,17 @@ def progress(
     global_watermark: datetime | None,
     previous: tuple[datetime, float] | None,
     now: datetime,
-) -> Progress:
+) -> WindowProgress:
     """``previous``: (when, ratio) of the last observation, for the rate behind the ETA."""
     if global_watermark is None:
-        return Progress(0.0, None)
+        return WindowProgress(0.0, None)
     span = (end - start).total_seconds()
     ratio = min(1.0, max(0.0, (global_watermark - start).total_seconds() / span))
     eta = None
     if previous is not None and ratio > previous[1] and now > previous[0]:
         rate = (ratio - previous[1]) / (now - previous[0]).total_seconds()
         eta = timedelta(seconds=round((1.0 - ratio) / rate))
-    return Progress(ratio, eta)
+    return WindowProgress(ratio, eta)
 
 
 def read_fields(seen: GroupProgress | None) -> dict[str, Any]:

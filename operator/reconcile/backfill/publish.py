@@ -29,7 +29,7 @@ from kappa_operator.reconcile.backfill.intent import (
     NONCE,
     PUBLISH,
     SAVED_JOB,
-    BackfillPlan,
+    BackfillIntent,
     StatusAt,
     nonce_of,
     owner_of,
@@ -59,7 +59,7 @@ def done(bf: Backfill, app: dict[str, Any] | None) -> bool:
 
 
 def wants_publish_report(bf: Backfill, app: dict[str, Any] | None, publish_app: dict[str, Any] | None) -> bool:
-    """Whether ``plan_backfill`` needs the publish report (the handler reads it, a KB next to
+    """Whether ``decide_backfill`` needs the publish report (the handler reads it, a KB next to
     the checkpoint; never otherwise): not done, and either the separate publish application of
     this restartNonce ended, or, none running, the backfill's own application of this
     restartNonce completed with publish asked (now, or by the settings its driver ran with)."""
@@ -104,7 +104,7 @@ def publishing(
     report: PublishReport | None,
     group: GroupSpec | None,
     extra: dict[str, Any],
-) -> BackfillPlan:
+) -> BackfillIntent:
     """The query completed (``apps``: its application and the separate publish application,
     if any): end on the publish report its driver left, when the driver ran with the publish
     settings asked now. Otherwise (no report of this run, ``of_this_run``: an image from before
@@ -129,7 +129,7 @@ def publishing(
     extra = {**extra, "publishApplicationName": owner.publish_app_name}
     if publish_app is not None and nonce_of(publish_app) != nonce:  # an earlier attempt's
         msg = f"restartNonce {nonce_of(publish_app)} -> {nonce}: publishing again"
-        return BackfillPlan(delete_publish_app=True, status=status("Publishing", "Publishing", msg, **extra))
+        return BackfillIntent(delete_publish_app=True, status=status("Publishing", "Publishing", msg, **extra))
     if publish_app is None:
         launch = job_launch(job, BACKFILL_RESTART, bf.spec.image, None, bf.spec.driver, bf.spec.executor)
         created = spark_application(owner, cfg, launch, config_hash(cfg), command="publish")
@@ -144,7 +144,7 @@ def publishing(
             f"completed, but {why}; validating {branch} against main and publishing the window in a separate "
             f"SparkApplication {owner.publish_app_name}"
         )
-        return BackfillPlan(
+        return BackfillIntent(
             config_map=config_map(owner, cfg, {SAVED_JOB: saved_job(job)}),  # it publishes as asked now
             create_publish_app=created,
             status=status("Publishing", "Publishing", msg, publishApplicationState="", **extra),
@@ -159,16 +159,16 @@ def publishing(
             f"validating {branch} against main and publishing the window: SparkApplication "
             f"{owner.publish_app_name} is {state or 'submitted'}"
         )
-        return BackfillPlan(status=status("Publishing", "Publishing", msg, **extra))
+        return BackfillIntent(status=status("Publishing", "Publishing", msg, **extra))
     if this_runs is None:
         why = app_message(publish_app) or f"it ended {state} without a report"
         return publish_failed_plan(status, f"SparkApplication {owner.publish_app_name}: {why}", extra)
     return ended_on(bf, this_runs, group, status, extra, f"SparkApplication {owner.publish_app_name}")
 
 
-def completed(bf: Backfill, status: StatusAt, group: GroupSpec | None, extra: dict[str, Any]) -> BackfillPlan:
+def completed(bf: Backfill, status: StatusAt, group: GroupSpec | None, extra: dict[str, Any]) -> BackfillIntent:
     msg = f"completed into branch {backfill_branch(bf)} (publish is not enabled)"
-    return BackfillPlan(
+    return BackfillIntent(
         leave_group=group,
         status=status("Succeeded", "Completed", msg, **extra),
         events=(Event("Normal", "Completed", msg),),
@@ -177,7 +177,7 @@ def completed(bf: Backfill, status: StatusAt, group: GroupSpec | None, extra: di
 
 def ended_on(
     bf: Backfill, report: PublishReport, group: GroupSpec | None, status: StatusAt, extra: dict[str, Any], where: str
-) -> BackfillPlan:
+) -> BackfillIntent:
     """The end a publish report says: Published or Refused (``published``), or Failed (what
     failed in ``where``, the application that published)."""
     if report.state == "Failed":
@@ -185,12 +185,12 @@ def ended_on(
     return published(bf, report, group, status.now, extra)
 
 
-def publish_failed_plan(status: StatusAt, why: str, extra: dict[str, Any]) -> BackfillPlan:
+def publish_failed_plan(status: StatusAt, why: str, extra: dict[str, Any]) -> BackfillIntent:
     msg = (
         f"publish failed: {why}; main is unchanged or fully published (each table's publish is one snapshot): "
         "bump spec.restartNonce to run it again"
     )
-    return BackfillPlan(
+    return BackfillIntent(
         status=status("Failed", "PublishFailed", msg, **extra),
         events=(Event("Warning", "PublishFailed", msg),),
     )
@@ -212,7 +212,7 @@ def _published_table(t: Any) -> dict[str, Any]:
 
 def published(
     bf: Backfill, report: PublishReport, group: GroupSpec | None, now: str, extra: dict[str, Any] | None = None
-) -> BackfillPlan:
+) -> BackfillIntent:
     """After publish: Succeeded with what each table got (and the group left), or Failed with
     the reason (main unchanged for the table that refused; branch, checkpoint, group kept)."""
     status = StatusAt(bf, now)
@@ -221,7 +221,7 @@ def published(
     ratio = min((t.match_ratio for t in report.tables), default=None)
     if report.state != "Published":
         msg = f"publish refused: {report.error}"
-        return BackfillPlan(
+        return BackfillIntent(
             status=status("Failed", "ValidationFailed", msg, published=done, matchRatio=ratio, **extra),
             events=(Event("Warning", "ValidationFailed", msg),),
         )
@@ -241,7 +241,7 @@ def published(
         # Published, but said plainly: some results of the window could not be closed yet.
         msg += "; " + "; ".join(not_final)
         events += (Event("Warning", "NotFinal", "; ".join(not_final)),)
-    return BackfillPlan(
+    return BackfillIntent(
         leave_group=group,
         status=status("Succeeded", "Published", msg, published=done, matchRatio=ratio, final=not not_final, **extra),
         events=events,

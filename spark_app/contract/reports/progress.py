@@ -168,7 +168,7 @@ def read_reports(cfg_location: Location, sinks: Iterable[str]) -> list[ProgressR
 
 
 class ProgressReporter:
-    """A live job's query listener (``runtime.run`` registers it): each progress event's
+    """A live job's query listener (``apps.run.run`` registers it): each progress event's
     report, written at most every ``EVERY_S`` seconds per query (and idle events' heartbeats
     at most every ``HEARTBEAT_S``), on the listener's thread (a write is one small object: it
     never holds a batch)."""

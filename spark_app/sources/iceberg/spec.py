@@ -46,7 +46,7 @@ class SourceSpec(KappaModel):
     """The HTTP coordinator of the group; None: the local state file (one driver)."""
     extended_to: tuple[int, ...] = ()
     """Drain extensions (µs): reading went on past ``window.read_end`` to each of these in turn,
-    because results starting in the window were still open (``runtime.extend_drain``)."""
+    because results starting in the window were still open (``apps.window_end.next_read``)."""
     trace_path: str | None = None
     parallelism: int = 2
     batch_rows: int = 1 << 17

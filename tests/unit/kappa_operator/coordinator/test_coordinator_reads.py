@@ -28,7 +28,7 @@ from kappa_operator.coordinator.core import (
     read_rate,
     read_totals,
 )
-from kappa_operator.coordinator.groups import EmbeddedGroups, Progress
+from kappa_operator.coordinator.groups import EmbeddedGroups, GroupProgress
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.coordinator.store import GroupStore
 from spark_app.alignment.http import CoordinatorRejectedError, HttpWatermarkProvider
@@ -222,7 +222,7 @@ def test_progress_carries_the_backfill_reads(monkeypatch: pytest.MonkeyPatch) ->
     core = service.core
     for member, nbytes in ((A, 0), (B, 0), (OTHER, 0)):
         core.report("ns.g", reported(member, 1 * MIN, nbytes, 0), clock[0])
-    assert groups.progress("ns.g", "bf") == Progress(
+    assert groups.progress("ns.g", "bf") == GroupProgress(
         1 * MIN, 0, False, read_bytes=0, read_files=0, read_bytes_per_s=None, read_files_per_s=None
     )
     clock[0] += 10 * S

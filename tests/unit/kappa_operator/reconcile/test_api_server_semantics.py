@@ -17,13 +17,13 @@ from kappa_operator.models.backfill import Backfill, BackfillRestart
 from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill.decide import plan_backfill
+from kappa_operator.reconcile.backfill.decide import decide_backfill
 from kappa_operator.reconcile.backfill.intent import SAVED_JOB
 from kappa_operator.reconcile.backfill.progress import progress_update
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.failures import Failure, failure_status, with_recovery
-from kappa_operator.reconcile.rewind import Observed, plan_rewind
-from kappa_operator.reconcile.streaming_job import owner_of, plan_streaming_job
+from kappa_operator.reconcile.rewind import Observed, decide_rewind
+from kappa_operator.reconcile.streaming_job import decide_streaming_job, owner_of
 from kappa_operator.render.spark_application import DNS_LABEL_MAX, Owner, child_name
 from kappa_operator.service.runner import RoutineSuccess, settings
 
@@ -60,8 +60,8 @@ def app_in(plan_app: dict[str, Any], state: str) -> dict[str, Any]:
 
 def test_a_backfill_named_like_its_job_renders_other_child_names() -> None:
     same = backfill(name=JOB.metadata.name)
-    bf_plan = plan_backfill(same, JOB, None, "http://c", NOW, admin_token="a")
-    job_plan = plan_streaming_job(JOB, None, NOW)
+    bf_plan = decide_backfill(same, JOB, None, "http://c", NOW, admin_token="a")
+    job_plan = decide_streaming_job(JOB, None, NOW)
     assert bf_plan.create_app is not None and job_plan.create_app is not None
     assert bf_plan.create_app["metadata"]["name"] != job_plan.create_app["metadata"]["name"]
     assert bf_plan.config_map["metadata"]["name"] != job_plan.config_map["metadata"]["name"]  # type: ignore[index]
@@ -77,7 +77,7 @@ def test_child_names_stay_dns_labels_and_distinct_when_shortened() -> None:
 
 
 def test_ownership_is_by_kind_name_and_uid() -> None:
-    job_app = plan_streaming_job(JOB, None, NOW).create_app
+    job_app = decide_streaming_job(JOB, None, NOW).create_app
     assert job_app is not None
     assert owner_of(JOB).owns(job_app)
     assert not Owner("Backfill", JOB.metadata.name, "default", "bf-uid").owns(job_app), "another kind's child"
@@ -89,16 +89,16 @@ def test_ownership_is_by_kind_name_and_uid() -> None:
 
 
 def test_a_submitted_backfill_is_not_ready_and_a_failed_one_never_is() -> None:
-    submitted = plan_backfill(backfill(), JOB, None, "http://c", NOW)
+    submitted = decide_backfill(backfill(), JOB, None, "http://c", NOW)
     assert conds(submitted.status) == {"Ready": "False", "Progressing": "True", "Succeeded": "False", "Failed": "False"}
     app = submitted.create_app
     assert app is not None
-    running = plan_backfill(backfill(submitted.status), JOB, app_in(app, "RUNNING"), "http://c", NOW)
+    running = decide_backfill(backfill(submitted.status), JOB, app_in(app, "RUNNING"), "http://c", NOW)
     assert conds(running.status)["Ready"] == "False", "Ready means the result is ready"
     seen = backfill(running.status)
     never = seen.spec.model_copy(update={"restart": BackfillRestart(max_attempts=0)})
     no_restart = seen.model_copy(update={"spec": never})
-    failed = plan_backfill(no_restart, JOB, app_in(app, "FAILED"), "http://c", LATER)
+    failed = decide_backfill(no_restart, JOB, app_in(app, "FAILED"), "http://c", LATER)
     assert conds(failed.status) == {"Ready": "False", "Progressing": "False", "Succeeded": "False", "Failed": "True"}
     for c in failed.status["conditions"]:
         assert c["reason"] and c["observedGeneration"] == 1
@@ -116,7 +116,7 @@ def test_condition_transition_times_move_only_on_a_status_change() -> None:
 
 def test_a_rewind_reports_the_same_four_conditions() -> None:
     rw = Rewind.model_validate(load("rmi-rewind.yaml", uid="rw", generation=3))
-    pending = plan_rewind(rw, Observed(job=None, app=None, chosen=(), downstream=()), NOW)
+    pending = decide_rewind(rw, Observed(job=None, app=None, chosen=(), downstream=()), NOW)
     assert conds(pending.status) == {"Ready": "False", "Progressing": "False", "Succeeded": "False", "Failed": "False"}
     assert {c["observedGeneration"] for c in pending.status["conditions"]} == {3}
 
@@ -129,19 +129,19 @@ def test_a_job_whose_config_the_pipeline_refuses_says_so_once_and_runs_nothing()
     source = next(iter(data["spec"]["sources"].values()))
     source["live"]["catalog"] = "nowhere"
     job = StreamingJob.model_validate(data)
-    plan = plan_streaming_job(job, None, NOW)
+    plan = decide_streaming_job(job, None, NOW)
     assert plan.create_app is None and plan.status["phase"] == "Failed"
     assert "nowhere" in plan.status["message"] and [e.reason for e in plan.events] == ["InvalidSpec"]
-    again = plan_streaming_job(StreamingJob.model_validate({**data, "status": plan.status}), None, LATER)
+    again = decide_streaming_job(StreamingJob.model_validate({**data, "status": plan.status}), None, LATER)
     assert again.events == (), "one Event per distinct problem, not one per look"
 
 
 def test_a_bad_edit_does_not_stop_a_running_job() -> None:
-    app = plan_streaming_job(JOB, None, NOW).create_app
+    app = decide_streaming_job(JOB, None, NOW).create_app
     assert app is not None
     data = load("rmi-streamingjob.yaml", uid="job-uid", generation=2)
     next(iter(data["spec"]["sources"].values()))["live"]["catalog"] = "nowhere"
-    plan = plan_streaming_job(StreamingJob.model_validate(data), app_in(app, "RUNNING"), NOW)
+    plan = decide_streaming_job(StreamingJob.model_validate(data), app_in(app, "RUNNING"), NOW)
     assert not plan.delete_app and "keeps running with the previous spec" in plan.status["message"]
 
 
@@ -172,18 +172,18 @@ def test_permanent_failures_fail_the_object_and_stall_it() -> None:
 
 
 def test_a_backfill_keeps_its_job_and_finishes_without_it() -> None:
-    launched = plan_backfill(backfill(), JOB, None, "http://c", NOW)
+    launched = decide_backfill(backfill(), JOB, None, "http://c", NOW)
     assert launched.config_map is not None and launched.create_app is not None
     saved = StreamingJob.model_validate(json.loads(launched.config_map["data"][SAVED_JOB]))
     assert saved.spec == JOB.spec and saved.metadata.uid == JOB.metadata.uid
     running = backfill(launched.status)
-    done = plan_backfill(running, saved, app_in(launched.create_app, "COMPLETED"), "http://c", LATER, job_saved=True)
+    done = decide_backfill(running, saved, app_in(launched.create_app, "COMPLETED"), "http://c", LATER, job_saved=True)
     assert done.create_publish_app is not None or done.status["phase"] == "Succeeded", "it finishes with the kept copy"
 
 
 def test_a_backfill_whose_job_is_gone_is_never_resubmitted_from_the_copy() -> None:
-    launched = plan_backfill(backfill(), JOB, None, "http://c", NOW)
-    plan = plan_backfill(backfill(launched.status), JOB, None, "http://c", LATER, job_saved=True)
+    launched = decide_backfill(backfill(), JOB, None, "http://c", NOW)
+    plan = decide_backfill(backfill(launched.status), JOB, None, "http://c", LATER, job_saved=True)
     assert plan.create_app is None and plan.status["phase"] == "Failed"
     assert plan.leave_group is not None, "the alignment group is released"
     assert conds(plan.status)["Failed"] == "True" and [e.reason for e in plan.events] == ["JobDeleted"]

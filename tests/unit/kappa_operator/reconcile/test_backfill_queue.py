@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kappa_operator.handlers.backfill import candidate
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill.decide import plan_backfill
+from kappa_operator.reconcile.backfill.decide import decide_backfill
 from kappa_operator.reconcile.backfill.dry_run import Planning
 from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Candidate, Queued, QueueLimits, decide
 from kappa_operator.reconcile.estimates import Run, eta, recorded, runs_from
@@ -132,15 +132,15 @@ def with_status(bf: Backfill, status: dict[str, Any]) -> Backfill:
 def test_a_queued_backfill_waits_with_its_position_then_runs_once_admitted() -> None:
     bf, job = manifests(priority=3)
     q = Queued(2, "queued at position 2 (priority 3): backfills.maxConcurrent 2 reached (2 running or ahead)")
-    plan = plan_backfill(bf, job, None, None, NOW, turn=q)
+    plan = decide_backfill(bf, job, None, None, NOW, turn=q)
     assert plan.create_app is None and plan.config_map is None
     assert plan.status["phase"] == "Queued" and plan.status["queuePosition"] == 2
     assert plan.status["queuedSince"] == NOW and plan.status["message"] == q.reason
     assert [e.reason for e in plan.events] == ["Queued"]
     queued = with_status(bf, plan.status)
-    again = plan_backfill(queued, job, None, None, "2026-11-24T10:05:00Z", turn=Queued(1, "position 1"))
+    again = decide_backfill(queued, job, None, None, "2026-11-24T10:05:00Z", turn=Queued(1, "position 1"))
     assert again.status["queuedSince"] == NOW and again.status["queuePosition"] == 1 and not again.events
-    started = plan_backfill(queued, job, None, None, "2026-11-24T10:09:00Z", turn=Admitted())
+    started = decide_backfill(queued, job, None, None, "2026-11-24T10:09:00Z", turn=Admitted())
     assert started.create_app is not None and started.status["phase"] == "Running"
     assert started.status["startedAt"] == "2026-11-24T10:09:00Z" and started.status["queuePosition"] is None
 
@@ -203,23 +203,23 @@ def app(state: str) -> dict[str, Any]:
 
 def test_dry_run_plans_then_stays_planned_until_dry_run_is_false() -> None:
     bf, job = manifests(dryRun=True)
-    first = plan_backfill(bf, job, None, None, NOW, planning=Planning())
+    first = decide_backfill(bf, job, None, None, NOW, planning=Planning())
     assert first.create_app is None and first.create_plan_app is not None and first.config_map is not None
     assert first.create_plan_app["metadata"]["name"] == "rmi-outage-backfill-plan"
     assert first.create_plan_app["spec"]["arguments"][0] == "plan" and first.status["phase"] == "Planning"
     bf = with_status(bf, first.status)
-    running = plan_backfill(bf, job, None, None, NOW, planning=Planning(app("RUNNING")))
+    running = decide_backfill(bf, job, None, None, NOW, planning=Planning(app("RUNNING")))
     assert running.status["phase"] == "Planning" and running.create_plan_app is None
 
     runs = (Run("default/earlier", 2_000_000, 100.0, 4, "2026-11-23T10:00:00Z"),)  # 5,000 rows/s per core
-    done = plan_backfill(bf, job, None, None, NOW, planning=Planning(app("COMPLETED"), report(), runs))
+    done = decide_backfill(bf, job, None, None, NOW, planning=Planning(app("COMPLETED"), report(), runs))
     plan = done.status["plan"]
     assert done.status["phase"] == "Planned" and plan["expectedBatches"] == 48 and plan["rows"] == 1_200_000
     assert plan["latenessRequired"] == "10m" and plan["maxDriftFitting"] == "25m" and plan["latenessOk"]
     assert plan["eta"] == "0:01:00", "1.2M rows / (5,000 rows/s per core x 4 cores)"
     assert "default/earlier" in plan["etaBasis"] and "dryRun: false" in done.status["message"]
     planned = with_status(bf, done.status)
-    assert plan_backfill(planned, job, None, None, NOW, planning=Planning(app("COMPLETED"), report())).status == (
+    assert decide_backfill(planned, job, None, None, NOW, planning=Planning(app("COMPLETED"), report())).status == (
         planned.status.model_dump(by_alias=True, exclude_none=True)  # type: ignore[union-attr]
     )
     go = Backfill.model_validate(
@@ -228,7 +228,7 @@ def test_dry_run_plans_then_stays_planned_until_dry_run_is_false() -> None:
             "spec": {**planned.spec.model_dump(by_alias=True), "dryRun": False},
         }
     )
-    started = plan_backfill(go, job, None, None, NOW)
+    started = decide_backfill(go, job, None, None, NOW)
     assert started.create_app is not None and started.status["phase"] == "Running"
 
 
@@ -236,12 +236,12 @@ def test_a_plan_that_fails_the_guard_or_warns_says_so_in_events() -> None:
     bf, job = manifests(dryRun=True)
     bf = with_status(bf, {"phase": "Planning"})
     bad = report(lateness_ok=False, lateness_message="raise the watermark delay to at least 40m", warnings=["x"])
-    done = plan_backfill(bf, job, None, None, NOW, planning=Planning(app("COMPLETED"), bad))
+    done = decide_backfill(bf, job, None, None, NOW, planning=Planning(app("COMPLETED"), bad))
     reasons = [e.reason for e in done.events]
     assert reasons == ["Planned", "LatenessTooShort", "PlanWarning"]
     assert "no ETA (no calibration yet)" in done.status["message"]
     assert done.status["plan"]["etaBasis"].startswith("no calibration yet")
-    lost = plan_backfill(bf, job, None, None, NOW, planning=Planning(app("FAILED")))
+    lost = decide_backfill(bf, job, None, None, NOW, planning=Planning(app("FAILED")))
     assert lost.status["phase"] == "Planned" and "plan failed" in lost.status["message"]
     assert [e.reason for e in lost.events] == ["Planned", "PlanFailed"]
 
@@ -273,7 +273,7 @@ def planned_and_running(bf: Backfill, rows: int, batches: int, started: str) -> 
 def test_a_planned_backfill_that_succeeds_records_its_throughput() -> None:
     bf, job = manifests(publish={"enabled": False})
     bf = planned_and_running(bf, rows=3_600_000, batches=1, started="2026-11-24T09:00:00Z")
-    done = plan_backfill(bf, job, COMPLETED, None, "2026-11-24T10:00:00Z")
+    done = decide_backfill(bf, job, COMPLETED, None, "2026-11-24T10:00:00Z")
     assert done.status["phase"] == "Succeeded" and done.record_calibration is not None
     cores = job.spec.executor.instances * job.spec.executor.cores
     assert done.status["calibration"] == {
@@ -328,7 +328,7 @@ def test_a_run_report_splits_the_calibration_and_the_eta_counts_batches() -> Non
 
     report = RunReport(backfill="b", seconds=costs.busy_s + 2, costs=costs, finished_at=datetime(2026, 11, 24, 10))
     bf = planned_and_running(bf, rows=costs.rows, batches=11, started="2026-11-24T09:59:40Z")
-    done = plan_backfill(bf, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=report)
+    done = decide_backfill(bf, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=report)
     run = done.record_calibration
     assert run is not None and run.costs is not None and run.seconds == 20.0
     assert run.costs.outside_s == pytest.approx(20.0 - costs.busy_s, abs=0.01), "operator's wall minus batches"
@@ -362,7 +362,7 @@ def test_an_eta_comes_from_runs_of_the_planned_mode() -> None:
         backfill="b", seconds=costs.busy_s + 2, costs=costs, finished_at=datetime(2026, 11, 24, 10), mode="aligned"
     )
     bf = planned_and_running(bf, rows=costs.rows, batches=8, started="2026-11-24T09:59:40Z")
-    run = plan_backfill(bf, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=report).record_calibration
+    run = decide_backfill(bf, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=report).record_calibration
     assert run is not None and run.mode == "aligned"
     (aligned,) = runs_from(recorded({}, "uid", run))
     assert aligned.mode == "aligned"
@@ -426,8 +426,8 @@ def test_a_succeeded_backfill_says_the_mode_its_driver_ran_and_why() -> None:
         backfill="b", seconds=3, costs=costs, finished_at=datetime(2026, 11, 24, 10), mode="bounded", mode_reason=said
     )
     running = planned_and_running(bf, rows=10, batches=1, started="2026-11-24T09:59:40Z")
-    done = plan_backfill(running, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=report)
+    done = decide_backfill(running, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=report)
     assert (done.status["alignmentMode"], done.status["alignmentModeReason"]) == ("bounded", said)
     older = report.model_copy(update={"mode": None, "mode_reason": None})
-    done = plan_backfill(running, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=older)
+    done = decide_backfill(running, job, COMPLETED, None, "2026-11-24T10:00:00Z", run_report=older)
     assert "alignmentMode" not in done.status

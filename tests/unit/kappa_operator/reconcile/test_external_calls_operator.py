@@ -20,7 +20,7 @@ from kappa_operator.handlers.progress import external_calls as job_calls
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill.decide import plan_backfill
+from kappa_operator.reconcile.backfill.decide import decide_backfill
 from kappa_operator.reconcile.external_calls import EVERY_S, calls_status, calls_update, due
 from kappa_operator.render.jobconfig import backfill_config, live_checkpoint, restore_config, streaming_job_config
 from kappa_operator.service.metrics import OperatorMetrics
@@ -128,9 +128,9 @@ def test_the_crds_accept_a_limit() -> None:
 
 
 def test_a_submitted_backfill_shows_its_limit_before_any_report() -> None:
-    plan = plan_backfill(backfill(), job({"ratePerSecond": 50, "backfillRatePerSecond": 20}), None, None, NOW)
+    plan = decide_backfill(backfill(), job({"ratePerSecond": 50, "backfillRatePerSecond": 20}), None, None, NOW)
     assert plan.create_app is not None and plan.status["externalCalls"] == {"ratePerSecond": 20}
-    unlimited = plan_backfill(backfill(), job(None), None, None, NOW)
+    unlimited = decide_backfill(backfill(), job(None), None, None, NOW)
     assert "externalCalls" not in unlimited.status
 
 

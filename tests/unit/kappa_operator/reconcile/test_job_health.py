@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kappa_operator.models.streaming_job import RestartSpec, StreamingJob
 from kappa_operator.reconcile.health import health_gauges, plan_health
 from kappa_operator.reconcile.restarts import backoff
-from kappa_operator.reconcile.streaming_job import plan_streaming_job, spark_ui
+from kappa_operator.reconcile.streaming_job import decide_streaming_job, spark_ui
 from kappa_operator.service.metrics import OperatorMetrics
 from spark_app.contract.reports.progress import PartitionLag, ProgressReport, from_progress
 
@@ -161,7 +161,7 @@ def test_backoff_grows_by_the_multiplier_up_to_the_cap() -> None:
 
 
 def failed_app(j: StreamingJob, error: str = "driver OOM") -> dict[str, Any]:
-    plan = plan_streaming_job(j, None, rfc(T0))
+    plan = decide_streaming_job(j, None, rfc(T0))
     assert plan.create_app is not None
     return {**plan.create_app, "status": {"applicationState": {"state": "FAILED", "errorMessage": error}}}
 
@@ -169,16 +169,16 @@ def failed_app(j: StreamingJob, error: str = "driver OOM") -> dict[str, Any]:
 def test_a_failed_application_backs_off_then_restarts_from_its_checkpoint() -> None:
     j = job(running_since(T0), restart={"initialBackoff": "10s", "maxBackoff": "1m", "resetAfter": "30m"})
     app = failed_app(j)
-    first = plan_streaming_job(j, app, rfc(T0 + timedelta(minutes=1)))
+    first = decide_streaming_job(j, app, rfc(T0 + timedelta(minutes=1)))
     assert first.status["phase"] == "BackingOff" and first.status["restarts"] == 1 and not first.delete_app
     assert first.status["nextRestartAt"] == rfc(T0 + timedelta(minutes=1, seconds=10))
     assert [(e.type, e.reason) for e in first.events] == [("Warning", "BackingOff")]
     assert "driver OOM" in first.status["message"]
     waiting = job({**running_since(T0), **first.status})
-    assert plan_streaming_job(waiting, app, rfc(T0 + timedelta(minutes=1, seconds=5))).status == {}, "not yet"
-    due = plan_streaming_job(waiting, app, rfc(T0 + timedelta(minutes=1, seconds=10)))
+    assert decide_streaming_job(waiting, app, rfc(T0 + timedelta(minutes=1, seconds=5))).status == {}, "not yet"
+    due = decide_streaming_job(waiting, app, rfc(T0 + timedelta(minutes=1, seconds=10)))
     assert due.delete_app and due.status["phase"] == "Restarting" and due.create_app is None
-    gone = plan_streaming_job(job({**first.status, "phase": "Restarting"}), None, rfc(T0 + timedelta(minutes=2)))
+    gone = decide_streaming_job(job({**first.status, "phase": "Restarting"}), None, rfc(T0 + timedelta(minutes=2)))
     assert gone.create_app is not None, "recreated once deleted"
     assert gone.create_app["spec"]["restartPolicy"] == {"type": "Never"}, "the operator restarts, not Spark's"
 
@@ -186,23 +186,23 @@ def test_a_failed_application_backs_off_then_restarts_from_its_checkpoint() -> N
 def test_failing_again_soon_doubles_the_delay_and_after_a_long_run_starts_over() -> None:
     spec = {"initialBackoff": "10s", "maxBackoff": "1m", "resetAfter": "30m"}
     soon = job(running_since(T0, restarts=3), restart=spec)
-    plan = plan_streaming_job(soon, failed_app(soon), rfc(T0 + timedelta(minutes=2)))
+    plan = decide_streaming_job(soon, failed_app(soon), rfc(T0 + timedelta(minutes=2)))
     assert plan.status["restarts"] == 4 and plan.status["nextRestartAt"] == rfc(T0 + timedelta(minutes=2, seconds=60))
     never_ran = job({"phase": "Submitted", "restarts": 2, "conditions": []}, restart=spec)
-    assert plan_streaming_job(never_ran, failed_app(never_ran), rfc(T0)).status["restarts"] == 3
+    assert decide_streaming_job(never_ran, failed_app(never_ran), rfc(T0)).status["restarts"] == 3
     long_run = job(running_since(T0, restarts=5), restart=spec)
-    plan = plan_streaming_job(long_run, failed_app(long_run), rfc(T0 + timedelta(hours=1)))
+    plan = decide_streaming_job(long_run, failed_app(long_run), rfc(T0 + timedelta(hours=1)))
     assert plan.status["restarts"] == 1 and plan.status["nextRestartAt"] == rfc(T0 + timedelta(hours=1, seconds=10))
 
 
 def test_the_restart_limit_leaves_it_failed() -> None:
     j = job(running_since(T0, restarts=2), restart={"maxAttempts": 2})
     app = failed_app(j)
-    plan = plan_streaming_job(j, app, rfc(T0 + timedelta(minutes=1)))
+    plan = decide_streaming_job(j, app, rfc(T0 + timedelta(minutes=1)))
     assert plan.status["phase"] == "Failed" and not plan.delete_app
     assert [e.reason for e in plan.events] == ["RestartLimitReached"] and "maxAttempts" in plan.status["message"]
     stays = job({**running_since(T0, restarts=2), **plan.status})
-    assert plan_streaming_job(stays, app, rfc(T0 + timedelta(minutes=5))).status == {}
+    assert decide_streaming_job(stays, app, rfc(T0 + timedelta(minutes=5))).status == {}
 
 
 def test_the_spark_ui_address_comes_from_the_spark_operators_driver_info() -> None:
@@ -214,4 +214,4 @@ def test_the_spark_ui_address_comes_from_the_spark_operators_driver_info() -> No
     j = job(running_since(T0))
     running = {**failed_app(j), "status": {"applicationState": {"state": "RUNNING"}, **app["status"]}}
     namespace = j.metadata.namespace
-    assert plan_streaming_job(j, running, rfc(T0)).status["sparkUI"] == f"http://rmi-ui-svc.{namespace}.svc:4040"
+    assert decide_streaming_job(j, running, rfc(T0)).status["sparkUI"] == f"http://rmi-ui-svc.{namespace}.svc:4040"

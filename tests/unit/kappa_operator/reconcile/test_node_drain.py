@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from kappa_operator.reconcile.job_intent import JobPlan
+from kappa_operator.reconcile.job_intent import JobIntent
 from kappa_operator.reconcile.node_drain import DrainedDriver, cordoned, drain_nonce, drained_driver
-from kappa_operator.reconcile.streaming_job import plan_streaming_job
+from kappa_operator.reconcile.streaming_job import decide_streaming_job
 from kappa_operator.render.disruption_budget import driver_disruption_budget
 from kappa_operator.render.spark_application import Owner
 from spark_app.contract.snapshot_requests import Answer
@@ -38,7 +38,7 @@ def test_the_running_driver_on_a_cordoned_node_is_found_and_nothing_else() -> No
 
 
 def test_the_driver_has_a_budget_that_refuses_its_eviction_while_ready_only() -> None:
-    created = plan_streaming_job(job(manifest()), None, at(0))
+    created = decide_streaming_job(job(manifest()), None, at(0))
     budget = created.disruption_budget
     assert budget == driver_disruption_budget(Owner("StreamingJob", "rmi", "default", "u1"))
     assert budget is not None and budget["spec"]["maxUnavailable"] == 0
@@ -56,7 +56,7 @@ def test_a_drain_takes_a_snapshot_then_moves_the_job_from_its_checkpoint_without
     data = manifest()
     status, app = running(data)
     # 1. the node cordoned under the running driver: a snapshot asked for, the job still runs
-    asked = plan_streaming_job(job(data, status), app, at(1), drained=DRIVER)
+    asked = decide_streaming_job(job(data, status), app, at(1), drained=DRIVER)
     nonce = drain_nonce(DRIVER)
     assert not asked.delete_app and asked.status["phase"] == "Draining"
     assert asked.status["nodeDrain"] == {
@@ -72,9 +72,9 @@ def test_a_drain_takes_a_snapshot_then_moves_the_job_from_its_checkpoint_without
     assert "PodDisruptionBudget holds the eviction" in asked.status["message"]
     status = merged(status, asked)
     # while it is not taken: nothing more (the job's timer looks again)
-    assert plan_streaming_job(job(data, status), app, at(1.2), drained=DRIVER) == JobPlan()
+    assert decide_streaming_job(job(data, status), app, at(1.2), drained=DRIVER) == JobIntent()
     # 2. taken: the application deleted, said with the snapshot's batch
-    moved = plan_streaming_job(job(data, status), app, at(1.5), answered(nonce, 7), drained=DRIVER)
+    moved = decide_streaming_job(job(data, status), app, at(1.5), answered(nonce, 7), drained=DRIVER)
     assert moved.delete_app and moved.status["nodeDrain"]["step"] == "Moving"
     assert moved.status["phase"] == "Restarting" and "restarts" not in moved.status
     assert f"snapshot {nonce} taken ({SINK} batch 7)" in moved.status["message"]
@@ -86,16 +86,16 @@ def test_a_drain_takes_a_snapshot_then_moves_the_job_from_its_checkpoint_without
         "metadata": {**app["metadata"], "creationTimestamp": at(0)},
         "status": {"applicationState": {"state": "FAILED"}},
     }
-    assert plan_streaming_job(job(data, status), old, at(1.6)) == JobPlan()
+    assert decide_streaming_job(job(data, status), old, at(1.6)) == JobIntent()
     # 4. gone: created again (the scheduler places it off the cordoned node), budget with it
-    again = plan_streaming_job(job(data, status), None, at(1.7))
+    again = decide_streaming_job(job(data, status), None, at(1.7))
     assert again.create_app is not None and again.disruption_budget is not None
     status = merged(status, again)
     assert status["nodeDrain"]["step"] == "Moving"
     # 5. running: the move is over, said; no restart was counted
     new = app_of(again)
     new["metadata"] = {**new["metadata"], "creationTimestamp": at(1.7)}
-    done = plan_streaming_job(job(data, status), new, at(2))
+    done = decide_streaming_job(job(data, status), new, at(2))
     assert done.status["phase"] == "Running" and done.status["nodeDrain"] is None
     assert [e.reason for e in done.events][-1] == "Moved"
     assert merged(status, done).get("restarts", 0) == 0
@@ -104,8 +104,8 @@ def test_a_drain_takes_a_snapshot_then_moves_the_job_from_its_checkpoint_without
 def test_a_snapshot_not_taken_in_time_does_not_hold_the_drain() -> None:
     data = manifest(upgrade={"mode": "last-state", "snapshotTimeout": "2m"})
     status, app = running(data)
-    status = merged(status, plan_streaming_job(job(data, status), app, at(1), drained=DRIVER))
-    late = plan_streaming_job(job(data, status), app, at(4), drained=DRIVER)
+    status = merged(status, decide_streaming_job(job(data, status), app, at(1), drained=DRIVER))
+    late = decide_streaming_job(job(data, status), app, at(4), drained=DRIVER)
     assert late.delete_app and late.status["nodeDrain"]["step"] == "Moving"
     assert (
         "not taken within 2m" in late.status["message"] and "moving from its checkpoint alone" in late.status["message"]
@@ -116,7 +116,7 @@ def test_without_an_external_location_the_job_moves_at_once_and_says_why_there_i
     data = manifest()
     data["spec"]["checkpoints"].pop("externalLocation")
     status, app = running(data)
-    moved = plan_streaming_job(job(data, status), app, at(1), drained=DRIVER)
+    moved = decide_streaming_job(job(data, status), app, at(1), drained=DRIVER)
     assert moved.delete_app and moved.status["nodeDrain"]["step"] == "Moving"
     assert "snapshots" not in moved.status and "no spec.checkpoints.externalLocation" in moved.status["message"]
 
@@ -124,7 +124,7 @@ def test_without_an_external_location_the_job_moves_at_once_and_says_why_there_i
 def test_a_driver_that_fails_while_its_snapshot_is_taken_is_restarted_as_any_failure() -> None:
     data = manifest()
     status, app = running(data)
-    status = merged(status, plan_streaming_job(job(data, status), app, at(1), drained=DRIVER))
+    status = merged(status, decide_streaming_job(job(data, status), app, at(1), drained=DRIVER))
     failed = {**app, "status": {"applicationState": {"state": "FAILED", "errorMessage": "driver OOM"}}}
-    plan = plan_streaming_job(job(data, status), failed, at(1.5))
+    plan = decide_streaming_job(job(data, status), failed, at(1.5))
     assert plan.status["phase"] == "BackingOff" and plan.status["nodeDrain"] is None and plan.status["restarts"] == 1

@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from kappa_operator.coordinator.core import GroupSpec, joined, left
-from kappa_operator.coordinator.groups import Progress as Seen
+from kappa_operator.coordinator.groups import GroupProgress as Seen
 from kappa_operator.coordinator.groups import owned
 from kappa_operator.coordinator.scopes import verify
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill.decide import follow_step, plan_backfill, submitted
+from kappa_operator.reconcile.backfill.decide import decide_backfill, follow_step, submitted
 from kappa_operator.reconcile.backfill.intent import DONE, NO_PACE, NONCE, PUBLISH, SAVED_JOB, saved_job
 from kappa_operator.reconcile.backfill.progress import byte_rate, progress, progress_status, progress_update
 from kappa_operator.reconcile.backfill.publish import published, wants_publish_report
@@ -55,15 +55,15 @@ JOB = StreamingJob.model_validate(load("rmi-streamingjob.yaml", uid="sj"))
 
 
 def test_a_missing_job_waits_with_a_warning_once() -> None:
-    plan = plan_backfill(bf(), None, None, None, NOW)
+    plan = decide_backfill(bf(), None, None, None, NOW)
     assert plan.status["phase"] == "Pending" and plan.retry_after and plan.create_app is None
     assert [e.type for e in plan.events] == ["Warning"]
-    again = plan_backfill(bf(plan.status), None, None, None, NOW)
+    again = decide_backfill(bf(plan.status), None, None, None, NOW)
     assert again.events == ()
 
 
 def test_launch_renders_the_history_run_into_the_branch() -> None:
-    plan = plan_backfill(bf(), JOB, None, "http://c:8471", NOW, admin_token="admin")
+    plan = decide_backfill(bf(), JOB, None, "http://c:8471", NOW, admin_token="admin")
     assert plan.create_app is not None and plan.config_map is not None and plan.secret is not None
     spec = plan.create_app["spec"]
     assert spec["restartPolicy"] == {"type": "Never"}
@@ -82,32 +82,32 @@ def with_state(app: dict[str, Any], state: str) -> dict[str, Any]:
 
 
 def test_application_states_become_backfill_phases() -> None:
-    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    app = decide_backfill(bf(), JOB, None, None, NOW).create_app
     assert app is not None
     for state, phase in (("RUNNING", "Running"), ("COMPLETED", "Publishing"), ("FAILED", "Failed")):
-        plan = plan_backfill(bf(**NO_RESTART), JOB, with_state(app, state), None, NOW)
+        plan = decide_backfill(bf(**NO_RESTART), JOB, with_state(app, state), None, NOW)
         assert plan.status["phase"] == phase
-    backing_off = plan_backfill(bf(), JOB, with_state(app, "FAILED"), None, NOW)
+    backing_off = decide_backfill(bf(), JOB, with_state(app, "FAILED"), None, NOW)
     assert backing_off.status["phase"] == "Running" and backing_off.status["restarts"] == 1, "spec.restart"
-    done = plan_backfill(bf({"phase": "Succeeded"}), JOB, None, None, NOW)
+    done = decide_backfill(bf({"phase": "Succeeded"}), JOB, None, None, NOW)
     assert done.create_app is None, "a finished backfill whose application is gone is not rerun"
 
 
 def test_the_first_event_of_a_just_submitted_application_changes_nothing() -> None:
     """Created by us, not yet taken by the Spark operator: no second Submitted Event and a
     status that changes nothing (not written); its first state is said once."""
-    created = plan_backfill(bf(), JOB, None, None, NOW)
+    created = decide_backfill(bf(), JOB, None, None, NOW)
     assert created.create_app is not None
     status = {**created.status, "restartNonce": created.status.get("restartNonce", 0)}
-    seen = plan_backfill(bf(status), JOB, {**created.create_app, "status": {}}, None, NOW)
+    seen = decide_backfill(bf(status), JOB, {**created.create_app, "status": {}}, None, NOW)
     assert seen.events == () and seen.create_app is None and not seen.delete_app
     assert changes_nothing(status, seen.status)
-    taken = plan_backfill(bf(status), JOB, with_state(created.create_app, "SUBMITTED"), None, NOW)
+    taken = decide_backfill(bf(status), JOB, with_state(created.create_app, "SUBMITTED"), None, NOW)
     assert taken.status["applicationState"] == "SUBMITTED" and [e.reason for e in taken.events] == ["Submitted"]
 
 
 def test_launch_joins_the_namespaced_group_with_one_member_per_sink_and_source() -> None:
-    plan = plan_backfill(bf(), JOB, None, "http://c:8471", NOW, admin_token="t")
+    plan = decide_backfill(bf(), JOB, None, "http://c:8471", NOW, admin_token="t")
     group = plan.join_group
     assert group is not None and group.name == "default.rmi-outage"
     assert set(group.members) == {f"rmi-outage/{k}/{s}" for k in JOB.spec.sinks for s in JOB.spec.sources}
@@ -121,7 +121,7 @@ def test_launch_joins_the_namespaced_group_with_one_member_per_sink_and_source()
 def test_an_unaligned_mode_declares_no_group_and_mounts_no_token(mode: str) -> None:
     data = load("rmi-backfill.yaml", uid="u", generation=1)
     data["spec"]["alignment"]["mode"] = mode
-    plan = plan_backfill(Backfill.model_validate(data), JOB, None, "http://c:8471", NOW, admin_token="t")
+    plan = decide_backfill(Backfill.model_validate(data), JOB, None, "http://c:8471", NOW, admin_token="t")
     assert plan.join_group is None and "env" not in plan.create_app["spec"]["driver"]  # type: ignore[index]
     assert plan.secret is None
     cfg = json.loads(plan.config_map["data"]["job.json"])  # type: ignore[index]
@@ -131,9 +131,9 @@ def test_an_unaligned_mode_declares_no_group_and_mounts_no_token(mode: str) -> N
 def test_a_completion_without_a_report_of_its_run_falls_back_to_the_publish_application_else_succeeds() -> None:
     """An application that completed and left no publish report (an image from before its driver
     published, or the report lost): the separate publish application validates and publishes."""
-    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    app = decide_backfill(bf(), JOB, None, "http://c", NOW).create_app
     assert app is not None
-    publishing = plan_backfill(bf({"phase": "Running"}), JOB, with_state(app, "COMPLETED"), "http://c", NOW)
+    publishing = decide_backfill(bf({"phase": "Running"}), JOB, with_state(app, "COMPLETED"), "http://c", NOW)
     pub = publishing.create_publish_app
     assert pub is not None and publishing.status["phase"] == "Publishing" and publishing.leave_group is None
     assert "it left no publish report of this run" in publishing.status["message"]
@@ -149,7 +149,7 @@ def test_a_completion_without_a_report_of_its_run_falls_back_to_the_publish_appl
     data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=2)
     data["spec"]["publish"]["enabled"] = False
     no_publish = Backfill.model_validate(data)
-    done = plan_backfill(no_publish, JOB, with_state(app, "COMPLETED"), "http://c", NOW)
+    done = decide_backfill(no_publish, JOB, with_state(app, "COMPLETED"), "http://c", NOW)
     assert done.status["phase"] == "Succeeded" and done.create_publish_app is None
     assert done.leave_group is not None and done.leave_group.name == "default.rmi-outage"
     conds = {c["type"]: c["status"] for c in done.status["conditions"]}
@@ -158,11 +158,11 @@ def test_a_completion_without_a_report_of_its_run_falls_back_to_the_publish_appl
 
 
 def test_the_publish_settings_travel_in_the_job_config() -> None:
-    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    app = decide_backfill(bf(), JOB, None, "http://c", NOW).create_app
     assert app is not None
-    pub = plan_backfill(bf({"phase": "Running"}), JOB, with_state(app, "COMPLETED"), "http://c", NOW)
+    pub = decide_backfill(bf({"phase": "Running"}), JOB, with_state(app, "COMPLETED"), "http://c", NOW)
     assert pub.create_publish_app is not None
-    cfg = plan_backfill(bf(), JOB, None, "http://c", NOW).config_map
+    cfg = decide_backfill(bf(), JOB, None, "http://c", NOW).config_map
     assert cfg is not None
     job = JobConfig.model_validate_json(cfg["data"]["job.json"])
     assert job.publish is not None and job.publish.tag == "default/rmi-outage"
@@ -195,9 +195,9 @@ def report(state: str = "Published", error: str | None = None, **table: Any) -> 
 
 def apps() -> tuple[dict[str, Any], dict[str, Any]]:
     """The backfill's application (completed) and the publish application it leads to."""
-    run = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    run = decide_backfill(bf(), JOB, None, "http://c", NOW).create_app
     assert run is not None
-    pub = plan_backfill(bf({"phase": "Running"}), JOB, with_state(run, "COMPLETED"), "http://c", NOW)
+    pub = decide_backfill(bf({"phase": "Running"}), JOB, with_state(run, "COMPLETED"), "http://c", NOW)
     assert pub.create_publish_app is not None
     return with_state(run, "COMPLETED"), pub.create_publish_app
 
@@ -205,7 +205,7 @@ def apps() -> tuple[dict[str, Any], dict[str, Any]]:
 def publishing(app_state: str, rep: PublishReport | None) -> Any:
     run, pub = apps()
     status = {"phase": "Publishing", "restartNonce": 0}
-    return plan_backfill(bf(status), JOB, run, "http://c", NOW, publish_app=with_state(pub, app_state), report=rep)
+    return decide_backfill(bf(status), JOB, run, "http://c", NOW, publish_app=with_state(pub, app_state), report=rep)
 
 
 def test_publishing_follows_its_application_and_ends_on_its_report() -> None:
@@ -238,9 +238,9 @@ def test_publishing_follows_its_application_and_ends_on_its_report() -> None:
 def test_a_publish_in_progress_resumes_after_a_restart() -> None:
     """An operator restarted in Publishing, the publish application gone or never created:
     it is submitted (again); publishing twice commits once (the Spark side's tests)."""
-    run = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    run = decide_backfill(bf(), JOB, None, "http://c", NOW).create_app
     assert run is not None
-    plan = plan_backfill(bf({"phase": "Publishing", "restartNonce": 0}), JOB, with_state(run, "COMPLETED"), None, NOW)
+    plan = decide_backfill(bf({"phase": "Publishing", "restartNonce": 0}), JOB, with_state(run, "COMPLETED"), None, NOW)
     assert plan.create_publish_app is not None and plan.create_app is None and plan.status["phase"] == "Publishing"
 
 
@@ -248,16 +248,16 @@ def test_a_refused_publish_stays_failed_until_the_restart_nonce_changes() -> Non
     run, pub = apps()
     refused = publishing("COMPLETED", report("Refused", "below the gate"))
     failed = bf(refused.status | {"restartNonce": 0})
-    again = plan_backfill(failed, JOB, run, None, NOW, publish_app=with_state(pub, "COMPLETED"))
+    again = decide_backfill(failed, JOB, run, None, NOW, publish_app=with_state(pub, "COMPLETED"))
     assert again.create_publish_app is None and again.status["phase"] == "Failed", "no publish loop on events"
 
     data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=3)
     data["spec"]["restartNonce"] = 1
     data["status"] = refused.status | {"restartNonce": 0}
     retry = Backfill.model_validate(data)
-    delete = plan_backfill(retry, JOB, run, None, NOW, publish_app=with_state(pub, "COMPLETED"))
+    delete = decide_backfill(retry, JOB, run, None, NOW, publish_app=with_state(pub, "COMPLETED"))
     assert delete.delete_app and delete.delete_publish_app, "both applications of the old attempt go"
-    resubmit = plan_backfill(retry, JOB, None, None, NOW)
+    resubmit = decide_backfill(retry, JOB, None, None, NOW)
     assert resubmit.create_app is not None, "then the query runs again from its checkpoint, and publishes again"
 
 
@@ -275,7 +275,7 @@ def completed(nonce: int = 0, **status: Any) -> tuple[Backfill, dict[str, Any]]:
     """A running backfill submitted at SUBMITTED_AT, and its application, completed."""
     running = {"phase": "Running", "restartNonce": nonce, "startedAt": SUBMITTED_AT, "applicationState": "RUNNING"}
     current = bf({**running, **status}, restartNonce=nonce)
-    app = plan_backfill(bf(restartNonce=nonce), JOB, None, "http://c", NOW).create_app
+    app = decide_backfill(bf(restartNonce=nonce), JOB, None, "http://c", NOW).create_app
     assert app is not None
     return current, with_state(app, "COMPLETED")
 
@@ -295,7 +295,7 @@ def test_a_completed_backfill_ends_on_the_report_its_driver_left_without_a_publi
     running, app = completed()
     assert wants_publish_report(running, app, None), "the handler reads the report once the application completed"
     assert not wants_publish_report(running, with_state(app, "RUNNING"), None), "never while it runs"
-    plan = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report())
+    plan = decide_backfill(running, JOB, app, "http://c", NOW, report=driver_report())
     assert plan.status["phase"] == "Succeeded" and plan.create_publish_app is None and not plan.delete_app
     assert plan.create_app is None and plan.leave_group is not None and plan.delete_secret
     (table,) = plan.status["published"]
@@ -308,14 +308,14 @@ def test_a_completed_backfill_ends_on_the_report_its_driver_left_without_a_publi
 
 def test_a_refused_validation_in_the_driver_fails_the_backfill_without_a_restart() -> None:
     running, app = completed()
-    refused = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Refused", "below the gate"))
+    refused = decide_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Refused", "below the gate"))
     assert refused.status["phase"] == "Failed" and refused.status["message"] == "publish refused: below the gate"
     assert any(c["reason"] == "ValidationFailed" for c in refused.status["conditions"])
     assert refused.create_publish_app is None and refused.create_app is None and not refused.delete_app
     assert refused.leave_group is None, "its group is kept for a resubmission"
     failed = after(running, refused)
     assert not wants_publish_report(failed, app, None)
-    again = plan_backfill(failed, JOB, app, "http://c", NOW)
+    again = decide_backfill(failed, JOB, app, "http://c", NOW)
     assert again.status["phase"] == "Failed" and again.create_app is None and not again.delete_app, "kept as it is"
     assert again.create_publish_app is None and again.events == ()
 
@@ -323,7 +323,7 @@ def test_a_refused_validation_in_the_driver_fails_the_backfill_without_a_restart
 def test_a_failed_report_of_a_completed_driver_is_a_publish_failure_naming_its_application() -> None:
     running, app = completed()
     error = "publish of backfill rmi-outage failed: OSError: catalog down"
-    plan = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Failed", error))
+    plan = decide_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Failed", error))
     assert plan.status["phase"] == "Failed" and plan.events[0].reason == "PublishFailed"
     assert "SparkApplication rmi-outage-backfill: publish of backfill" in plan.status["message"]
 
@@ -332,45 +332,45 @@ def test_a_report_of_an_earlier_attempt_is_not_this_runs_the_publish_application
     """A driver from an image before publish ran in it neither clears nor writes the report: the
     one on storage is an earlier attempt's (written before this application was submitted)."""
     running, app = completed()
-    stale = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Refused", "old", minutes=-60))
+    stale = decide_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Refused", "old", minutes=-60))
     assert stale.create_publish_app is not None and stale.status["phase"] == "Publishing"
     publishing = after(running, stale)
     pub = with_state(stale.create_publish_app, "FAILED")
     assert wants_publish_report(publishing, app, pub), "the publish application ended: its report"
-    silent = plan_backfill(publishing, JOB, app, "http://c", NOW, publish_app=pub, report=driver_report(minutes=-60))
+    silent = decide_backfill(publishing, JOB, app, "http://c", NOW, publish_app=pub, report=driver_report(minutes=-60))
     assert silent.status["phase"] == "Failed" and "without a report" in silent.status["message"]
 
 
 def test_a_refused_publish_runs_again_in_the_resubmitted_application_after_a_restart_nonce_bump() -> None:
     running, app = completed()
-    refused = plan_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Refused", "below the gate"))
+    refused = decide_backfill(running, JOB, app, "http://c", NOW, report=driver_report("Refused", "below the gate"))
     bumped = after(running, refused, restartNonce=1)
     assert not wants_publish_report(bumped, app, None), "the old attempt's application: not read"
-    delete = plan_backfill(bumped, JOB, app, "http://c", NOW)
+    delete = decide_backfill(bumped, JOB, app, "http://c", NOW)
     assert delete.delete_app and not delete.delete_publish_app and delete.create_publish_app is None
-    resubmit = plan_backfill(after(bumped, delete), JOB, None, "http://c", NOW)
+    resubmit = decide_backfill(after(bumped, delete), JOB, None, "http://c", NOW)
     assert resubmit.create_app is not None and resubmit.create_app["metadata"]["annotations"][NONCE] == "1"
     assert resubmit.create_app["spec"]["arguments"] == ["--config", "/etc/kappa/job.json"], "the run, which publishes"
     assert resubmit.status["startedAt"] == NOW and resubmit.status["restartNonce"] == 1
     assert "then validating it against main and publishing" in resubmit.status["message"]
     submitted_again = after(bumped, resubmit)
-    running_again = plan_backfill(submitted_again, JOB, with_state(resubmit.create_app, "RUNNING"), "http://c", NOW)
+    running_again = decide_backfill(submitted_again, JOB, with_state(resubmit.create_app, "RUNNING"), "http://c", NOW)
     rerun = after(submitted_again, running_again)
     new_app = with_state(resubmit.create_app, "COMPLETED")
     assert wants_publish_report(rerun, new_app, None)
     old = driver_report("Refused", "below the gate")  # written before the resubmission: not this run's
-    assert plan_backfill(rerun, JOB, new_app, "http://c", NOW, report=old).create_publish_app is not None
+    assert decide_backfill(rerun, JOB, new_app, "http://c", NOW, report=old).create_publish_app is not None
     later = datetime(2026, 11, 21, 10, 5, tzinfo=UTC)
     ok = driver_report().model_copy(update={"started_at": later, "finished_at": later})
-    done = plan_backfill(rerun, JOB, new_app, "http://c", NOW, report=ok)
+    done = decide_backfill(rerun, JOB, new_app, "http://c", NOW, report=ok)
     assert done.status["phase"] == "Succeeded" and done.create_publish_app is None
 
 
 def test_the_application_says_what_its_driver_publishes_with() -> None:
-    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    app = decide_backfill(bf(), JOB, None, "http://c", NOW).create_app
     assert app is not None
     assert json.loads(app["metadata"]["annotations"][PUBLISH]) == {"minMatchRatio": 0.999, "tag": "default/rmi-outage"}
-    quiet = plan_backfill(bf(publish={"enabled": False}), JOB, None, "http://c", NOW).create_app
+    quiet = decide_backfill(bf(publish={"enabled": False}), JOB, None, "http://c", NOW).create_app
     assert quiet is not None and PUBLISH not in quiet["metadata"]["annotations"], "its driver does not publish"
 
 
@@ -380,18 +380,18 @@ def test_publish_settings_changed_before_completion_apply_through_the_publish_ap
     with the new ones (a second publish of the same branch commits nothing new)."""
     running, app = completed()
     lowered = after(running, publish={"enabled": True, "minMatchRatio": 0.4})
-    plan = plan_backfill(lowered, JOB, app, "http://c", NOW, report=driver_report("Refused", "below the gate"))
+    plan = decide_backfill(lowered, JOB, app, "http://c", NOW, report=driver_report("Refused", "below the gate"))
     assert plan.create_publish_app is not None and plan.status["phase"] == "Publishing"
     assert "its publish settings changed since it was submitted" in plan.status["message"]
     assert plan.config_map is not None, "its JobConfig rewritten first: the publish application reads it"
     assert json.loads(plan.config_map["data"]["job.json"])["publish"]["minMatchRatio"] == 0.4
     assert SAVED_JOB in plan.config_map["data"], "the job's copy kept"
 
-    quiet = plan_backfill(bf(publish={"enabled": False}), JOB, None, "http://c", NOW).create_app
+    quiet = decide_backfill(bf(publish={"enabled": False}), JOB, None, "http://c", NOW).create_app
     assert quiet is not None
     enabled_since = with_state(quiet, "COMPLETED")
     assert wants_publish_report(running, enabled_since, None)
-    plan = plan_backfill(running, JOB, enabled_since, "http://c", NOW)
+    plan = decide_backfill(running, JOB, enabled_since, "http://c", NOW)
     assert plan.create_publish_app is not None, "enabled after submission: published when it completes"
 
 
@@ -401,13 +401,13 @@ def test_publish_disabled_while_running_says_what_the_driver_did() -> None:
     running, app = completed()
     disabled = after(running, publish={"enabled": False})
     assert wants_publish_report(disabled, app, None), "its driver was asked to publish"
-    done = plan_backfill(disabled, JOB, app, "http://c", NOW, report=driver_report())
+    done = decide_backfill(disabled, JOB, app, "http://c", NOW, report=driver_report())
     assert done.status["phase"] == "Succeeded" and done.status["message"].startswith("published backfill-rmi-outage")
     for rep in (driver_report("Refused", "below the gate"), None):
-        kept = plan_backfill(disabled, JOB, app, "http://c", NOW, report=rep)
+        kept = decide_backfill(disabled, JOB, app, "http://c", NOW, report=rep)
         assert kept.status["phase"] == "Succeeded" and "publish is not enabled" in kept.status["message"]
         assert kept.create_publish_app is None and kept.leave_group is not None
-    quiet = plan_backfill(bf(publish={"enabled": False}), JOB, None, "http://c", NOW).create_app
+    quiet = decide_backfill(bf(publish={"enabled": False}), JOB, None, "http://c", NOW).create_app
     assert quiet is not None
     never = bf({"phase": "Running", "restartNonce": 0}, publish={"enabled": False})
     assert not wants_publish_report(never, with_state(quiet, "COMPLETED"), None), "nothing to read"
@@ -431,22 +431,22 @@ def test_published_with_a_not_final_branch_says_so() -> None:
 
 
 def test_a_failed_backfill_stays_failed_until_the_restart_nonce_changes() -> None:
-    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    app = decide_backfill(bf(), JOB, None, None, NOW).create_app
     assert app is not None and app["metadata"]["annotations"][NONCE] == "0"
     running = bf({"phase": "Running", "restartNonce": 0}, **NO_RESTART)
-    failed = plan_backfill(running, JOB, with_state(app, "FAILED"), None, NOW)
+    failed = decide_backfill(running, JOB, with_state(app, "FAILED"), None, NOW)
     assert failed.status["phase"] == "Failed" and "restartNonce" in failed.status["message"]
     assert failed.join_group is None, "a failed backfill keeps its group but does not re-declare it"
-    gone = plan_backfill(bf({"phase": "Failed", "restartNonce": 0}), JOB, None, None, NOW)
+    gone = decide_backfill(bf({"phase": "Failed", "restartNonce": 0}), JOB, None, None, NOW)
     assert gone.create_app is None and gone.status["phase"] == "Failed"
 
     data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=3)
     data["spec"]["restartNonce"] = 1
     data["status"] = {"phase": "Failed", "restartNonce": 0, "restarts": 3}
     retry = Backfill.model_validate(data)
-    delete = plan_backfill(retry, JOB, with_state(app, "FAILED"), None, NOW)
+    delete = decide_backfill(retry, JOB, with_state(app, "FAILED"), None, NOW)
     assert delete.delete_app and delete.create_app is None, "the old application goes first"
-    again = plan_backfill(retry, JOB, None, None, NOW)
+    again = decide_backfill(retry, JOB, None, None, NOW)
     assert again.create_app is not None and again.create_app["metadata"]["annotations"][NONCE] == "1"
     assert again.status["restartNonce"] == 1 and again.status["checkpoint"].endswith("rmi-outage-bf-uid-1")
     assert again.events[0].message.startswith("resubmitted")
@@ -481,21 +481,21 @@ def test_a_failed_backfill_whose_job_was_deleted_resumes_from_the_kept_copy() ->
     """Its message said "bump spec.restartNonce to resume": with the job gone, the bump deletes
     the failed application, then submits from the copy kept at submission (same checkpoint and
     branch, a new credential, its group joined), instead of waiting in Pending for the job."""
-    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    launched = decide_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
     assert launched.create_app is not None
-    failed = plan_backfill(
+    failed = decide_backfill(
         bf(launched.status, **NO_RESTART), JOB, with_state(launched.create_app, "FAILED"), "http://c", NOW
     )
     assert failed.status["phase"] == "Failed" and failed.delete_secret, "no driver left to present the credential"
 
     copy = kept_copy()
     retry = bumped(merged(launched.status, failed.status))
-    delete = plan_backfill(retry, copy, with_state(launched.create_app, "FAILED"), "http://c", NOW, "admin", True)
+    delete = decide_backfill(retry, copy, with_state(launched.create_app, "FAILED"), "http://c", NOW, "admin", True)
     assert delete.delete_app and delete.create_app is None and delete.status["phase"] == "Running"
     assert delete.status["jobDeleted"] is True
     assert [(e.type, e.reason) for e in delete.events] == [("Warning", "JobDeleted"), ("Normal", "Restarting")]
 
-    again = plan_backfill(bumped(merged(launched.status, delete.status)), copy, None, "http://c", NOW, "admin", True)
+    again = decide_backfill(bumped(merged(launched.status, delete.status)), copy, None, "http://c", NOW, "admin", True)
     assert again.create_app is not None and again.create_app["metadata"]["annotations"][NONCE] == "1"
     assert again.status["phase"] == "Running" and again.status["restartNonce"] == 1
     assert again.status["checkpoint"] == launched.status["checkpoint"], "resumes from its own checkpoint"
@@ -512,17 +512,17 @@ def test_a_backfill_stuck_pending_by_the_old_operator_resumes_from_the_kept_copy
     recorded), so the kept copy is used and it restarts rather than waiting."""
     stuck = bumped({"phase": "Pending", "restartNonce": 0, "message": "StreamingJob rmi not found in default"})
     assert submitted(stuck) and follow_step(stuck, job_listed=False) == "reconcile"
-    app = plan_backfill(bf(), JOB, None, "http://c", NOW).create_app
+    app = decide_backfill(bf(), JOB, None, "http://c", NOW).create_app
     assert app is not None
-    restart = plan_backfill(stuck, kept_copy(), with_state(app, "FAILED"), "http://c", NOW, "admin", True)
+    restart = decide_backfill(stuck, kept_copy(), with_state(app, "FAILED"), "http://c", NOW, "admin", True)
     assert restart.delete_app and restart.status["phase"] == "Running"
 
 
 def test_a_backfill_whose_job_and_application_are_gone_fails_and_lets_go() -> None:
     """Nobody asked for this run (same restartNonce): it is not started from the copy, it fails
     with JobDeleted once, leaves its group and drops its credential; a bump resumes it."""
-    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
-    gone = plan_backfill(bf(launched.status), kept_copy(), None, "http://c", NOW, "admin", True)
+    launched = decide_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    gone = decide_backfill(bf(launched.status), kept_copy(), None, "http://c", NOW, "admin", True)
     assert gone.status["phase"] == "Failed" and gone.create_app is None
     assert gone.leave_group == launched.join_group and gone.delete_secret
     assert [(e.type, e.reason) for e in gone.events] == [("Warning", "JobDeleted")], "one Warning, not two"
@@ -530,47 +530,47 @@ def test_a_backfill_whose_job_and_application_are_gone_fails_and_lets_go() -> No
     assert any(c["reason"] == "JobDeleted" for c in gone.status["conditions"])
 
     now = merged(launched.status, gone.status)
-    stays = plan_backfill(bf(now), kept_copy(), None, "http://c", NOW, "admin", True)
+    stays = decide_backfill(bf(now), kept_copy(), None, "http://c", NOW, "admin", True)
     assert stays.status["phase"] == "Failed" and stays.create_app is None and stays.events == ()
-    resumed = plan_backfill(bumped(now), kept_copy(), None, "http://c", NOW, "admin", True)
+    resumed = decide_backfill(bumped(now), kept_copy(), None, "http://c", NOW, "admin", True)
     assert resumed.create_app is not None and resumed.join_group is not None and resumed.secret is not None
 
 
 def test_a_running_backfill_says_once_that_its_job_was_deleted_and_goes_on() -> None:
-    launched = plan_backfill(bf(), JOB, None, "http://c", NOW)
+    launched = decide_backfill(bf(), JOB, None, "http://c", NOW)
     assert launched.create_app is not None
     running = with_state(launched.create_app, "RUNNING")
-    told = plan_backfill(bf(launched.status), kept_copy(), running, "http://c", NOW, job_saved=True)
+    told = decide_backfill(bf(launched.status), kept_copy(), running, "http://c", NOW, job_saved=True)
     assert told.status["phase"] == "Running" and told.status["jobDeleted"] is True
     assert told.delete_app is False and told.leave_group is None and not told.delete_secret
     (warning,) = [e for e in told.events if e.reason == "JobDeleted"]
     assert warning.type == "Warning" and "going on with the configuration kept at submission" in warning.message
-    again = plan_backfill(
+    again = decide_backfill(
         bf(merged(launched.status, told.status)), kept_copy(), running, "http://c", NOW, job_saved=True
     )
     assert all(e.reason != "JobDeleted" for e in again.events)
-    with_job = plan_backfill(bf(launched.status), JOB, running, "http://c", NOW)
+    with_job = decide_backfill(bf(launched.status), JOB, running, "http://c", NOW)
     assert "jobDeleted" not in with_job.status and all(e.reason != "JobDeleted" for e in with_job.events)
 
 
 def test_a_failed_backfill_drops_its_credential_only_once_nothing_runs() -> None:
-    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    launched = decide_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
     assert launched.create_app is not None
     app = launched.create_app
     running = bf(launched.status, **NO_RESTART)
-    assert not plan_backfill(running, JOB, with_state(app, "RUNNING"), "http://c", NOW).delete_secret
-    backing_off = plan_backfill(bf(launched.status), JOB, with_state(app, "FAILED"), "http://c", NOW)
+    assert not decide_backfill(running, JOB, with_state(app, "RUNNING"), "http://c", NOW).delete_secret
+    backing_off = decide_backfill(bf(launched.status), JOB, with_state(app, "FAILED"), "http://c", NOW)
     assert not backing_off.delete_secret, "its restart presents it again"
-    assert plan_backfill(running, JOB, with_state(app, "FAILED"), "http://c", NOW).delete_secret
-    failing = plan_backfill(running, JOB, with_state(app, "FAILING"), "http://c", NOW)
+    assert decide_backfill(running, JOB, with_state(app, "FAILED"), "http://c", NOW).delete_secret
+    failing = decide_backfill(running, JOB, with_state(app, "FAILING"), "http://c", NOW)
     assert failing.status["phase"] == "Failed" and not failing.delete_secret, "its driver may still be up"
-    assert plan_backfill(bf({"phase": "Failed", "restartNonce": 0}), JOB, None, None, NOW).delete_secret
+    assert decide_backfill(bf({"phase": "Failed", "restartNonce": 0}), JOB, None, None, NOW).delete_secret
     data = load("rmi-backfill.yaml", uid="bf-uid-1234", generation=2)
     data["spec"]["sources"] = {"nope": {"filter": "x > 1"}}
     data["status"] = launched.status
-    invalid = plan_backfill(Backfill.model_validate(data), JOB, with_state(app, "RUNNING"), "http://c", NOW)
+    invalid = decide_backfill(Backfill.model_validate(data), JOB, with_state(app, "RUNNING"), "http://c", NOW)
     assert invalid.status["phase"] == "Failed" and not invalid.delete_secret, "a running driver keeps it"
-    restarting = plan_backfill(bumped(launched.status), JOB, with_state(app, "FAILED"), "http://c", NOW)
+    restarting = decide_backfill(bumped(launched.status), JOB, with_state(app, "FAILED"), "http://c", NOW)
     assert restarting.delete_app and not restarting.delete_secret, "resubmission re-applies it"
 
 
@@ -592,7 +592,7 @@ def test_the_periodic_look_reacts_to_a_deleted_job_within_a_tick() -> None:
 def test_an_unknown_source_override_fails_with_the_field_and_no_application() -> None:
     data = load("rmi-backfill.yaml", uid="u", generation=1)
     data["spec"]["sources"] = {"nope": {"filter": "x > 1"}}
-    plan = plan_backfill(Backfill.model_validate(data), JOB, None, None, NOW)
+    plan = decide_backfill(Backfill.model_validate(data), JOB, None, None, NOW)
     assert plan.status["phase"] == "Failed" and plan.create_app is None
     assert "spec.sources" in plan.status["message"] and "nope" in plan.status["message"]
 
@@ -698,13 +698,13 @@ def test_a_failed_application_is_run_again_from_its_checkpoint_after_a_growing_d
     branch after 10 s, 20 s, 40 s; the fourth failure in a row stays Failed. Each step is in
     status before any I/O, so a second look at the same failed application counts nothing
     twice, and the timer finds a restart that is due."""
-    launched = plan_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
+    launched = decide_backfill(bf(), JOB, None, "http://c", NOW, admin_token="admin")
     app, state = launched.create_app, launched.status
     assert app is not None
     clock = datetime(2026, 11, 21, 10, tzinfo=UTC)
     for attempt, delay in ((1, 10), (2, 20), (3, 40)):
         now = clock.strftime("%Y-%m-%dT%H:%M:%SZ")
-        off = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", now)
+        off = decide_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", now)
         assert off.status["phase"] == "Running" and off.status["restarts"] == attempt, off.status
         assert off.status["eta"] is None, "nothing runs: no ETA"
         assert off.status["progressAt"] is None, "nor an observation to take the next rate from"
@@ -714,18 +714,18 @@ def test_a_failed_application_is_run_again_from_its_checkpoint_after_a_growing_d
         assert [e.reason for e in off.events] == ["BackingOff"]
         state = merged_status(state, off.status)
         assert follow_step(bf(state), job_listed=True) == "reconcile", "the timer looks at a backing-off one"
-        again = plan_backfill(bf(state), JOB, with_state(app, "FAILING"), "http://c", now)
+        again = decide_backfill(bf(state), JOB, with_state(app, "FAILING"), "http://c", now)
         assert again.status == {} and not again.delete_app, "the same failure, seen again, waits"
         restart_at = due.strftime("%Y-%m-%dT%H:%M:%SZ")
-        deleting = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
+        deleting = decide_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
         assert deleting.delete_app and deleting.status["phase"] == "Running"
         assert f"restart {attempt} " in deleting.status["message"]
         state = merged_status(state, deleting.status)
         state.pop("nextRestartAt", None)
-        still = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
+        still = decide_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", restart_at)
         assert still.delete_app and still.status == {}, "its deletion under way: no second count"
         full = Queued(5, "queued at position 5 (priority 0): backfills.maxConcurrent 4 reached")
-        created = plan_backfill(bf(state), JOB, None, "http://c", restart_at, admin_token="admin", turn=full)
+        created = decide_backfill(bf(state), JOB, None, "http://c", restart_at, admin_token="admin", turn=full)
         assert created.create_app is not None, "a restart keeps the queue's slot it was admitted to"
         assert "restarts" not in created.status, "a restart keeps its count"
         assert created.create_app["spec"] == app["spec"], "the same application, from the same checkpoint"
@@ -734,29 +734,29 @@ def test_a_failed_application_is_run_again_from_its_checkpoint_after_a_growing_d
         assert state["restarts"] == attempt
         clock = due + timedelta(minutes=1)
     now = clock.strftime("%Y-%m-%dT%H:%M:%SZ")
-    failed = plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", now)
+    failed = decide_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", now)
     assert failed.status["phase"] == "Failed" and failed.delete_secret
     assert "not restarted again after 3 restarts" in failed.status["message"]
     assert "bump spec.restartNonce" in failed.status["message"]
     state = merged_status(state, failed.status)
     later = (clock + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    assert plan_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", later).create_app is None
+    assert decide_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", later).create_app is None
 
 
 def test_a_failure_after_the_application_ran_reset_after_is_a_first_failure_again() -> None:
     status = {"phase": "Running", "restartNonce": 0, "restarts": 3, "startedAt": "2026-11-21T09:00:00Z"}
-    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    app = decide_backfill(bf(), JOB, None, None, NOW).create_app
     assert app is not None
-    off = plan_backfill(bf(status), JOB, with_state(app, "FAILED"), None, NOW)
+    off = decide_backfill(bf(status), JOB, with_state(app, "FAILED"), None, NOW)
     assert off.status["restarts"] == 1, "it ran an hour (resetAfter 30m): the failure is a first one"
     soon = {**status, "startedAt": "2026-11-21T09:50:00Z"}
-    assert plan_backfill(bf(soon), JOB, with_state(app, "FAILED"), None, NOW).status["phase"] == "Failed"
+    assert decide_backfill(bf(soon), JOB, with_state(app, "FAILED"), None, NOW).status["phase"] == "Failed"
 
 
 def test_a_failed_drivers_last_words_follow_the_spark_operators_message() -> None:
     """The Spark operator says only the exit code; the driver's termination message (its
     error, written by spark_app) is what a person acts on."""
-    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    app = decide_backfill(bf(), JOB, None, None, NOW).create_app
     assert app is not None
     failed = {
         **app,
@@ -769,7 +769,7 @@ def test_a_failed_drivers_last_words_follow_the_spark_operators_message() -> Non
     assert driver_pod(with_state(app, "RUNNING")) is None, "a running driver is not asked"
     words = "job rmi failed: ModuleNotFoundError: No module named 'pipelines'"
     seen = with_last_words(failed, words)
-    plan = plan_backfill(bf(**NO_RESTART), JOB, seen, None, NOW)
+    plan = decide_backfill(bf(**NO_RESTART), JOB, seen, None, NOW)
     assert plan.status["message"].startswith(f"driver container failed with ExitCode: 1: {words}")
     assert with_last_words(failed, None) is failed
 
@@ -779,17 +779,17 @@ def test_a_driver_that_refused_its_configuration_fails_the_backfill_without_a_re
     from the image): a restart from the same spec would refuse it again; the Backfill is
     Failed at once, its checkpoint and branch kept for a restartNonce after the fix. A driver
     that failed (exit code 1) is restarted as before."""
-    app = plan_backfill(bf(), JOB, None, None, NOW).create_app
+    app = decide_backfill(bf(), JOB, None, None, NOW).create_app
     assert app is not None
     said = "driver container failed with ExitCode: 2, Reason: Error: window.warmup is 0s but the pipeline looks back"
     refused = {**app, "status": {"applicationState": {"state": "FAILED", "errorMessage": said}}}
-    plan = plan_backfill(bf({"phase": "Running", "restartNonce": 0}), JOB, refused, None, NOW)
+    plan = decide_backfill(bf({"phase": "Running", "restartNonce": 0}), JOB, refused, None, NOW)
     assert plan.status["phase"] == "Failed" and reason_of(plan.status) == "ConfigRefused", plan.status
     assert "restarts" not in plan.status and not plan.delete_app and [e.reason for e in plan.events] == ["Failed"]
     assert plan.status["message"].startswith(said) and "bump spec.restartNonce" in plan.status["message"]
     crashed = {**app, "status": {"applicationState": {"state": "FAILED", "errorMessage": "ExitCode: 1"}}}
     crashed["status"]["applicationState"]["errorMessage"] = said.replace("ExitCode: 2", "ExitCode: 1")
-    assert plan_backfill(bf({"phase": "Running"}), JOB, crashed, None, NOW).status["restarts"] == 1
+    assert decide_backfill(bf({"phase": "Running"}), JOB, crashed, None, NOW).status["restarts"] == 1
 
 
 @pytest.mark.parametrize(("raised", "code"), [(ConfigError, 2), (WarmupError, 2), (IncompleteBackfillError, 1)])

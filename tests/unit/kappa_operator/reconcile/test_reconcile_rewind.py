@@ -20,12 +20,12 @@ from kappa_operator.reconcile.rewind import (
     Resume,
     RewindDownstream,
     RunRestore,
+    decide_rewind,
     downstream_of,
-    plan_rewind,
     reads_from,
     step_failed,
 )
-from kappa_operator.reconcile.streaming_job import plan_streaming_job
+from kappa_operator.reconcile.streaming_job import decide_streaming_job
 from kappa_operator.render.jobconfig import (
     CHECKPOINT_ANNOTATION,
     PAUSED_ANNOTATION,
@@ -93,7 +93,7 @@ def report(files: int = 3, error: str | None = None) -> RestoreReport:
 
 
 def test_pending_chooses_points_records_them_and_pauses_the_job() -> None:
-    plan = plan_rewind(rewind(), Observed(job=job(), app=APP, chosen=(POINT,)), NOW)
+    plan = decide_rewind(rewind(), Observed(job=job(), app=APP, chosen=(POINT,)), NOW)
     assert plan.status["phase"] == "Stopping" and plan.status["restoredBatch"] == 41
     assert plan.status["restores"][0]["queryId"] == "q-1"
     assert plan.status["checkpointLocation"] == "s3a://lake/checkpoints/rmi/rewinds/rmi-before-outage-rw-uid-1"
@@ -102,10 +102,10 @@ def test_pending_chooses_points_records_them_and_pauses_the_job() -> None:
 
 def test_pending_refuses_clearly_without_a_restorable_point() -> None:
     why = "sink attributed_plays: no snapshot committed before 2026-11-01T14:00:00Z (earliest: batch 50 at ...)"
-    plan = plan_rewind(rewind(), Observed(job=job(), app=APP, chosen=why), NOW)
+    plan = decide_rewind(rewind(), Observed(job=job(), app=APP, chosen=why), NOW)
     assert plan.status["phase"] == "Failed" and why in plan.status["message"] and not plan.commands
     assert plan.events[0].reason == "NoRestorablePoint"
-    assert plan_rewind(rewind(), Observed(job=None, app=None), NOW).status["phase"] == "Pending"
+    assert decide_rewind(rewind(), Observed(job=None, app=None), NOW).status["phase"] == "Pending"
 
 
 def test_pending_refuses_offsets_retention_deleted_before_stopping_anything() -> None:
@@ -114,7 +114,7 @@ def test_pending_refuses_offsets_retention_deleted_before_stopping_anything() ->
     assert "impressions[1] offsets 120..299" in why and "impressions[0] offsets 5..5" in why
     assert "(181 records)" in why and "Nothing was stopped" in why
     assert "Backfill" in why and "impressions -> ingest.impressions" in why, "the fix, with the archive named"
-    plan = plan_rewind(rewind(), Observed(job=job(), app=APP, chosen=(POINT,), expired=why), NOW)
+    plan = decide_rewind(rewind(), Observed(job=job(), app=APP, chosen=(POINT,), expired=why), NOW)
     assert plan.status["phase"] == "Failed" and plan.status["message"] == why
     assert not plan.commands, "the job is not paused"
     assert plan.events[0].reason == "KafkaOffsetsExpired"
@@ -139,16 +139,16 @@ def test_kafka_offsets_are_read_from_an_offset_log_entry_and_compared_with_reten
 
 
 def test_stopping_waits_for_the_application_then_restores() -> None:
-    waiting = plan_rewind(rewind("Stopping"), Observed(job=job(), app=APP), NOW)
+    waiting = decide_rewind(rewind("Stopping"), Observed(job=job(), app=APP), NOW)
     assert waiting.status["phase"] == "Stopping" and waiting.next_phase is None
     assert waiting.commands == (Pause("rewind/rmi-before-outage"),), "re-asserted: a restart may have lost it"
-    stopped = plan_rewind(rewind("Stopping"), Observed(job=job(), app=None), NOW)
+    stopped = decide_rewind(rewind("Stopping"), Observed(job=job(), app=None), NOW)
     assert stopped.status["phase"] == "Restoring" and not stopped.commands
 
 
 def test_restoring_renders_the_restore_application_with_the_jobs_config_and_waits_for_it() -> None:
     rw = rewind("Restoring")
-    plan = plan_rewind(rw, Observed(job=job(), app=None), NOW)
+    plan = decide_rewind(rw, Observed(job=job(), app=None), NOW)
     (run,) = plan.commands
     assert isinstance(run, RunRestore) and plan.next_phase is None
     assert plan.status["restoreApplicationName"] == "rmi-before-outage-rewind"
@@ -163,29 +163,29 @@ def test_restoring_renders_the_restore_application_with_the_jobs_config_and_wait
     assert cfg.checkpoint.external is not None and cfg.checkpoint.external.location == "s3://lake/kappa-snapshots/rmi"
     assert cfg.restore is not None and cfg.restore.reset_sinks
     assert [(p.sink, p.batch_id, p.query_id) for p in cfg.restore.points] == [("attributed_plays", 41, "q-1")]
-    no_reset = plan_rewind(rewind("Restoring", resetSinks=False), Observed(job=job(), app=None), NOW)
+    no_reset = decide_rewind(rewind("Restoring", resetSinks=False), Observed(job=job(), app=None), NOW)
     (run,) = no_reset.commands
     assert isinstance(run, RunRestore) and not json.loads(run.config_map["data"]["job.json"])["restore"]["resetSinks"]
 
     for state in ("", "SUBMITTED", "RUNNING"):
-        waiting = plan_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app(state)), NOW)
+        waiting = decide_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app(state)), NOW)
         assert waiting.status["phase"] == "Restoring" and not waiting.commands and waiting.next_phase is None
 
 
 def test_restoring_ends_on_the_report_resuming_or_failed_naming_the_reason() -> None:
     rw = rewind("Restoring", downstream=False)
-    done = plan_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app("COMPLETED"), report=report()), NOW)
+    done = decide_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app("COMPLETED"), report=report()), NOW)
     assert done.next_phase == "Resuming" and not done.commands
     assert done.status["restores"][0]["filesRemoved"] == 3 and done.status["restores"][0]["table"] == "t"
     gone = "sink attributed_plays: the snapshot of batch 41 is gone from s3://x (retention?)"
-    refused = plan_rewind(
+    refused = decide_rewind(
         rw, Observed(job=job(), app=None, restore_app=restore_app("FAILED"), report=report(error=gone)), NOW
     )
     assert refused.status["phase"] == "Failed" and refused.events[0].reason == "RestoreFailed"
     assert gone in refused.status["message"] and "delete this Rewind" in refused.status["message"]
-    crashed = plan_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app("FAILED", "OOMKilled")), NOW)
+    crashed = decide_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app("FAILED", "OOMKilled")), NOW)
     assert crashed.status["phase"] == "Failed" and "OOMKilled" in crashed.status["message"]
-    silent = plan_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app("COMPLETED")), NOW)
+    silent = decide_rewind(rw, Observed(job=job(), app=None, restore_app=restore_app("COMPLETED")), NOW)
     assert silent.status["phase"] == "Failed" and "without a report" in silent.status["message"]
 
 
@@ -193,13 +193,13 @@ def test_resuming_moves_the_checkpoint_and_succeeds_once_the_job_runs_from_it() 
     rw = rewind("Resuming")
     location = rw.status.checkpoint_location  # type: ignore[union-attr]
     paused = job(annotations={PAUSED_ANNOTATION: "rewind/rmi-before-outage"})
-    first = plan_rewind(rw, Observed(job=paused, app=None), NOW)
+    first = decide_rewind(rw, Observed(job=paused, app=None), NOW)
     assert first.commands == (Resume(location),) and first.status["phase"] == "Resuming"  # type: ignore[arg-type]
     moved = job(annotations={CHECKPOINT_ANNOTATION: location})  # type: ignore[dict-item]
-    assert plan_rewind(rw, Observed(job=moved, app=None), NOW).status["phase"] == "Resuming", "no app yet"
-    done = plan_rewind(rw, Observed(job=moved, app=APP), NOW)
+    assert decide_rewind(rw, Observed(job=moved, app=None), NOW).status["phase"] == "Resuming", "no app yet"
+    done = decide_rewind(rw, Observed(job=moved, app=APP), NOW)
     assert done.status["phase"] == "Succeeded" and done.events[0].reason == "Resumed"
-    again = plan_rewind(
+    again = decide_rewind(
         Rewind.model_validate({**rw.model_dump(by_alias=True), "status": done.status}),
         Observed(job=None, app=None),
         NOW,
@@ -209,7 +209,7 @@ def test_resuming_moves_the_checkpoint_and_succeeds_once_the_job_runs_from_it() 
 
 def test_a_deleted_job_fails_the_rewind() -> None:
     for phase in ("Stopping", "Resuming"):
-        assert plan_rewind(rewind(phase), Observed(job=None, app=None), NOW).status["phase"] == "Failed"
+        assert decide_rewind(rewind(phase), Observed(job=None, app=None), NOW).status["phase"] == "Failed"
 
 
 def downstream_job() -> StreamingJob:
@@ -225,7 +225,7 @@ def test_downstream_jobs_are_those_reading_a_sink_table_of_the_same_catalog() ->
     elsewhere = job("other", catalogs={"default": {"type": "rest", "uri": "http://another:8181"}})
     assert downstream_of(up, [up, down, elsewhere]) == (down,)
     seen = Observed(job=up, app=None, downstream=(down,), restore_app=restore_app("COMPLETED"), report=report())
-    plan = plan_rewind(rewind("Restoring"), seen, NOW)
+    plan = decide_rewind(rewind("Restoring"), seen, NOW)
     (child,) = plan.commands
     assert isinstance(child, RewindDownstream) and plan.next_phase == "Resuming"
     assert plan.status["downstream"] == ["rmi-before-outage-plays-per-title"]
@@ -238,11 +238,11 @@ def test_downstream_jobs_are_those_reading_a_sink_table_of_the_same_catalog() ->
 
 def test_the_job_is_stopped_while_paused_and_resumes_from_the_moved_checkpoint() -> None:
     paused = job(annotations={PAUSED_ANNOTATION: "rewind/x"})
-    plan = plan_streaming_job(paused, APP, NOW)
+    plan = decide_streaming_job(paused, APP, NOW)
     assert plan.delete_app and plan.status["phase"] == "Rewinding" and plan.create_app is None
-    assert plan_streaming_job(paused, None, NOW).create_app is None, "not recreated while paused"
+    assert decide_streaming_job(paused, None, NOW).create_app is None, "not recreated while paused"
     moved = job(annotations={CHECKPOINT_ANNOTATION: "s3a://lake/checkpoints/rmi/rewinds/x-1"})
-    created = plan_streaming_job(moved, None, NOW)
+    created = decide_streaming_job(moved, None, NOW)
     assert created.create_app is not None and created.config_map is not None
     cfg = json.loads(created.config_map["data"]["job.json"])
     assert cfg["checkpoint"]["location"] == "s3a://lake/checkpoints/rmi/rewinds/x-1"
@@ -302,7 +302,7 @@ def test_a_job_reading_the_topic_of_a_kafka_sink_on_the_same_brokers_is_downstre
 def test_a_cascade_records_the_undone_records_and_has_the_downstream_rewind_skip_exactly_them() -> None:
     up, down = kafka_upstream(), kafka_reader("plays-per-title", bootstrapServers="kafka-0:9092", topic="plays")
     seen = Observed(job=up, app=None, downstream=(down,), restore_app=restore_app("COMPLETED"), report=kafka_report())
-    plan = plan_rewind(rewind("Restoring", downstream=True), seen, NOW)
+    plan = decide_rewind(rewind("Restoring", downstream=True), seen, NOW)
     (restored,) = plan.status["restores"]
     assert restored["undoneRecords"] == {
         "topic": "plays",
@@ -326,7 +326,7 @@ def test_a_cascade_records_the_undone_records_and_has_the_downstream_rewind_skip
     paused = kafka_reader("plays-per-title", bootstrapServers="kafka-0:9092", topic="plays").model_copy(
         update={"metadata": down.metadata.model_copy(update={"annotations": {SKIP_ANNOTATION: json.dumps(earlier)}})}
     )
-    (resume,) = plan_rewind(child_rw, Observed(job=paused, app=None), NOW).commands
+    (resume,) = decide_rewind(child_rw, Observed(job=paused, app=None), NOW).commands
     assert isinstance(resume, Resume) and resume.location == "s3a://lake/checkpoints/plays-per-title/rewinds/x"
     assert resume.skip is not None
     assert json.loads(resume.skip) == [
@@ -341,7 +341,7 @@ def test_a_cascade_records_the_undone_records_and_has_the_downstream_rewind_skip
             )
         }
     )
-    done = plan_rewind(child_rw, Observed(job=resumed, app=APP), NOW)
+    done = decide_rewind(child_rw, Observed(job=resumed, app=APP), NOW)
     assert done.status["phase"] == "Succeeded" and "skipping 2 offset range(s)" in done.status["message"]
 
     # and the job's config carries them to its Kafka source
@@ -352,7 +352,7 @@ def test_a_cascade_records_the_undone_records_and_has_the_downstream_rewind_skip
 def test_an_iceberg_downstream_of_a_kafka_cascade_gets_no_skip() -> None:
     up, down = kafka_upstream(), downstream_job()
     seen = Observed(job=up, app=None, downstream=(down,), restore_app=restore_app("COMPLETED"), report=kafka_report())
-    (child,) = plan_rewind(rewind("Restoring", downstream=True), seen, NOW).commands
+    (child,) = decide_rewind(rewind("Restoring", downstream=True), seen, NOW).commands
     assert isinstance(child, RewindDownstream) and "skipOffsets" not in child.manifests[0]["spec"]
 
 
@@ -379,7 +379,7 @@ def test_undone_records_in_more_partitions_than_skip_offsets_holds_fail_the_rewi
     wide = kafka_report().model_copy(update={"sinks": done})
     up, down = kafka_upstream(), kafka_reader("plays-per-title", bootstrapServers="kafka-0:9092", topic="plays")
     seen = Observed(job=up, app=None, downstream=(down,), restore_app=restore_app("COMPLETED"), report=wide)
-    plan = plan_rewind(rewind("Restoring", downstream=True), seen, NOW)
+    plan = decide_rewind(rewind("Restoring", downstream=True), seen, NOW)
     assert plan.status["phase"] == "Failed" and not plan.commands
     assert f"in {SKIP_PARTITIONS_MAX + 1} partitions" in plan.status["message"]
     assert "rewind the jobs reading it by hand" in plan.status["message"]

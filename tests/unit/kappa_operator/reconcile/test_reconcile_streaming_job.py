@@ -12,7 +12,7 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.failures import changes_nothing
 from kappa_operator.reconcile.job_intent import ENDED_LIVE
 from kappa_operator.reconcile.phases import STATES
-from kappa_operator.reconcile.streaming_job import plan_streaming_job
+from kappa_operator.reconcile.streaming_job import decide_streaming_job
 
 ROOT = Path(__file__).resolve().parents[4]
 NOW, LATER = "2026-11-21T10:00:00Z", "2026-11-21T11:00:00Z"
@@ -30,13 +30,13 @@ def with_status(j: StreamingJob, status: dict[str, Any]) -> StreamingJob:
 
 
 def running_app(j: StreamingJob, state: str = "RUNNING") -> dict[str, Any]:
-    plan = plan_streaming_job(j, None, NOW)
+    plan = decide_streaming_job(j, None, NOW)
     assert plan.create_app is not None
     return {**plan.create_app, "status": {"applicationState": {"state": state}}}
 
 
 def test_no_application_yet_creates_it_with_its_config_map() -> None:
-    plan = plan_streaming_job(job(), None, NOW)
+    plan = decide_streaming_job(job(), None, NOW)
     assert plan.create_app is not None and plan.config_map is not None and not plan.delete_app
     assert plan.status["phase"] == "Submitted" and plan.status["observedGeneration"] == 3
     assert [e.reason for e in plan.events] == ["Submitted"]
@@ -44,12 +44,12 @@ def test_no_application_yet_creates_it_with_its_config_map() -> None:
 
 def test_the_running_application_is_mirrored_and_nothing_is_created() -> None:
     j = job()
-    plan = plan_streaming_job(j, running_app(j), NOW)
+    plan = decide_streaming_job(j, running_app(j), NOW)
     assert plan.create_app is None and plan.config_map is None and not plan.delete_app
     assert plan.status["phase"] == "Running" and plan.status["applicationState"] == "RUNNING"
     ready = plan.status["conditions"][0]
     assert (ready["type"], ready["status"], ready["lastTransitionTime"]) == ("Ready", "True", NOW)
-    again = plan_streaming_job(with_status(j, plan.status), running_app(j), LATER)
+    again = decide_streaming_job(with_status(j, plan.status), running_app(j), LATER)
     assert again.status["conditions"][0]["lastTransitionTime"] == NOW, "no transition, no new time"
     assert again.events == (), "no event without a change"
 
@@ -58,12 +58,12 @@ def test_the_first_event_of_a_just_created_application_changes_nothing() -> None
     """The Spark operator has not taken it yet (no state): no second Submitted Event, and a
     status patch that would rewrite the same phase is not sent (issue 27: 200 objects at once)."""
     j = job()
-    created = plan_streaming_job(j, None, NOW)
+    created = decide_streaming_job(j, None, NOW)
     assert created.create_app is not None
-    seen = plan_streaming_job(with_status(j, created.status), {**created.create_app, "status": {}}, LATER)
+    seen = decide_streaming_job(with_status(j, created.status), {**created.create_app, "status": {}}, LATER)
     assert seen.events == () and seen.status == {} and seen.create_app is None and not seen.delete_app
     assert changes_nothing(created.status, seen.status)
-    taken = plan_streaming_job(with_status(j, created.status), running_app(j, "SUBMITTED"), LATER)
+    taken = decide_streaming_job(with_status(j, created.status), running_app(j, "SUBMITTED"), LATER)
     assert taken.status["applicationState"] == "SUBMITTED" and [e.reason for e in taken.events] == ["Submitted"]
 
 
@@ -81,19 +81,19 @@ def test_a_status_patch_that_changes_nothing_is_told_apart() -> None:
 def test_a_spec_change_restarts_from_the_checkpoint() -> None:
     old = job()
     new = job(pipelineArgs={"lateness": "45 minutes"})
-    plan = plan_streaming_job(new, running_app(old), NOW)
+    plan = decide_streaming_job(new, running_app(old), NOW)
     assert plan.delete_app and plan.create_app is None
     assert plan.status["phase"] == "Restarting" and [e.reason for e in plan.events] == ["SpecChanged"]
-    recreated = plan_streaming_job(new, None, NOW).create_app
+    recreated = decide_streaming_job(new, None, NOW).create_app
     assert recreated is not None and recreated["metadata"]["annotations"] != running_app(old)["metadata"]["annotations"]
 
 
 def test_suspend_deletes_and_resume_recreates() -> None:
     j = job(suspend=True)
-    plan = plan_streaming_job(j, running_app(job()), NOW)
+    plan = decide_streaming_job(j, running_app(job()), NOW)
     assert plan.delete_app and plan.status["phase"] == "Suspended"
-    assert plan_streaming_job(j, None, NOW).status["phase"] == "Suspended"
-    assert plan_streaming_job(job(suspend=False), None, NOW).create_app is not None
+    assert decide_streaming_job(j, None, NOW).status["phase"] == "Suspended"
+    assert decide_streaming_job(job(suspend=False), None, NOW).create_app is not None
 
 
 @pytest.mark.parametrize("state", sorted(STATES))
@@ -101,7 +101,7 @@ def test_every_spark_operator_state_has_a_phase(state: str) -> None:
     """A live application that ended backs off for a restart (the operator restarts it); every
     other state is mirrored."""
     j = job()
-    plan = plan_streaming_job(j, running_app(j, state), NOW)
+    plan = decide_streaming_job(j, running_app(j, state), NOW)
     ended = state in ENDED_LIVE
     assert plan.status["phase"] == ("BackingOff" if ended else STATES[state][0])
     warning = ended or STATES[state][0] == "Failed"
@@ -116,13 +116,13 @@ def test_a_driver_that_refused_its_configuration_is_not_restarted_until_the_spec
     refused = running_app(j, "FAILED")
     said = "driver container failed with ExitCode: 2, Reason: Error: pipeline 'pipelines.x:p': cannot import"
     refused["status"]["applicationState"]["errorMessage"] = said
-    plan = plan_streaming_job(j, refused, NOW)
+    plan = decide_streaming_job(j, refused, NOW)
     assert plan.status["phase"] == "Failed" and reason_of(plan.status) == "ConfigRefused", plan.status
     assert not plan.delete_app and "fix the StreamingJob's spec" in plan.status["message"]
     assert "cannot import" in plan.status["message"]
     crashed = running_app(j, "FAILED")
     crashed["status"]["applicationState"]["errorMessage"] = said.replace("ExitCode: 2", "ExitCode: 1")
-    assert plan_streaming_job(j, crashed, NOW).status["phase"] == "BackingOff"
+    assert decide_streaming_job(j, crashed, NOW).status["phase"] == "BackingOff"
 
 
 def reason_of(status: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ import yaml
 
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.bootstrap import bootstrap_status, switched_now
-from kappa_operator.reconcile.streaming_job import plan_streaming_job
+from kappa_operator.reconcile.streaming_job import decide_streaming_job
 from kappa_operator.render.jobconfig import streaming_job_config
 from spark_app.bootstrap.seam import EARLIEST, describe, starting_offsets, switch_offsets
 from spark_app.contract.config import IcebergBackfillSource, parse_config
@@ -120,7 +120,7 @@ def record(switched: bool) -> BootstrapRecord:
 
 
 def running_app(j: StreamingJob) -> dict[str, Any]:
-    plan = plan_streaming_job(j, None, NOW)
+    plan = decide_streaming_job(j, None, NOW)
     assert plan.create_app is not None
     return {**plan.create_app, "status": {"applicationState": {"state": "RUNNING"}}}
 
@@ -133,7 +133,7 @@ def test_a_running_bootstrap_is_bootstrapping_until_the_switch_then_running_with
     data = example()
     fresh = StreamingJob.model_validate(data)
     app = running_app(fresh)
-    plan = plan_streaming_job(fresh, app, NOW)
+    plan = decide_streaming_job(fresh, app, NOW)
     assert plan.status["phase"] == "Bootstrapping" and [e.reason for e in plan.events] == ["Bootstrapping"]
     ready = {c["type"]: c["status"] for c in plan.status["conditions"]}
     assert ready["Ready"] == "False", "not live yet"
@@ -145,14 +145,14 @@ def test_a_running_bootstrap_is_bootstrapping_until_the_switch_then_running_with
         {"source": "impressions", "topic": "impressions", "partition": 1, "offset": None},
     ]
     job = with_status(data, {**plan.status, "bootstrap": reading})
-    again = plan_streaming_job(job, app, NOW)
+    again = decide_streaming_job(job, app, NOW)
     assert again.status["phase"] == "Bootstrapping" and "they end at 2026-11-26T08:59:00Z" in again.status["message"]
     assert not switched_now(job, {"bootstrap": reading})
 
     done = bootstrap_status(record(switched=True))
     assert switched_now(job, {"bootstrap": done}), "the timer sees the switch: the reconcile must write the phase"
     job = with_status(data, {**again.status, "bootstrap": done})
-    live = plan_streaming_job(job, app, NOW)
+    live = decide_streaming_job(job, app, NOW)
     assert live.status["phase"] == "Running" and [e.reason for e in live.events] == ["Switched"]
     assert not switched_now(with_status(data, {**live.status, "bootstrap": done}), {"bootstrap": done})
 
@@ -162,14 +162,14 @@ def test_adding_a_bootstrap_to_a_job_that_ran_without_it_is_refused_before_anyth
     del plain["spec"]["bootstrap"]
     ran = StreamingJob.model_validate(plain)
     app = running_app(ran)
-    stable = plan_streaming_job(ran, app, NOW).status
+    stable = decide_streaming_job(ran, app, NOW).status
     edited = with_status(example(), stable)
-    plan = plan_streaming_job(edited, app, NOW)
+    plan = decide_streaming_job(edited, app, NOW)
     assert plan.status["phase"] == "Failed" and not plan.delete_app and plan.create_app is None
     assert "make this edit with spec.upgrade.mode: stateless" in plan.status["message"], "the fix, named"
     assert "keeps running with the previous spec" in plan.status["message"]
     stateless = with_status(example(upgrade={"mode": "stateless"}), stable)
-    moved = plan_streaming_job(stateless, app, NOW)
+    moved = decide_streaming_job(stateless, app, NOW)
     assert moved.move_checkpoint is not None, "a stateless upgrade moves to a new checkpoint, where it bootstraps"
 
 

@@ -29,7 +29,7 @@ from spark_app.contract.reports.plan import PlanReport, read_report
 from spark_app.planning import forecast
 from spark_app.planning.admission import Limits
 from spark_app.planning.forecast import Member, simulate
-from spark_app.planning.plan import plan_backfill
+from spark_app.planning.plan import decide_backfill
 from spark_app.planning.run import run_plan
 from spark_app.planning.splits import FilePiece, Split
 from spark_app.window.horizon import StateHorizon
@@ -217,7 +217,7 @@ def test_driver_only_plan_of_known_files(tmp_path: Path) -> None:
         t: {"kind": "icebergBackfill", "table": f"demo.{t}", "split": {"maxBundleSpan": "0s", "openFileCost": 10**9}}
         for t in ("a", "b")
     })  # fmt: skip
-    report = plan_backfill(cfg, None)
+    report = decide_backfill(cfg, None)
     assert report.state == "Planned" and not report.from_query_plan
     a, b = report.sources
     assert (a.files, a.rows, a.rows_in_window, a.splits, a.has_statistics) == (12, 24, 24, 12, True)
@@ -238,7 +238,7 @@ def test_driver_only_plan_of_known_files(tmp_path: Path) -> None:
     assert report.state_horizon_s is None and report.recommended_warmup_s is None
     assert report.horizon.startswith("unknown") and "without --no-spark" in report.horizon
     assert any("driver-only" in w for w in report.warnings)
-    one_round = plan_backfill(cfg.model_copy(update={"alignment": cfg.alignment.model_copy(
+    one_round = decide_backfill(cfg.model_copy(update={"alignment": cfg.alignment.model_copy(
         update={"batch_row_budget": 0})}), None)  # fmt: skip
     # One round per batch: a (lowers 0, 5, .., 55 min) asks first: held in batch 1 while b admits
     # 1 and 6; then a: 0-10, 15-25, 30-40, 45-55 and b: 11-21, 26-36, 41-51, 56: five batches.
@@ -249,8 +249,8 @@ def test_a_table_without_statistics_on_the_ordering_column_warns_and_still_plans
     props = catalog_props(tmp_path / "data")
     make_table(props, "nostats", FILES, **{"write.metadata.metrics.column.event_ts": "none"})
     make_table(props, "stats", FILES)
-    report = plan_backfill(config(tmp_path, props, ["nostats"]), None)
-    with_stats = plan_backfill(config(tmp_path, props, ["stats"]), None).sources[0]
+    report = decide_backfill(config(tmp_path, props, ["nostats"]), None)
+    with_stats = decide_backfill(config(tmp_path, props, ["stats"]), None).sources[0]
     assert report.state == "Planned"
     (src,) = report.sources
     assert not src.has_statistics and src.files == 12 and src.rows == 24
@@ -261,7 +261,7 @@ def test_a_table_without_statistics_on_the_ordering_column_warns_and_still_plans
     # so the splits are those of the same files with statistics
     assert src.sliced_files == 12 and with_stats.sliced_files == 0 and with_stats.has_statistics
     assert (src.splits, src.max_split_span_s) == (with_stats.splits, with_stats.max_split_span_s) == (6, 540)
-    unordered = plan_backfill(config(tmp_path, props, ["nostats"], alignment={"mode": "unordered"}), None)
+    unordered = decide_backfill(config(tmp_path, props, ["nostats"], alignment={"mode": "unordered"}), None)
     (src,) = unordered.sources
     assert src.sliced_files == 0 and src.max_split_span_s == pytest.approx(3600), "unordered: each spans the window"
     assert unordered.expected_batches == 1 and unordered.max_drift_fitting_s is None
@@ -271,7 +271,7 @@ def test_a_window_the_history_does_not_hold_is_refused_naming_the_history(tmp_pa
     props = catalog_props(tmp_path / "data")
     make_table(props, "a", FILES)
     later = {"start": (T0 + timedelta(days=2)).isoformat(), "end": (T0 + timedelta(days=2, hours=1)).isoformat()}
-    report = plan_backfill(config(tmp_path, props, ["a"], window=later), None)
+    report = decide_backfill(config(tmp_path, props, ["a"], window=later), None)
     assert report.state == "Failed" and report.error is not None
     assert report.error.startswith("spec.window [2026-11-03T10:00:00Z, 2026-11-03T11:00:00Z) holds no history: ")
     assert "source a (demo.a) holds 2026-11-01T10:00:00Z to 2026-11-01T10:59:00Z" in report.error
@@ -282,7 +282,7 @@ def test_a_window_the_history_covers_in_part_is_planned_with_the_missing_part(tm
     props = catalog_props(tmp_path / "data")
     make_table(props, "a", FILES)  # rows from 10:00 to 10:59
     half = {"start": (T0 + timedelta(minutes=30)).isoformat(), "end": (T0 + timedelta(minutes=150)).isoformat()}
-    report = plan_backfill(config(tmp_path, props, ["a"], window=half), None)
+    report = decide_backfill(config(tmp_path, props, ["a"], window=half), None)
     assert report.state == "Planned"
     (notice,) = [w for w in report.warnings if "is not in its history" in w]
     assert "source a (demo.a) holds 2026-11-01T10:00:00Z to 2026-11-01T10:59:00Z" in notice
@@ -301,7 +301,7 @@ def test_a_wide_split_and_a_drift_too_large_for_the_lateness_are_warned(tmp_path
         sources={"a": {"kind": "icebergBackfill", "table": "demo.a", "split": split_cfg}},
         alignment={"maxDrift": "10m", "lateness": "30m"},
     )
-    report = plan_backfill(cfg, None)
+    report = decide_backfill(cfg, None)
     assert report.sources[0].max_split_span_s == 90 * 60
     assert any("span more than 1h (the widest 1h30m" in w for w in report.sources[0].warnings)
     assert not report.lateness_ok and "Raise the watermark delay" in report.lateness_message
@@ -325,12 +325,12 @@ def test_a_declared_look_back_sets_the_recommended_warm_up_and_refuses_a_short_o
     make_table(props, "a", FILES)
     window = {"start": (T0 + timedelta(minutes=30)).isoformat(), "end": (T0 + timedelta(hours=1)).isoformat()}
     fields = {"pipeline": f"{__name__}:pipeline", "pipelineArgs": {"look_back_minutes": 20}, "window": window}
-    short = plan_backfill(config(tmp_path, props, ["a"], **fields), None)
+    short = decide_backfill(config(tmp_path, props, ["a"], **fields), None)
     assert short.state == "Planned" and short.recommended_warmup_s == 1200
     assert not short.warmup_ok and "Set window.warmup to at least 20m" in short.warmup_message
     assert any(w.startswith("the run would be refused at start: window.warmup is 0s") for w in short.warnings)
     assert short.state_horizon_s == 1800 + 1200, "lateness + look-back"
-    ok = plan_backfill(config(tmp_path, props, ["a"], **{**fields, "window": {**window, "warmup": "20m"}}), None)
+    ok = decide_backfill(config(tmp_path, props, ["a"], **{**fields, "window": {**window, "warmup": "20m"}}), None)
     assert ok.warmup_ok and ok.sources[0].rows > short.sources[0].rows, "the warm-up is read too"
 
 
@@ -340,10 +340,10 @@ def test_a_missing_table_or_one_without_snapshot_is_a_failed_report_naming_the_s
     catalog = SqlCatalog("default", **props)
     catalog.create_table("demo.empty", schema=SCHEMA)
     cfg = config(tmp_path, props, ["a"], sources={"a": {"kind": "icebergBackfill", "table": "demo.nope"}})
-    missing = plan_backfill(cfg, None)
+    missing = decide_backfill(cfg, None)
     assert missing.state == "Failed" and missing.error is not None
     assert missing.error.startswith("source a: ") and "demo.nope" in missing.error
-    empty = plan_backfill(config(tmp_path, props, ["empty"]), None)
+    empty = decide_backfill(config(tmp_path, props, ["empty"]), None)
     assert empty.state == "Failed" and empty.error is not None
     assert "source empty: demo.empty has no snapshot" in empty.error and "run would fail" in empty.error
 
@@ -380,14 +380,14 @@ def test_an_unexpected_error_still_leaves_a_failed_report(tmp_path: Path, monkey
     def broken(*args: Any) -> PlanReport:
         raise RuntimeError("the object store went away\nat line 2")
 
-    monkeypatch.setattr(planning_run, "plan_backfill", broken)
+    monkeypatch.setattr(planning_run, "decide_backfill", broken)
     with pytest.raises(RuntimeError):
         run_plan(cfg, None)
     report = read_report(cfg)
     assert report is not None and report.state == "Failed"
     assert report.error == "plan of backfill plan failed: RuntimeError: the object store went away"
     bad = config(tmp_path, props, ["a"], pipeline="spark_app.examples.nothing_here:pipeline")
-    refused = plan_backfill(bad, None)
+    refused = decide_backfill(bad, None)
     assert refused.state == "Failed" and "cannot import module 'spark_app.examples.nothing_here'" in (
         refused.error or ""
     )
