@@ -32,31 +32,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kappa_operator.coordinator.core import GroupSpec
 from kappa_operator.coordinator.scopes import scoped_token
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Queued
-from kappa_operator.reconcile.estimates import calibration, measured
-from kappa_operator.reconcile.events import Event
-from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_state
-from kappa_operator.reconcile.restarts import REFUSED, next_backfill_restart, parse_time, refused_its_configuration
-from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
-from kappa_operator.render.spark_application import (
-    BACKFILL_RESTART,
-    config_map,
-    job_launch,
-    spark_application,
-    token_secret,
-)
-from spark_app.contract.errors import KappaError
-from spark_app.contract.reports.publish import PublishReport
-from spark_app.contract.reports.run import RunReport
-
-if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
-    pass
 from kappa_operator.reconcile.backfill.dry_run import Planning, planning_step
 from kappa_operator.reconcile.backfill.intent import (
     NO_PACE,
@@ -79,6 +60,22 @@ from kappa_operator.reconcile.backfill.publish import (
     publish_settings,
     publishing,
 )
+from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Queued
+from kappa_operator.reconcile.estimates import calibration, measured
+from kappa_operator.reconcile.events import Event
+from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_state
+from kappa_operator.reconcile.restarts import REFUSED, next_backfill_restart, parse_time, refused_its_configuration
+from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
+from kappa_operator.render.spark_application import (
+    BACKFILL_RESTART,
+    config_map,
+    job_launch,
+    spark_application,
+    token_secret,
+)
+from spark_app.contract.errors import KappaError
+from spark_app.contract.reports.publish import PublishReport
+from spark_app.contract.reports.run import RunReport
 
 
 def decide_backfill(

@@ -5,10 +5,11 @@ describe`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.backfill.intent import SAVED_JOB, BackfillIntent, StatusAt, owner_of, saved_job
 from kappa_operator.reconcile.estimates import Run, executor_cores, failed_plan, plan_status
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, app_message, app_state
@@ -21,10 +22,6 @@ from kappa_operator.render.spark_application import (
 )
 from spark_app.contract.config import JobConfig
 from spark_app.contract.reports.plan import PlanReport
-
-if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
-    pass
-from kappa_operator.reconcile.backfill.intent import SAVED_JOB, BackfillIntent, StatusAt, owner_of, saved_job
 
 
 @dataclass(frozen=True)

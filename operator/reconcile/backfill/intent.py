@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kappa_operator.coordinator.core import GroupSpec
 from kappa_operator.models.backfill import Backfill
@@ -23,9 +23,6 @@ from kappa_operator.render.spark_application import (
 )
 from spark_app.contract.alignment import aligned_members
 from spark_app.contract.config import JobConfig
-
-if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
-    pass
 
 
 @dataclass(frozen=True)

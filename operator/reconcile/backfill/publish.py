@@ -5,11 +5,22 @@ failed (PublishFailed)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kappa_operator.coordinator.core import GroupSpec
 from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.reconcile.backfill.intent import (
+    NONCE,
+    PUBLISH,
+    SAVED_JOB,
+    BackfillIntent,
+    StatusAt,
+    nonce_of,
+    owner_of,
+    saved_job,
+    submitted_nonce,
+)
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, app_message, app_state
 from kappa_operator.reconcile.restarts import parse_time
@@ -22,20 +33,6 @@ from kappa_operator.render.spark_application import (
 )
 from spark_app.contract.config import JobConfig
 from spark_app.contract.reports.publish import PublishReport
-
-if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
-    pass
-from kappa_operator.reconcile.backfill.intent import (
-    NONCE,
-    PUBLISH,
-    SAVED_JOB,
-    BackfillIntent,
-    StatusAt,
-    nonce_of,
-    owner_of,
-    saved_job,
-    submitted_nonce,
-)
 
 
 def publish_settings(cfg: JobConfig) -> str:
