@@ -95,7 +95,7 @@ class Context:
     """Nodes that are not Ready, by name, with since when (kopf's index of the Nodes' watch,
     ``handlers.nodes``): empty while every node answers, the usual case, where nothing more
     is read."""
-    cordoned_nodes: Mapping[str, Iterable[str]] = field(default_factory=dict)
+    cordoned_nodes: Mapping[str, Iterable[bool]] = field(default_factory=dict)
     """Nodes marked unschedulable (a drain's first step), by name (``handlers.nodes``): empty
     but during a drain, when a StreamingJob's driver on one moves (``reconcile.node_drain``)."""
     _cluster: Cluster | None = None

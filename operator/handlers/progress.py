@@ -24,8 +24,8 @@ from kappa_operator.reconcile.bootstrap import bootstrap_status, switched_now
 from kappa_operator.reconcile.external_calls import calls_status
 from kappa_operator.reconcile.health import health_gauges, plan_health, plan_unreadable
 from kappa_operator.reconcile.kafka_lag import lag_gauges, lag_status
+from kappa_operator.reconcile.streaming_job import owner_of
 from kappa_operator.render.jobconfig import live_checkpoint
-from kappa_operator.render.spark_application import Owner
 from spark_app.contract.reports.bootstrap import BootstrapRecord, read_record
 from spark_app.contract.reports.external_calls import ExternalCallsReport
 from spark_app.contract.reports.external_calls import read_report_at as read_calls_at
@@ -78,11 +78,10 @@ def read_job_reports(job: StreamingJob) -> JobReports:
     )
 
 
-def move_if_drained(body: kopf.Body) -> None:
+def move_if_drained(job: StreamingJob, body: kopf.Body) -> None:
     """The job decided on again when its driver runs on a cordoned node: the decision moves it
     (``reconcile.node_drain``); the timer of a job that moves looks again until it ran elsewhere."""
-    meta = body["metadata"]
-    owner = Owner("StreamingJob", meta["name"], meta["namespace"], meta.get("uid"))
+    owner = owner_of(job)
     if driver_drained(owner.namespace, owner.app_name) is not None:
         reconcile(body)
 
@@ -94,9 +93,9 @@ async def follow_progress(body: kopf.Body, stopped: Any = None, **_: Any) -> Non
         return  # a job being deleted gets no reads, no decisions, no status writes
     if ctx().lost_nodes:  # a node stopped answering: a pod of this job's left on it goes now
         await asyncio.to_thread(clear_lost_pods, "StreamingJob", body)
-    if ctx().cordoned_nodes and not (body.get("status") or {}).get("nodeDrain"):  # a drain: is it under our driver?
-        await asyncio.to_thread(move_if_drained, body)
     job = parse(StreamingJob, body)
+    if ctx().cordoned_nodes and not (job.status and job.status.node_drain):  # a drain: under our driver?
+        await asyncio.to_thread(move_if_drained, job, body)
     error: str | None = None
     try:
         halted, reports = await until_stopped(stopped, lambda: read_job_reports(job))
