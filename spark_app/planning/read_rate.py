@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
+from spark_app.planning.admission import Admission
 from spark_app.planning.splits import Split
 
 BURST_S = 2.0
@@ -132,6 +134,18 @@ class ReadBudget:
             None if self.bytes is None else self.bytes.take(cost[0], now),
             None if self.files is None else self.files.take(cost[1], now),
         )
+
+
+class RateCut(NamedTuple):
+    """What a capped source admits in one micro-batch: alignment's admission cut to a prefix
+    the tokens pay for."""
+
+    admission: Admission
+    waited_s: float
+    """Seconds slept for tokens before anything fitted."""
+    taken_at: float | None
+    """When the tokens were taken, on the bucket's (monotonic) clock; None when uncapped. The
+    bucket's bound holds between these times, not between trace lines written after I/O."""
 
 
 @dataclass(frozen=True, slots=True)

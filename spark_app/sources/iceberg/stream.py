@@ -47,7 +47,7 @@ from spark_app.contract.errors import (
 from spark_app.contract.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.trace import trace
 from spark_app.planning.admission import Admission, Limits, admit, source_watermark
-from spark_app.planning.read_rate import Cost, FileLayout, read_cost
+from spark_app.planning.read_rate import Cost, FileLayout, RateCut, read_cost
 from spark_app.planning.rounds import Turn, combined_bound, honor_floor, lookahead
 from spark_app.planning.splits import Split, pack_tasks, plan_fingerprint, plan_splits
 from spark_app.sinks.iceberg.history import expired_before
@@ -272,9 +272,9 @@ class BackfillReader(_IcebergReader):
             return None
         return ReadLedger(ledger_file(self.spec.state_file, job_of(self.spec.member)))
 
-    def _rate_cut(self, costs: Sequence[Cost], decision: Admission) -> tuple[Admission, float]:
-        """The prefix of what alignment admitted that the run's read budget pays for, and the
-        seconds waited for it.
+    def _rate_cut(self, costs: Sequence[Cost], decision: Admission) -> RateCut:
+        """The prefix of what alignment admitted that the run's read budget pays for, the
+        seconds waited for it, and when (on the bucket's clock) it was taken.
 
         When not even one split fits, this waits (sleeping until the bucket holds what the
         next split needs, never spinning) instead of admitting nothing: under AvailableNow a
@@ -285,12 +285,13 @@ class BackfillReader(_IcebergReader):
         candidates = costs[decision.start : decision.end]
         ledger = self.ledger()
         if not candidates or ledger is None:
-            return decision, 0.0
+            return RateCut(decision, 0.0, None)
         waited = 0.0
         while True:
-            fitted = ledger.admit(self.spec.member, candidates, time.monotonic(), waited)
+            now = time.monotonic()
+            fitted = ledger.admit(self.spec.member, candidates, now, waited)
             if fitted is None:  # no ledger: a reader outside the runtime, uncapped
-                return decision, 0.0
+                return RateCut(decision, 0.0, None)
             if fitted.count:
                 break
             if waited == 0.0 or waited // READ_WAIT_LOG_S != (waited + fitted.wait_s) // READ_WAIT_LOG_S:
@@ -304,7 +305,7 @@ class BackfillReader(_IcebergReader):
             time.sleep(pause)
             waited += pause
         end = decision.start + fitted.count
-        return replace(decision, end=end, throttled=decision.throttled and end == decision.end), waited
+        return RateCut(replace(decision, end=end, throttled=decision.throttled and end == decision.end), waited, now)
 
     def provider(self) -> WatermarkProvider:
         if self._provider is None:
@@ -446,7 +447,7 @@ class BackfillReader(_IcebergReader):
         mode = self.spec.alignment.mode
         wm = source_watermark(splits, off.position)
         aligned, view, bound = self._decide(splits, off.position, limit)
-        decision, waited = self._rate_cut(self.costs(off.snapshot_id), aligned)
+        decision, waited, taken_at = self._rate_cut(self.costs(off.snapshot_id), aligned)
         new_wm = source_watermark(splits, decision.end)
         before = self.read_count(off.snapshot_id, off.position)
         read = self.read_count(off.snapshot_id, decision.end)
@@ -479,6 +480,7 @@ class BackfillReader(_IcebergReader):
             read_files=read.files,
             rate_limited=decision.end < aligned.end,
             read_wait_s=round(waited, 3),
+            taken_at=taken_at,
             planner=turn is not None and turn.planner,
             rounds=1 if plan is None else plan.rounds,
             round_floor=None if plan is None or plan.rounds <= 1 else plan.floor,

@@ -320,13 +320,14 @@ def test_the_reader_cuts_a_prefix_and_waits_for_tokens_instead_of_admitting_noth
     ledger.start(1000, None, now=clock.now)  # 2000 bytes of burst
     costs = _costs([800, 800, 800, 5000, 10])
     aligned = Admission(0, 5, None, False)
-    cut, waited = reader._rate_cut(costs, aligned)
-    assert (cut.start, cut.end, waited, clock.slept) == (0, 2, 0.0, [])
-    cut, waited = reader._rate_cut(costs, Admission(2, 5, None, False))
+    cut, waited, at = reader._rate_cut(costs, aligned)
+    assert (cut.start, cut.end, waited, clock.slept, at) == (0, 2, 0.0, [], clock.now)
+    cut, waited, at = reader._rate_cut(costs, Admission(2, 5, None, False))
     assert cut.end == 3 and waited == pytest.approx(0.4, abs=0.01)  # 400 tokens left, 800 needed
-    cut, waited = reader._rate_cut(costs, Admission(3, 5, None, False))
+    assert at == clock.now  # taken after the sleep, on the bucket's clock
+    cut, waited, _ = reader._rate_cut(costs, Admission(3, 5, None, False))
     assert cut.end == 4 and waited == pytest.approx(2.0, abs=0.01)  # the big one waits for a full bucket
-    cut, waited = reader._rate_cut(costs, Admission(4, 5, None, True))
+    cut, waited, _ = reader._rate_cut(costs, Admission(4, 5, None, True))
     assert (cut.end, cut.throttled) == (5, True) and waited == pytest.approx(3.01, abs=0.01)  # debt 3000 repaid
     reads = ledger.members()["bf/out/plays"]
     assert (reads.bytes, reads.files) == (7410, 5) and reads.waited_s == pytest.approx(5.41, abs=0.02)
@@ -338,16 +339,16 @@ def test_a_cut_never_marks_the_bound_as_the_reason(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(stream.time, "sleep", clock.sleep)
     reader = _reader(tmp_path, "aligned")
     reader.ledger().start(1000, None, now=clock.now)  # type: ignore[union-attr]
-    cut, _ = reader._rate_cut(_costs([1500, 1500]), Admission(0, 2, 10, True))
+    cut, _, _ = reader._rate_cut(_costs([1500, 1500]), Admission(0, 2, 10, True))
     assert (cut.end, cut.throttled, cut.bound) == (1, False, 10)
 
 
 def test_nothing_offered_or_no_ledger_means_no_wait(tmp_path: Path) -> None:
     reader = _reader(tmp_path)
     costs = _costs([10**12])
-    assert reader._rate_cut(costs, Admission(0, 1, None, False)) == (Admission(0, 1, None, False), 0.0)
+    assert reader._rate_cut(costs, Admission(0, 1, None, False)) == (Admission(0, 1, None, False), 0.0, None)
     reader.ledger().start(1, None, now=0.0)  # type: ignore[union-attr]
-    assert reader._rate_cut(costs, Admission(0, 0, 5, True)) == (Admission(0, 0, 5, True), 0.0)
+    assert reader._rate_cut(costs, Admission(0, 0, 5, True)) == (Admission(0, 0, 5, True), 0.0, None)
 
 
 def test_the_member_count_is_a_prefix_sum_of_the_plan(tmp_path: Path) -> None:
