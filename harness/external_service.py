@@ -15,8 +15,11 @@ from aiohttp import web
 class RecordingService:
     """``GET /lookup?id=X`` answers ``label-X`` and records the arrival (monotonic clock)."""
 
-    def __init__(self, delay_s: float = 0.0) -> None:
+    def __init__(self, delay_s: float = 0.0, host: str = "127.0.0.1") -> None:
+        """``host``: the address to listen on (the node tests': the nodes' gateway, which their
+        pods reach)."""
         self.delay_s = delay_s
+        self.host = host
         self.arrivals: list[float] = []
         self._lock = threading.Lock()
         self._ready = threading.Event()
@@ -32,7 +35,7 @@ class RecordingService:
         app.router.add_get("/lookup", self._lookup)
         self._runner = web.AppRunner(app, access_log=None)
         self._loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, self.host, 0)
         self._loop.run_until_complete(site.start())
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self._ready.set()
@@ -47,7 +50,7 @@ class RecordingService:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/lookup"
+        return f"http://{self.host}:{self.port}/lookup"
 
     def times(self) -> list[float]:
         with self._lock:

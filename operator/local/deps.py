@@ -101,7 +101,8 @@ def local_code(
         if values:
             conf[key] = ",".join(filter(None, [conf.get(key, ""), *values]))
             notes.append(f"deps.{field} -> sparkConf {key}={conf[key]}")
-    mounts = list(cfg.python_path or [])
+    fetched = set(deps.get("pyFiles", []))  # the cluster's driver fetches these (render.jobconfig)
+    mounts = [m for m in cfg.python_path or [] if m not in fetched]
     if py_files:
         path = [str(p) for p in py_files]
         replaced = [f"spec.deps.pyFiles {deps['pyFiles']}"] if deps.get("pyFiles") else []

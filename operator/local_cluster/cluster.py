@@ -316,8 +316,9 @@ class LocalCluster:
 
     def streaming_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """An example StreamingJob (``examples/*.yaml``) pointed at this cluster's storage and
-        image: its catalogs, S3A settings, the credentials' envFrom, sizes that fit one node."""
+        image: its namespace, catalogs, S3A settings, the credentials' envFrom, sizes that fit one node."""
         job = json.loads(json.dumps(manifest))
+        job["metadata"]["namespace"] = JOBS  # the namespace the cluster's operators run jobs in
         spec = job["spec"]
         spec["image"] = SPARK_IMAGE
         spec["catalogs"] = {name: self.catalog() for name in spec.get("catalogs") or {"default": {}}}

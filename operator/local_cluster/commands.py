@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,20 @@ from kappa_operator.local_cluster.control_plane import ROOT
 from spark_app.contract.errors import KappaError
 
 DEFAULT_DIR = Path(os.environ.get("KAPPA_CLUSTER_DIR", Path.home() / ".kappa" / "cluster"))
-EXAMPLES = ("rmi-streamingjob.yaml", "rmi-backfill.yaml", "rmi-rewind.yaml")
-"""The examples written for the cluster (the StreamingJob, its Backfill and its Rewind)."""
+EXAMPLES = (
+    "rmi-streamingjob.yaml",
+    "rmi-backfill.yaml",
+    "rmi-rewind.yaml",
+    "enrich-streamingjob.yaml",
+    "enrich-backfill.yaml",
+    "enrich-changes-streamingjob.yaml",
+    "enrich-changes-backfill.yaml",
+)
+"""The examples written for the cluster: rmi's StreamingJob, Backfill and Rewind, and the
+enrich examples (over ``dims.promotions`` and its change log, written with the events)."""
+PROMOTIONS_EVERY = timedelta(minutes=20)
+"""A commit of promotion changes per 20 minutes of the 8 hours (24): a change log that moves
+with the events, in fewer commits than they take, so `up` stays within its minute."""
 UP_TIMEOUT = 3600.0
 """A first `up` builds images (~10-15 min on 2 cores); later ones start in ~2 min."""
 
@@ -194,17 +207,24 @@ def serve(workdir: Path, nodes: int = 1) -> None:
     from kappa_operator.local.example_data import HOURS, PER_HOUR, START
     from kappa_operator.local_cluster.cluster import LocalCluster
     from spark_app.examples.generator import GeneratorConfig, generate
+    from spark_app.examples.promotions import PromotionsConfig, write_promotions
 
     def stop(*_: object) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the parts are being stopped
         raise Stopped
 
     def example_data(catalog: Any) -> None:
-        """What `kappa example-data` writes, while the nodes start and the charts are installed
-        (it needs only the catalog and S3)."""
-        if not catalog.table_exists("ingest.impressions"):
-            every = timedelta(minutes=5)
+        """What `kappa example-data` writes, and the enrich examples' dimension beside it (each
+        mostly waits on S3 and the database), while the nodes start and the charts are
+        installed (it needs only the catalog and S3)."""
+        if catalog.table_exists("ingest.impressions"):
+            return
+        every = timedelta(minutes=5)
+        dimension = PromotionsConfig(START, HOURS, every=PROMOTIONS_EVERY)
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            promotions = beside.submit(write_promotions, catalog, dimension)
             generate(catalog, GeneratorConfig(START, HOURS, PER_HOUR, commit_interval=every, namespace="ingest"))
+            promotions.result()
 
     signal.signal(signal.SIGTERM, stop)
     cluster = None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
@@ -94,6 +95,24 @@ Coordinate = Annotated[str, Field(pattern=COORDINATE_PATTERN, max_length=COORDIN
 Exclusion = Annotated[str, Field(pattern=EXCLUDE_PATTERN, max_length=COORDINATE_MAX), BeforeValidator(_exclusion)]
 Repository = Annotated[str, Field(pattern=REPOSITORY_PATTERN, max_length=DEP_URI_MAX), BeforeValidator(_repository)]
 
+SUBMITTER_SCHEMES = frozenset({"", "local", "file", "http", "https", "ftp"})
+"""The schemes spark-submit resolves without opening a Hadoop filesystem."""
+
+
+def fetched_by_driver(location: str) -> bool:
+    """A pyFile on a Hadoop filesystem (``s3a://``, ``gs://``, ``abfss://``, ``hdfs://``).
+
+    spark-submit resolves every dependency's path as it submits, and for these it opens the
+    filesystem: on a cluster, in the Spark operator's pod, which has neither the filesystem's
+    jars (hadoop-aws is in the Spark image) nor the job's credentials (``envFrom`` is the
+    driver's): "S3AFileSystem not found" is what a user of the spark-operator meets. So these
+    are not handed to spark-submit: the driver fetches them itself, with its own credentials,
+    through ``SparkContext.addPyFile`` (``spark_app.apps.pipeline_code``), which puts them on
+    its path and ships them to the executors. The operator never reads them either."""
+    scheme = urlsplit(location).scheme.lower()
+    return len(scheme) > 1 and scheme not in SUBMITTER_SCHEMES
+
+
 _NEEDS_PACKAGES = "!has(self.{field}) || size(self.{field}) == 0 || (has(self.packages) && size(self.packages) > 0)"
 _NEEDS_PACKAGES_MESSAGE = "{field} only applies to what packages resolves: set packages too, or drop {field}"
 
@@ -106,7 +125,10 @@ class Dependencies(CRModel):
     A location is ``local:///path`` (inside the Spark image), a URI Spark fetches from
     (``s3a://``, ``gs://``, ``abfss://``, ``hdfs://``, ``https://``), or a path or ``file://``
     URI on this machine, which only `kappa run` reads (on a cluster, spark-submit runs in the
-    Spark operator's pod, which does not have it)."""
+    Spark operator's pod, which does not have it). pyFiles on a Hadoop filesystem are fetched
+    by the driver, not by spark-submit (``fetched_by_driver``); jars, files and archives there
+    need the Spark operator's image to have the filesystem (or an ``https://`` or ``local://``
+    location instead)."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -146,8 +168,19 @@ class Dependencies(CRModel):
         return self
 
     def rendered(self) -> dict[str, list[str]]:
-        """The SparkApplication's ``spec.deps``: the fields that are set, by their v1beta2 names."""
+        """The fields that are set, by their v1beta2 names (the JobConfig's ``deps``)."""
         return {k: list(v) for k, v in self.model_dump(by_alias=True).items() if v}
+
+    def submitted(self) -> dict[str, list[str]]:
+        """The SparkApplication's ``spec.deps``: what spark-submit applies, without the pyFiles
+        the driver fetches (``fetched_by_driver``)."""
+        out = self.rendered()
+        kept = [f for f in out.pop("pyFiles", []) if not fetched_by_driver(f)]
+        return {**out, "pyFiles": kept} if kept else out
+
+    def driver_fetched(self) -> list[str]:
+        """The pyFiles the driver fetches itself (``fetched_by_driver``), in their order."""
+        return [f for f in self.py_files if fetched_by_driver(f)]
 
 
 class ConfigMapRef(CRModel):

@@ -122,7 +122,8 @@ class HistorySource(CRModel):
     table: str = Field(pattern=TABLE, max_length=TABLE_MAX)
     """`namespace.table`."""
     ordering_column: str | None = Field(default=None, max_length=COLUMN_MAX)
-    """Column whose order a backfill replays (default: spec.orderingColumn)."""
+    """The source's event-time column: the order a backfill replays, and what the live job
+    reads as this source's event time (default: spec.orderingColumn)."""
 
 
 class JobSource(CRModel):

@@ -43,12 +43,17 @@ def pipeline_mount(name: str) -> str:
 def pipeline_code(spec: StreamingJobSpec) -> dict[str, Any]:
     """The JobConfig's ``deps`` and ``pythonPath`` of a job (and of its Backfills and
     Rewinds): nothing when the pipeline is in the image, so those configs (and their
-    hashes) are what they were before these fields existed."""
+    hashes) are what they were before these fields existed. ``pythonPath``: the pyFiles the
+    driver fetches, then the ConfigMap's mount."""
     out: dict[str, Any] = {}
+    path = []
     if spec.deps is not None and spec.deps.rendered():
         out["deps"] = spec.deps.rendered()
+        path += spec.deps.driver_fetched()  # not spark-submit's: the driver's (packaging.fetched_by_driver)
     if spec.pipeline_from is not None:
-        out["pythonPath"] = [pipeline_mount(spec.pipeline_from.config_map.name)]
+        path.append(pipeline_mount(spec.pipeline_from.config_map.name))
+    if path:
+        out["pythonPath"] = path
     return out
 
 
@@ -106,6 +111,8 @@ def _live_source(src: JobSource, skip: list[dict[str, Any]]) -> dict[str, Any]:
         out["columns"] = src.columns
     if src.filter:
         out["filter"] = src.filter
+    if src.history.ordering_column:  # the source's event time, live as in its history
+        out["orderingColumn"] = src.history.ordering_column
     return out
 
 

@@ -135,7 +135,8 @@ class Launch:
     volumes: tuple[dict[str, Any], ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
     deps: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    """The job's ``spec.deps`` as the SparkApplication's (field, entries), set fields only."""
+    """The job's ``spec.deps`` as the SparkApplication's (field, entries), set fields only,
+    without the pyFiles the driver fetches itself (``Dependencies.submitted``)."""
     pipeline_config_map: str | None = None
     """The job's ``spec.pipelineFrom.configMap``: mounted into the driver (``PIPELINE_MOUNT``)."""
 
@@ -164,7 +165,7 @@ def job_launch(
         env_from,
         tuple(spec.volumes),
         tuple(spec.image_pull_secrets),
-        deps=tuple((k, tuple(v)) for k, v in (spec.deps.rendered() if spec.deps else {}).items()),
+        deps=tuple((k, tuple(v)) for k, v in (spec.deps.submitted() if spec.deps else {}).items()),
         pipeline_config_map=spec.pipeline_from.config_map.name if spec.pipeline_from else None,
     )
 

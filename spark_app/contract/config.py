@@ -614,7 +614,8 @@ _ENTRY_POINT = r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$"
 class Dependencies(KappaModel):
     """What spark-submit adds to a run besides the image (the StreamingJob's ``spec.deps``, the
     SparkApplication's ``spec.deps``). On a cluster spark-submit has applied them before the
-    driver starts, so the driver does not; they are here because the code a run executes is
+    driver starts, so the driver does not (pyFiles on a Hadoop filesystem aside: those are on
+    ``pythonPath`` too, for the driver to fetch with its own credentials); they are here because the code a run executes is
     part of what makes it reproducible: a new version (another pyFiles zip) changes the
     config's hash, which restarts the application as any spec change does. `kappa run`, which
     has no spark-submit, applies them itself (``kappa_operator.local.overrides``)."""

@@ -47,8 +47,17 @@ def cluster(tmp_path: Path) -> LocalCluster:
 
 def test_the_examples_written_for_the_cluster_are_valid_objects_pointed_at_its_storage(tmp_path: Path) -> None:
     written = example_manifests(cluster(tmp_path), tmp_path / "examples")
-    assert [p.name for p in written] == ["rmi-streamingjob.yaml", "rmi-backfill.yaml", "rmi-rewind.yaml"]
-    job_doc, backfill_doc, rewind_doc = (yaml.safe_load(p.read_text()) for p in written)
+    assert [p.name for p in written][:3] == ["rmi-streamingjob.yaml", "rmi-backfill.yaml", "rmi-rewind.yaml"]
+    assert {p.name for p in written} >= {"enrich-streamingjob.yaml", "enrich-changes-backfill.yaml"}
+    job_doc, backfill_doc, rewind_doc = (yaml.safe_load(p.read_text()) for p in written[:3])
+    for path in written[3:]:  # the enrich examples: valid, pointed at the cluster as rmi's are
+        doc = yaml.safe_load(path.read_text())
+        if doc["kind"] == "StreamingJob":
+            enrich = StreamingJob.model_validate(doc)
+            assert enrich.spec.image == SPARK_IMAGE and enrich.metadata.namespace == "default"
+            assert enrich.spec.checkpoints.location == f"s3a://lake/checkpoints/{enrich.metadata.name}"
+        else:
+            assert Backfill.model_validate(doc).spec.job_ref.name in {"enrich", "enrich-changes"}
     job = StreamingJob.model_validate(job_doc)
     assert job.spec.image == SPARK_IMAGE
     catalog = job.spec.catalogs["default"]

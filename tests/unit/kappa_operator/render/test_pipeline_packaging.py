@@ -19,6 +19,7 @@ import yaml
 from kappa_operator.local.deps import local_code, py_file_paths
 from kappa_operator.local.overrides import RunOptions, runtime_config
 from kappa_operator.models.backfill import Backfill
+from kappa_operator.models.packaging import Dependencies, fetched_by_driver
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.jobconfig import backfill_config, config_hash, restore_config, streaming_job_config
@@ -127,13 +128,34 @@ def test_deps_and_a_config_map_reach_every_application_of_the_job_as_the_spark_o
     for app in apps:
         spec = app["spec"]
         assert validate(spark_crd, app) == [], app["metadata"]["name"]
-        assert spec["deps"] == DEPS, "the spark-operator's field names, entries as written"
+        # the spark-operator's field names, entries as written, but the zip on S3: spark-submit
+        # would open S3 in the spark-operator's pod, which has no S3A and no credentials (the
+        # driver fetches it: pythonPath below)
+        assert spec["deps"] == {**DEPS, "pyFiles": ["local:///opt/team/util.py"]}
         assert {"name": "kappa-pipeline", "configMap": {"name": "watch-time-v2"}} in spec["volumes"]
         mount = {"name": "kappa-pipeline", "mountPath": "/opt/kappa/pipelines/watch-time-v2", "readOnly": True}
         assert spec["driver"]["volumeMounts"] == [{"name": "jobconfig", "mountPath": "/etc/kappa"}, mount]
         assert mount not in spec["executor"]["volumeMounts"], "the driver ships the modules to the executors"
     assert bf_cfg.deps is not None and bf_cfg.deps.py_files == DEPS["pyFiles"], "a Backfill inherits the job's"
-    assert bf_cfg.python_path == ["/opt/kappa/pipelines/watch-time-v2"]
+    assert bf_cfg.python_path == [DEPS["pyFiles"][0], "/opt/kappa/pipelines/watch-time-v2"]
+
+
+def test_pyfiles_on_a_hadoop_filesystem_are_the_drivers_to_fetch_and_the_others_spark_submits() -> None:
+    fetched = [
+        "s3a://b/p.zip",
+        "gs://b/p.zip",
+        "abfss://c@a.dfs.core.windows.net/p.zip",
+        "hdfs://nn/p.egg",
+        "S3A://b/x.py",
+    ]
+    submitted = ["local:///opt/p.zip", "https://h/p.zip", "http://h/p.py", "file:///tmp/p.zip", "/tmp/p.zip", "p.py"]
+    assert [fetched_by_driver(f) for f in fetched] == [True] * len(fetched)
+    assert [fetched_by_driver(f) for f in submitted] == [False] * len(submitted)
+    deps = Dependencies.model_validate({"pyFiles": ["s3a://b/p.zip", "local:///opt/u.py"], "jars": ["s3a://b/j.jar"]})
+    assert deps.submitted() == {"pyFiles": ["local:///opt/u.py"], "jars": ["s3a://b/j.jar"]}
+    assert deps.driver_fetched() == ["s3a://b/p.zip"]
+    only = Dependencies.model_validate({"pyFiles": ["s3a://b/p.zip"]})
+    assert only.submitted() == {} and only.rendered() == {"pyFiles": ["s3a://b/p.zip"]}
 
 
 def test_only_the_deps_that_are_set_are_rendered_and_a_job_without_any_renders_as_before() -> None:

@@ -398,3 +398,12 @@ def test_a_backfill_overrides_its_jobs_pods_field_by_field(job: StreamingJob, ba
     assert executor["labels"]["a"] == "1", "what the Backfill does not set is the job's"
     assert (driver["memory"], driver["cores"]) == ("8g", job.spec.driver.cores)
     assert validate(load_crd(ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml"), app) == []
+
+
+def test_a_live_source_reads_its_event_time_from_the_column_its_history_names() -> None:
+    """examples/enrich-changes-streamingjob.yaml: the change log's event time is changed_ts, in
+    its history and live alike (its live source once read event_ts, which the log has not)."""
+    doc = yaml.safe_load((ROOT / "examples" / "enrich-changes-streamingjob.yaml").read_text())
+    cfg = streaming_job_config(StreamingJob.model_validate(doc))
+    assert cfg.ordering_column("promotion_changes") == "changed_ts"
+    assert cfg.ordering_column("impressions") == "event_ts"
