@@ -103,7 +103,10 @@ def up(workdir: Path, console: Console, nodes: int = 1) -> int:
     shape = "one node" if nodes == 1 else f"{nodes} nodes ({', '.join(ready['nodes'])})"
     console.print(f"[green]cluster up[/] in {time.monotonic() - started:.0f} s: {shape}, the spark-operator and kappa")
     console.print(f"  S3 API {ready['s3']}, Iceberg catalog {ready['catalog']}, Kafka {ready['kafka']}")
-    console.print("  example data: ingest.impressions and ingest.playbacks (8 hours from 2026-11-01 12:00Z)")
+    console.print(
+        "  example data: ingest.impressions and ingest.playbacks (8 hours from 2026-11-01 12:00Z), "
+        "dims.promotions and dims.promotion_changes"
+    )
     console.print("next:")
     console.print(f"  export KUBECONFIG={ready['kubeconfig']}")
     console.print(f"  export PATH={ready['bin']}:$PATH    # kubectl, built with the cluster")
