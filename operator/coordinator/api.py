@@ -16,7 +16,7 @@ from pydantic.alias_generators import to_camel
 from kappa_operator.coordinator.core import MAX_COUNT, Answer
 from kappa_operator.coordinator.names import MemberId, WatermarkUs
 from spark_app.contract.alignment import HELD
-from spark_app.contract.config import Duration
+from spark_app.contract.base import Duration
 
 MAX_BODY_BYTES = 64 * 1024
 

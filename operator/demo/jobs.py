@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from spark_app.contract.config import JobConfig, parse_config, parse_duration
+from spark_app.contract.config import JobConfig, parse_config
+from spark_app.contract.durations import parse_duration
 from spark_app.examples import rmi, sessions
 from spark_app.examples.generator import GeneratorConfig
 

@@ -30,7 +30,9 @@ from kappa_operator.demo.jobs import START, DemoSettings, job_config
 from kappa_operator.demo.steps import Steps, batches_poll, plural, quiet
 from spark_app.apps.result import RunResult
 from spark_app.apps.run import run
-from spark_app.contract.config import JobConfig, ParquetSink, format_duration
+from spark_app.contract.config import JobConfig
+from spark_app.contract.durations import format_duration
+from spark_app.contract.sinks import ParquetSink
 from spark_app.examples import sessions, windows
 from spark_app.examples.reference import history, in_window, rows
 

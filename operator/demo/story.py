@@ -40,7 +40,8 @@ from kappa_operator.reconcile.backfill.intent import alignment_group
 from spark_app.apps.run import run
 from spark_app.apps.session import build_session
 from spark_app.catalogs import load_table
-from spark_app.contract.config import JobConfig, format_duration
+from spark_app.contract.config import JobConfig
+from spark_app.contract.durations import format_duration
 from spark_app.contract.trace import read_trace
 from spark_app.examples import rmi
 from spark_app.examples.generator import generate

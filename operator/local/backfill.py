@@ -31,7 +31,7 @@ from kappa_operator.render.jobconfig import (
     backfill_group,
 )
 from spark_app.apps.publish import publishing_line
-from spark_app.contract.config import format_duration
+from spark_app.contract.durations import format_duration
 from spark_app.contract.errors import user_message
 from spark_app.contract.reports.publish import PublishReport, read_report
 from spark_app.contract.trace import read_trace

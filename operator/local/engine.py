@@ -60,7 +60,7 @@ def open_tables(catalogs: dict[str, dict[str, str]], tables: list[tuple[str, str
 
 def open_source_tables(cfg: JobConfig) -> None:
     """A JobConfig's Iceberg sources' tables (``open_tables``)."""
-    from spark_app.contract.config import IcebergSourceBase
+    from spark_app.contract.sources import IcebergSourceBase
 
     iceberg = [s for s in cfg.sources.values() if isinstance(s, IcebergSourceBase)]
     open_tables(

@@ -29,7 +29,8 @@ from kappa_operator.local.manifests import ManifestError, load
 from kappa_operator.local.overrides import RunOptions, localize, parse_spark_conf, runtime_config
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.render.jobconfig import backfill_config
-from spark_app.contract.config import JobConfig, format_duration
+from spark_app.contract.config import JobConfig
+from spark_app.contract.durations import format_duration
 from spark_app.contract.errors import KappaError
 from spark_app.contract.reports.plan import PlanReport
 

@@ -28,13 +28,15 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic.alias_generators import to_camel
 
-from spark_app.contract.config import NO_DRIFT_HINT, parse_duration, parse_timestamp
+from spark_app.contract.base import parse_timestamp
+from spark_app.contract.config import NO_DRIFT_HINT
 from spark_app.contract.durations import (
     DURATION_LENGTH_MAX,
     DURATION_MAX,
     DURATION_PATTERN,
     check_duration,
     check_positive,
+    parse_duration,
 )
 
 GROUP = "kappa.dev"

@@ -86,7 +86,7 @@ class TopicRanges(CRModel):
     partitions: list[PartitionRange] = Field(min_length=1, max_length=SKIP_PARTITIONS_MAX)
 
     def flat(self) -> list[dict[str, int | str]]:
-        """As the job's sources take them (``spark_app.contract.config.OffsetRange``)."""
+        """As the job's sources take them (``spark_app.contract.sources.OffsetRange``)."""
         return [
             {"topic": self.topic, "partition": r.partition, "start": r.start, "end": r.end} for r in self.partitions
         ]

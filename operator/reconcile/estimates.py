@@ -22,7 +22,7 @@ from typing import Any
 
 from kappa_operator.models.backfill import Backfill, Calibration, PlanStatus, SourcePlanStatus
 from kappa_operator.models.streaming_job import StreamingJob
-from spark_app.contract.config import format_duration
+from spark_app.contract.durations import format_duration
 from spark_app.contract.reports.plan import PlanReport
 from spark_app.contract.reports.run import RunReport
 

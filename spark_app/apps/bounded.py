@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 from spark_app.apps.mode_choice import MODE_FILE, LatenessProbe, LateRowsFound, Proof
 from spark_app.apps.query_shape import Closing
 from spark_app.contract.alignment import ModeChoice
-from spark_app.contract.config import IcebergSink, JobConfig, ParquetSink
+from spark_app.contract.config import JobConfig
+from spark_app.contract.sinks import IcebergSink, ParquetSink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,8 +73,8 @@ def fixed_state(cfg: JobConfig) -> BoundedState:
     """The run's snapshots and query ids: those a previous attempt fixed, else fixed now (each
     source's ``snapshotId``, else its table's current snapshot) and saved before any write."""
     from spark_app.catalogs import load_table
-    from spark_app.contract.config import IcebergBackfillSource
     from spark_app.contract.errors import SnapshotExpiredError
+    from spark_app.contract.sources import IcebergBackfillSource
     from spark_app.contract.storage import open_location
 
     location = open_location(cfg.checkpoint.location)

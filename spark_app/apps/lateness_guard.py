@@ -10,11 +10,9 @@ from datetime import timedelta
 from pyspark.sql import DataFrame
 
 from spark_app.catalogs import load_table
-from spark_app.contract.config import (
-    IcebergBackfillSource,
-    JobConfig,
-)
+from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import LatenessError
+from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.jvm.calls import analyzed_plan
 from spark_app.planning.splits import max_span
 from spark_app.sources.frames import (

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from spark_app.apps.query_shape import Closing, refusal
 from spark_app.contract.alignment import ModeChoice
-from spark_app.contract.config import IcebergSink, JobConfig, ParquetSink
+from spark_app.contract.config import JobConfig
 from spark_app.contract.durations import format_duration
 from spark_app.contract.errors import ConfigError
+from spark_app.contract.sinks import IcebergSink, ParquetSink
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -241,7 +242,7 @@ def _probes(
 def _proof_frame(spark: SparkSession, cfg: JobConfig, used: dict[str, tuple[str, ...]], name: str) -> Any:
     """The bounded frame of a source, as a sink reading it reads it (the write's own, cached)."""
     from spark_app.catalogs import load_table
-    from spark_app.contract.config import IcebergBackfillSource
+    from spark_app.contract.sources import IcebergBackfillSource
     from spark_app.sources.frames import source_spec, task_slots
     from spark_app.sources.iceberg.frame import iceberg_batch_frame
     from spark_app.window.history import snapshot_of
@@ -265,7 +266,7 @@ def _probe(
 ) -> LatenessProbe | str | None:
     """One source's probe (None: nothing of it can be late; "unknown": it cannot say)."""
     from spark_app.catalogs import load_table
-    from spark_app.contract.config import IcebergBackfillSource
+    from spark_app.contract.sources import IcebergBackfillSource
     from spark_app.sources.iceberg import scan
     from spark_app.sources.iceberg.stream import micros
     from spark_app.window.history import snapshot_of

@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pyspark.sql import SparkSession
 
 from spark_app.catalogs import load_table
-from spark_app.contract.config import IcebergSink, JobConfig, PublishConfig
+from spark_app.contract.config import JobConfig, PublishConfig
 from spark_app.contract.errors import KappaError
 from spark_app.contract.reports.publish import PublishReport, TableReport, report_location
+from spark_app.contract.sinks import IcebergSink
 from spark_app.sinks.iceberg import finality
 from spark_app.sinks.iceberg.commit import branch_history
 from spark_app.sinks.iceberg.publish import publish

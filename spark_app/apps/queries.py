@@ -12,14 +12,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from spark_app.contract.config import (
-    ConsoleSink,
-    IcebergSink,
-    JobConfig,
-    KafkaSink,
-    ParquetSink,
-)
+from spark_app.contract.config import JobConfig
 from spark_app.contract.reports.progress import ProgressReporter
+from spark_app.contract.sinks import ConsoleSink, IcebergSink, KafkaSink, ParquetSink
 from spark_app.jvm.calls import wait_for_listener_bus
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.kafka import KafkaBatchWriter

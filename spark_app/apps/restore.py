@@ -24,9 +24,11 @@ from spark_app.catalogs import load_table
 from spark_app.contract.checkpoints.kafka_offsets import end_offsets
 from spark_app.contract.checkpoints.restore import restore
 from spark_app.contract.checkpoints.snapshots import discard_after, list_snapshots
-from spark_app.contract.config import IcebergSink, JobConfig, KafkaSink, OffsetRange, RestorePoint
+from spark_app.contract.config import JobConfig, RestorePoint
 from spark_app.contract.errors import KappaError
 from spark_app.contract.reports.restore import RestoreReport, SinkRestored, report_location
+from spark_app.contract.sinks import IcebergSink, KafkaSink
+from spark_app.contract.sources import OffsetRange
 from spark_app.contract.storage import Location, open_location
 from spark_app.sinks.kafka import read_produced
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from spark_app.alignment.reads import MemberReads
 from spark_app.contract.alignment import ModeChoice
-from spark_app.contract.config import format_duration
+from spark_app.contract.durations import format_duration
 from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.sources.iceberg.stream import micros

@@ -41,10 +41,7 @@ from spark_app.bootstrap.steps import start as start_bootstrap
 from spark_app.bootstrap.steps import switch as switch_bootstrap
 from spark_app.checkpoints.driver import attach, detach
 from spark_app.contract.alignment import ModeChoice, aligned_members, member_id
-from spark_app.contract.config import (
-    JobConfig,
-    TriggerConfig,
-)
+from spark_app.contract.config import JobConfig, TriggerConfig
 from spark_app.contract.errors import IncompleteBackfillError, KappaError
 from spark_app.contract.offsets import BackfillOffset
 from spark_app.contract.reports.bootstrap import BootstrapRecord

@@ -14,7 +14,9 @@ import pyspark
 from pyspark.sql import SparkSession
 
 from spark_app import jars
-from spark_app.contract.config import IcebergSourceBase, JobConfig, KafkaSink, KafkaSource
+from spark_app.contract.config import JobConfig
+from spark_app.contract.sinks import KafkaSink
+from spark_app.contract.sources import IcebergSourceBase, KafkaSource
 from spark_app.sinks.iceberg.write_conf import SESSION_CONF as SPARK_WRITE_CONF
 from spark_app.sources.iceberg.object_store import on_s3
 from spark_app.sources.parallelism import task_slots

@@ -19,9 +19,10 @@ from pyspark.sql import functions as F
 from spark_app.bootstrap.seam import Offsets, describe, switch_offsets
 from spark_app.catalogs import load_table
 from spark_app.contract.checkpoints.kafka_offsets import partitions_of, topics_matching
-from spark_app.contract.config import IcebergBackfillSource, JobConfig, KafkaSource
+from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.reports.bootstrap import BootstrapRecord
+from spark_app.contract.sources import IcebergBackfillSource, KafkaSource
 from spark_app.sources.iceberg.frame import read_data_files
 
 log = logging.getLogger("kappa.bootstrap")

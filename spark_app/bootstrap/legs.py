@@ -18,9 +18,10 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_app.bootstrap.seam import starting_offsets
-from spark_app.contract.config import JobConfig, KafkaSource, TriggerConfig, Window
+from spark_app.contract.config import JobConfig, TriggerConfig, Window
 from spark_app.contract.errors import KappaError
 from spark_app.contract.reports.bootstrap import BootstrapRecord
+from spark_app.contract.sources import KafkaSource
 from spark_app.sources.iceberg.spec import SourceSpec
 from spark_app.sources.iceberg.stream import BackfillReader
 

@@ -15,120 +15,25 @@ Field names are camelCase on the wire (as in the CRs) and snake_case in Python.
 from __future__ import annotations
 
 import json
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from spark_app.contract.durations import check_positive, format_duration, parse_duration
+from spark_app.contract.base import Duration, KappaModel, Timestamp
+from spark_app.contract.durations import check_positive, format_duration
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.publish_defaults import DEFAULT_MIN_MATCH_RATIO
-
-
-def parse_timestamp(value: Any) -> datetime:
-    """ISO 8601; a timestamp without a zone is UTC, like Iceberg's `timestamp` type."""
-    if isinstance(value, datetime):
-        dt = value
-    elif isinstance(value, str):
-        try:
-            dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise ValueError(f"expected an ISO 8601 timestamp such as '2026-11-01T10:00:00Z', got {value!r}") from None
-    else:
-        raise ValueError(f"expected an ISO 8601 timestamp such as '2026-11-01T10:00:00Z', got {value!r}")
-    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-
-
-def parse_non_negative_duration(value: Any) -> timedelta:
-    """The grammar has no sign; a timedelta built in Python might."""
-    d = parse_duration(value)
-    if d < timedelta(0):
-        raise ValueError(f"must not be negative, got {format_duration(d)!r}")
-    return d
-
-
-Duration = Annotated[
-    timedelta,
-    BeforeValidator(parse_non_negative_duration),
-    PlainSerializer(format_duration, return_type=str),
-]
-"""A duration in the grammar of spark_app.contract.durations, shared with the custom resources."""
-Timestamp = Annotated[
-    datetime,
-    BeforeValidator(parse_timestamp),
-    PlainSerializer(lambda d: d.isoformat().replace("+00:00", "Z"), return_type=str),
-]
-
-
-class KappaModel(BaseModel):
-    """Frozen, camelCase on the wire, and strict about unknown fields (typos must not pass)."""
-
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        alias_generator=to_camel,
-        populate_by_name=True,
-        use_attribute_docstrings=True,
-    )
-
-
-# --- sources ---------------------------------------------------------------------------
-
-
-class SplitConfig(KappaModel):
-    """How data files become splits, the unit of admission."""
-
-    target_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
-    """Files larger than this are sliced by row groups; smaller ones are bundled up to it."""
-    open_file_cost: int = Field(default=4 * 1024 * 1024, ge=0)
-    """Bytes a file counts for when bundling, so tiny files are not bundled without limit."""
-    max_bundle_span: Duration = timedelta(minutes=5)
-    """A bundle never spans more event time than this plus its widest file: bundling must
-    not widen the out-of-orderness bound (maxDrift + largest split span: docs/concepts.md)."""
-    slice_span: Duration | None = timedelta(minutes=5)
-    """Backfill only: a file whose event-time range (within the window) is wider than this is
-    cut into time slices, read from its ordering column at planning time, so a few late rows
-    do not make the whole file one wide split: the largest split span (and the lateness the
-    guard requires) becomes about this plus maxBundleSpan instead of the widest file. Costs
-    one read of the ordering column per wide file when planning and one open per slice when
-    reading. Keep it above the commit interval (a file's on-time rows span about one);
-    null or 0 reads whole files."""
-    task_target_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
-    """Admitted splits are packed into Spark tasks of about this size (several per task)."""
-
-
-class ReadLimitConfig(KappaModel):
-    """Per-micro-batch caps (Spark admission control); the engine may override them."""
-
-    max_files: int | None = Field(default=None, gt=0)
-    max_rows: int | None = Field(default=None, gt=0)
-    max_bytes: int | None = Field(default=None, gt=0)
-    max_snapshots: int | None = Field(default=None, gt=0)
-    """Live only: snapshots consumed per micro-batch (1 replays commits one by one)."""
-
-
-class ReadRateConfig(KappaModel):
-    """A backfill's cap on the rate its history sources read, enforced when they admit splits:
-    the object store the live jobs read must not be saturated by a backfill catching up."""
-
-    max_bytes_per_second: int | None = Field(default=None, gt=0)
-    """Bytes per second, averaged: of the files (or row groups) the admitted splits' reads open,
-    as Iceberg records their sizes (a wide file read as two time slices counts twice)."""
-    max_files_per_second: float | None = Field(default=None, gt=0)
-    """File opens per second, averaged (a file read in two micro-batches counts twice)."""
+from spark_app.contract.sinks import IcebergSink, ParquetSink, SinkConfig
+from spark_app.contract.sources import (
+    IcebergBackfillSource,
+    IcebergSourceBase,
+    KafkaSource,
+    ReadRateConfig,
+    SourceConfig,
+)
 
 
 class ExternalCallsConfig(KappaModel):
@@ -137,258 +42,6 @@ class ExternalCallsConfig(KappaModel):
 
     rate_per_second: float | None = Field(default=None, gt=0)
     """Calls per second for the whole run, across every executor (None: no limit, no server)."""
-
-
-class IcebergSourceBase(KappaModel):
-    catalog: str = "default"
-    """Name of an entry in `catalogs`."""
-    table: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
-    """Table identifier, `namespace.table`."""
-    columns: list[str] | None = None
-    """Projection (top-level columns); the ordering column is read for filtering regardless."""
-    filter: str | None = None
-    """Row filter in pyiceberg's expression syntax, e.g. "country = 'US' and duration_s > 0"."""
-    ordering_column: str | None = None
-    """Overrides `alignment.orderingColumn` for this source (dotted for struct fields)."""
-    split: SplitConfig = SplitConfig()
-    read_limit: ReadLimitConfig = ReadLimitConfig()
-
-    @field_validator("filter")
-    @classmethod
-    def _filter_parses(cls, value: str | None) -> str | None:
-        if value is not None:
-            from pyiceberg.expressions.parser import parse
-
-            try:
-                parse(value)
-            except Exception as exc:  # pyparsing raises its own exception types
-                raise ValueError(f"cannot parse filter {value!r}: {exc}") from None
-        return value
-
-
-class IcebergLiveSource(IcebergSourceBase):
-    """Incremental appends, snapshot by snapshot, polled at the trigger interval."""
-
-    kind: Literal["icebergLive"]
-    starting_position: Literal["latest", "earliest"] | None = None
-    """Where a new query starts; `startingTimestamp`/`startingSnapshotId` are alternatives.
-    Default: latest."""
-    starting_timestamp: Timestamp | None = None
-    """Start with the first snapshot committed at or after this time."""
-    starting_snapshot_id: int | None = None
-    """Start with this snapshot (inclusive)."""
-    on_non_append: Literal["skip", "fail"] = "fail"
-    """What to do with delete/overwrite snapshots: `skip` logs and moves on, `fail` stops."""
-
-    @model_validator(mode="after")
-    def _one_start(self) -> IcebergLiveSource:
-        given = [
-            n
-            for n, v in (
-                ("startingPosition", self.starting_position),
-                ("startingTimestamp", self.starting_timestamp),
-                ("startingSnapshotId", self.starting_snapshot_id),
-            )
-            if v is not None
-        ]
-        if len(given) > 1:
-            raise ValueError(
-                f"give at most one of startingPosition, startingTimestamp, startingSnapshotId; got {given}"
-            )
-        return self
-
-
-class IcebergBackfillSource(IcebergSourceBase):
-    """History of the window from an Iceberg table, in ordering-column order."""
-
-    kind: Literal["icebergBackfill"]
-    snapshot_id: int | None = None
-    """Read this snapshot; default: the table's current snapshot when the query starts."""
-
-
-class OffsetRange(KappaModel):
-    """Offsets ``[start, end)`` of one partition of a topic."""
-
-    topic: str = Field(min_length=1)
-    partition: int = Field(ge=0)
-    start: int = Field(ge=0)
-    end: int = Field(ge=0)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> OffsetRange:
-        if self.end < self.start:
-            raise ValueError(f"{self.topic}[{self.partition}]: end {self.end} is before start {self.start}")
-        return self
-
-
-class KafkaSource(KappaModel):
-    """Passthrough to Spark's Kafka source; values deserialized into the history table's schema."""
-
-    kind: Literal["kafka"]
-    bootstrap_servers: str = Field(min_length=1)
-    topic: str | None = Field(default=None, min_length=1)
-    topic_pattern: str | None = Field(default=None, min_length=1)
-    """Every topic matching this Java regex (Spark's `subscribePattern`), instead of `topic`."""
-    value_format: Literal["json"] = "json"
-    schema_from: str | None = None
-    """`catalog:namespace.table` whose schema the values follow (the source's history table)."""
-    schema_ddl: str | None = None
-    """Alternatively, the value schema as a Spark DDL string."""
-    options: dict[str, str] = {}
-    """Extra options for Spark's Kafka source (startingOffsets, kafka.security.protocol, ...)."""
-    skip: list[OffsetRange] = []
-    """Records not to process: an upstream job's output a cascade Rewind undid (the upstream
-    job re-emits them after these ranges)."""
-
-    @model_validator(mode="after")
-    def _one_schema(self) -> KafkaSource:
-        if (self.schema_from is None) == (self.schema_ddl is None):
-            raise ValueError("give exactly one of schemaFrom (a history table) or schemaDdl")
-        if (self.topic is None) == (self.topic_pattern is None):
-            raise ValueError("give exactly one of topic or topicPattern")
-        return self
-
-    @property
-    def subscription(self) -> tuple[str, str]:
-        """Spark's Kafka source option that names what it reads, and its value."""
-        return ("subscribe", self.topic) if self.topic is not None else ("subscribePattern", str(self.topic_pattern))
-
-
-SourceConfig = Annotated[IcebergLiveSource | IcebergBackfillSource | KafkaSource, Field(discriminator="kind")]
-
-
-# --- sinks -----------------------------------------------------------------------------
-
-
-class SinkBase(KappaModel):
-    time_column: str | None = None
-    """Output event-time column: in a backfill, rows before the window start (warm-up output)
-    are not written."""
-    output_mode: Literal["append", "update", "complete"] = "append"
-
-
-class ParquetSink(SinkBase):
-    """Spark's file sink (exactly-once through its `_spark_metadata` log)."""
-
-    kind: Literal["parquet"]
-    path: str = Field(min_length=1)
-    partition_by: list[str] = []
-
-
-class ConsoleSink(SinkBase):
-    kind: Literal["console"]
-
-
-_PARTITION = r"^(\w+|(hour|day|month|year)\(\w+\)|(bucket|truncate)\(\d+,\s*\w+\))$"
-
-
-class SnapshotHistory(KappaModel):
-    """How much of the table's history the sink keeps: each commit costs ~0.5 ms per snapshot
-    kept, so the driver expires old ones every few batches. A rewind never needs them (the
-    sink's files carry their batch); a downstream live reader may lag at most `minAge`."""
-
-    keep_last: int = Field(default=100, ge=1)
-    """Never expire the newest this many snapshots."""
-    min_age: Duration = timedelta(hours=1)
-    """Never expire a snapshot younger than this: how far a job reading the table may fall behind."""
-    expire_every: int = Field(default=20, ge=0)
-    """Expire every this many batches (0: never; the table's history then grows without bound)."""
-
-
-class Compaction(KappaModel):
-    """Small files rewritten into few by the driver's Spark jobs, as one `replace` snapshot."""
-
-    every: int = Field(default=100, ge=0)
-    """Compact every this many commits (0: never)."""
-    min_files: int = Field(default=10, ge=2)
-    """Rewrite a partition's small files once at least this many are there."""
-    small_file_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
-    """Files below this size are small."""
-    protect_batches: int = Field(default=360, ge=0)
-    """Leave the newest this many batches' own files whole: a rewind undoes within this horizon
-    (the operator sets it from the checkpoint retention and the trigger interval)."""
-
-
-class AppendingSink(SinkBase):
-    """A sink that only ever adds rows (a table's appends, a topic's records)."""
-
-    appends: ClassVar[str] = "a sink"
-
-    @field_validator("output_mode")
-    @classmethod
-    def _append_only(cls, value: str) -> str:
-        if value != "append":
-            raise ValueError(f"{cls.appends} appends: outputMode must be append (aggregate with a watermark)")
-        return value
-
-
-class IcebergSink(AppendingSink):
-    """Exactly-once Iceberg table: executors write Parquet, the driver commits one snapshot per
-    micro-batch carrying the query and batch ids (a replayed batch is skipped)."""
-
-    appends: ClassVar[str] = "an iceberg sink"
-    kind: Literal["iceberg"]
-    catalog: str = "default"
-    """Name of an entry in `catalogs`."""
-    table: str = Field(pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
-    """Table identifier, `namespace.table`; created from the output schema if missing."""
-    branch: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][-_.A-Za-z0-9]*$")
-    """Default: `main` live, `backfill-<name>` in a backfill (main keeps serving meanwhile)."""
-    partition_by: list[str] = []
-    """Partition spec of a table the sink creates: `col`, `hour(col)`, `day(col)`,
-    `month(col)`, `year(col)`, `bucket(N, col)`, `truncate(N, col)`."""
-    key: list[str] = []
-    """Columns identifying a row, for the full diff of validate/publish (else counts only)."""
-    commit_retries: int = Field(default=20, ge=0)
-    """Commit conflicts with other writers are retried this many times (with backoff)."""
-    pipelined_commit: bool = True
-    """Commit each batch to Iceberg while Spark runs the next one (``sinks.iceberg.pending``):
-    its files are recorded durably first, so a crash between Spark's commit and ours loses
-    nothing. False: commit before the batch ends (a reader sees batch N once Spark logged it)."""
-    target_file_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
-    """Each task rolls to a new file after about this many bytes of Arrow data."""
-    history: SnapshotHistory = SnapshotHistory()
-    """Snapshot expiry, done by the driver on the Spark side."""
-    compaction: Compaction = Compaction()
-    """Small-file compaction, done by the driver's Spark jobs."""
-
-    @field_validator("partition_by")
-    @classmethod
-    def _transforms(cls, value: list[str]) -> list[str]:
-        for i, item in enumerate(value):
-            if not re.match(_PARTITION, item.replace(" ", "")):
-                raise ValueError(
-                    f"partitionBy[{i}] {item!r}: use col, hour(col), day(col), month(col), year(col), "
-                    "bucket(N, col) or truncate(N, col)"
-                )
-        return value
-
-
-class KafkaSink(AppendingSink):
-    """A topic, written by Spark's Kafka writer: at least once, with idempotent keys.
-
-    Spark's Kafka sink has no transactions, so a batch replayed after a crash could be
-    written twice. Two things narrow that to almost never and make what remains harmless:
-    each batch's produced offsets are recorded in the checkpoint (a replayed batch already
-    recorded is not written again), and every record's key is the row's ``key`` columns, the
-    same on a replay (a consumer keeping the last record per key sees each row once). Only a
-    driver killed between the write and its record leaves the batch twice in the topic, under
-    the same keys. Each record carries the headers ``kappa.query`` and ``kappa.batch``."""
-
-    appends: ClassVar[str] = "a kafka sink"
-    kind: Literal["kafka"]
-    bootstrap_servers: str = Field(min_length=1)
-    topic: str = Field(min_length=1)
-    key: list[str] = Field(min_length=1)
-    """Columns whose values (a JSON object of them) are the record key: what identifies a row downstream."""
-    options: dict[str, str] = {}
-    """Extra options for Spark's Kafka writer (kafka.security.protocol, kafka.compression.type, ...)."""
-
-
-SinkConfig = Annotated[ParquetSink | ConsoleSink | IcebergSink | KafkaSink, Field(discriminator="kind")]
-
-
-# --- run-level settings ------------------------------------------------------------------
 
 
 class CatalogConfig(KappaModel):
@@ -446,6 +99,8 @@ class Window(KappaModel):
 
 
 DEFAULT_BATCH_ROW_BUDGET = 30_000
+
+
 """About the rows whose processing costs what a micro-batch's fixed cost does (~0.6-0.9 s at
 ~20 us per row on 2 cores, bench/RESULTS.md): batches smaller than that are mostly overhead."""
 
@@ -615,9 +270,10 @@ class Dependencies(KappaModel):
     """What spark-submit adds to a run besides the image (the StreamingJob's ``spec.deps``, the
     SparkApplication's ``spec.deps``). On a cluster spark-submit has applied them before the
     driver starts, so the driver does not (pyFiles on a Hadoop filesystem aside: those are on
-    ``pythonPath`` too, for the driver to fetch with its own credentials); they are here because the code a run executes is
-    part of what makes it reproducible: a new version (another pyFiles zip) changes the
-    config's hash, which restarts the application as any spec change does. `kappa run`, which
+    ``pythonPath`` too, for the driver to fetch with its own credentials); they are here
+    because the code a run executes is part of what makes it reproducible: a new version
+    (another pyFiles zip) changes the config's hash, which restarts the application as any
+    spec change does. `kappa run`, which
     has no spark-submit, applies them itself (``kappa_operator.local.overrides``)."""
 
     py_files: list[str] = []

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from spark_app.contract.alignment import global_view, held_outside
-from spark_app.contract.config import format_duration
+from spark_app.contract.durations import format_duration
 from spark_app.planning.admission import Limits, admit, source_watermark
 from spark_app.planning.rounds import (
     RoundsState,

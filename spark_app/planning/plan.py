@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING
 
 from spark_app.apps.mode_choice import as_set
 from spark_app.contract.alignment import ModeChoice
-from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_duration, parse_duration
+from spark_app.contract.config import JobConfig
+from spark_app.contract.durations import format_duration, parse_duration
 from spark_app.contract.errors import ConfigError, KappaError, SnapshotExpiredError, WarmupError
 from spark_app.contract.reports.plan import PlanReport, SourcePlan
+from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.jvm.calls import analyzed_plan, leaf_ids
 from spark_app.planning import forecast
 from spark_app.planning.admission import Limits

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from spark_app.contract.config import IcebergBackfillSource, JobConfig, SplitConfig
+from spark_app.contract.config import JobConfig
+from spark_app.contract.sources import IcebergBackfillSource, SplitConfig
 
 SHARE = 4
 """A split may span up to ``(delay - drift) / SHARE`` as a slice, and as much again bundled."""

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from spark_app.contract.config import SplitConfig
+from spark_app.contract.sources import SplitConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from spark_app.contract.checkpoints.kafka_offsets import end_offsets
 from spark_app.contract.checkpoints.layout import PRODUCED
-from spark_app.contract.config import KafkaSink
+from spark_app.contract.sinks import KafkaSink
 from spark_app.contract.storage import Location, open_location
 from spark_app.contract.trace import trace
 from spark_app.sinks.iceberg.writer import checkpoint_query_id

@@ -13,9 +13,10 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_app.alignment.round_record import QueryRounds, rounds_file
 from spark_app.bootstrap.legs import BootstrapLeg, hybrid_frames
 from spark_app.contract.alignment import aligned_members, member_id, query_of
-from spark_app.contract.config import IcebergSourceBase, JobConfig, KafkaSource
+from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.reports.bootstrap import BootstrapRecord
+from spark_app.contract.sources import IcebergSourceBase, KafkaSource
 from spark_app.lookups.context import job_catalogs
 from spark_app.sources.iceberg.frame import iceberg_frame
 from spark_app.sources.iceberg.spec import SourceSpec

@@ -27,8 +27,9 @@ from pyspark.sql.types import DataType, StructType
 
 from spark_app.catalogs import load_table
 from spark_app.contract.checkpoints.kafka_offsets import topics_matching
-from spark_app.contract.config import JobConfig, KafkaSource, OffsetRange
+from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import ConfigError, ConnectorMissingError, KappaError
+from spark_app.contract.sources import KafkaSource, OffsetRange
 from spark_app.jvm import GATED_KAFKA_CLASS
 from spark_app.sources.iceberg import schema
 

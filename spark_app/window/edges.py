@@ -16,8 +16,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from spark_app.contract.config import IcebergBackfillSource, JobConfig, format_duration
+from spark_app.contract.config import JobConfig
+from spark_app.contract.durations import format_duration
 from spark_app.contract.errors import ConfigError, WarmupError
+from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.jvm.calls import analyzed_plan, leaf_ids
 from spark_app.window.history import covered as history_covered
 from spark_app.window.history import history_files

@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spark_app.catalogs import load_table
-from spark_app.contract.config import IcebergBackfillSource, JobConfig
+from spark_app.contract.config import JobConfig
+from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.planning.coverage import Coverage, Extent, assess
 from spark_app.sources.iceberg import scan
 from spark_app.sources.iceberg.spec import micros

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from spark_app.contract.config import format_duration
+from spark_app.contract.durations import format_duration
 from spark_app.window.lateness import spark_interval
 
 # Analyzed plan: window(...) is rewritten to named_struct(start, ..., end, ... + <size us>) AS window#N

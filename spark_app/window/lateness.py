@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
-from spark_app.contract.config import format_duration
+from spark_app.contract.durations import format_duration
 
 _UNITS = {
     "microsecond": 1e-6,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
-from spark_app.contract.config import IcebergBackfillSource
 from spark_app.contract.reports.bootstrap import EARLIEST, RECORD, BootstrapRecord, write_record
+from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.contract.storage import open_location
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess

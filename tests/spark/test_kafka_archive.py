@@ -25,7 +25,8 @@ from pyspark.sql import functions as F
 
 from kappa_operator.local.kafka import KafkaBroker
 from spark_app.apps.run import run
-from spark_app.contract.config import JobConfig, KafkaSource, parse_config
+from spark_app.contract.config import JobConfig, parse_config
+from spark_app.contract.sources import KafkaSource
 from spark_app.examples import rmi
 from spark_app.examples.generator import GeneratorConfig, generate
 from spark_app.sinks.iceberg.writer import FAULT_ENV

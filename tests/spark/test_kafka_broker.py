@@ -17,8 +17,9 @@ from pyspark.sql import SparkSession
 from kappa_operator.local.kafka import KafkaBroker
 from spark_app.apps.run import run
 from spark_app.apps.session import connector_jars
-from spark_app.contract.config import JobConfig, KafkaSource, parse_config
+from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.reports.progress import partition_lags, read_reports
+from spark_app.contract.sources import KafkaSource
 from spark_app.contract.storage import open_location
 from spark_app.sources.kafka import kafka_frame
 

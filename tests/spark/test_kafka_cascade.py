@@ -28,7 +28,7 @@ from kappa_operator.cli.commands import main
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local.overrides import local_catalog
 from spark_app.contract.checkpoints.kafka_offsets import end_offsets
-from spark_app.contract.config import KafkaSink
+from spark_app.contract.sinks import KafkaSink
 from spark_app.contract.storage import open_location
 from spark_app.sinks.kafka import KafkaBatchWriter, Produced, read_produced
 

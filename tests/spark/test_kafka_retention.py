@@ -18,7 +18,8 @@ from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.observe.restore_points import earliest_offsets
 from spark_app.contract.checkpoints.kafka_retention import Loss, kafka_offsets, losses, refusal
 from spark_app.contract.checkpoints.layout import parse_offsets
-from spark_app.contract.config import KafkaSource, parse_config
+from spark_app.contract.config import parse_config
+from spark_app.contract.sources import KafkaSource
 from spark_app.sources.kafka import kafka_frame
 
 pytestmark = pytest.mark.spark

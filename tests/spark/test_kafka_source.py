@@ -20,8 +20,9 @@ from pyiceberg.types import StructType as IcebergStruct
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from spark_app.contract.config import JobConfig, KafkaSource, parse_config
+from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.errors import ConfigError
+from spark_app.contract.sources import KafkaSource
 from spark_app.sources.iceberg import schema as iceberg_schema
 from spark_app.sources.kafka import (
     deserialize,

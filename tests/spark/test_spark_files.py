@@ -13,7 +13,8 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_app.contract.config import CatalogConfig, IcebergSink
+from spark_app.contract.config import CatalogConfig
+from spark_app.contract.sinks import IcebergSink
 from spark_app.sinks.iceberg import batch_tags, spark_files
 from spark_app.sinks.iceberg.commit import find_batch
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter

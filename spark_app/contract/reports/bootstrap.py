@@ -13,8 +13,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.contract.config import IcebergBackfillSource, JobConfig
+from spark_app.contract.config import JobConfig
 from spark_app.contract.reports import located
+from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.contract.storage import Location
 
 RECORD = "bootstrap.json"

@@ -9,8 +9,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from spark_app.contract.config import JobConfig, OffsetRange
+from spark_app.contract.config import JobConfig
 from spark_app.contract.reports import located, read_located
+from spark_app.contract.sources import OffsetRange
 from spark_app.contract.storage import Location
 
 REPORT_NAME = "restore-report.json"

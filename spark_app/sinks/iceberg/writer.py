@@ -20,7 +20,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from spark_app.catalogs import catalog_for
-from spark_app.contract.config import CatalogConfig, IcebergSink
+from spark_app.contract.config import CatalogConfig
+from spark_app.contract.sinks import IcebergSink
 from spark_app.contract.trace import trace
 from spark_app.sinks.iceberg import arrow_files, batch_tags, compaction, history, spark_files
 from spark_app.sinks.iceberg.arrow_files import FILES_SCHEMA, FileWriteSpec, write_data_files

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 
-from spark_app.contract.config import SplitConfig
+from spark_app.contract.sources import SplitConfig
 from spark_app.planning.splits import DataFileInfo, TimeSlice, is_wide, slice_span_us
 
 #: Concurrent column reads: latency-bound on object stores, and pyarrow releases the GIL.

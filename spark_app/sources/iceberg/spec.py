@@ -12,14 +12,9 @@ from itertools import pairwise
 
 from pydantic import Field
 
-from spark_app.contract.config import (
-    AlignmentConfig,
-    CoordinatorConfig,
-    IcebergBackfillSource,
-    IcebergLiveSource,
-    KappaModel,
-    Window,
-)
+from spark_app.contract.base import KappaModel
+from spark_app.contract.config import AlignmentConfig, CoordinatorConfig, Window
+from spark_app.contract.sources import IcebergBackfillSource, IcebergLiveSource
 
 
 def micros(dt: datetime) -> int:

@@ -34,8 +34,9 @@ from kappa_operator.render.jobconfig import (
 )
 from spark_app.contract.checkpoints.kafka_retention import Loss, kafka_offsets, losses, read_none_of, refusal
 from spark_app.contract.checkpoints.layout import parse_offsets
-from spark_app.contract.config import OffsetRange, parse_config
+from spark_app.contract.config import parse_config
 from spark_app.contract.reports.restore import RestoreReport, SinkRestored
+from spark_app.contract.sources import OffsetRange
 
 ROOT = Path(__file__).resolve().parents[4]
 NOW = "2026-11-21T10:00:00Z"

@@ -21,7 +21,9 @@ from kappa_operator.render.spark_application import (
     config_map,
     spark_application,
 )
-from spark_app.contract.config import IcebergSink, KafkaSink, KafkaSource, parse_config
+from spark_app.contract.config import parse_config
+from spark_app.contract.sinks import IcebergSink, KafkaSink
+from spark_app.contract.sources import KafkaSource
 
 ROOT = Path(__file__).resolve().parents[4]
 

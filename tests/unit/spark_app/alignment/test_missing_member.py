@@ -7,8 +7,9 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from spark_app.contract.alignment import HELD, GroupView
-from spark_app.contract.config import AlignmentConfig, IcebergBackfillSource, Window
+from spark_app.contract.config import AlignmentConfig, Window
 from spark_app.contract.errors import IncompleteBackfillError
+from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.planning.splits import FilePiece, Split
 from spark_app.sources.iceberg import stream
 from spark_app.sources.iceberg.spec import SourceSpec

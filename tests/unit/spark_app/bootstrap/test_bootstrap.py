@@ -17,9 +17,10 @@ from kappa_operator.reconcile.bootstrap import bootstrap_status, switched_now
 from kappa_operator.reconcile.streaming_job import decide_streaming_job
 from kappa_operator.render.jobconfig import streaming_job_config
 from spark_app.bootstrap.seam import EARLIEST, describe, starting_offsets, switch_offsets
-from spark_app.contract.config import IcebergBackfillSource, parse_config
+from spark_app.contract.config import parse_config
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.reports.bootstrap import BootstrapRecord
+from spark_app.contract.sources import IcebergBackfillSource
 from tests.crd_validation import validate
 from tests.unit.crd_documents import crd
 

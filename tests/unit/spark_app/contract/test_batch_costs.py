@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from spark_app.apps.session import shuffle_partitions
-from spark_app.contract.config import CatalogConfig, IcebergSink
+from spark_app.contract.config import CatalogConfig
+from spark_app.contract.sinks import IcebergSink
 from spark_app.sinks.iceberg.writer import PAUSE_S, IcebergBatchWriter, paused_batch
 
 

@@ -11,20 +11,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spark_app.contract.base import parse_timestamp
 from spark_app.contract.config import (
     AlignmentConfig,
-    IcebergBackfillSource,
-    IcebergLiveSource,
     JobConfig,
-    KafkaSource,
     TriggerConfig,
-    format_duration,
     load_config,
     parse_config,
-    parse_duration,
-    parse_timestamp,
 )
+from spark_app.contract.durations import format_duration, parse_duration
 from spark_app.contract.errors import ConfigError
+from spark_app.contract.sources import IcebergBackfillSource, IcebergLiveSource, KafkaSource
 from tests.unit.job_configs import BACKFILL, LIVE, variant
 
 

@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
-from spark_app.contract.config import AlignmentConfig, IcebergBackfillSource, Window, parse_config
+from spark_app.contract.config import AlignmentConfig, Window, parse_config
 from spark_app.contract.errors import ConfigError
+from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.planning.admission import Admission
 from spark_app.planning.read_rate import BURST_S, PATIENCE_S, Fit, ReadBudget, TokenBucket, fit, read_cost, window_peak
 from spark_app.planning.splits import FilePiece, Split, TimeRange

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from spark_app.contract.config import SplitConfig
+from spark_app.contract.sources import SplitConfig
 from spark_app.planning.split_spans import SHARE, fitted
 
 H = timedelta(hours=1)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_app.contract.config import SplitConfig
+from spark_app.contract.sources import SplitConfig
 from spark_app.planning.splits import (
     DataFileInfo,
     FilePiece,

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
-from spark_app.contract.config import SplitConfig
+from spark_app.contract.sources import SplitConfig
 from spark_app.planning.splits import DataFileInfo, TimeSlice
 from spark_app.sources.iceberg.slices import cut, ordering_values, slice_file, slice_wide_files
 
