@@ -30,7 +30,8 @@ from kappa_operator.models.common import (
     instant,
 )
 from kappa_operator.models.external_calls import BackfillExternalCalls, ExternalCallsStatus
-from kappa_operator.models.streaming_job import TABLE, RestartSpec
+from kappa_operator.models.sources import TABLE
+from kappa_operator.models.streaming_job import RestartSpec
 from spark_app.contract.config import DEFAULT_BATCH_ROW_BUDGET
 from spark_app.contract.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 

@@ -20,7 +20,8 @@ from pydantic import BaseModel
 from kappa_operator.models.backfill import BackfillSpec, BackfillStatus
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.rewind import RewindSpec, RewindStatus
-from kappa_operator.models.streaming_job import StreamingJobSpec, StreamingJobStatus
+from kappa_operator.models.streaming_job import StreamingJobSpec
+from kappa_operator.models.streaming_job_status import StreamingJobStatus
 
 RULES = "x-kubernetes-validations"
 

@@ -19,7 +19,7 @@ from kappa_operator.models.common import (
     StatusBase,
     TimestampStr,
 )
-from kappa_operator.models.streaming_job import RestorePointStatus
+from kappa_operator.models.streaming_job_status import RestorePointStatus
 
 PHASES = ("Pending", "Stopping", "Restoring", "Resuming", "Succeeded", "Failed")
 

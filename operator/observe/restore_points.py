@@ -12,7 +12,8 @@ from typing import TypeVar
 
 from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
-from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job_status import RestorePointStatus
 from spark_app.contract.checkpoints import kafka_offsets as kafka
 from spark_app.contract.checkpoints.failure_note import read_failure
 from spark_app.contract.checkpoints.kafka_retention import Offsets, kafka_offsets, losses, read_none_of, refusal

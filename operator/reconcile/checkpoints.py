@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kappa_operator.models.common import as_timedelta, rfc3339
-from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job_status import RestorePointStatus
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
 from spark_app.contract.config import RestorePoint
 

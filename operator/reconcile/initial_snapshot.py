@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job_status import RestorePointStatus
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.phases import app_message, app_state

@@ -24,7 +24,8 @@ from typing import Any
 
 from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import SKIP_PARTITIONS_MAX, PartitionRange, Rewind, SinkRestore, TopicRanges
-from kappa_operator.models.streaming_job import LiveSource, StreamingJob
+from kappa_operator.models.sources import LiveSource
+from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, app_message, app_state

@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from kappa_operator.models.common import as_timedelta, rfc3339
-from kappa_operator.models.streaming_job import StreamingJob, TakenSnapshot
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job_status import TakenSnapshot
 from spark_app.contract.snapshot_requests import Answer
 
 HISTORY = 10

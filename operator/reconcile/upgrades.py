@@ -20,7 +20,8 @@ from datetime import timedelta
 from typing import Any
 
 from kappa_operator.models.common import API_VERSION, as_timedelta, rfc3339
-from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec, TakenSnapshot
+from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec
+from kappa_operator.models.streaming_job_status import TakenSnapshot
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.phases import app_state

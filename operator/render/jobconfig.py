@@ -18,14 +18,10 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import instant
 from kappa_operator.models.external_calls import backfill_rate
 from kappa_operator.models.rewind import Rewind, SinkRestore
-from kappa_operator.models.streaming_job import (
-    CheckpointSpec,
-    JobSink,
-    JobSource,
-    RestorePointStatus,
-    StreamingJob,
-    StreamingJobSpec,
-)
+from kappa_operator.models.sinks import JobSink
+from kappa_operator.models.sources import JobSource
+from kappa_operator.models.streaming_job import CheckpointSpec, StreamingJob, StreamingJobSpec
+from kappa_operator.models.streaming_job_status import RestorePointStatus
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.durations import duration_ms
 from spark_app.contract.snapshot_requests import REQUESTS_FILE

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from kappa_operator.models.rewind import SinkRestore
-from kappa_operator.models.streaming_job import ListedRestorePoint, RestorePointStatus, StreamingJobStatus
+from kappa_operator.models.streaming_job_status import ListedRestorePoint, RestorePointStatus, StreamingJobStatus
 from spark_app.contract.config import RestorePoint
 
 POINT = RestorePoint(

@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from kappa_operator.models.streaming_job import RestorePointStatus, StreamingJob
+from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job_status import RestorePointStatus
 from kappa_operator.reconcile.initial_snapshot import InitialSeen
 from kappa_operator.reconcile.job_intent import JobIntent
 from kappa_operator.reconcile.streaming_job import decide_streaming_job

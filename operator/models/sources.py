@@ -1,0 +1,108 @@
+"""A StreamingJob's sources: each one's live definition (an Iceberg table's appends, or Kafka)
+and the Iceberg table holding its history, which its Backfills read."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from kappa_operator.models.common import (
+    COLUMN_MAX,
+    COLUMNS_MAX,
+    FILTER_MAX,
+    HOSTS_MAX,
+    INT64_BOUND,
+    NAME_MAX,
+    TABLE_MAX,
+    Column,
+    CRModel,
+    TimestampStr,
+)
+
+TABLE = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$"
+
+
+class LiveSource(CRModel):
+    """Where the live job reads a source."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "self.kind != 'icebergLive' || has(self.table)", "message": "icebergLive needs table"},
+                {
+                    "rule": "self.kind != 'kafka' || has(self.bootstrapServers)",
+                    "message": "kafka needs bootstrapServers and one of topic or topicPattern",
+                },
+                {
+                    "rule": "self.kind != 'kafka' || "
+                    "(has(self.topic) ? !has(self.topicPattern) : has(self.topicPattern))",
+                    "message": "kafka needs bootstrapServers and one of topic or topicPattern",
+                },
+            ]
+        }
+    )
+    kind: Literal["icebergLive", "kafka"]
+    """`icebergLive` reads a table's appends snapshot by snapshot; `kafka` reads a topic."""
+    catalog: str = Field(default="default", max_length=NAME_MAX)
+    """Name of an entry in spec.catalogs (icebergLive)."""
+    table: str | None = Field(default=None, pattern=TABLE, max_length=TABLE_MAX)
+    """`namespace.table` (icebergLive)."""
+    starting_position: Literal["earliest", "latest"] = "latest"
+    """Where a new query starts: the oldest retained record or snapshot, or only what comes
+    next (icebergLive, kafka; a query started from a checkpoint resumes there instead)."""
+    starting_time: TimestampStr | None = None
+    """Kafka: a new query starts at the first record of each partition at or after this time
+    (Kafka's own timestamp index); overrides startingPosition."""
+    on_non_append: Literal["skip", "fail"] = "fail"
+    """What a delete/overwrite snapshot does to the live query (icebergLive)."""
+    bootstrap_servers: str | None = Field(default=None, max_length=HOSTS_MAX)
+    """Kafka bootstrap servers (kafka)."""
+    topic: str | None = Field(default=None, max_length=249)
+    """Kafka topic (kafka; Kafka allows at most 249 characters)."""
+    topic_pattern: str | None = Field(default=None, max_length=249)
+    """Kafka: every topic matching this Java regex, those created later included (instead of
+    topic)."""
+    value_schema: str | None = Field(default=None, max_length=FILTER_MAX)
+    """Kafka: the JSON values' schema as Spark DDL (`id STRING, event_ts TIMESTAMP`). Default:
+    the history table's, so the pipeline gets the same columns live and in a backfill. An
+    archive job, which creates that table, declares it here."""
+    max_offsets_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
+    """Kafka: at most this many records per micro-batch (Spark's `maxOffsetsPerTrigger`)."""
+    fail_on_data_loss: bool = True
+    """Kafka: fail the query when offsets it must read were deleted by retention (Spark's
+    `failOnDataLoss`); false skips them (a gap in the output, said only in the driver's log)."""
+
+    @model_validator(mode="after")
+    def _complete(self) -> LiveSource:
+        if self.kind == "icebergLive" and self.table is None:
+            raise ValueError("icebergLive needs table")
+        one_topic = (self.topic is None) != (self.topic_pattern is None)
+        if self.kind == "kafka" and (self.bootstrap_servers is None or not one_topic):
+            raise ValueError("kafka needs bootstrapServers and one of topic or topicPattern")
+        return self
+
+
+class HistorySource(CRModel):
+    """The Iceberg table that holds a source's history: what a Backfill reads."""
+
+    catalog: str = Field(default="default", max_length=NAME_MAX)
+    """Name of an entry in spec.catalogs."""
+    table: str = Field(pattern=TABLE, max_length=TABLE_MAX)
+    """`namespace.table`."""
+    ordering_column: str | None = Field(default=None, max_length=COLUMN_MAX)
+    """The source's event-time column: the order a backfill replays, and what the live job
+    reads as this source's event time (default: spec.orderingColumn)."""
+
+
+class JobSource(CRModel):
+    """One named source of the pipeline: its live definition and its history."""
+
+    live: LiveSource
+    """What the live job reads."""
+    history: HistorySource
+    """What a backfill of this job reads instead."""
+    columns: list[Column] | None = Field(default=None, max_length=COLUMNS_MAX)
+    """Projection (top-level columns); default all."""
+    filter: str | None = Field(default=None, max_length=FILTER_MAX)
+    """Row filter in pyiceberg expression syntax."""

@@ -1,0 +1,237 @@
+"""A StreamingJob's status: what its driver reports (progress, Kafka lag), its restore
+points and snapshots, and the steps in flight (an upgrade, a drain, a bootstrap's switch).
+Written by the operator only, through the status subresource."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal, Self
+
+from pydantic import Field
+
+from kappa_operator.models.common import (
+    CRModel,
+    StatusBase,
+    rfc3339,
+)
+from kappa_operator.models.external_calls import ExternalCallsStatus
+from spark_app.contract.config import RestorePoint
+
+
+class RestorePointStatus(CRModel):
+    """One restore point as the custom resources show it: an externalized snapshot of one sink's
+    query (``status.checkpoints``), the one a new job starts from (``status.initialRestore``),
+    the one a Rewind chose (``status.restores``, which adds its reset). The status form of the
+    contract's ``RestorePoint``, made by ``of``."""
+
+    sink: str
+    """The query (one per sink)."""
+    batch_id: int
+    """The snapshot's last committed micro-batch: the query resumes at batch_id + 1."""
+    committed_at: str
+    """When that batch was committed (RFC 3339, microseconds)."""
+    query_id: str
+    """The query the snapshot is of (a Rewind undoes its batches after batch_id)."""
+    watermark: str | None = None
+    """The query's event-time watermark at that batch (RFC 3339; unset: none yet)."""
+
+    @classmethod
+    def of(cls, point: RestorePoint) -> Self:
+        """``point`` in status: its times in RFC 3339, a watermark of 0 or less (none yet) unset."""
+        assert point.committed_at is not None, "a listed snapshot has its commit time"
+        wm = point.watermark_ms
+        return cls(
+            sink=point.sink,
+            batch_id=point.batch_id,
+            committed_at=rfc3339(point.committed_at, micros=True),
+            query_id=point.query_id,
+            watermark=None if wm is None or wm <= 0 else rfc3339(datetime.fromtimestamp(wm / 1000, UTC)),
+        )
+
+
+class ListedRestorePoint(RestorePointStatus):
+    """A restore point as ``status.checkpoints`` lists it: the same form, but its query may be
+    unset, in points listed by an operator older than the one form (rewritten at the next
+    listing), which an upgraded operator must still read."""
+
+    query_id: str | None = None  # type: ignore[assignment]
+    """The query the snapshot is of (unset only in points an older operator listed)."""
+
+
+class PartitionLag(CRModel):
+    """One partition's consumer lag."""
+
+    topic: str
+    partition: int
+    lag: int
+    """Records after the next offset the query reads, up to the newest the broker had."""
+
+
+class KafkaLag(CRModel):
+    """A Kafka job's consumer lag (from its driver's query progress)."""
+
+    total: int
+    """Over every partition of every sink query."""
+    at: str
+    """When the driver measured it (its last micro-batch)."""
+    partitions: list[PartitionLag] = []
+    """The partitions furthest behind first (at most 20; Prometheus has them all)."""
+
+
+class QueryProgress(CRModel):
+    """One sink query's last micro-batch, as its driver reported it."""
+
+    sink: str
+    batch_id: int | None = None
+    """The last batch (unset: none yet, the query only idled)."""
+    at: str
+    """When the driver saw that batch (RFC 3339)."""
+    last_heartbeat: str | None = None
+    """The last sign of life: a batch or an idle event (RFC 3339)."""
+    input_rows_per_second: float = 0.0
+    processed_rows_per_second: float = 0.0
+    batch_duration_ms: int = 0
+    state_rows: int = 0
+    """Rows in the query's state stores."""
+    watermark: str | None = None
+    """Its event-time watermark (RFC 3339)."""
+
+
+class TakenSnapshot(CRModel):
+    """A snapshot the operator asked for (a trigger nonce, or before an upgrade)."""
+
+    reason: Literal["trigger", "upgrade", "nodeDrain"]
+    nonce: str
+    """What asked for it: `spec.snapshotTriggerNonce`, `upgrade-<config hash>`, or
+    `node-drain-<driver pod uid>` (its node drained: the job moves off it)."""
+    requested_at: str
+    taken_at: str | None = None
+    """When the last sink's snapshot was committed (unset: not yet taken)."""
+    batch_ids: dict[str, int] = {}
+    """Sink -> the micro-batch of its snapshot: an `initialSnapshot.batchId` or a Rewind's
+    `target.batchId` names it."""
+    location: str | None = None
+    """The externalLocation it was written to (an `initialSnapshot.location`)."""
+    error: str | None = None
+
+
+class UpgradeStatus(CRModel):
+    """The last spec change of a running job (recorded before any of its steps)."""
+
+    mode: str
+    """spec.upgrade.mode when it started."""
+    from_hash: str | None = None
+    """The config the application ran before."""
+    to_hash: str
+    """The config of the edited spec."""
+    step: Literal["Snapshotting", "Starting", "SnapshotFailed", "RolledBack"]
+    """`Snapshotting`: waiting for the snapshot before the upgrade (the previous spec runs);
+    `Starting`: the new application is started, not yet RUNNING (a rollback may follow);
+    `SnapshotFailed`: no snapshot within snapshotTimeout, the previous spec keeps running;
+    `RolledBack`: the new spec failed, the last stable one runs again."""
+    started_at: str
+    snapshot_nonce: str | None = None
+    """The snapshot taken before it (mode snapshot): `status.snapshots[].nonce`."""
+
+
+class NodeDrainStatus(CRModel):
+    """The driver's node drained (cordoned): the job moves off it, a snapshot first."""
+
+    node: str
+    """The cordoned node the driver ran on."""
+    pod: str
+    """The driver pod that ran there."""
+    step: Literal["Snapshotting", "Moving"]
+    """`Snapshotting`: the driver takes a snapshot, still running (its PodDisruptionBudget holds
+    the drain's eviction meanwhile); `Moving`: the application was deleted and runs again from its
+    checkpoint on another node (cleared once it runs)."""
+    started_at: str
+    snapshot_nonce: str | None = None
+    """The snapshot taken before it moved: `status.snapshots[].nonce` (unset: no
+    spec.checkpoints.externalLocation, so none could be taken)."""
+
+
+class SwitchOffset(CRModel):
+    """Where a topic's partition takes over from its archive (``status.bootstrap.offsets``)."""
+
+    source: str
+    topic: str
+    partition: int
+    offset: int | None = None
+    """The first offset read from Kafka (None: the partition's earliest; the archive had none of it)."""
+
+
+class BootstrapStatus(CRModel):
+    """The bootstrap as the driver recorded it (``_kappa/bootstrap.json`` by the checkpoint)."""
+
+    start: str = Field(alias="from")
+    """The event time the history was read from."""
+    decided_at: str
+    """When the archives' snapshots and the switch offsets were chosen."""
+    archive_end: str | None = None
+    """The newest event time in the archives read."""
+    switched_at: str | None = None
+    """When the archives were read and Kafka took over (unset: still reading the archives)."""
+    offsets: list[SwitchOffset] = []
+    """Where each partition takes over (at most 64 shown)."""
+
+
+class StreamingJobStatus(StatusBase):
+    """What the operator observed."""
+
+    application_state: str | None = None
+    """The SparkApplication's state (RUNNING, FAILED, ...)."""
+    application_name: str | None = None
+    """The SparkApplication this job runs as."""
+    config_hash: str | None = None
+    """Hash of the rendered JobConfig the application runs: a spec change restarts it."""
+    last_checkpoint: str | None = None
+    """Commit time of the newest restorable snapshot."""
+    checkpoints: list[ListedRestorePoint] = []
+    """The newest restorable snapshots (a Rewind picks one)."""
+    checkpoint_location: str | None = None
+    """The checkpoint the application runs from (a Rewind moves it to a restored copy)."""
+    last_snapshot_at: str | None = None
+    """When the operator last listed the restore points (the interval runs from it)."""
+    snapshot_error: str | None = None
+    """Why the driver's snapshot copies fail now, per sink (unset once one succeeds): the
+    restore points stop advancing until it is fixed."""
+    watermark: str | None = None
+    """Latest event-time watermark reported by the job."""
+    kafka_lag: KafkaLag | None = None
+    """Records in the job's Kafka topics not read yet, as its driver last reported (kafka)."""
+    progress: list[QueryProgress] = []
+    """Each sink query's last micro-batch: rates, duration, state, watermark."""
+    last_progress_at: str | None = None
+    """The newest sign of life of any query (a batch or an idle event)."""
+    spark_ui: str | None = None
+    """The driver's Spark UI (ingress address, or the in-cluster service)."""
+    restarts: int = 0
+    """Restarts in the current run of failures (a failure after the job ran
+    spec.restart.resetAfter counts as the first again)."""
+    next_restart_at: str | None = None
+    """When the failed application is restarted (phase BackingOff)."""
+    snapshots: list[TakenSnapshot] = []
+    """Snapshots asked for by trigger or upgrade, newest last (at most 10)."""
+    snapshot_trigger_nonce: int | None = None
+    """The last spec.snapshotTriggerNonce acted on."""
+    upgrade: UpgradeStatus | None = None
+    """The spec change in progress (unset: none)."""
+    node_drain: NodeDrainStatus | None = None
+    """The driver's node being drained, and the job's move off it (unset: none)."""
+    last_stable_hash: str | None = None
+    """The config of the last spec whose application reached RUNNING."""
+    last_stable_spec: str | None = None
+    """That spec (JSON): what a rollback runs."""
+    rolled_back_generation: int | None = None
+    """The metadata.generation whose spec failed and was rolled back: while the spec stays at
+    it, the job runs lastStableSpec (an edit makes a new upgrade)."""
+    initial_restore: list[RestorePointStatus] = []
+    """The snapshots spec.initialSnapshot chose, per sink (chosen once)."""
+    initial_snapshot_restored: bool | None = None
+    """spec.initialSnapshot was restored into the checkpoint (done once, before the first
+    application)."""
+    external_calls: ExternalCallsStatus | None = None
+    """spec.externalCalls: the limit the running application enforces and the calls it made."""
+    bootstrap: BootstrapStatus | None = None
+    """spec.bootstrap: the archives read, and where and when Kafka took over."""
