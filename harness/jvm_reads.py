@@ -14,9 +14,9 @@ from pyspark.sql import Row, SparkSession
 
 from spark_app.planning.read_rate import FileLayout
 from spark_app.planning.splits import Split
+from spark_app.sources.iceberg.backfill_reader import BackfillReader
 from spark_app.sources.iceberg.frame import iceberg_frame
 from spark_app.sources.iceberg.spec import SourceSpec
-from spark_app.sources.iceberg.stream import BackfillReader
 
 
 class OneBatch(BackfillReader):

@@ -197,7 +197,7 @@ def _output(spark: SparkSession, cfg: JobConfig, pipeline: Pipeline, frames: dic
     """The sink's output of the job's own pipeline over ``frames``, cut to the window."""
     from spark_app.lookups.context import job_catalogs
     from spark_app.sinks.warmup import restrict_to_window
-    from spark_app.sources.iceberg.stream import micros
+    from spark_app.sources.iceberg.spec import micros
 
     assert cfg.window is not None
     with job_catalogs({n: c.properties() for n, c in cfg.catalogs.items()}):

@@ -268,7 +268,7 @@ def _probe(
     from spark_app.catalogs import load_table
     from spark_app.contract.sources import IcebergBackfillSource
     from spark_app.sources.iceberg import scan
-    from spark_app.sources.iceberg.stream import micros
+    from spark_app.sources.iceberg.spec import micros
     from spark_app.window.history import snapshot_of
 
     src = cfg.sources[name]

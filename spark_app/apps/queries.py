@@ -19,7 +19,7 @@ from spark_app.jvm.calls import wait_for_listener_bus
 from spark_app.sinks.iceberg.writer import IcebergBatchWriter
 from spark_app.sinks.kafka import KafkaBatchWriter
 from spark_app.sinks.warmup import restrict_to_window
-from spark_app.sources.iceberg.stream import micros
+from spark_app.sources.iceberg.spec import micros
 
 log = logging.getLogger(__name__)
 

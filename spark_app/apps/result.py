@@ -14,7 +14,7 @@ from spark_app.contract.alignment import ModeChoice
 from spark_app.contract.durations import format_duration
 from spark_app.contract.row_counts import delivered_rows, reused_rows, scanned_rows
 from spark_app.external_calls import ExternalCallsReport
-from spark_app.sources.iceberg.stream import micros
+from spark_app.sources.iceberg.spec import micros
 from spark_app.window.edges import Edges
 from spark_app.window.lateness import LatenessVerdict
 

@@ -14,7 +14,7 @@ from spark_app.catalogs import load_table
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.sinks import IcebergSink
-from spark_app.sources.iceberg.stream import micros
+from spark_app.sources.iceberg.spec import micros
 from spark_app.window.edges import Edges
 from spark_app.window.horizon import next_drain_step
 

@@ -22,8 +22,8 @@ from spark_app.contract.config import JobConfig, TriggerConfig, Window
 from spark_app.contract.errors import KappaError
 from spark_app.contract.reports.bootstrap import BootstrapRecord
 from spark_app.contract.sources import KafkaSource
+from spark_app.sources.iceberg.backfill_reader import BackfillReader
 from spark_app.sources.iceberg.spec import SourceSpec
-from spark_app.sources.iceberg.stream import BackfillReader
 
 BootstrapLeg = Literal["archive", "live"]
 

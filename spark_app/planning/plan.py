@@ -224,8 +224,9 @@ def plan_source(cfg: JobConfig, name: str) -> SourceData:
     from spark_app.catalogs import load_table
     from spark_app.sources.frames import source_spec
     from spark_app.sources.iceberg import scan
+    from spark_app.sources.iceberg.backfill_reader import BackfillReader
     from spark_app.sources.iceberg.schema import ordering_field
-    from spark_app.sources.iceberg.stream import BackfillReader, backfill_plan
+    from spark_app.sources.iceberg.stream import backfill_plan
 
     src = cfg.sources[name]
     assert isinstance(src, IcebergBackfillSource) and cfg.window is not None

@@ -141,7 +141,7 @@ def test_the_output_window_is_never_pushed_below_the_session_aggregate(spark: Sp
     """The sink's window restriction keeps sessions by their start; pushed below the aggregate,
     Spark would filter the plays instead and cut the long session at the window's end."""
     from spark_app.sinks.warmup import restrict_to_window
-    from spark_app.sources.iceberg.stream import micros
+    from spark_app.sources.iceberg.spec import micros
 
     props = write_table(tmp_path / "table", plays(history_end=at(6), long_until=at(4, 30)))
     history = reference.history(spark, SqlCatalog("default", **props).load_table("demo.playbacks"))

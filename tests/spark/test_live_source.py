@@ -49,8 +49,10 @@ from spark_app.planning.splits import FilePiece, Split
 from spark_app.sinks.iceberg.compaction import compact
 from spark_app.sinks.iceberg.history import expire
 from spark_app.sources import frames
+from spark_app.sources.iceberg.backfill_reader import BackfillReader
 from spark_app.sources.iceberg.frame import reader_for
-from spark_app.sources.iceberg.stream import BackfillReader, LiveReader, micros
+from spark_app.sources.iceberg.live_reader import LiveReader
+from spark_app.sources.iceberg.spec import micros
 from tests.spark.conftest import T0, Dataset, sources
 
 pytestmark = pytest.mark.spark

@@ -23,7 +23,8 @@ from spark_app.contract.errors import ConfigError
 from spark_app.jvm import PLANNER_INTERFACE, PLANNERS
 
 if TYPE_CHECKING:
-    from spark_app.sources.iceberg.stream import BackfillReader, LiveReader
+    from spark_app.sources.iceberg.backfill_reader import BackfillReader
+    from spark_app.sources.iceberg.live_reader import LiveReader
 
 _LIVE: dict[str, PlannerBridge] = {}
 """Bridges registered with the JVM, kept alive here as long as the JVM may call them."""

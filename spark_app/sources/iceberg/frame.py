@@ -33,13 +33,14 @@ from spark_app.catalogs import load_table
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.row_counts import OBSERVED_ROWS
 from spark_app.jvm import SOURCE_CLASS
+from spark_app.sources.iceberg.backfill_reader import BackfillReader
 from spark_app.sources.iceberg.bridge import register
 from spark_app.sources.iceberg.byte_ranges import SLICE_RANGES
 from spark_app.sources.iceberg.filters import filter_columns, spark_filter
+from spark_app.sources.iceberg.live_reader import LiveReader
 from spark_app.sources.iceberg.object_store import on_s3, s3a_options
 from spark_app.sources.iceberg.schema import ordering_field, project, spark_type
-from spark_app.sources.iceberg.spec import SourceSpec
-from spark_app.sources.iceberg.stream import BackfillReader, LiveReader, micros
+from spark_app.sources.iceberg.spec import SourceSpec, micros
 
 SLICE_PREFIX = "_kappa_"
 FIELD_ID = "parquet.field.id"

@@ -26,7 +26,7 @@ from pyiceberg.types import TimestampType
 from spark_app.contract.errors import ConfigError, SnapshotExpiredError
 from spark_app.planning.splits import DataFileInfo
 
-log = logging.getLogger("kappa.iceberg")
+log = logging.getLogger(__name__)
 
 
 def window_filter(column: str, lo: int | None, hi: int | None) -> BooleanExpression:

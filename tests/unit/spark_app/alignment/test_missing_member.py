@@ -11,7 +11,7 @@ from spark_app.contract.config import AlignmentConfig, Window
 from spark_app.contract.errors import IncompleteBackfillError
 from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.planning.splits import FilePiece, Split
-from spark_app.sources.iceberg import stream
+from spark_app.sources.iceberg import backfill_reader
 from spark_app.sources.iceberg.spec import SourceSpec
 
 
@@ -34,11 +34,11 @@ def test_a_member_that_never_reports_fails_the_backfill(monkeypatch: pytest.Monk
         group="g",
         members=("job/out/plays",),
     )
-    reader = stream.BackfillReader(spec)
+    reader = backfill_reader.BackfillReader(spec)
     reader._provider = NeverReported()
     reader.prepareForTriggerAvailableNow()
-    monkeypatch.setattr(stream, "MISSING_MEMBER_LIMIT_S", 0.2)
-    monkeypatch.setattr(stream.time, "sleep", lambda s: None)
+    monkeypatch.setattr(backfill_reader, "MISSING_MEMBER_LIMIT_S", 0.2)
+    monkeypatch.setattr(backfill_reader.time, "sleep", lambda s: None)
     split = Split(1_000_000_000, 1_000_060_000, (FilePiece("f", None, 1, 1),), 1, 1)
     with pytest.raises(IncompleteBackfillError, match=r"never reported: other/out/ghost"):
         reader._decide([split], 0, ReadAllAvailable())

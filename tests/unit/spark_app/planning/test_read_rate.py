@@ -19,7 +19,7 @@ from spark_app.contract.sources import IcebergBackfillSource
 from spark_app.planning.admission import Admission
 from spark_app.planning.read_rate import BURST_S, PATIENCE_S, Fit, ReadBudget, TokenBucket, fit, read_cost, window_peak
 from spark_app.planning.splits import FilePiece, Split, TimeRange
-from spark_app.sources.iceberg import stream
+from spark_app.sources.iceberg import backfill_reader
 from spark_app.sources.iceberg.spec import SourceSpec
 from tests.unit.job_configs import BACKFILL, LIVE, variant
 
@@ -280,7 +280,7 @@ def _costs(sizes: list[int]) -> list[tuple[int, int]]:
     return [(s, 1) for s in sizes]
 
 
-def _reader(tmp_path: Path, mode: str = "unordered") -> stream.BackfillReader:
+def _reader(tmp_path: Path, mode: str = "unordered") -> backfill_reader.BackfillReader:
     spec = SourceSpec(
         name="plays",
         member="bf/out/plays",
@@ -293,7 +293,7 @@ def _reader(tmp_path: Path, mode: str = "unordered") -> stream.BackfillReader:
         members=("bf/out/plays",),
         state_file=str(tmp_path / "g.json"),
     )
-    return stream.BackfillReader(spec)
+    return backfill_reader.BackfillReader(spec)
 
 
 class FakeClock:
@@ -313,8 +313,8 @@ def test_the_reader_cuts_a_prefix_and_waits_for_tokens_instead_of_admitting_noth
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(stream.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(stream.time, "sleep", clock.sleep)
+    monkeypatch.setattr(backfill_reader.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(backfill_reader.time, "sleep", clock.sleep)
     reader = _reader(tmp_path)
     ledger = reader.ledger()
     assert ledger is not None and ledger.path == tmp_path / "g.bf.reads.json"
@@ -336,8 +336,8 @@ def test_the_reader_cuts_a_prefix_and_waits_for_tokens_instead_of_admitting_noth
 
 def test_a_cut_never_marks_the_bound_as_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(stream.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(stream.time, "sleep", clock.sleep)
+    monkeypatch.setattr(backfill_reader.time, "monotonic", clock.monotonic)
+    monkeypatch.setattr(backfill_reader.time, "sleep", clock.sleep)
     reader = _reader(tmp_path, "aligned")
     reader.ledger().start(1000, None, now=clock.now)  # type: ignore[union-attr]
     cut, _, _ = reader._rate_cut(_costs([1500, 1500]), Admission(0, 2, 10, True))
