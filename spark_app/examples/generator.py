@@ -30,17 +30,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.conversions import from_bytes
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.transforms import HourTransform
 from pyiceberg.types import (
-    IntegerType,
-    LongType,
-    NestedField,
-    StringType,
-    StructType,
     TimestampType,
+)
+
+from spark_app.examples.event_tables import (
+    ARROW_TIMESTAMP,
+    IMPRESSIONS_ARROW_SCHEMA,
+    IMPRESSIONS_SCHEMA,
+    METADATA_ARROW,
+    PLAYBACKS_ARROW_SCHEMA,
+    PLAYBACKS_SCHEMA,
+    hour_spec,
 )
 
 __all__ = [
@@ -60,97 +62,35 @@ __all__ = [
     "write_commit",
 ]
 
-#: Share of playbacks that copy profile/title from an impression shortly before them; the rest are
-#: organic. Fixed (not a config field) so the config stays the documented public surface.
+
 ATTRIBUTED_FRACTION = 0.8
-#: Ingestion delay that separates on-time from late events: on-time delays are exponential with mean
-#: ``NORMAL_DELAY_MEAN`` capped strictly below this, late ones are uniform in [this, max_lateness].
-#: A strict split lets anyone classify rows as late from ``ingestion_ts - event_ts`` alone.
+
+
 LATE_THRESHOLD = timedelta(seconds=60)
+
+
 NORMAL_DELAY_MEAN = timedelta(seconds=5)
-#: Snapshot summary property naming the generator commit a snapshot came from, so tools (and tests)
-#: can map snapshots back to ingestion windows without reading data.
+
+
 SNAPSHOT_COMMIT_INDEX = "kappa.generator.commit-index"
+
+
 SNAPSHOT_INGESTION_END = "kappa.generator.ingestion-end"
 
+
 _US = timedelta(microseconds=1)
+
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 _DURATION_MIN_S = 30
+
+
 _DURATION_MAX_S = 7200
-# A bound on rejection-sampling rounds for attributed playbacks (see _attributed_playbacks): each
-# round has a positive acceptance probability, this only guards against absurd configs.
+
+
 _MAX_REJECTION_ROUNDS = 1000
-
-# --- schemas -----------------------------------------------------------------------------------------
-# Field ids here are placeholders: create_table assigns fresh ids, and appends match by name.
-
-
-def _metadata_field(field_id: int) -> NestedField:
-    return NestedField(
-        field_id,
-        "__metadata__",
-        StructType(
-            NestedField(field_id + 1, "ingestion_ts", TimestampType(), required=True),
-            NestedField(field_id + 2, "commit_id", LongType(), required=True),
-        ),
-        required=True,
-    )
-
-
-IMPRESSIONS_SCHEMA = Schema(
-    NestedField(1, "impression_id", StringType(), required=True),
-    NestedField(2, "profile_id", LongType(), required=True),
-    NestedField(3, "title_id", LongType(), required=True),
-    NestedField(4, "event_ts", TimestampType(), required=True),
-    _metadata_field(5),
-)
-PLAYBACKS_SCHEMA = Schema(
-    NestedField(1, "playback_id", StringType(), required=True),
-    NestedField(2, "profile_id", LongType(), required=True),
-    NestedField(3, "title_id", LongType(), required=True),
-    NestedField(4, "event_ts", TimestampType(), required=True),
-    NestedField(5, "duration_s", IntegerType(), required=True),
-    _metadata_field(6),
-)
-
-_TS = pa.timestamp("us")  # naive = UTC by convention; what pyiceberg accepts for Iceberg `timestamp`
-_METADATA_ARROW = pa.struct(
-    [pa.field("ingestion_ts", _TS, nullable=False), pa.field("commit_id", pa.int64(), nullable=False)]
-)
-IMPRESSIONS_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("impression_id", pa.string(), nullable=False),
-        pa.field("profile_id", pa.int64(), nullable=False),
-        pa.field("title_id", pa.int64(), nullable=False),
-        pa.field("event_ts", _TS, nullable=False),
-        pa.field("__metadata__", _METADATA_ARROW, nullable=False),
-    ]
-)
-PLAYBACKS_ARROW_SCHEMA = pa.schema(
-    [
-        pa.field("playback_id", pa.string(), nullable=False),
-        pa.field("profile_id", pa.int64(), nullable=False),
-        pa.field("title_id", pa.int64(), nullable=False),
-        pa.field("event_ts", _TS, nullable=False),
-        pa.field("duration_s", pa.int32(), nullable=False),
-        pa.field("__metadata__", _METADATA_ARROW, nullable=False),
-    ]
-)
-
-
-def _hour_spec(schema: Schema) -> PartitionSpec:
-    # hour(event_ts): each commit writes one file per touched hour, like a real ingestion job.
-    return PartitionSpec(
-        PartitionField(
-            source_id=schema.find_field("event_ts").field_id,
-            field_id=1000,
-            transform=HourTransform(),
-            name="event_ts_hour",
-        )
-    )
-
-
-# --- public data types ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -252,9 +192,6 @@ class GeneratedStats:
     max_file_span_s: float
 
 
-# --- generation (pure) ------------------------------------------------------------------------------
-
-
 def _to_us(dt: datetime) -> int:
     return (dt - _EPOCH) // _US
 
@@ -331,8 +268,8 @@ def _ids(prefix: str, n: int) -> pa.Array:
 
 def _metadata_array(ingestion_abs_us: np.ndarray, commit: np.ndarray) -> pa.StructArray:
     return pa.StructArray.from_arrays(
-        [pa.array(ingestion_abs_us.view("datetime64[us]"), type=_TS), pa.array(commit, type=pa.int64())],
-        fields=list(_METADATA_ARROW),
+        [pa.array(ingestion_abs_us.view("datetime64[us]"), type=ARROW_TIMESTAMP), pa.array(commit, type=pa.int64())],
+        fields=list(METADATA_ARROW),
     )
 
 
@@ -349,7 +286,7 @@ def _sorted_table(
     commit = ingestion // _td_us(cfg.commit_interval)
     order = np.lexsort((ingestion, commit))
     arrays = {name: pc.take(arr, pa.array(order)) for name, arr in columns.items()}
-    arrays["event_ts"] = pa.array((event_us[order] + start_us).view("datetime64[us]"), type=_TS)
+    arrays["event_ts"] = pa.array((event_us[order] + start_us).view("datetime64[us]"), type=ARROW_TIMESTAMP)
     arrays["__metadata__"] = _metadata_array(ingestion[order] + start_us, commit[order])
     table = pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
     return table, commit[order]
@@ -437,9 +374,6 @@ def iter_commits(cfg: GeneratorConfig) -> Iterator[Commit]:
     return _commits(cfg, _plan(cfg))
 
 
-# --- writing ------------------------------------------------------------------------------------------
-
-
 def create_tables(catalog: Catalog, cfg: GeneratorConfig) -> tuple[Table, Table]:
     """Create the namespace and both tables if missing, load them otherwise; returns (imp, play).
 
@@ -451,7 +385,7 @@ def create_tables(catalog: Catalog, cfg: GeneratorConfig) -> tuple[Table, Table]
         (cfg.impressions_table, IMPRESSIONS_SCHEMA),
         (cfg.playbacks_table, PLAYBACKS_SCHEMA),
     ):
-        tables.append(catalog.create_table_if_not_exists(identifier, schema=schema, partition_spec=_hour_spec(schema)))
+        tables.append(catalog.create_table_if_not_exists(identifier, schema=schema, partition_spec=hour_spec(schema)))
     return tables[0], tables[1]
 
 

@@ -40,13 +40,7 @@ from spark_app.contract.checkpoints import (
     restore,
 )
 from spark_app.contract.config import JobConfig, parse_config
-from spark_app.examples.generator import (
-    SNAPSHOT_COMMIT_INDEX,
-    Commit,
-    GeneratorConfig,
-    create_tables,
-    iter_commits,
-)
+from spark_app.examples.generator import SNAPSHOT_COMMIT_INDEX, Commit, GeneratorConfig, create_tables, iter_commits
 from spark_app.sinks.iceberg.undo import undo
 from tests.spark.conftest import T0
 

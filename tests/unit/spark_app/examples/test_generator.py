@@ -20,11 +20,10 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.transforms import HourTransform
 from pyiceberg.types import TimestampType
 
+from spark_app.examples.event_tables import IMPRESSIONS_ARROW_SCHEMA, PLAYBACKS_ARROW_SCHEMA
 from spark_app.examples.generator import (
     ATTRIBUTED_FRACTION,
-    IMPRESSIONS_ARROW_SCHEMA,
     LATE_THRESHOLD,
-    PLAYBACKS_ARROW_SCHEMA,
     SNAPSHOT_COMMIT_INDEX,
     Commit,
     GeneratedStats,
