@@ -13,7 +13,8 @@ from datetime import timedelta
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from kappa_operator.coordinator.core import MAX_COUNT, Answer
+from kappa_operator.coordinator.core import Answer
+from kappa_operator.coordinator.messages import MAX_COUNT
 from kappa_operator.coordinator.names import MemberId, WatermarkUs
 from spark_app.contract.alignment import HELD
 from spark_app.contract.base import Duration

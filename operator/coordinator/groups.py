@@ -11,7 +11,8 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from kappa_operator.coordinator.core import GroupSpec, UnknownGroupError, joined, left
+from kappa_operator.coordinator.core import joined, left
+from kappa_operator.coordinator.messages import GroupSpec, UnknownGroupError
 from kappa_operator.coordinator.server import Service
 
 

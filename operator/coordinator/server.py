@@ -36,16 +36,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from kappa_operator.coordinator.api import MAX_BODY_BYTES, AnswerBody, GroupBody, ReportBody, duration_micros
-from kappa_operator.coordinator.core import (
-    Answer,
-    Coordinator,
+from kappa_operator.coordinator.core import Answer, Coordinator, MemberState, read_rate
+from kappa_operator.coordinator.messages import (
     GroupSpec,
-    MemberState,
     Report,
     UnknownGroupError,
     UnknownMemberError,
     WatermarkRegressionError,
-    read_rate,
 )
 from kappa_operator.coordinator.metrics import CoordinatorMetrics
 from kappa_operator.coordinator.names import check_group_name

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from kappa_operator.coordinator.core import GroupSpec
+from kappa_operator.coordinator.messages import GroupSpec
 
 log = logging.getLogger("kappa.coordinator")
 

@@ -34,7 +34,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from kappa_operator.coordinator.core import GroupSpec
+from kappa_operator.coordinator.messages import GroupSpec
 from kappa_operator.coordinator.scopes import scoped_token
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob

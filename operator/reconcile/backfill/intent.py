@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from kappa_operator.coordinator.core import GroupSpec
+from kappa_operator.coordinator.messages import GroupSpec
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import Condition
 from kappa_operator.models.streaming_job import StreamingJob

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kappa_operator.coordinator.core import GroupSpec
+from kappa_operator.coordinator.messages import GroupSpec
 from kappa_operator.models.backfill import Backfill, PublishedTable
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill.intent import (

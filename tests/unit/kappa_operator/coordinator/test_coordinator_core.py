@@ -15,19 +15,21 @@ from kappa_operator.coordinator.core import (
     Accepted,
     Answer,
     Coordinator,
-    CoordinatorError,
-    GroupSpec,
     GroupState,
     MemberState,
-    Report,
-    UnknownGroupError,
-    UnknownMemberError,
-    WatermarkRegressionError,
     apply_report,
     declare,
     lag_us,
     refresh,
     view,
+)
+from kappa_operator.coordinator.messages import (
+    CoordinatorError,
+    GroupSpec,
+    Report,
+    UnknownGroupError,
+    UnknownMemberError,
+    WatermarkRegressionError,
 )
 from spark_app.contract.alignment import HELD, global_view
 from spark_app.planning.admission import Limits, admit, source_watermark

@@ -17,11 +17,9 @@ from pydantic import ValidationError
 from kappa_operator.coordinator import groups as groups_module
 from kappa_operator.coordinator.core import (
     RATE_WINDOW_US,
-    GroupSpec,
     ReadSample,
     ReadStats,
     ReadTotals,
-    Report,
     apply_report,
     count_reads,
     declare,
@@ -29,6 +27,7 @@ from kappa_operator.coordinator.core import (
     read_totals,
 )
 from kappa_operator.coordinator.groups import EmbeddedGroups, GroupProgress
+from kappa_operator.coordinator.messages import GroupSpec, Report
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.coordinator.store import GroupStore
 from spark_app.alignment.http import CoordinatorRejectedError, HttpWatermarkProvider

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from kappa_operator.coordinator.core import GroupSpec, joined, left
+from kappa_operator.coordinator.core import joined, left
 from kappa_operator.coordinator.groups import GroupProgress as Seen
 from kappa_operator.coordinator.groups import owned
+from kappa_operator.coordinator.messages import GroupSpec
 from kappa_operator.coordinator.scopes import verify
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
