@@ -46,7 +46,8 @@ import yaml
 
 from kappa_operator.local.example_data import HOURS, PER_HOUR, START
 from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
-from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ROOT, eventually
+from kappa_operator.local_cluster.rest import path_of
 from spark_app.examples.generator import GeneratorConfig, generate
 
 LOG_TIME = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) ")

@@ -15,7 +15,8 @@ import yaml
 
 from kappa_operator.local.example_data import START
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
-from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ROOT, eventually
+from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.reconcile.backfill_queue import ACTIVE
 
 JOB = "burst"

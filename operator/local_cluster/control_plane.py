@@ -34,15 +34,27 @@ from typing import Any
 import requests
 import yaml
 
+from kappa_operator.local_cluster.rest import Rest, kubeconfig, path_of, terminating
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
 """The repository: the cluster is built from its cluster/, images/ and charts/."""
+
+
 BUILD = ROOT / "cluster" / "build.sh"
+
+
 ADMIN, CONTROLLER_MANAGER = "kappa-admin", "kappa-controller-manager"
+
+
 ADMISSION = (
     "NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,"
     "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ResourceQuota,PodSecurity,"
     "OwnerReferencesPermissionEnforcement"
 )
+
+
 """kube-apiserver's default admission chain, plus OwnerReferencesPermissionEnforcement (on in
 OpenShift and many hardened clusters): an ownerReference with blockOwnerDeletion needs
 ``update`` on the owner's finalizers, or the create is refused."""
@@ -91,135 +103,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def kubeconfig(server: str, ca: Path, token: str, user: str, namespace: str = "default") -> dict[str, Any]:
-    """A kubeconfig for ``token`` (what kubectl, helm, kopf and the kubernetes client read)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "kappa-test", "cluster": {"server": server, "certificate-authority": str(ca)}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": user, "context": {"cluster": "kappa-test", "user": user, "namespace": namespace}}],
-        "current-context": user,
-    }
-
-
-@dataclass
-class Response:
-    status: int
-    body: Any
-
-    @property
-    def message(self) -> str:
-        return str(self.body.get("message", "")) if isinstance(self.body, dict) else str(self.body)
-
-
-@dataclass
-class Rest:
-    """A small synchronous REST client: tests want the status code and the server's own
-    message (422 causes, 409, 403), which the generated client hides in exceptions."""
-
-    server: str
-    token: str
-    ca: Path
-    """The server's self-signed certificate and its CA (kube-apiserver writes both to --cert-dir)."""
-    http: requests.Session = field(default_factory=requests.Session)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        content_type: str = "application/json",
-        params: dict[str, str] | None = None,
-    ) -> Response:
-        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": content_type}
-        data = None if body is None else (body if isinstance(body, str) else json.dumps(body))
-        r = self.http.request(
-            method, self.server + path, data=data, headers=headers, params=params, verify=str(self.ca), timeout=60
-        )
-        try:
-            payload: Any = r.json()
-        except ValueError:
-            payload = r.text
-        return Response(r.status_code, payload)
-
-    def get(self, path: str) -> Response:
-        return self.request("GET", path)
-
-    def create(self, path: str, body: dict[str, Any]) -> Response:
-        return self.request("POST", path, body)
-
-    def merge(self, path: str, body: dict[str, Any]) -> Response:
-        return self.request("PATCH", path, body, "application/merge-patch+json")
-
-    def apply(self, path: str, body: dict[str, Any], manager: str = "kappa-test") -> Response:
-        """Server-side apply (``kubectl apply --server-side``)."""
-        return self.request(
-            "PATCH", path, body, "application/apply-patch+yaml", params={"fieldManager": manager, "force": "true"}
-        )
-
-    def delete(self, path: str) -> Response:
-        return self.request("DELETE", path)
-
-    def ok(self, response: Response, what: str) -> Any:
-        if response.status >= 300:
-            raise AssertionError(f"{what}: {response.status} {response.message}")
-        return response.body
-
-
 NODE_CONTROLLERS = (
     ",endpointslice,endpoint,job,replicaset,deployment,disruption,nodelifecycle,taint-eviction-controller,podgc,"
     "root-ca-cert-publisher"
 )
+
+
 """With nodes: what their pods need of the controller manager (Services' endpoints, the CA
 ConfigMap every pod mounts, PodDisruptionBudgets' status for evictions and drains), and what it
 does when a node goes: NotReady, tainted, its pods evicted (taint eviction), and the pods of a
 deleted node removed (pod GC)."""
+
+
 NODE_MONITOR = ("--node-monitor-period=2s",)
+
+
 """A node whose kubelet has not posted for 40 s (the grace period, Kubernetes' default) is
 NotReady, looked at every 2 s (5 s by default). 20 s was tried: three kubelets on two busy
 cores missed it, and nodes that were alive flapped NotReady. How long our pods stay on a
 NotReady node is the operator's ``nodeLostAfter``."""
-
-PLURALS = {
-    "CustomResourceDefinition": ("apiextensions.k8s.io/v1", "customresourcedefinitions", False),
-    "Namespace": ("v1", "namespaces", False),
-    "ServiceAccount": ("v1", "serviceaccounts", True),
-    "Secret": ("v1", "secrets", True),
-    "ConfigMap": ("v1", "configmaps", True),
-    "Service": ("v1", "services", True),
-    "Node": ("v1", "nodes", False),
-    "Pod": ("v1", "pods", True),
-    "Event": ("v1", "events", True),
-    "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets", True),
-    "Deployment": ("apps/v1", "deployments", True),
-    "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles", False),
-    "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", "clusterrolebindings", False),
-    "Role": ("rbac.authorization.k8s.io/v1", "roles", True),
-    "RoleBinding": ("rbac.authorization.k8s.io/v1", "rolebindings", True),
-    "StreamingJob": ("kappa.dev/v1alpha1", "streamingjobs", True),
-    "Backfill": ("kappa.dev/v1alpha1", "backfills", True),
-    "Rewind": ("kappa.dev/v1alpha1", "rewinds", True),
-    "SparkApplication": ("sparkoperator.k8s.io/v1beta2", "sparkapplications", True),
-    "ValidatingAdmissionPolicy": ("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
-    "ValidatingAdmissionPolicyBinding": ("admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", False),
-}
-
-
-def path_of(kind: str, namespace: str | None = None, name: str | None = None, api_version: str | None = None) -> str:
-    """The REST path of a collection or an object of ``kind``."""
-    version, plural, namespaced = PLURALS[kind]
-    version = api_version or version
-    base = f"/api/{version}" if "/" not in version else f"/apis/{version}"
-    if namespaced:
-        base += f"/namespaces/{namespace or 'default'}"
-    return f"{base}/{plural}" + (f"/{name}" if name else "")
-
-
-def terminating(event: dict[str, Any]) -> bool:
-    """A 403 of the NamespaceLifecycle plugin (a write into a namespace being deleted): what a
-    real cluster answers an operator while a namespace goes, not a missing permission."""
-    return "being terminated" in str((event.get("responseStatus") or {}).get("message", ""))
 
 
 @dataclass

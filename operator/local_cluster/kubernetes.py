@@ -19,14 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from kappa_operator.local_cluster.control_plane import (
-    ROOT,
-    ControlPlane,
-    eventually,
-    kubeconfig,
-    path_of,
-    spawn,
-)
+from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, eventually, spawn
 from kappa_operator.local_cluster.node import (
     GATEWAY,
     MAX_NODES,
@@ -41,6 +34,7 @@ from kappa_operator.local_cluster.node import (
     small_archive,
     socket_path_too_long,
 )
+from kappa_operator.local_cluster.rest import kubeconfig, path_of
 
 
 def node_count_refused(count: int) -> str | None:

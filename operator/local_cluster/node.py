@@ -33,16 +33,9 @@ from typing import Any
 
 import yaml
 
-from kappa_operator.local_cluster.control_plane import (
-    ROOT,
-    ControlPlane,
-    eventually,
-    free_port,
-    kubeconfig,
-    path_of,
-    spawn,
-)
+from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, eventually, free_port, spawn
 from kappa_operator.local_cluster.oci import Image, ImageFile, write_archive
+from kappa_operator.local_cluster.rest import kubeconfig, path_of
 
 BRIDGE, GATEWAY, MACHINE_NET = "kappa0", "10.244.0.1", "10.244.0.0/24"
 """The machine's bridge and its address: where the control plane, the S3 API, the catalog's

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.operator_process import OperatorProcess, local_args, token_from_chart
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, free_port, terminating
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, free_port
+from kappa_operator.local_cluster.rest import terminating
 
 if TYPE_CHECKING:
     from harness.chart import Installed

@@ -26,7 +26,8 @@ from typing import Any
 
 import yaml
 
-from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, path_of
+from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane
+from kappa_operator.local_cluster.rest import path_of
 
 APP = "SparkApplication"
 KAPPA_KINDS = ("StreamingJob", "Backfill", "Rewind")

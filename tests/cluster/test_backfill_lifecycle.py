@@ -37,7 +37,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.table import Table
 
 from kappa_operator.coordinator.scopes import verify
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.reconcile.estimates import CONFIG_MAP
 from spark_app.contract.config import parse_config
 from spark_app.contract.reports.run import read_report, write_report

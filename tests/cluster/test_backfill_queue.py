@@ -12,7 +12,8 @@ import time
 import pytest
 
 from harness.chart import Installed, grant_coordinator_secrets
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 from tests.cluster.operator_runs import Processes
 from tests.cluster.spark_operator import (
     APP,

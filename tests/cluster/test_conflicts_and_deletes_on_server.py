@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from kappa_operator.handlers.backfill import PROGRESS_INTERVAL
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.models.common import SPARK_CONF_MAX
 from kappa_operator.reconcile.backfill.intent import NONCE
 from tests.cluster.operator_runs import InProcess

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from kappa_operator.local_cluster.control_plane import ControlPlane, Response, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane
+from kappa_operator.local_cluster.rest import Response, path_of
 from kappa_operator.models.common import INT32_MAX, INT64_BOUND
 from tests.unit.crd_documents import edited, example
 from tests.unit.kappa_operator.models.test_crds import REJECTED

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from harness.chart import Installed
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 from spark_app.contract.reports.progress import ProgressReport, report_name
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess

@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 
 from harness.chart import CHART, Helm, Installed, deployment_of, install
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 from tests.unit.crd_documents import example
 
 

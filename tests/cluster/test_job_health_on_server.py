@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 from spark_app.contract.reports.progress import ProgressReport, report_name
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess

@@ -16,7 +16,8 @@ import pytest
 from prometheus_client import generate_latest
 
 from kappa_operator.local.kafka import KafkaBroker
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
 from spark_app.contract.checkpoints.snapshots import externalize
 from spark_app.contract.reports.progress import PartitionLag, ProgressReport, report_name

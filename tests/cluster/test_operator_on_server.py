@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from harness.operator_process import OperatorProcess
-from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")
 

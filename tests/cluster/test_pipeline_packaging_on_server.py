@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 from tests.cluster.test_operator_on_server import get, load
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from harness.checkpoint_data import write_checkpoint
-from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ControlPlane, eventually
+from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION
 from spark_app.checkpoints.driver import CheckpointExternalizer
 from spark_app.contract.checkpoints.snapshots import externalize, list_snapshots

@@ -20,9 +20,10 @@ import yaml
 from kappa_operator.local.example_data import START
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
 from kappa_operator.local_cluster.commands import left_running
-from kappa_operator.local_cluster.control_plane import ROOT, path_of
+from kappa_operator.local_cluster.control_plane import ROOT
 from kappa_operator.local_cluster.kubernetes import Kubernetes
 from kappa_operator.local_cluster.node import cgroup_hierarchies, container_ids, container_processes
+from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.local_cluster.storage import database_home
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 from tests.node.objects import NODES, backfill, branch_rows

@@ -9,8 +9,9 @@ from typing import Any
 import yaml
 
 from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
-from kappa_operator.local_cluster.control_plane import ROOT, path_of
+from kappa_operator.local_cluster.control_plane import ROOT
 from kappa_operator.local_cluster.node import NodeAddress
+from kappa_operator.local_cluster.rest import path_of
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID
 
 NODES = [NodeAddress(i).name for i in (1, 2, 3)]

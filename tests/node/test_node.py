@@ -22,10 +22,11 @@ from confluent_kafka import Producer
 
 from kappa_operator.local.example_data import START
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
-from kappa_operator.local_cluster.control_plane import ROOT, eventually, path_of
+from kappa_operator.local_cluster.control_plane import ROOT, eventually
 from kappa_operator.local_cluster.images import SPARK_IMAGE
 from kappa_operator.local_cluster.kubernetes import Kubernetes
 from kappa_operator.local_cluster.node import BUSYBOX, PODS, SERVICES, pod
+from kappa_operator.local_cluster.rest import path_of
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 from tests.node.objects import (
     KAFKA_METADATA,

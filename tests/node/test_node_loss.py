@@ -29,7 +29,8 @@ from typing import Any
 import yaml
 
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
-from kappa_operator.local_cluster.control_plane import eventually, path_of
+from kappa_operator.local_cluster.control_plane import eventually
+from kappa_operator.local_cluster.rest import path_of
 from spark_app.examples.generator import GeneratedStats
 from spark_app.sinks.iceberg.writer import FAULT_ENV
 from tests.node.objects import (
