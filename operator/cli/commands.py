@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     coord.add_argument(
         "--token-file", type=Path, help="file holding the bearer token (default: $KAPPA_COORDINATOR_TOKEN)"
     )
-    coord.add_argument("--state-file", type=Path, help="where group definitions survive a restart (JSON)")
+    coord.add_argument("--groups-file", type=Path, help="where group definitions survive a restart (JSON)")
     op = sub.add_parser(
         "operator", help="run the operator (kopf) with the coordinator embedded, on the current kubeconfig"
     )
@@ -472,8 +472,8 @@ def run_coordinator(args: argparse.Namespace, console: Console) -> int:
         console.print("[red]error:[/] no token: pass --token-file or set KAPPA_COORDINATOR_TOKEN")
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    store = GroupStore(args.state_file) if args.state_file else None
-    console.print(f"coordinator on http://{args.host}:{args.port} (state: {args.state_file or 'memory'})")
+    store = GroupStore(args.groups_file) if args.groups_file else None
+    console.print(f"coordinator on http://{args.host}:{args.port} (groups: {args.groups_file or 'in memory'})")
     serve(Service(token, store), args.host, args.port)
     return 0
 

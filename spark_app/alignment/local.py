@@ -22,30 +22,30 @@ from spark_app.contract.alignment import GroupView, ReadCount, global_view, quer
 
 
 @contextmanager
-def locked_state(state_file: Path) -> Iterator[dict[str, Any]]:
-    """The JSON state in ``state_file`` under an exclusive lock; what the block leaves in the
+def locked_state(watermark_file: Path) -> Iterator[dict[str, Any]]:
+    """The JSON state in ``watermark_file`` under an exclusive lock; what the block leaves in the
     dict replaces the file atomically when it ends without an exception."""
-    state_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(state_file.with_suffix(".lock"), "a+") as lock:
+    watermark_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(watermark_file.with_suffix(".lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            state = json.loads(state_file.read_text()) if state_file.exists() else {}
+            state = json.loads(watermark_file.read_text()) if watermark_file.exists() else {}
             yield state
-            fd, tmp = tempfile.mkstemp(dir=state_file.parent, prefix=".wm-")
+            fd, tmp = tempfile.mkstemp(dir=watermark_file.parent, prefix=".wm-")
             with os.fdopen(fd, "w") as f:
                 json.dump(state, f, sort_keys=True)
-            os.replace(tmp, state_file)
+            os.replace(tmp, watermark_file)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class LocalWatermarkProvider:
-    def __init__(self, state_file: str | Path, members: tuple[str, ...]) -> None:
-        self.state_file = Path(state_file)
+    def __init__(self, watermark_file: str | Path, members: tuple[str, ...]) -> None:
+        self.watermark_file = Path(watermark_file)
         self.members = tuple(sorted(members))
 
     def _locked(self) -> AbstractContextManager[dict[str, Any]]:
-        return locked_state(self.state_file)
+        return locked_state(self.watermark_file)
 
     def report(
         self,

@@ -22,9 +22,9 @@ from spark_app.alignment.local import locked_state
 from spark_app.planning.read_rate import PATIENCE_S, Cost, Fit, ReadBudget, TokenBucket, fit
 
 
-def ledger_file(state_file: str, job: str) -> Path:
+def ledger_file(watermark_file: str, job: str) -> Path:
     """``<alignment state>.<job>.reads.json``: per run, even when runs share a state dir."""
-    p = Path(state_file)
+    p = Path(watermark_file)
     return p.with_name(f"{p.stem}.{job}.reads.json")
 
 

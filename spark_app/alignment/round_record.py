@@ -22,9 +22,9 @@ from spark_app.planning.rounds import (
 )
 
 
-def rounds_file(state_file: str, query: str) -> Path:
+def rounds_file(watermark_file: str, query: str) -> Path:
     """``<alignment state>.<job>.<sink>.rounds.json``, next to the group's state."""
-    p = Path(state_file)
+    p = Path(watermark_file)
     return p.with_name(f"{p.stem}.{query.replace('/', '.')}.rounds.json")
 
 

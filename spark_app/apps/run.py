@@ -57,7 +57,7 @@ from spark_app.sources.frames import (
     load_pipeline,
     outputs_for,
     reset_rounds,
-    state_file,
+    watermark_file,
 )
 from spark_app.sources.kafka import records_gone
 from spark_app.window.edges import Edges, open_results, resolve
@@ -197,7 +197,7 @@ class Legs:
         if archives is not None:  # the archive leg aligns the archives as a backfill aligns its history
             members = aligned_members(archives)
         if members and fresh and cfg.coordinator is None:
-            LocalWatermarkProvider(state_file(cfg), members).reset()
+            LocalWatermarkProvider(watermark_file(cfg), members).reset()
         drains = DrainExtensions(cfg) if resolved.edges is not None and resolved.edges.drain else None
         extended = () if drains is None or fresh else drains.load()
         reader_members = members if cfg.mode == "backfill" else None
@@ -327,7 +327,7 @@ def start_reads(cfg: JobConfig) -> ReadLedger | None:
     uncapped) and zero counts. Its sources, each in its own process, find it by name."""
     if cfg.mode != "backfill":
         return None
-    ledger = ReadLedger(ledger_file(state_file(cfg), cfg.name))
+    ledger = ReadLedger(ledger_file(watermark_file(cfg), cfg.name))
     rate = cfg.read_rate
     ledger.start(
         None if rate is None else rate.max_bytes_per_second,

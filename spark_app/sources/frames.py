@@ -20,7 +20,7 @@ from spark_app.contract.sources import IcebergSourceBase, KafkaSource
 from spark_app.lookups.context import job_catalogs
 from spark_app.sources.iceberg.frame import iceberg_frame
 from spark_app.sources.iceberg.spec import SourceSpec
-from spark_app.sources.iceberg.stream import default_state_file
+from spark_app.sources.iceberg.stream import default_watermark_file
 from spark_app.sources.parallelism import task_slots
 
 Pipeline = Callable[..., dict[str, DataFrame]]
@@ -30,16 +30,17 @@ Pipeline = Callable[..., dict[str, DataFrame]]
 # --- sources -----------------------------------------------------------------------------
 
 
-def state_file(cfg: JobConfig) -> str:
+def watermark_file(cfg: JobConfig) -> str:
+    """Where a run without a coordinator keeps its alignment group's watermarks."""
     if cfg.alignment.state_dir:
         return str(Path(cfg.alignment.state_dir) / f"{cfg.alignment_group}.json")
-    return default_state_file(cfg.alignment_group, cfg.checkpoint.location)
+    return default_watermark_file(cfg.alignment_group, cfg.checkpoint.location)
 
 
 def reset_rounds(cfg: JobConfig, sinks: Iterable[str]) -> None:
     """A fresh admission-round record for each query about to start (see rounds.py)."""
     for sink in sinks:
-        QueryRounds(rounds_file(state_file(cfg), f"{cfg.name}/{sink}")).reset()
+        QueryRounds(rounds_file(watermark_file(cfg), f"{cfg.name}/{sink}")).reset()
 
 
 def source_spec(
@@ -65,8 +66,8 @@ def source_spec(
         alignment=cfg.alignment,
         group=cfg.alignment_group,
         members=aligned_members(cfg) if members is None else members,
-        state_file=state_file(cfg),
-        rounds_file=str(rounds_file(state_file(cfg), query_of(member_id(cfg, sink, name)))),
+        watermark_file=watermark_file(cfg),
+        rounds_file=str(rounds_file(watermark_file(cfg), query_of(member_id(cfg, sink, name)))),
         batch_row_budget=cfg.round_budget,
         coordinator=cfg.coordinator,
         trace_path=cfg.trace_path,

@@ -133,9 +133,9 @@ class BackfillReader(IcebergReader):
     def ledger(self) -> ReadLedger | None:
         """The run's read budget and counts, shared by its sources' processes (the runtime
         starts it; see ``spark_app.alignment.reads``)."""
-        if not self.spec.state_file:
+        if not self.spec.watermark_file:
             return None
-        return ReadLedger(ledger_file(self.spec.state_file, job_of(self.spec.member)))
+        return ReadLedger(ledger_file(self.spec.watermark_file, job_of(self.spec.member)))
 
     def _rate_cut(self, costs: Sequence[Cost], decision: Admission) -> RateCut:
         """The prefix of what alignment admitted that the run's read budget pays for, the
@@ -180,8 +180,8 @@ class BackfillReader(IcebergReader):
                     coord.url, self.spec.group, coord.token, coord.timeout.total_seconds()
                 )
             else:
-                assert self.spec.state_file, "the runtime sets state_file for aligned sources"
-                self._provider = LocalWatermarkProvider(self.spec.state_file, self.spec.members)
+                assert self.spec.watermark_file, "the runtime sets watermark_file for aligned sources"
+                self._provider = LocalWatermarkProvider(self.spec.watermark_file, self.spec.members)
         return self._provider
 
     def _offset(self, d: dict) -> tuple[BackfillOffset, list[Split]]:

@@ -182,7 +182,7 @@ def iceberg_frame(
 
 _BATCH_FRAMES: OrderedDict[tuple[int, str, str, int], DataFrame] = OrderedDict()
 _BATCH_FRAMES_KEPT = 8
-_PER_QUERY = {"member", "members", "rounds_file", "state_file", "trace_path", "batch_rows", "batch_row_budget"}
+_PER_QUERY = {"member", "members", "rounds_file", "watermark_file", "trace_path", "batch_rows", "batch_row_budget"}
 """What a bounded frame does not depend on (the spec's parts for a streaming query's planner)."""
 
 

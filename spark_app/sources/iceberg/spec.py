@@ -32,7 +32,9 @@ class SourceSpec(KappaModel):
     alignment: AlignmentConfig = AlignmentConfig()
     group: str = ""
     members: tuple[str, ...] = ()
-    state_file: str | None = None
+    watermark_file: str | None = None
+    """The alignment group's watermarks when no coordinator holds them (``alignment.local``);
+    the read ledger and the round records are kept beside it. Not Spark's state files."""
     rounds_file: str | None = None
     """The admission-round record of this source's query (``spark_app.alignment.round_record``)."""
     batch_row_budget: int = 0

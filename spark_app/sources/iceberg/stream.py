@@ -42,7 +42,7 @@ from spark_app.sources.iceberg.spec import SourceSpec, micros
 log = logging.getLogger(__name__)
 
 
-def default_state_file(group: str, checkpoint: str) -> str:
+def default_watermark_file(group: str, checkpoint: str) -> str:
     """Zero set-up: one state file per (group, checkpoint) under the system temp dir."""
     key = hashlib.sha1(f"{group}\0{checkpoint}".encode()).hexdigest()[:16]
     return str(Path(tempfile.gettempdir()) / "kappa-alignment" / f"{group}-{key}.json")

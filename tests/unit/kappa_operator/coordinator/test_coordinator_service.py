@@ -165,7 +165,7 @@ def test_kappa_coordinator_runs_standalone(tmp_path: Path) -> None:
         "coordinator",
         "--port",
         str(port),
-        "--state-file",
+        "--groups-file",
         str(state),
     ]
     proc = subprocess.Popen(cmd, env={**os.environ, "KAPPA_COORDINATOR_TOKEN": TOKEN}, stdout=subprocess.DEVNULL)

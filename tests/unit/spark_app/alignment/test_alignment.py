@@ -202,7 +202,7 @@ N_REPORTS = 40
 _REPORTER = """
 from spark_app.alignment.local import LocalWatermarkProvider
 
-provider = LocalWatermarkProvider(state_file, members)
+provider = LocalWatermarkProvider(watermark_file, members)
 barrier.wait(60)  # every process imported and ready: start together
 # every report adds a key to the shared state: a read-modify-write that races with another
 # process (no lock) drops the other's key for good
@@ -229,7 +229,7 @@ def test_concurrent_processes(tmp_path: Path) -> None:
     procs = []
     for i in range(N_PROCS):
         env = {
-            "state_file": str(state),
+            "watermark_file": str(state),
             "members": members,
             "me": i,
             "barrier": barrier,

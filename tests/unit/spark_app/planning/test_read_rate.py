@@ -291,7 +291,7 @@ def _reader(tmp_path: Path, mode: str = "unordered") -> backfill_reader.Backfill
         alignment=AlignmentConfig(mode=mode),
         group="g",
         members=("bf/out/plays",),
-        state_file=str(tmp_path / "g.json"),
+        watermark_file=str(tmp_path / "g.json"),
     )
     return backfill_reader.BackfillReader(spec)
 
