@@ -161,7 +161,7 @@ def _queue_turn(bf: Backfill, body: Any, app: dict[str, Any] | None) -> Admitted
     return decide(candidate(dict(body)), everyone, c.queue_limits)
 
 
-def _plan(
+def _intent(
     bf: Backfill,
     body: Any,
     apps: tuple[dict[str, Any] | None, dict[str, Any] | None],
@@ -195,40 +195,40 @@ def _apps(bf: Backfill) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     return cluster.get_app(ns, owner.app_name, owner), cluster.get_app(ns, owner.publish_app_name, owner)
 
 
-def act(plan: BackfillIntent, bf: Backfill, job: StreamingJob | None, body: Any) -> dict[str, Any]:
-    """Carry out ``plan``; the status to record (a publish ends in a later status than planned)."""
+def act(intent: BackfillIntent, bf: Backfill, job: StreamingJob | None, body: Any) -> dict[str, Any]:
+    """Carry out ``intent``; the status to record (a publish ends in a later status than planned)."""
     c = ctx()
     cluster, owner = c.cluster(), owner_of(bf)
-    if plan.join_group is not None and c.groups is not None:
-        c.groups.join(plan.join_group)  # before the driver can report into it
-    if plan.delete_app:
+    if intent.join_group is not None and c.groups is not None:
+        c.groups.join(intent.join_group)  # before the driver can report into it
+    if intent.delete_app:
         cluster.delete_app(owner.namespace, owner.app_name, owner)
-    if plan.delete_publish_app:
+    if intent.delete_publish_app:
         cluster.delete_app(owner.namespace, owner.publish_app_name, owner)
-    if plan.config_map is not None:
-        cluster.apply_config_map(plan.config_map, owner)
-    if plan.create_plan_app is not None:
-        record(KIND, body, plan.status)  # intent first: a restart finds Planning and the app
-        cluster.create_app(plan.create_plan_app, owner)
-    if plan.secret is not None:
-        cluster.apply_secret(plan.secret, owner)
-    if plan.create_app is not None:
-        cluster.create_app(plan.create_app, owner)
+    if intent.config_map is not None:
+        cluster.apply_config_map(intent.config_map, owner)
+    if intent.create_plan_app is not None:
+        record(KIND, body, intent.status)  # intent first: a restart finds Planning and the app
+        cluster.create_app(intent.create_plan_app, owner)
+    if intent.secret is not None:
+        cluster.apply_secret(intent.secret, owner)
+    if intent.create_app is not None:
+        cluster.create_app(intent.create_app, owner)
         crash_point("exit-after-create-app")
-    if plan.create_publish_app is not None:
-        record(KIND, body, plan.status)  # intent first: a restart finds Publishing and the app
-        cluster.create_app(plan.create_publish_app, owner)
-    if plan.leave_group is not None and c.groups is not None:
-        c.groups.leave(plan.leave_group.name, owner.name)
-    if plan.delete_secret:
+    if intent.create_publish_app is not None:
+        record(KIND, body, intent.status)  # intent first: a restart finds Publishing and the app
+        cluster.create_app(intent.create_publish_app, owner)
+    if intent.leave_group is not None and c.groups is not None:
+        c.groups.leave(intent.leave_group.name, owner.name)
+    if intent.delete_secret:
         cluster.delete_secret(owner.namespace, owner.token_secret_name, owner)  # the credential's job is done
-    if plan.record_calibration is not None:
+    if intent.record_calibration is not None:
         runs = cluster.shared_config_map_data(owner.namespace, CONFIG_MAP)
         key = bf.metadata.uid or bf.metadata.name
-        cluster.merge_shared_config_map(owner.namespace, CONFIG_MAP, recorded(runs, key, plan.record_calibration))
-    post_events(body, plan.events)
-    observe(KIND, body, plan.status)
-    return plan.status
+        cluster.merge_shared_config_map(owner.namespace, CONFIG_MAP, recorded(runs, key, intent.record_calibration))
+    post_events(body, intent.events)
+    observe(KIND, body, intent.status)
+    return intent.status
 
 
 Apps = tuple[dict[str, Any] | None, dict[str, Any] | None]
@@ -252,9 +252,9 @@ def _reconcile_one(bf: Backfill, body: Any, apps: Apps) -> None:
             if fresh is None:
                 return  # deleted meanwhile
             bf = parse(Backfill, fresh)
-            record(KIND, fresh, act(_plan(bf, fresh, apps, job, saved), bf, job, fresh))
+            record(KIND, fresh, act(_intent(bf, fresh, apps, job, saved), bf, job, fresh))
         return
-    record(KIND, body, act(_plan(bf, body, apps, job, saved), bf, job, body))
+    record(KIND, body, act(_intent(bf, body, apps, job, saved), bf, job, body))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)

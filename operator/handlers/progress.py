@@ -22,7 +22,7 @@ from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.bootstrap import bootstrap_status, switched_now
 from kappa_operator.reconcile.external_calls import calls_status
-from kappa_operator.reconcile.health import health_gauges, plan_health, plan_unreadable
+from kappa_operator.reconcile.health import decide_health, decide_unreadable, health_gauges
 from kappa_operator.reconcile.kafka_lag import lag_gauges, lag_status
 from kappa_operator.reconcile.streaming_job import owner_of
 from kappa_operator.render.jobconfig import live_checkpoint
@@ -113,19 +113,19 @@ async def follow_progress(body: kopf.Body, stopped: Any = None, **_: Any) -> Non
     job = parse(StreamingJob, fresh)
     now = datetime.now(UTC)
     if reports is None:
-        plan = plan_unreadable(job, error or "unknown error", now)
-        await asyncio.to_thread(record, "StreamingJob", fresh, plan.status)
-        post_events(fresh, plan.events)
+        update = decide_unreadable(job, error or "unknown error", now)
+        await asyncio.to_thread(record, "StreamingJob", fresh, update.status)
+        post_events(fresh, update.events)
         return
-    plan = plan_health(job, reports.progress, now)
+    update = decide_health(job, reports.progress, now)
     metrics = ctx().metrics
     if metrics is not None:
-        conds = {c["type"]: c["status"] == "True" for c in plan.status.get("conditions") or []}
+        conds = {c["type"]: c["status"] == "True" for c in update.status.get("conditions") or []}
         health = {t: conds.get(t, False) for t in ("Stalled", "Lagging")}
         metrics.resources.kafka_lag(meta["namespace"], meta["name"], lag_gauges(reports.progress))
         metrics.resources.progress(meta["namespace"], meta["name"], health_gauges(reports.progress), health)
     lag = lag_status(reports.progress)
-    fields = plan.status if lag is None else {**plan.status, "kafkaLag": lag}
+    fields = update.status if lag is None else {**update.status, "kafkaLag": lag}
     calls = calls_shown(job, reports)
     if calls is not None or (job.status is not None and job.status.external_calls is not None):
         fields = {**fields, "externalCalls": calls}  # None: the limit was removed, and its status goes
@@ -134,7 +134,7 @@ async def follow_progress(body: kopf.Body, stopped: Any = None, **_: Any) -> Non
     if reports.bootstrap is not None:
         fields = {**fields, "bootstrap": bootstrap_status(reports.bootstrap)}
     await asyncio.to_thread(record, "StreamingJob", fresh, fields)
-    post_events(fresh, plan.events)
+    post_events(fresh, update.events)
     if switched_now(job, fields):  # the phase is the reconcile's to write: Bootstrapping -> Running
         await asyncio.to_thread(reconcile, fresh)
 

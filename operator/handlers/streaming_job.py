@@ -47,37 +47,37 @@ INTENT_FIELDS = ("upgrade", "rolledBackGeneration", "initialRestore", "initialSn
 reader that sees the step's application also sees the step (the restored start's flag)."""
 
 
-def act(plan: JobIntent, job: StreamingJob, body: Any) -> None:
+def act(intent: JobIntent, job: StreamingJob, body: Any) -> None:
     c, owner = ctx().cluster(), owner_of(job)
-    intent = any(k in plan.status for k in INTENT_FIELDS)
-    if intent:  # a step is recorded before its I/O: a restarted operator (or a reader) finds it
-        record(KIND, body, plan.status)
-    if plan.control_map is not None:
-        c.apply_config_map(plan.control_map, owner)
-    if plan.create_rewind is not None:
-        c.create_resource("rewinds", owner.namespace, plan.create_rewind, owner)
-    if plan.move_checkpoint is not None:
-        c.annotate("streamingjobs", owner.namespace, owner.name, {CHECKPOINT_ANNOTATION: plan.move_checkpoint})
-    if plan.restore is not None:
-        cm, restorer = plan.restore
+    records_intent = any(k in intent.status for k in INTENT_FIELDS)
+    if records_intent:  # a step is recorded before its I/O: a restarted operator (or a reader) finds it
+        record(KIND, body, intent.status)
+    if intent.control_map is not None:
+        c.apply_config_map(intent.control_map, owner)
+    if intent.create_rewind is not None:
+        c.create_resource("rewinds", owner.namespace, intent.create_rewind, owner)
+    if intent.move_checkpoint is not None:
+        c.annotate("streamingjobs", owner.namespace, owner.name, {CHECKPOINT_ANNOTATION: intent.move_checkpoint})
+    if intent.restore is not None:
+        cm, restorer = intent.restore
         c.apply_config_map(cm, owner)
         c.create_app(restorer, owner)
-    if plan.delete_restore:
+    if intent.delete_restore:
         c.delete_app(owner.namespace, restore_app_name(owner), owner)
         c.delete_config_map(owner.namespace, restore_map_name(owner), owner)
-    if plan.delete_app:
+    if intent.delete_app:
         c.delete_app(owner.namespace, owner.app_name, owner)
-    if plan.config_map is not None:
-        c.apply_config_map(plan.config_map, owner)
-    if plan.disruption_budget is not None:
-        c.apply_disruption_budget(plan.disruption_budget, owner)
-    if plan.create_app is not None:
-        c.create_app(plan.create_app, owner)
+    if intent.config_map is not None:
+        c.apply_config_map(intent.config_map, owner)
+    if intent.disruption_budget is not None:
+        c.apply_disruption_budget(intent.disruption_budget, owner)
+    if intent.create_app is not None:
+        c.create_app(intent.create_app, owner)
         crash_point("exit-after-create-app")
-    post_events(body, plan.events)
-    observe(KIND, body, plan.status)
-    if not intent:
-        record(KIND, body, plan.status)
+    post_events(body, intent.events)
+    observe(KIND, body, intent.status)
+    if not records_intent:
+        record(KIND, body, intent.status)
 
 
 @kopf.on.resume(GROUP, VERSION, "streamingjobs")
@@ -134,8 +134,8 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     app = with_driver_words(ctx().cluster().get_app(owner.namespace, owner.app_name, owner), owner.namespace, recorded)
     initial = initial_seen(job, owner) if initial_pending(job) and app is None else None
     drained = driver_drained(owner.namespace, owner.app_name) if app is not None else None
-    plan = decide_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial, drained=drained)
-    act(plan, job, body)
+    intent = decide_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial, drained=drained)
+    act(intent, job, body)
 
 
 def initial_seen(job: StreamingJob, owner: Owner) -> InitialSeen:

@@ -113,7 +113,7 @@ def assess(job: StreamingJob, reports: list[ProgressReport], now: datetime) -> H
 
 
 @dataclass(frozen=True)
-class HealthPlan:
+class HealthUpdate:
     status: dict[str, Any]
     events: tuple[Event, ...] = ()
 
@@ -122,7 +122,7 @@ def _current(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
 
 
-def plan_health(job: StreamingJob, reports: list[ProgressReport], now: datetime) -> HealthPlan:
+def decide_health(job: StreamingJob, reports: list[ProgressReport], now: datetime) -> HealthUpdate:
     """The status fields to write (progress, and the Stalled and Lagging conditions) and the
     Events of a change. ``job`` is read fresh from the server just before: the conditions are
     a list, written whole."""
@@ -179,10 +179,10 @@ def plan_health(job: StreamingJob, reports: list[ProgressReport], now: datetime)
         events.append(Event("Normal", "ReportsRead", "the driver's reports can be read again"))
     if conds is not previous:
         status["conditions"] = [c.model_dump(by_alias=True) for c in conds]
-    return HealthPlan(status, tuple(events))
+    return HealthUpdate(status, tuple(events))
 
 
-def plan_unreadable(job: StreamingJob, error: str, now: datetime) -> HealthPlan:
+def decide_unreadable(job: StreamingJob, error: str, now: datetime) -> HealthUpdate:
     """The job's reports could not be read: ``ProgressUnknown`` on it with the error and the
     fix, and a Warning Event when it turns True. Progress and health keep their last values
     (nothing is known that would change them)."""
@@ -192,7 +192,7 @@ def plan_unreadable(job: StreamingJob, error: str, now: datetime) -> HealthPlan:
     verdict = Verdict("", "ReportUnreadable", msg)
     conds = set_conditions(previous, {PROGRESS_UNKNOWN: True}, verdict, rfc3339(now), job.metadata.generation)
     events = () if was is not None and was.status == "True" else (Event("Warning", "ReportUnreadable", msg),)
-    return HealthPlan({"conditions": [c.model_dump(by_alias=True) for c in conds]}, events)
+    return HealthUpdate({"conditions": [c.model_dump(by_alias=True) for c in conds]}, events)
 
 
 def health_gauges(reports: list[ProgressReport]) -> dict[str, dict[str, float]]:

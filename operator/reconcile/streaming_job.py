@@ -76,19 +76,19 @@ def decide_streaming_job(
     ``spec.initialSnapshot`` (while one is due)."""
     job = effective(job)
     requests = book(job, answers, now)
-    plan = _decide(job, app, now, requests, restarts, initial, drained)
-    return _with_requests(plan, job, requests)
+    intent = _decide(job, app, now, requests, restarts, initial, drained)
+    return _with_requests(intent, job, requests)
 
 
-def _with_requests(plan: JobIntent, job: StreamingJob, requests: Book) -> JobIntent:
-    """The snapshot history and its Events in the plan; the control ConfigMap when a request
+def _with_requests(intent: JobIntent, job: StreamingJob, requests: Book) -> JobIntent:
+    """The snapshot history and its Events in the intent; the control ConfigMap when a request
     was added (applied before the status that records it)."""
     fields = requests.status()
     if not fields:
-        return plan
-    events = plan.events + tuple(Event(*e) for e in requests.events)
-    control = control_map(owner_of(job), requests.open) if requests.added else plan.control_map
-    return replace(plan, status={**plan.status, **fields}, events=events, control_map=control)
+        return intent
+    events = intent.events + tuple(Event(*e) for e in requests.events)
+    control = control_map(owner_of(job), requests.open) if requests.added else intent.control_map
+    return replace(intent, status={**intent.status, **fields}, events=events, control_map=control)
 
 
 def _decide(

@@ -101,44 +101,44 @@ def decide_backfill(
     ``planning``: the plan application, its report and the namespace's calibration runs.
     ``turn``: whether the queue lets it start now (None: no limits). ``run_report``: what its driver
     measured of its micro-batches, once its application completed (calibrates the next ETAs)."""
-    plan = _decide(bf, job, app, coordinator_url, now, admin_token, job_saved, publish_app, report, planning, turn)
-    plan = _without_credential_when_stopped(_job_deleted_said(bf, plan, job_saved), app)
+    intent = _decide(bf, job, app, coordinator_url, now, admin_token, job_saved, publish_app, report, planning, turn)
+    intent = _without_credential_when_stopped(_job_deleted_said(bf, intent, job_saved), app)
     phase_now = bf.status.phase if bf.status else None
-    if plan.status.get("phase") != "Succeeded" or phase_now == "Succeeded" or job is None:
-        return plan
+    if intent.status.get("phase") != "Succeeded" or phase_now == "Succeeded" or job is None:
+        return intent
     if run_report is not None and run_report.mode is not None:
         said = {"alignmentMode": run_report.mode, "alignmentModeReason": run_report.mode_reason}
-        plan = replace(plan, status={**plan.status, **said})
+        intent = replace(intent, status={**intent.status, **said})
     run = measured(bf, job, datetime.fromisoformat(now.replace("Z", "+00:00")), run_report)
     if run is None:
-        return plan
-    return replace(plan, status={**plan.status, "calibration": calibration(run)}, record_calibration=run)
+        return intent
+    return replace(intent, status={**intent.status, "calibration": calibration(run)}, record_calibration=run)
 
 
-def _job_deleted_said(bf: Backfill, plan: BackfillIntent, job_saved: bool) -> BackfillIntent:
+def _job_deleted_said(bf: Backfill, intent: BackfillIntent, job_saved: bool) -> BackfillIntent:
     """The first decision made with the kept copy says that the job is gone: status.jobDeleted
     and one Warning (none more if the decision itself already warns JobDeleted)."""
     if not job_saved or (bf.status is not None and bf.status.job_deleted):
-        return plan
-    events = plan.events
+        return intent
+    events = intent.events
     if all(e.reason != "JobDeleted" for e in events):
         name = bf.spec.job_ref.name
         then = (
             "bump spec.restartNonce to resume with the configuration kept at submission"
-            if plan.status.get("phase") == "Failed"
+            if intent.status.get("phase") == "Failed"
             else "going on with the configuration kept at submission"
         )
         events = (Event("Warning", "JobDeleted", f"StreamingJob {name} was deleted: {then}"), *events)
-    return replace(plan, status={**plan.status, "jobDeleted": True}, events=events)
+    return replace(intent, status={**intent.status, "jobDeleted": True}, events=events)
 
 
-def _without_credential_when_stopped(plan: BackfillIntent, app: dict[str, Any] | None) -> BackfillIntent:
+def _without_credential_when_stopped(intent: BackfillIntent, app: dict[str, Any] | None) -> BackfillIntent:
     """A failed backfill whose application is gone or ended, like one that left its group,
     drops its coordinator credential: no driver is left to present it, and it must not outlive
     the run it was made for. One still running keeps it (a spec made invalid mid-run fails the
     backfill, not its driver)."""
-    stopped = plan.status.get("phase") == "Failed" and (app is None or app_state(app) in ENDED)
-    return replace(plan, delete_secret=True) if stopped or plan.leave_group is not None else plan
+    stopped = intent.status.get("phase") == "Failed" and (app is None or app_state(app) in ENDED)
+    return replace(intent, delete_secret=True) if stopped or intent.leave_group is not None else intent
 
 
 def _decide(

@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kappa_operator.models.streaming_job import RestartSpec, StreamingJob
-from kappa_operator.reconcile.health import health_gauges, plan_health
+from kappa_operator.reconcile.health import decide_health, health_gauges
 from kappa_operator.reconcile.restarts import backoff
 from kappa_operator.reconcile.streaming_job import decide_streaming_job, spark_ui
 from kappa_operator.service.metrics import OperatorMetrics
@@ -69,7 +69,7 @@ def test_a_progress_event_becomes_the_report_status_shows() -> None:
     assert (
         from_progress(SINK, {**progress, "eventTime": {"watermark": "1970-01-01T00:00:00.000Z"}}, T0).watermark is None
     )
-    plan = plan_health(job(running_since(T0)), [r], T0 + timedelta(minutes=1))
+    plan = decide_health(job(running_since(T0)), [r], T0 + timedelta(minutes=1))
     (shown,) = plan.status["progress"]
     assert shown == {
         "sink": SINK,
@@ -87,18 +87,18 @@ def test_a_progress_event_becomes_the_report_status_shows() -> None:
 
 def test_silence_past_the_timeout_is_stalled_and_an_idle_heartbeat_is_not() -> None:
     j = job(running_since(T0), health={"progressTimeout": "10m"})
-    fine = plan_health(j, [report(SINK, T0 + timedelta(minutes=2))], T0 + timedelta(minutes=11))
+    fine = decide_health(j, [report(SINK, T0 + timedelta(minutes=2))], T0 + timedelta(minutes=11))
     assert conditions(fine.status)["Stalled"] == ("False", "Progressing") and fine.events == ()
-    silent = plan_health(j, [report(SINK, T0 + timedelta(minutes=2))], T0 + timedelta(minutes=13))
+    silent = decide_health(j, [report(SINK, T0 + timedelta(minutes=2))], T0 + timedelta(minutes=13))
     assert conditions(silent.status)["Stalled"] == ("True", "NoProgress")
     assert [(e.type, e.reason) for e in silent.events] == [("Warning", "Stalled")]
     assert SINK in silent.events[0].message and "10m" in silent.events[0].message
     idle = report(SINK, T0 + timedelta(minutes=2), heartbeat=T0 + timedelta(minutes=12))
-    assert conditions(plan_health(j, [idle], T0 + timedelta(minutes=13)).status)["Stalled"][0] == "False"
-    nothing = plan_health(j, [], T0 + timedelta(minutes=11))
+    assert conditions(decide_health(j, [idle], T0 + timedelta(minutes=13)).status)["Stalled"][0] == "False"
+    nothing = decide_health(j, [], T0 + timedelta(minutes=11))
     assert conditions(nothing.status)["Stalled"] == ("True", "NoProgress"), "never reported since it runs"
     again = job({**running_since(T0), "conditions": silent.status["conditions"]})
-    back = plan_health(again, [report(SINK, T0 + timedelta(minutes=14))], T0 + timedelta(minutes=15))
+    back = decide_health(again, [report(SINK, T0 + timedelta(minutes=14))], T0 + timedelta(minutes=15))
     assert conditions(back.status)["Stalled"] == ("False", "Progressing")
     assert [(e.type, e.reason) for e in back.events] == [("Normal", "Progressing")]
 
@@ -106,32 +106,32 @@ def test_silence_past_the_timeout_is_stalled_and_an_idle_heartbeat_is_not() -> N
 def test_a_report_from_before_a_restart_counts_from_the_restart() -> None:
     restarted = job(running_since(T0 + timedelta(hours=1)))
     old = report(SINK, T0)
-    plan = plan_health(restarted, [old], T0 + timedelta(hours=1, minutes=5))
+    plan = decide_health(restarted, [old], T0 + timedelta(hours=1, minutes=5))
     assert conditions(plan.status)["Stalled"][0] == "False"
 
 
 def test_a_job_that_does_not_run_is_not_assessed_and_a_refused_spec_stays_stalled() -> None:
     stopped = job({"phase": "BackingOff", "conditions": []})
-    assert "conditions" not in plan_health(stopped, [], T0).status, "no condition written"
+    assert "conditions" not in decide_health(stopped, [], T0).status, "no condition written"
     refused = running_since(T0)
     refused["conditions"].append(
         {"type": "Stalled", "status": "True", "reason": "InvalidSpec", "message": "x", "lastTransitionTime": rfc(T0)}
     )
-    plan = plan_health(job(refused), [report(SINK, T0)], T0 + timedelta(minutes=1))
+    plan = decide_health(job(refused), [report(SINK, T0)], T0 + timedelta(minutes=1))
     assert conditions(plan.status)["Stalled"] == ("True", "InvalidSpec")
 
 
 def test_lagging_by_kafka_records_or_by_watermark() -> None:
     j = job(running_since(T0), health={"maxKafkaLag": 100, "maxWatermarkDelay": "30m"})
     behind = [PartitionLag(topic="t", partition=0, offset=0, latest=150)]
-    plan = plan_health(j, [report(SINK, T0, partitions=behind)], T0 + timedelta(minutes=1))
+    plan = decide_health(j, [report(SINK, T0, partitions=behind)], T0 + timedelta(minutes=1))
     assert conditions(plan.status)["Lagging"] == ("True", "Behind")
     assert "150 Kafka records" in plan.events[0].message
     old_mark = report(SINK, T0, watermark=T0 - timedelta(hours=1))
-    plan = plan_health(j, [old_mark], T0 + timedelta(minutes=1))
+    plan = decide_health(j, [old_mark], T0 + timedelta(minutes=1))
     assert conditions(plan.status)["Lagging"] == ("True", "Behind") and "maxWatermarkDelay" in plan.events[0].message
     fresh = report(SINK, T0, watermark=T0 - timedelta(minutes=5))
-    assert conditions(plan_health(j, [fresh], T0 + timedelta(minutes=1)).status)["Lagging"][0] == "False"
+    assert conditions(decide_health(j, [fresh], T0 + timedelta(minutes=1)).status)["Lagging"][0] == "False"
 
 
 def test_progress_and_health_are_gauges() -> None:
