@@ -17,7 +17,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from kappa_operator.handlers.context import ctx
-from kappa_operator.reconcile.node_drain import DrainedDriver, cordoned, drained_driver
+from kappa_operator.reconcile.node_drain import DrainedDriver, cordoned, drained_driver, driver_pod_left
 from kappa_operator.reconcile.node_loss import (
     DRIVER_LOST_ANNOTATION,
     driver_lost_note,
@@ -60,6 +60,11 @@ def driver_drained(namespace: str, app: str) -> DrainedDriver | None:
     if not nodes:
         return None
     return drained_driver(ctx().cluster().pods_of_application(namespace, app), set(nodes))
+
+
+def driver_left(namespace: str, app: str) -> bool:
+    """Whether a driver pod of the application still exists (a move waits for it to go)."""
+    return driver_pod_left(ctx().cluster().pods_of_application(namespace, app))
 
 
 def clear_lost_pods(kind: str, body: kopf.Body) -> int:

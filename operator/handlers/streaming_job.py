@@ -22,7 +22,7 @@ from kappa_operator.handlers.context import (
     reported,
     with_driver_words,
 )
-from kappa_operator.handlers.nodes import driver_drained
+from kappa_operator.handlers.nodes import driver_drained, driver_left
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.observe.restore_points import initial_points
@@ -134,7 +134,13 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     app = with_driver_words(ctx().cluster().get_app(owner.namespace, owner.app_name, owner), owner.namespace, recorded)
     initial = initial_seen(job, owner) if initial_pending(job) and app is None else None
     drained = driver_drained(owner.namespace, owner.app_name) if app is not None else None
-    intent = decide_streaming_job(job, app, now_rfc3339(), snapshot_answers(job), initial=initial, drained=drained)
+    record = job.status.node_drain if job.status else None
+    left = (
+        app is None and record is not None and record.step == "Moving" and driver_left(owner.namespace, owner.app_name)
+    )
+    intent = decide_streaming_job(
+        job, app, now_rfc3339(), snapshot_answers(job), initial=initial, drained=drained, driver_left=left
+    )
     act(intent, job, body)
 
 

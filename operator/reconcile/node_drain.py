@@ -65,6 +65,11 @@ def drained_driver(pods: list[Mapping[str, Any]], cordoned_nodes: Collection[str
     return None
 
 
+def driver_pod_left(pods: list[Mapping[str, Any]]) -> bool:
+    """Whether a driver pod of the application still exists, running or being deleted."""
+    return any(((pod.get("metadata") or {}).get("labels") or {}).get(ROLE_LABEL) == "driver" for pod in pods)
+
+
 def drain_nonce(driver: DrainedDriver) -> str:
     """The snapshot before moving this driver: one per driver pod (a drain retried, or the
     operator restarted meanwhile, asks for the same one)."""
@@ -122,6 +127,17 @@ def move(
     # Moving: the old application goes (it may still show, ended or being deleted), the new one
     # is created once it is gone, and runs (the Running branch clears the record)
     if app is not None and (app.get("metadata", {}).get("deletionTimestamp") or created_before(app, record.started_at)):
+        return JobIntent()
+    return None
+
+
+def waits_for_old_driver(job: StreamingJob, driver_left: bool) -> JobIntent | None:
+    """A move's new application waits until the old driver's pod is gone, not only its
+    application: the pod outlives the application while it terminates, the new driver has its
+    name, and the spark-operator would take the old pod's end (exit 137) for the new
+    application's failure, a restart counted for a move (seen under load). None: create it."""
+    record = job.status.node_drain if job.status else None
+    if record is not None and record.step == "Moving" and driver_left:
         return JobIntent()
     return None
 

@@ -25,7 +25,7 @@ from kappa_operator.reconcile.initial_snapshot import (
     start_from_snapshot,
 )
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
-from kappa_operator.reconcile.node_drain import DrainedDriver, move
+from kappa_operator.reconcile.node_drain import DrainedDriver, move, waits_for_old_driver
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.reconcile.restarts import REFUSED, next_restart, parse_time, refused_its_configuration
 from kappa_operator.reconcile.snapshot_requests import Answers, Book, book
@@ -67,16 +67,18 @@ def decide_streaming_job(
     restarts: bool = True,
     initial: InitialSeen | None = None,
     drained: DrainedDriver | None = None,
+    driver_left: bool = False,
 ) -> JobIntent:
     """``answers``: the driver's answers to the open snapshot requests (read by the handler).
     ``drained``: the running driver's pod, when its node is cordoned (read by the handler while
-    a node is).
+    a node is). ``driver_left``: a driver pod of the application still exists (read while a
+    move waits for the old application to go).
     ``restarts``: False for ``kappa run``, whose local run ends by design (availableNow) and
     is shown as it ended, never restarted. ``initial``: what the handler saw of the restore of
     ``spec.initialSnapshot`` (while one is due)."""
     job = effective(job)
     requests = book(job, answers, now)
-    intent = _decide(job, app, now, requests, restarts, initial, drained)
+    intent = _decide(job, app, now, requests, restarts, initial, drained, driver_left)
     return _with_requests(intent, job, requests)
 
 
@@ -99,6 +101,7 @@ def _decide(
     restarts: bool,
     initial: InitialSeen | None,
     drained: DrainedDriver | None,
+    driver_left: bool = False,
 ) -> JobIntent:
     owner = owner_of(job)
     previous: list[Condition] = list(job.status.conditions) if job.status else []
@@ -170,7 +173,8 @@ def _decide(
         )
 
     if app is None:
-        return _create(job, owner, cfg, digest, requests, status)
+        waiting = waits_for_old_driver(job, driver_left)
+        return waiting if waiting is not None else _create(job, owner, cfg, digest, requests, status)
 
     if running_hash != digest:
         return upgrade(job, app, running_hash, digest, now, requests, status)

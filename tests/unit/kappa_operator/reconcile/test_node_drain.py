@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from kappa_operator.reconcile.job_intent import JobIntent
-from kappa_operator.reconcile.node_drain import DrainedDriver, cordoned, drain_nonce, drained_driver
+from kappa_operator.reconcile.node_drain import DrainedDriver, cordoned, drain_nonce, drained_driver, driver_pod_left
 from kappa_operator.reconcile.streaming_job import decide_streaming_job
 from kappa_operator.render.disruption_budget import driver_disruption_budget
 from kappa_operator.render.spark_application import Owner
@@ -25,6 +25,12 @@ def pod(role: str, node: str, phase: str = "Running", deleting: bool = False) ->
     if deleting:
         meta["deletionTimestamp"] = "2026-11-26T10:00:00Z"
     return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
+def test_a_driver_pod_left_is_one_running_or_being_deleted() -> None:
+    assert driver_pod_left([pod("driver", "node-2", deleting=True)])
+    assert driver_pod_left([pod("executor", "node-1"), pod("driver", "node-1", "Pending")])
+    assert not driver_pod_left([pod("executor", "node-2", deleting=True)]) and not driver_pod_left([])
 
 
 def test_the_running_driver_on_a_cordoned_node_is_found_and_nothing_else() -> None:
@@ -87,6 +93,8 @@ def test_a_drain_takes_a_snapshot_then_moves_the_job_from_its_checkpoint_without
         "status": {"applicationState": {"state": "FAILED"}},
     }
     assert decide_streaming_job(job(data, status), old, at(1.6)) == JobIntent()
+    # ... and its driver's pod, terminating after it: the new driver will have its name
+    assert decide_streaming_job(job(data, status), None, at(1.65), driver_left=True) == JobIntent()
     # 4. gone: created again (the scheduler places it off the cordoned node), budget with it
     again = decide_streaming_job(job(data, status), None, at(1.7))
     assert again.create_app is not None and again.disruption_budget is not None
