@@ -56,6 +56,12 @@ class RecordingService:
         with self._lock:
             return sorted(self.arrivals)
 
+    def __enter__(self) -> RecordingService:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)

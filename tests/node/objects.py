@@ -3,7 +3,9 @@ application, the example Backfill over the tests' history, a branch's rows and c
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import yaml
@@ -28,6 +30,21 @@ def kubectl(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
     )
     assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
     return done.stdout
+
+
+@contextlib.contextmanager
+def removed_after(cluster: LocalCluster, *objects: tuple[str, str]) -> Iterator[None]:
+    """``(kind, name)`` objects deleted when the block ends, passed or failed: a failed test's
+    jobs must not hold the jobs nodes' capacity (or their topics' consumers) from the tests
+    after it. A delete that fails is left to the session's end (the test's own error shows)."""
+    try:
+        yield
+    finally:
+        for kind, name in objects:
+            with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
+                kubectl(
+                    cluster, "delete", kind, name, "-n", JOBS, "--ignore-not-found", "--wait=true", "--timeout=120s"
+                )
 
 
 def pods_of(cluster: LocalCluster, namespace: str, selector: str) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from kappa_operator.local_cluster.node import GATEWAY
 from kappa_operator.local_cluster.storage import BUCKET
 from spark_app.examples.generator import GeneratedStats
 from spark_app.examples.promotions import PromotionsConfig, write_promotions
-from tests.node.objects import WINDOW, kubectl, phase_of
+from tests.node.objects import WINDOW, kubectl, phase_of, removed_after
 from tests.spark.test_own_pipeline import package_zip
 
 EXAMPLES = ROOT / "examples"
@@ -74,8 +74,9 @@ def test_every_other_example_runs_on_the_three_nodes(
     write_promotions(catalog, PromotionsConfig(START, hours=2))
     archive = package_zip(tmp_path / "watch_time-0.1.0.zip")
     cluster.store.client().upload_file(str(archive), BUCKET, ZIP_KEY)
-    service = RecordingService(host=GATEWAY)
-    try:
+    objects = [("backfill", name) for name in BACKFILLS] + [("streamingjob", name) for name in JOBS_AND_SINKS]
+    # the jobs deleted first, then the service they call stopped
+    with RecordingService(host=GATEWAY) as service, removed_after(cluster, *objects):
         for name, (file, _) in JOBS_AND_SINKS.items():
             job = cluster.streaming_job(documents(file)["StreamingJob"])
             assert job["metadata"]["name"] == name
@@ -142,8 +143,6 @@ def test_every_other_example_runs_on_the_three_nodes(
         limit = said["status"]["externalCalls"]
         assert limit, said["status"]
         assert len(service.times()) > calls, "the Backfill called the service too"
-    finally:
-        service.stop()
     record_property(
         "measured",
         json.dumps(
@@ -155,7 +154,3 @@ def test_every_other_example_runs_on_the_three_nodes(
             }
         ),
     )
-    for name in BACKFILLS:
-        kubectl(cluster, "delete", "backfill", name, "-n", JOBS, "--wait=true", "--timeout=120s")
-    for name in JOBS_AND_SINKS:
-        kubectl(cluster, "delete", "streamingjob", name, "-n", JOBS, "--wait=true", "--timeout=120s")
