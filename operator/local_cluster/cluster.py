@@ -113,8 +113,8 @@ class LocalCluster:
         driver and its executor fit on a 2-core node beside the operators; and their JVMs
         compiling with C1 only and collecting with one thread (``SMALL_NODE_JVM``)."""
         return {
-            "spark.kubernetes.driver.request.cores": "300m",
-            "spark.kubernetes.executor.request.cores": "300m",
+            "spark.kubernetes.driver.request.cores": "200m",
+            "spark.kubernetes.executor.request.cores": "200m",
             "spark.driver.extraJavaOptions": SMALL_NODE_JVM,
             "spark.executor.extraJavaOptions": SMALL_NODE_JVM,
             "spark.hadoop.fs.s3a.endpoint": self.store.endpoint,
