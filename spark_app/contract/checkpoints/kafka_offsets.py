@@ -9,6 +9,7 @@ upstream job stopped)."""
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from typing import Literal
 
@@ -18,6 +19,8 @@ PartitionOffsets = dict[tuple[str, int], int]
 """(topic, partition) -> offset."""
 
 TIMEOUT_S = 15
+RETRIES = 4
+"""Attempts after a retriable error (a partition's leader moving), 0.5 s, 1 s, ... apart."""
 
 
 def partitions_of(bootstrap: str, topics: Iterable[str]) -> set[tuple[str, int]]:
@@ -61,14 +64,32 @@ def offsets(
         return {}
     spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    try:
-        answers = admin.list_offsets({TopicPartition(t, p): spec for t, p in present}, request_timeout=TIMEOUT_S)
-        return {(tp.topic, tp.partition): f.result(timeout=2 * TIMEOUT_S).offset for tp, f in answers.items()}
-    except KafkaException as exc:
-        raise KappaError(f"could not ask Kafka ({bootstrap}) for the {which} offsets: {exc}") from exc
+    for attempt in range(RETRIES + 1):
+        try:
+            answers = admin.list_offsets({TopicPartition(t, p): spec for t, p in present}, request_timeout=TIMEOUT_S)
+            return {(tp.topic, tp.partition): f.result(timeout=2 * TIMEOUT_S).offset for tp, f in answers.items()}
+        except KafkaException as exc:
+            # a partition's leader moving (a new topic's, a broker's restart) is retriable:
+            # asked again once the metadata has caught up
+            if attempt < RETRIES and _leader_moving(exc):
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            raise KappaError(f"could not ask Kafka ({bootstrap}) for the {which} offsets: {exc}") from exc
+    raise AssertionError("unreachable")
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     """partition -> the offset the next record written to it gets (every partition of ``topic``)."""
     found = offsets(bootstrap, partitions_of(bootstrap, [topic]), "latest")
     return {p: o for (_, p), o in found.items()}
+
+
+def _leader_moving(exc: Exception) -> bool:
+    """A retriable error, or one naming a partition whose leader is not (yet) known here."""
+    from confluent_kafka import KafkaError
+
+    error = exc.args[0] if exc.args else None
+    if not isinstance(error, KafkaError):
+        return False
+    moving = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+    return error.retriable() or error.code() in moving
