@@ -134,10 +134,8 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     app = with_driver_words(ctx().cluster().get_app(owner.namespace, owner.app_name, owner), owner.namespace, recorded)
     initial = initial_seen(job, owner) if initial_pending(job) and app is None else None
     drained = driver_drained(owner.namespace, owner.app_name) if app is not None else None
-    record = job.status.node_drain if job.status else None
-    left = (
-        app is None and record is not None and record.step == "Moving" and driver_left(owner.namespace, owner.app_name)
-    )
+    drain = job.status.node_drain if job.status else None
+    left = app is None and drain is not None and drain.step == "Moving" and driver_left(owner.namespace, owner.app_name)
     intent = decide_streaming_job(
         job, app, now_rfc3339(), snapshot_answers(job), initial=initial, drained=drained, driver_left=left
     )
