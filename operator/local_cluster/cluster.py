@@ -22,10 +22,11 @@ from typing import Any
 import yaml
 
 from kappa_operator.local.kafka import KafkaBroker
+from kappa_operator.local_cluster.addresses import GATEWAY, JOBS_POOL, SYSTEM_POOL
 from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries, eventually
 from kappa_operator.local_cluster.images import OPERATOR_IMAGE, SPARK_IMAGE, SPARK_OPERATOR_IMAGE, build_all
 from kappa_operator.local_cluster.kubernetes import Kubernetes
-from kappa_operator.local_cluster.node import GATEWAY, JOBS_POOL, SYSTEM_POOL, bridge
+from kappa_operator.local_cluster.network import bridge
 from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.local_cluster.storage import (
     ACCESS_KEY,

@@ -62,8 +62,8 @@ def _pid(workdir: Path) -> int | None:
 
 
 def up(workdir: Path, console: Console, nodes: int = 1) -> int:
+    from kappa_operator.local_cluster.addresses import NodeAddress, socket_path_too_long
     from kappa_operator.local_cluster.kubernetes import node_count_refused
-    from kappa_operator.local_cluster.node import NodeAddress, socket_path_too_long
 
     if refused := node_count_refused(nodes):
         raise ClusterCommandError(refused)
@@ -144,8 +144,8 @@ def down(workdir: Path, console: Console) -> int:
 def _ended(workdir: Path) -> int:
     """No supervisor, but perhaps what it started: one killed (SIGKILL, the OOM killer) never
     stopped its parts, whose ports and containers then keep the next `up` from starting. They
-    are ended here as its stop would have (``node.sweep``); how many were left is returned."""
-    from kappa_operator.local_cluster.node import sweep
+    are ended here as its stop would have (``sweep.sweep``); how many were left is returned."""
+    from kappa_operator.local_cluster.sweep import sweep
 
     parts = workdir / "parts"
     left = left_running(parts)
@@ -172,9 +172,9 @@ def _anew(parts: Path) -> None:
 def left_running(parts: Path) -> list[int]:
     """The processes a cluster started from ``parts`` that still run, this one aside: those
     naming the directory or the catalog database's (``storage.database_home``), and the nodes'
-    containers (``node.container_processes``). A stopped cluster leaves none."""
-    from kappa_operator.local_cluster.node import container_ids, container_processes
+    containers (``sweep.container_processes``). A stopped cluster leaves none."""
     from kappa_operator.local_cluster.storage import database_home
+    from kappa_operator.local_cluster.sweep import container_ids, container_processes
 
     named = set()
     for where in (parts, database_home(parts / "storage")):

@@ -19,22 +19,12 @@ from pathlib import Path
 
 import yaml
 
+from kappa_operator.local_cluster.addresses import GATEWAY, MAX_NODES, NodeAddress, NodeError, socket_path_too_long
 from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, eventually, spawn
-from kappa_operator.local_cluster.node import (
-    GATEWAY,
-    MAX_NODES,
-    Node,
-    NodeAddress,
-    NodeError,
-    bridge,
-    busybox_image,
-    coredns_image,
-    missing_parts,
-    pause_image,
-    small_archive,
-    socket_path_too_long,
-)
+from kappa_operator.local_cluster.network import bridge
+from kappa_operator.local_cluster.node import Node, missing_parts
 from kappa_operator.local_cluster.rest import kubeconfig, path_of
+from kappa_operator.local_cluster.system_images import busybox_image, coredns_image, pause_image, small_archive
 
 
 def node_count_refused(count: int) -> str | None:
@@ -126,7 +116,7 @@ class Kubernetes:
 
     def load_archive(self, archive: Path, pool: str | None = None) -> None:
         """An image archive into the containerd of every node of ``pool`` (a label of
-        ``node.NodeAddress.labels``; None: every node), side by side: each node keeps its own
+        ``addresses.NodeAddress.labels``; None: every node), side by side: each node keeps its own
         images, as each VM of a cluster pulls its own, and only those its pods run (the Spark
         image on the nodes of jobs, the operators' on the node of the cluster's services)."""
         nodes = [n for n in self.nodes if pool is None or pool in n.address.labels(n.count)]

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kappa_operator.local_cluster.addresses import PODS
 from kappa_operator.local_cluster.control_plane import stopped
-from kappa_operator.local_cluster.node import PODS
 
 ACCESS_KEY, SECRET_KEY, REGION = "kappa", "kappa-secret", "us-east-1"
 BUCKET = "lake"

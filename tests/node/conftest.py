@@ -22,9 +22,9 @@ from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, Local
 from kappa_operator.local_cluster.commands import left_running
 from kappa_operator.local_cluster.control_plane import ROOT
 from kappa_operator.local_cluster.kubernetes import Kubernetes
-from kappa_operator.local_cluster.node import cgroup_hierarchies, container_ids, container_processes
 from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.local_cluster.storage import database_home
+from kappa_operator.local_cluster.sweep import cgroup_hierarchies, container_ids, container_processes
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 from tests.node.objects import NODES, backfill, branch_rows
 

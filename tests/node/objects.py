@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
+from kappa_operator.local_cluster.addresses import NodeAddress
 from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT
-from kappa_operator.local_cluster.node import NodeAddress
 from kappa_operator.local_cluster.rest import path_of
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID
 
@@ -121,3 +121,19 @@ VALUES = {
     "impressions": "impression_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP",
     "playbacks": "playback_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP, duration_s INT",
 }
+
+
+def pod(namespace: str, name: str, image: str, script: str, **spec: Any) -> dict[str, Any]:
+    """A one-container pod that runs ``script`` once, for probes of the nodes' network."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": image, "imagePullPolicy": "Never", "command": ["/bin/sh", "-c", script]}
+            ],
+            **spec,
+        },
+    }

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from kappa_operator.local_cluster.addresses import SOCKETS, NodeAddress
 from kappa_operator.local_cluster.cluster import OPERATOR_NAMESPACE
 from kappa_operator.local_cluster.commands import left_running
-from kappa_operator.local_cluster.node import SOCKETS, NodeAddress
 
 KAPPA = Path(sys.executable).parent / "kappa"
 

@@ -28,9 +28,9 @@ import yaml
 
 from harness.external_service import RecordingService
 from kappa_operator.local.example_data import START
+from kappa_operator.local_cluster.addresses import GATEWAY
 from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, eventually
-from kappa_operator.local_cluster.node import GATEWAY
 from kappa_operator.local_cluster.storage import BUCKET
 from spark_app.examples.generator import GeneratedStats
 from spark_app.examples.promotions import PromotionsConfig, write_promotions

@@ -21,12 +21,13 @@ import yaml
 from confluent_kafka import Producer
 
 from kappa_operator.local.example_data import START
+from kappa_operator.local_cluster.addresses import PODS, SERVICES
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, eventually
 from kappa_operator.local_cluster.images import SPARK_IMAGE
 from kappa_operator.local_cluster.kubernetes import Kubernetes
-from kappa_operator.local_cluster.node import BUSYBOX, PODS, SERVICES, pod
 from kappa_operator.local_cluster.rest import path_of
+from kappa_operator.local_cluster.system_images import BUSYBOX
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
 from tests.node.objects import (
     KAFKA_METADATA,
@@ -37,6 +38,7 @@ from tests.node.objects import (
     branch_rows,
     kubectl,
     phase_of,
+    pod,
     pods_of,
     running,
 )

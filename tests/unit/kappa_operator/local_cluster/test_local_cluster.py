@@ -15,23 +15,21 @@ from typing import Any, cast
 import pytest
 import yaml
 
+from kappa_operator.local_cluster.addresses import (
+    PODS,
+    SOCKET_PATH_MAX,
+    NodeAddress,
+    NodeError,
+    routes_of,
+    socket_path_too_long,
+)
 from kappa_operator.local_cluster.cluster import CREDENTIALS, LocalCluster
 from kappa_operator.local_cluster.commands import ClusterCommandError, example_manifests, left_running, up
 from kappa_operator.local_cluster.control_plane import ROOT
 from kappa_operator.local_cluster.images import CONTEXT, SPARK_IMAGE
 from kappa_operator.local_cluster.kubernetes import node_count_refused
-from kappa_operator.local_cluster.node import (
-    PODS,
-    SOCKET_PATH_MAX,
-    NodeAddress,
-    NodeError,
-    container_ids,
-    container_processes,
-    in_containers,
-    routes_of,
-    socket_path_too_long,
-)
 from kappa_operator.local_cluster.storage import ACCESS_KEY, SECRET_KEY, CatalogDatabase, ObjectStore, database_home
+from kappa_operator.local_cluster.sweep import container_ids, container_processes, in_containers
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
