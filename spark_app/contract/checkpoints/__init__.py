@@ -26,10 +26,10 @@ forks a new id instead.
 from spark_app.contract.checkpoints.catalog import BatchInfo, SourceOffset, list_batches, query_id, read_batch
 from spark_app.contract.checkpoints.errors import (
     CheckpointError,
+    DestinationNotEmptyError,
     IncompleteCheckpointError,
     NoRestorablePointError,
     SnapshotDamagedError,
-    TargetNotEmptyError,
     TimelineConflictError,
 )
 from spark_app.contract.checkpoints.restore import choose, restore
@@ -46,6 +46,7 @@ from spark_app.contract.storage import Location, S3Options, open_location
 __all__ = [
     "BatchInfo",
     "CheckpointError",
+    "DestinationNotEmptyError",
     "IncompleteCheckpointError",
     "Location",
     "Manifest",
@@ -53,7 +54,6 @@ __all__ = [
     "S3Options",
     "SnapshotDamagedError",
     "SourceOffset",
-    "TargetNotEmptyError",
     "TimelineConflictError",
     "apply_retention",
     "choose",

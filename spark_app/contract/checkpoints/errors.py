@@ -15,8 +15,8 @@ class TimelineConflictError(CheckpointError):
     """A snapshot of this batch exists but was taken from another timeline (before a rewind)."""
 
 
-class TargetNotEmptyError(CheckpointError):
-    """A restore target holds files that are not this snapshot's: restore never overwrites."""
+class DestinationNotEmptyError(CheckpointError):
+    """A restore destination holds files that are not this snapshot's: restore never overwrites."""
 
 
 class SnapshotDamagedError(CheckpointError):

@@ -3,8 +3,8 @@ at exactly the snapshot's next batch.
 
 Spark restarts from the newest ``offsets/N`` and ``commits/N``: with both present it plans
 batch N+1 from ``offsets/N`` and loads state version N+1. A restored location holds exactly the
-snapshot's files, so that is where it resumes. Restore only ever creates files in the target:
-the live checkpoint is never written to, and a target holding anything else is refused.
+snapshot's files, so that is where it resumes. Restore only ever creates files in its destination:
+the live checkpoint is never written to, and a destination holding anything else is refused.
 
 Files are written in an order that never looks like a committed batch before it is one: state,
 sources and offsets first, then ``metadata``, then the commit log, ``commits/N`` last. An
@@ -22,9 +22,9 @@ from datetime import datetime
 from spark_app.contract.checkpoints import layout
 from spark_app.contract.checkpoints.errors import (
     CheckpointError,
+    DestinationNotEmptyError,
     NoRestorablePointError,
     SnapshotDamagedError,
-    TargetNotEmptyError,
 )
 from spark_app.contract.checkpoints.snapshots import POOL, Manifest, missing_objects
 from spark_app.contract.storage import FileStat, Location, copy_many
@@ -72,14 +72,14 @@ def restore_order(manifest: Manifest) -> list[list[str]]:
     return [g for g in groups if g]
 
 
-def restore_plan(manifest: Manifest, existing: Mapping[str, FileStat]) -> list[list[str]]:
-    """What is left to copy into a target holding ``existing``. Raises TargetNotEmptyError when
-    the target holds a file that is not this snapshot's (or has another size): only an empty
-    target, or one a restore of this very snapshot was interrupted in, is written to."""
+def copies_left(manifest: Manifest, existing: Mapping[str, FileStat]) -> list[list[str]]:
+    """What is left to copy into a destination holding ``existing``. Raises DestinationNotEmptyError when
+    the destination holds a file that is not this snapshot's (or has another size): only an empty
+    destination, or one a restore of this very snapshot was interrupted in, is written to."""
     foreign = sorted(rel for rel, st in existing.items() if rel not in manifest.files or manifest.files[rel] != st.size)
     if foreign:
-        raise TargetNotEmptyError(
-            f"the restore target holds {len(foreign)} file(s) that are not part of the snapshot of batch "
+        raise DestinationNotEmptyError(
+            f"the restore destination holds {len(foreign)} file(s) that are not part of the snapshot of batch "
             f"{manifest.batch_id} (e.g. {foreign[0]}): restore into a fresh, empty location; the live "
             "checkpoint is never written to"
         )
@@ -87,22 +87,24 @@ def restore_plan(manifest: Manifest, existing: Mapping[str, FileStat]) -> list[l
 
 
 def restore(
-    external: Location, manifest: Manifest, target: Location, query_id: str | None = None, parallelism: int = 8
+    external: Location, manifest: Manifest, destination: Location, query_id: str | None = None, parallelism: int = 8
 ) -> None:
-    """Copy ``manifest``'s files from ``external`` into ``target`` (empty or absent).
+    """Copy ``manifest``'s files from ``external`` into ``destination`` (empty or absent).
 
     ``query_id`` gives the restored query a new id (``metadata``): a fork rather than the same
     query resumed. Leave it None to resume the same query, which is what Spark itself does on
     a restart; a sink that deduplicates on (query id, batch id) must then treat the batches
     after N as undone (see the package docs)."""
-    if target.uri.rstrip("/") == manifest.source.rstrip("/"):
-        raise CheckpointError(f"{target.uri} is the live checkpoint the snapshot was taken from: restore elsewhere")
-    existing = {r: st for r, st in target.list_files(hidden=True).items() if not r.endswith(".tmp")}
+    if destination.uri.rstrip("/") == manifest.source.rstrip("/"):
+        raise CheckpointError(
+            f"{destination.uri} is the live checkpoint the snapshot was taken from: restore elsewhere"
+        )
+    existing = {r: st for r, st in destination.list_files(hidden=True).items() if not r.endswith(".tmp")}
     metadata = None if query_id is None else json.dumps({"id": query_id}, separators=(",", ":")).encode()
     expected = manifest
     if metadata is not None:
         expected = manifest.model_copy(update={"files": {**manifest.files, layout.METADATA: len(metadata)}})
-    groups = restore_plan(expected, existing)
+    groups = copies_left(expected, existing)
     pool = external.list_files(POOL)
     missing = missing_objects(manifest, pool)
     if missing:
@@ -115,10 +117,10 @@ def restore(
         pairs = [(manifest.objects[r], r, manifest.files[r]) for r in group]
         if metadata is not None and layout.METADATA in group:
             pairs = [p for p in pairs if p[1] != layout.METADATA]
-            target.write_bytes(layout.METADATA, metadata)
-        result = copy_many(external, target, pairs, parallelism)
+            destination.write_bytes(layout.METADATA, metadata)
+        result = copy_many(external, destination, pairs, parallelism)
         if result.changed:
             rel = next(iter(result.changed))
             raise SnapshotDamagedError(f"pool object {rel} changed during the restore: {result.changed[rel]}")
         copied += result.bytes
-    log.info("restored batch %d into %s (%d bytes)", manifest.batch_id, target.uri, copied)
+    log.info("restored batch %d into %s (%d bytes)", manifest.batch_id, destination.uri, copied)

@@ -20,11 +20,11 @@ import pytest
 
 from harness.s3 import MotoS3
 from spark_app.contract.checkpoints import (
+    DestinationNotEmptyError,
     IncompleteCheckpointError,
     Location,
     Manifest,
     NoRestorablePointError,
-    TargetNotEmptyError,
     TimelineConflictError,
     apply_retention,
     choose,
@@ -41,7 +41,7 @@ from spark_app.contract.checkpoints import (
 )
 from spark_app.contract.checkpoints.catalog import BatchInfo, decode_offset
 from spark_app.contract.checkpoints.errors import CheckpointError, SnapshotDamagedError
-from spark_app.contract.checkpoints.restore import restore_order, restore_plan
+from spark_app.contract.checkpoints.restore import copies_left, restore_order
 from spark_app.contract.errors import KappaError
 from spark_app.contract.offsets import BackfillOffset, LiveOffset
 from spark_app.contract.storage import FileStat, S3Options
@@ -574,13 +574,13 @@ def test_restore_refuses_a_non_empty_target_and_the_live_checkpoint(local: Calla
     target = local("busy")
     target.write_bytes("offsets/7", b"v1\n{}")
     with pytest.raises(
-        TargetNotEmptyError, match=r"1 file\(s\) that are not part of the snapshot of batch 2 \(e.g. offsets/7\)"
+        DestinationNotEmptyError, match=r"1 file\(s\) that are not part of the snapshot of batch 2 \(e.g. offsets/7\)"
     ):
         restore(ext, m, target)
     assert target.list_files() == {"offsets/7": target.stat("offsets/7")}, "nothing written"
     with pytest.raises(CheckpointError, match="is the live checkpoint"):
         restore(ext, m, q.loc)
-    with pytest.raises(TargetNotEmptyError):
+    with pytest.raises(DestinationNotEmptyError):
         restore(ext, m, open_location("file://" + q.loc.uri))  # the same place spelled differently: its files refuse it
 
 
@@ -591,8 +591,8 @@ def test_an_interrupted_restore_is_completed_by_running_it_again(local: Callable
     assert m is not None
     target = local("restored")
     partial = {r: FileStat(m.files[r], 0) for r in ("offsets/0", "state/0/0/1.delta")}
-    assert restore_plan(m, partial)[-1] == ["commits/2"]
-    assert "offsets/0" not in restore_plan(m, partial)[0]
+    assert copies_left(m, partial)[-1] == ["commits/2"]
+    assert "offsets/0" not in copies_left(m, partial)[0]
     for r in partial:
         target.write_bytes(r, q.loc.read_bytes(r))
     restore(ext, m, target)
