@@ -22,6 +22,10 @@ the driver's log:
 - ``report``: driver finished -> Backfill Succeeded (the operator sees the application
   COMPLETED and ends on the publish report the driver left).
 
+Then the same Backfill again with its tasks in its driver (``executor.instances: 0``, the
+driver's two cores: `kappa run`'s ``local[2]``), measured the same way (``in_driver_*``):
+what a Backfill small enough for one pod costs when it asks for no executor.
+
 Needs root (the node). Run from the repository root::
 
     .venv/bin/python -m bench.node --json
@@ -127,6 +131,21 @@ def spark_start_split(log: str, started: float, first_task: float) -> dict[str, 
     return out
 
 
+def applied_and_finished(cluster: LocalCluster, backfill: dict[str, Any]) -> dict[str, Any]:
+    """``backfill`` applied with kubectl; its status once Succeeded (a failure raises)."""
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(backfill))
+    name = backfill["metadata"]["name"]
+
+    def finished() -> dict[str, Any] | None:
+        status = get(cluster, "Backfill", name).get("status") or {}
+        return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+    status = eventually(finished, f"Backfill {name} to finish", timeout=1800, every=1)
+    if status["phase"] != "Succeeded":
+        raise RuntimeError(f"Backfill {name} failed: {status.get('message')}")
+    return status
+
+
 def run(workdir: Path) -> dict[str, Any]:
     started = time.monotonic()
     cluster = LocalCluster.up(workdir / "cluster")
@@ -146,19 +165,18 @@ def run(workdir: Path) -> dict[str, Any]:
 
         eventually(caught_up, "the live job's first batch reported", timeout=900, every=2)
         backfill = yaml.safe_load((ROOT / "examples" / "rmi-backfill.yaml").read_text())
-        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(backfill))
         name = backfill["metadata"]["name"]
-
-        def finished() -> dict[str, Any] | None:
-            status = get(cluster, "Backfill", name).get("status") or {}
-            return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-        status = eventually(finished, "the Backfill to finish", timeout=1800, every=1)
-        if status["phase"] != "Succeeded":
-            raise RuntimeError(f"the Backfill failed: {status.get('message')}")
+        status = applied_and_finished(cluster, backfill)
         node = phases(cluster, name)
         apps = cluster.kube.plane.admin.get(path_of("SparkApplication", JOBS)).body.get("items") or []
         ran = sorted(a["metadata"]["name"] for a in apps if a["metadata"]["name"].startswith(f"{name}-"))
+        # the same Backfill with its tasks in its driver (executor.instances 0, the driver's two
+        # cores as local[2]'s): no executor pod to start, no hops between JVMs
+        in_driver = json.loads(json.dumps(backfill))
+        in_driver["metadata"]["name"] = f"{name}-in-driver"
+        in_driver["spec"]["executor"], in_driver["spec"]["driver"] = {"instances": 0}, {"cores": 2}
+        in_driver_status = applied_and_finished(cluster, in_driver)
+        in_driver_node = phases(cluster, in_driver["metadata"]["name"])
 
         # baseline: the same Backfill by `kappa run`, on this machine, same tables
         local_dir = workdir / "kappa-run"
@@ -189,6 +207,9 @@ def run(workdir: Path) -> dict[str, Any]:
             "kappa_run_s": round(local_s, 1),
             "ratio_node_over_kappa_run": round(node["total"] / local_s, 2),
             "overhead_s": round(sum(overhead.values()), 1),
+            "in_driver_phases_s": in_driver_node,
+            "in_driver_published": in_driver_status.get("published"),
+            "ratio_in_driver_over_kappa_run": round(in_driver_node["total"] / local_s, 2),
         }  # fmt: skip
     finally:
         cluster.stop()

@@ -50,6 +50,8 @@ class Burst:
     """The most Backfills seen at once in a phase that holds a slot (sampled every second)."""
     max_drivers: int = 0
     """The most Backfill driver pods seen running (or starting) at once."""
+    max_executors: int = 0
+    """The most of their executor pods seen at once (none when their tasks run in the drivers)."""
     rss_before: int = 0
     """The operator's resident bytes before the Backfills were applied."""
     hwm_before: int = 0
@@ -87,6 +89,7 @@ class Burst:
             "wall_s": round(self.wall_s, 1),
             "max_running_seen": self.max_running,
             "max_driver_pods_seen": self.max_drivers,
+            "max_executor_pods_seen": self.max_executors,
             "succeeded": sum(r.phase == "Succeeded" for r in self.runs),
             "restarts": sum(r.restarts for r in self.runs),
             "modes": sorted({str(r.mode) for r in self.runs}),
@@ -132,9 +135,10 @@ def backfills(cluster: LocalCluster, count: int, history_hours: int = 2) -> list
     return out
 
 
-def job(cluster: LocalCluster) -> dict[str, Any]:
+def job(cluster: LocalCluster, in_driver: bool = False) -> dict[str, Any]:
     """The example StreamingJob, suspended (only its Backfills run), its pods' CPU requests
-    small enough that the limit, not the node's 2 CPUs, is what holds the rest back."""
+    small enough that the limit, not the node's 2 CPUs, is what holds the rest back.
+    ``in_driver``: no executors, each Backfill's tasks on its driver's two cores."""
     example = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
     example["metadata"]["name"] = JOB
     body = cluster.streaming_job(example)
@@ -143,17 +147,20 @@ def job(cluster: LocalCluster) -> dict[str, Any]:
     body["spec"]["sparkConf"].update(
         {"spark.kubernetes.driver.request.cores": "100m", "spark.kubernetes.executor.request.cores": "100m"}
     )
+    if in_driver:
+        body["spec"]["executor"]["instances"], body["spec"]["driver"]["cores"] = 0, 2
     return body
 
 
-def run(cluster: LocalCluster, count: int, limit: int, timeout: float = 3600) -> Burst:
+def run(cluster: LocalCluster, count: int, limit: int, timeout: float = 3600, in_driver: bool = False) -> Burst:
     """Apply ``count`` Backfills at once under ``backfills.maxConcurrent: limit``, follow them
-    to the end, then put the limit back (none) and delete them and their job."""
+    to the end, then put the limit back (none) and delete them and their job (``in_driver``:
+    theirs, ``job``'s)."""
     burst = Burst(count, limit)
     admin, kube = cluster.kube.plane.admin, cluster.kube
     cluster.upgrade_operator(**{"backfills.maxConcurrent": str(limit)})
     try:
-        cluster.kube.plane.apply_manifests([job(cluster)])
+        cluster.kube.plane.apply_manifests([job(cluster, in_driver)])
         operator = cluster.operator_pod()
         burst.rss_before, burst.hwm_before = kube.process_memory(OPERATOR_NAMESPACE, operator)
         began, first_active = time.monotonic(), dict[str, float]()
@@ -171,6 +178,10 @@ def run(cluster: LocalCluster, count: int, limit: int, timeout: float = 3600) ->
             drivers = admin.get(path_of("Pod", JOBS) + "?labelSelector=spark-role=driver").body.get("items") or []
             live = [p for p in drivers if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
             burst.max_drivers = max(burst.max_drivers, sum(p["metadata"]["name"].startswith(f"{JOB}-") for p in live))
+            executors = admin.get(path_of("Pod", JOBS) + "?labelSelector=spark-role=executor").body.get("items") or []
+            app_of = [p["metadata"].get("labels", {}).get("sparkoperator.k8s.io/app-name", "") for p in executors]
+            mine_executors = [a for a in app_of if a.startswith(f"{JOB}-")]
+            burst.max_executors = max(burst.max_executors, len(mine_executors))
             burst.rss_samples.append(kube.process_memory(OPERATOR_NAMESPACE, operator)[0])
             return len(mine) == count and all(p in ENDED for p in phases)
 

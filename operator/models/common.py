@@ -325,8 +325,10 @@ class Resources(PodSettings):
 
 
 class ExecutorResources(Resources):
-    instances: int = Field(default=2, ge=1, le=INT32_MAX)
-    """Number of executors."""
+    instances: int = Field(default=2, ge=0, le=INT32_MAX)
+    """Number of executors. 0: the job's tasks run in its driver (Spark's local master on the
+    driver's `cores`), no executor pod: for work one pod holds, a Backfill then pays neither the
+    executors' start nor the hops between JVMs (`bench/node.py` measures both)."""
 
 
 def _unset_by_default(model: type[BaseModel]) -> dict[str, Any]:

@@ -68,6 +68,8 @@ class Run:
 
 
 def executor_cores(job: StreamingJob) -> int:
+    if job.spec.executor.instances == 0:  # its tasks run in its driver
+        return job.spec.driver.cores
     return max(1, job.spec.executor.instances * job.spec.executor.cores)
 
 

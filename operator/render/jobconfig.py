@@ -175,6 +175,14 @@ def _external(ckpt: CheckpointSpec) -> dict[str, Any]:
     return {"external": ext}
 
 
+def in_driver(executors: int, driver_cores: int) -> dict[str, Any]:
+    """The JobConfig's master when the job has no executors (``executor.instances: 0``): Spark's
+    local master on the driver's cores, so its tasks run in the driver's JVM. Why it is the
+    JobConfig's and not spark-submit's: the spark-operator submits every application to the
+    Kubernetes master; the driver's session (``spark_app.apps.session``) sets its own."""
+    return {"master": f"local[{driver_cores}]"} if executors == 0 else {}
+
+
 def streaming_job_config(job: StreamingJob) -> JobConfig:
     spec = job.spec
     return parse_config(
@@ -190,6 +198,7 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             "trigger": {"kind": "processingTime", "interval": spec.trigger_interval},
             "alignment": {"orderingColumn": spec.ordering_column, **_bootstrap_drift(spec)},
             "sparkConf": spec.spark_conf,
+            **in_driver(spec.executor.instances, spec.driver.cores),
             **_bootstrap(spec),
             **pipeline_code(spec),
             **external_calls(spec.external_calls.rate_per_second if spec.external_calls else None),
@@ -306,6 +315,12 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         "window": spec.window.model_dump(by_alias=True, exclude_none=True),
         "alignment": alignment,
         "sparkConf": jspec.spark_conf,
+        **in_driver(
+            jspec.executor.instances
+            if spec.executor is None or spec.executor.instances is None
+            else spec.executor.instances,
+            jspec.driver.cores if spec.driver is None or spec.driver.cores is None else spec.driver.cores,
+        ),
         **pipeline_code(jspec),
         **external_calls(backfill_rate(jspec.external_calls, spec.external_calls)),
     }

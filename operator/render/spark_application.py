@@ -297,7 +297,9 @@ def spark_application(
         token = {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": launch.token_secret, "key": "token"}}}
         driver["env"] = [*[e for e in driver.get("env", []) if e.get("name") != TOKEN_ENV], token]
     executor = {
-        "instances": launch.executor.instances,
+        # none: the tasks run in the driver (the JobConfig's local master); the spark-operator's
+        # schema has no 0, and a local master asks Kubernetes for no executor
+        **({"instances": launch.executor.instances} if launch.executor.instances else {}),
         **pod_spec(launch.executor, launch.service_account, labels, mount),
     }
     if launch.env_from:

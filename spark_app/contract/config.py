@@ -310,7 +310,8 @@ class JobConfig(KappaModel):
     coordinator: CoordinatorConfig | None = None
     spark_conf: dict[str, str] = {}
     master: str | None = None
-    """Spark master for local runs (`local[2]`); under spark-submit leave it unset."""
+    """Spark master: `local[N]` for a local run, or for a job on Kubernetes whose tasks run in its
+    driver (`executor.instances: 0`); unset, spark-submit's (the executors' pods)."""
     trace_path: str | None = None
     """Append admission decisions and file opens as JSON lines here (tests, demo plots)."""
     read_rate: ReadRateConfig | None = None

@@ -327,7 +327,7 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
         "a kafka sink needs",
     ),
     ("sj-sink-delta", SJ, {f"{SINK}.kind": "delta"}, 'Unsupported value: "delta"'),
-    ("sj-executors-0", SJ, {"spec.executor.instances": 0}, "spec.executor.instances in body should be greater than"),
+    ("sj-executors-neg", SJ, {"spec.executor.instances": -1}, "spec.executor.instances in body should be greater than"),
     ("sj-executors-str", SJ, {"spec.executor.instances": "two"}, "spec.executor.instances in body must be of type"),
     ("sj-driver-cores-0", SJ, {"spec.driver.cores": 0}, "spec.driver.cores in body should be greater than or equal"),
     ("sj-memory-4GB", SJ, {"spec.executor.memory": "4GB"}, "spec.executor.memory in body should match"),

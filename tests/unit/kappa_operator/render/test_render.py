@@ -409,3 +409,40 @@ def test_a_live_source_reads_its_event_time_from_the_column_its_history_names() 
     cfg = streaming_job_config(StreamingJob.model_validate(doc))
     assert cfg.ordering_column("promotion_changes") == "changed_ts"
     assert cfg.ordering_column("impressions") == "event_ts"
+
+
+def test_no_executors_runs_the_tasks_in_the_driver_on_its_cores_and_validates(
+    job: StreamingJob, backfill: Backfill
+) -> None:
+    """``executor.instances: 0`` (a job's, or a Backfill's own): the JobConfig's master is local on
+    the driver's cores (the driver's session sets it; spark-submit's is Kubernetes'), and the
+    SparkApplication asks for no executor count, which the spark-operator's schema would refuse."""
+    from kappa_operator.render.spark_application import job_launch
+    from tests.crd_validation import load_crd, validate
+
+    crd = load_crd(ROOT / "tests" / "fixtures" / "sparkoperator.k8s.io_sparkapplications.yaml")
+    assert streaming_job_config(job).master is None and backfill_config(backfill, job, None).master is None
+    bf = backfill.model_dump(by_alias=True, exclude_none=True)
+    bf["spec"]["executor"], bf["spec"]["driver"] = {"instances": 0}, {"cores": 2}
+    small = Backfill.model_validate(bf)
+    cfg = backfill_config(small, job, None)
+    assert cfg.master == "local[2]"
+    app = spark_application(
+        Owner("Backfill", "rmi-outage", "default", "b-1"),
+        cfg,
+        job_launch(job, BACKFILL_RESTART, None, None, small.spec.driver, small.spec.executor),
+        config_hash(cfg),
+    )
+    assert "instances" not in app["spec"]["executor"] and app["spec"]["driver"]["cores"] == 2
+    assert validate(crd, app) == []
+    assert config_hash(cfg) != config_hash(backfill_config(backfill, job, None)), "a move into the driver is a change"
+
+    data = job.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["executor"] = {"instances": 0}
+    alone = StreamingJob.model_validate(data)
+    assert streaming_job_config(alone).master == f"local[{alone.spec.driver.cores}]"
+    bf["spec"]["executor"] = {"instances": 3}
+    assert backfill_config(Backfill.model_validate(bf), alone, None).master is None, "the Backfill's own count wins"
+    with pytest.raises(ValueError, match="instances"):
+        data["spec"]["executor"] = {"instances": -1}
+        StreamingJob.model_validate(data)
