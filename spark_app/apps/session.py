@@ -17,10 +17,12 @@ from spark_app import jars
 from spark_app.contract.config import JobConfig
 from spark_app.contract.sinks import KafkaSink
 from spark_app.contract.sources import IcebergSourceBase, KafkaSource
+from spark_app.jvm import class_sharing
 from spark_app.sinks.iceberg.write_conf import SESSION_CONF as SPARK_WRITE_CONF
 from spark_app.sources.iceberg.object_store import on_s3
 from spark_app.sources.parallelism import task_slots
 
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 PROGRESS_RETENTION = "spark.sql.streaming.numRecentProgressUpdates"
 """How many progress updates each query keeps in the driver's memory (``recentProgress``)."""
 
@@ -55,6 +57,8 @@ def build_session(cfg: JobConfig) -> SparkSession:
     added = [str(jar) for jar in [*session_jars(), *s3a_jars(cfg), *connector_jars(cfg)]]
     if added:  # before the JVM starts: the only time spark.jars is read
         conf["spark.jars"] = ",".join(filter(None, [conf.get("spark.jars", ""), *added]))
+    if sharing := class_sharing.java_options():  # a local JVM: the machine's archive, if made
+        conf[DRIVER_JAVA_OPTIONS] = " ".join(filter(None, [conf.get(DRIVER_JAVA_OPTIONS, ""), sharing]))
     for k, v in conf.items():
         builder = builder.config(k, v)
     # On Kubernetes this is where the executor pods are asked for: everything the driver plans

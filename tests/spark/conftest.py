@@ -23,6 +23,7 @@ from spark_app import jars
 from spark_app.apps.session import session_jars
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
+from spark_app.jvm import class_sharing
 
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
 
@@ -52,6 +53,9 @@ class Driver:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # this machine's class-sharing archive, once: every local JVM the tests start then maps it
+    # (this session's, each driver a test runs in a process of its own)
+    class_sharing.dump()
     session = (
         SparkSession.builder.master("local[2]")
         .appName("kappa-tests")
@@ -59,6 +63,7 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", class_sharing.java_options())
         # the kappa-iceberg source, and Spark's Kafka connector, as a local run gets them
         .config("spark.jars", ",".join(str(jar) for jar in [*session_jars(), *jars.resolve("kafka-connector")]))
         .getOrCreate()

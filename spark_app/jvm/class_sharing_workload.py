@@ -1,4 +1,5 @@
-"""What the Spark image's class-data-sharing archive is dumped from (images/spark/Dockerfile).
+"""What a class-data-sharing archive of Spark's classes is dumped from: the Spark image's
+(images/spark/Dockerfile) and a machine's for local sessions (``spark_app.jvm.class_sharing``).
 
 Why: a Spark JVM spends most of its start loading and verifying classes (Spark's, Hadoop's,
 Parquet's, Netty's). An archive of the classes a job loads, mapped at start instead of read
