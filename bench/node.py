@@ -53,6 +53,7 @@ from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, eventually
 from kappa_operator.local_cluster.rest import path_of
 from spark_app.examples.generator import GeneratorConfig, generate
+from spark_app.jvm import class_sharing
 
 LOG_TIME = re.compile(r"^(\d\d/\d\d/\d\d \d\d:\d\d:\d\d) ")
 
@@ -205,6 +206,7 @@ def run(workdir: Path) -> dict[str, Any]:
             "node_published": status.get("published"),
             "node_applications": ran,
             "kappa_run_s": round(local_s, 1),
+            "kappa_run_class_sharing": bool(class_sharing.java_options()),
             "ratio_node_over_kappa_run": round(node["total"] / local_s, 2),
             "overhead_s": round(sum(overhead.values()), 1),
             "in_driver_phases_s": in_driver_node,
