@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from kappa_operator.models.backfill import Backfill
-from kappa_operator.models.common import instant
+from kappa_operator.models.common import ExecutorResources, instant, overridden
 from kappa_operator.models.external_calls import backfill_rate
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.sinks import JobSink
@@ -299,6 +299,8 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
     }
     if a.lateness:
         alignment["lateness"] = a.lateness
+    executors = overridden(jspec.executor, spec.executor)  # the Backfill's own pods, as job_launch merges them
+    assert isinstance(executors, ExecutorResources)
     cfg: dict[str, Any] = {
         "name": bf.metadata.name,
         "pipeline": jspec.pipeline,
@@ -315,12 +317,7 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         "window": spec.window.model_dump(by_alias=True, exclude_none=True),
         "alignment": alignment,
         "sparkConf": jspec.spark_conf,
-        **in_driver(
-            jspec.executor.instances
-            if spec.executor is None or spec.executor.instances is None
-            else spec.executor.instances,
-            jspec.driver.cores if spec.driver is None or spec.driver.cores is None else spec.driver.cores,
-        ),
+        **in_driver(executors.instances, overridden(jspec.driver, spec.driver).cores),
         **pipeline_code(jspec),
         **external_calls(backfill_rate(jspec.external_calls, spec.external_calls)),
     }
