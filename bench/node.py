@@ -147,6 +147,19 @@ def applied_and_finished(cluster: LocalCluster, backfill: dict[str, Any]) -> dic
     return status
 
 
+def image_sizes(nodes: list[dict[str, Any]]) -> dict[str, float]:
+    """MB of each image as containerd reports it, through the kubelets' ``status.images`` of
+    ``nodes``: the content containerd stores (compressed layers), what a node pulls and keeps
+    (issue 58's measure). The largest a node reports, for an image on several."""
+    sizes: dict[str, float] = {}
+    for node in nodes:
+        for image in node["status"].get("images") or []:
+            named = [n for n in image["names"] if "@sha256:" not in n] or image["names"]
+            mb = round(image["sizeBytes"] / 1e6, 1)
+            sizes[named[-1]] = max(mb, sizes.get(named[-1], 0.0))
+    return dict(sorted(sizes.items()))
+
+
 def run(workdir: Path) -> dict[str, Any]:
     started = time.monotonic()
     cluster = LocalCluster.up(workdir / "cluster")
@@ -202,6 +215,7 @@ def run(workdir: Path) -> dict[str, Any]:
             "profile": {"hours": HOURS, "impressions_per_hour": PER_HOUR, "playbacks": stats.playbacks,
                         "window": backfill["spec"]["window"]},
             "cluster_up_s": round(up_s, 1),
+            "images_mb_by_containerd": image_sizes(cluster.kube.plane.admin.get(path_of("Node")).body["items"]),
             "node_phases_s": node,
             "node_published": status.get("published"),
             "node_applications": ran,

@@ -141,14 +141,12 @@ def job(cluster: LocalCluster, in_driver: bool = False) -> dict[str, Any]:
     ``in_driver``: no executors, each Backfill's tasks on its driver's two cores."""
     example = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
     example["metadata"]["name"] = JOB
-    body = cluster.streaming_job(example)
+    body = cluster.streaming_job(example, executors=0 if in_driver else None)
     body["spec"]["suspend"] = True
     body["spec"]["sinks"]["attributed_plays"]["table"] = f"marts.{JOB}_plays"
     body["spec"]["sparkConf"].update(
         {"spark.kubernetes.driver.request.cores": "100m", "spark.kubernetes.executor.request.cores": "100m"}
     )
-    if in_driver:
-        body["spec"]["executor"]["instances"], body["spec"]["driver"]["cores"] = 0, 2
     return body
 
 

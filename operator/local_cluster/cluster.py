@@ -316,9 +316,12 @@ class LocalCluster:
 
     # --- a job's view -------------------------------------------------------------------------
 
-    def streaming_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def streaming_job(self, manifest: dict[str, Any], executors: int | None = None) -> dict[str, Any]:
         """An example StreamingJob (``examples/*.yaml``) pointed at this cluster's storage and
-        image: its namespace, catalogs, S3A settings, the credentials' envFrom, sizes that fit one node."""
+        image: its namespace, catalogs, S3A settings, the credentials' envFrom, sizes that fit one node.
+        ``executors``: that many executors sharing two cores (0: the tasks in the driver, on its
+        two cores: one JVM where a spread job has three, for what executor pods do not change);
+        by default spread as below."""
         job = json.loads(json.dumps(manifest))
         job["metadata"]["namespace"] = JOBS  # the namespace the cluster's operators run jobs in
         spec = job["spec"]
@@ -338,8 +341,12 @@ class LocalCluster:
         # of a core on each of two nodes where there are more (spread as the example says)
         spread = self.kube is not None and len(self.kube.nodes) > 1
         executor = {k: v for k, v in (spec.get("executor") or {}).items() if k == "affinity"}
-        sizes = {"instances": 2, "cores": 1} if spread else {"instances": 1, "cores": 2}
+        if executors is None:
+            executors = 2 if spread else 1
+        sizes = {"instances": executors, "cores": 2 // max(executors, 1) or 1}
         spec["executor"] = {**executor, **sizes, "memory": "1g", "nodeSelector": jobs_pool}
+        if executors == 0:
+            spec["driver"]["cores"] = 2
         return job
 
 

@@ -103,10 +103,11 @@ def driver_log(cluster: LocalCluster, app: str) -> str:
 
 
 def archive_job(cluster: LocalCluster, topic: str, value_schema: str) -> dict[str, Any]:
-    """examples/kafka-archive-streamingjob.yaml for ``topic``: the topic into archive.<topic>."""
+    """examples/kafka-archive-streamingjob.yaml for ``topic``: the topic into archive.<topic>,
+    its tasks in its driver (a copy of a topic: the Kafka test reads the broker from executors)."""
     example = yaml.safe_load((ROOT / "examples" / "kafka-archive-streamingjob.yaml").read_text())
     example["metadata"]["name"] = f"archive-{topic}"  # first: the checkpoint's location is named after it
-    job = cluster.streaming_job(example)
+    job = cluster.streaming_job(example, executors=0)
     live = job["spec"]["sources"].pop("impressions")
     live["live"].update(bootstrapServers=cluster.broker.bootstrap, topic=topic, valueSchema=value_schema)
     live["history"]["table"] = f"archive.{topic}"

@@ -11,7 +11,12 @@ nodes), each applied with kubectl as its comment says, pointed at the cluster
   job's limiter; the service listens on the nodes' gateway, as S3 and the broker do).
 The StreamingJobs run side by side until each sink holds the history; then the three Backfills
 run side by side (their jobs suspended: a Backfill needs no live application) and publish, each
-validated against what its live job wrote. (The rmi and Kafka examples: ``test_node.py``.)"""
+validated against what its live job wrote. (The rmi and Kafka examples: ``test_node.py``.)
+
+Sized for two cores (``EXECUTORS``): the enrich jobs and their Backfills run their tasks in their
+drivers (what they prove is their pipelines' output, and executor pods are the other node tests'
+subject); watch-time and plays-labelled have one executor each, the pod their package is shipped
+to and the service is called from. Twelve JVMs side by side were six."""
 
 from __future__ import annotations
 
@@ -49,6 +54,8 @@ BACKFILLS = {
     "enrich-changes-reprice": "enrich-changes-backfill.yaml",
     "plays-labelled-nov-1": "plays-labelled.yaml",
 }
+EXECUTORS = {"enrich": 0, "enrich-changes": 0, "watch-time": 1, "plays-labelled": 1}
+"""Each job's executors (0: its tasks in its driver); its Backfill takes its job's."""
 ZIP_KEY = "pipelines/watch_time-0.1.0.zip"
 
 
@@ -78,7 +85,7 @@ def test_every_other_example_runs_on_the_three_nodes(
     # the jobs deleted first, then the service they call stopped
     with RecordingService(host=GATEWAY) as service, removed_after(cluster, *objects):
         for name, (file, _) in JOBS_AND_SINKS.items():
-            job = cluster.streaming_job(documents(file)["StreamingJob"])
+            job = cluster.streaming_job(documents(file)["StreamingJob"], executors=EXECUTORS[name])
             assert job["metadata"]["name"] == name
             for source in job["spec"]["sources"].values():
                 source["live"]["startingPosition"] = "earliest"

@@ -321,9 +321,10 @@ def test_a_job_bootstraps_from_its_archive_then_takes_over_the_topics_on_the_nod
     cluster: LocalCluster, history: GeneratedStats
 ) -> None:
     """The topics of the Kafka test archived by the example's archive job (one per topic, each
-    in its pods), then the bootstrap example: it reads both archives aligned from
+    in its driver's pod), then the bootstrap example: it reads both archives aligned from
     `bootstrap.from`, records where each partition takes over, switches to Kafka in the same
-    query, and commits its sink."""
+    query, and commits its sink. Their tasks run in their drivers: the Kafka test above reads
+    the broker from executor pods."""
     catalog = cluster.host_catalog()
     archives = {topic: archive_job(cluster, topic, f"{values}, {KAFKA_METADATA}") for topic, values in VALUES.items()}
     for job in archives.values():  # side by side: their pods' starts overlap
@@ -338,7 +339,7 @@ def test_a_job_bootstraps_from_its_archive_then_takes_over_the_topics_on_the_nod
     for job in archives.values():
         kubectl(cluster, "delete", "streamingjob", job["metadata"]["name"], "--wait=true", "--timeout=120s")
     job = cluster.streaming_job(
-        yaml.safe_load((ROOT / "examples" / "kafka-rmi-bootstrap-streamingjob.yaml").read_text())
+        yaml.safe_load((ROOT / "examples" / "kafka-rmi-bootstrap-streamingjob.yaml").read_text()), executors=0
     )
     for source in job["spec"]["sources"].values():
         source["live"]["bootstrapServers"] = cluster.broker.bootstrap

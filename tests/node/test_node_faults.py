@@ -125,7 +125,7 @@ def test_a_run_that_fails_on_its_own_says_why_in_one_line_and_stops_after_its_re
     for name, (change, _) in cases.items():
         example = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
         example["metadata"]["name"] = name  # first: its checkpoint's location is named after it
-        job = cluster.streaming_job(example)
+        job = cluster.streaming_job(example, executors=0)  # fails in its driver: no executor needed
         conf = {**job["spec"]["sparkConf"], **change.pop("sparkConf", {})}
         job["spec"].update(change, sparkConf=conf, suspend=True)
         kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))

@@ -191,9 +191,9 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
 ) -> None:
     """On the two nodes of jobs (kappa-node-2 and -3; node 1 runs the operators), a Backfill
     (two sources aligned, read slowly so that the faults land mid-run) beside the live
-    StreamingJob (rmi, of the tests before) and a StreamingJob archiving a Kafka topic; both new
-    drivers prefer node 2, the executors of the Backfill spread over both nodes (the example's
-    anti-affinity). Then, in order:
+    StreamingJob (rmi, of the tests before) and a StreamingJob archiving a Kafka topic (its tasks
+    in its driver); both new drivers prefer node 2, the executors of the Backfill spread over both
+    nodes (the example's anti-affinity). Then, in order:
     0. the Backfill's driver deleted between its first batch's file writes and its Iceberg
        commit: the operator backs off and submits a new application from the checkpoint;
     1. node 3 lost, with executors only, and the operator's pod (the coordinator in it) deleted
@@ -214,6 +214,7 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
     archive once; rmi Running and reporting again; one SparkApplication per object."""
     first, second = NODES[1], NODES[2]
     name, app = "rmi-lost", "rmi-lost-backfill"
+    began, steps = time.monotonic(), dict[str, int]()  # each step's end, s from the start: where the time goes
     catalog = cluster.host_catalog()
     topic = "moved"
     cluster.broker.create_topic(topic, partitions=2, config={"retention.ms": "-1"})
@@ -258,6 +259,7 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
     eventually(lambda: reported_lag(cluster, name), "the group's lag reported", timeout=300, every=1)
     branch = f"backfill-{name}"
     eventually(lambda: branch_commits(catalog, SINK, branch), "the Backfill's first commit", timeout=420, every=2)
+    steps["0_restarted_and_committed"] = round(time.monotonic() - began)
 
     # 1. the node with executors only, and the operator's pod
     operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
@@ -292,6 +294,7 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
     status = phase_of(cluster, "Backfill", name, "Running")
     assert status is not None and status.get("restarts", 0) == 1, f"its driver was not touched: {status}"
     produce(cluster, topic, rows[500:1000])
+    steps["1_node_and_operator_recovered"] = round(time.monotonic() - began)
 
     # 2. the API server
     with cluster.kube.plane.api_server_stopped():
@@ -302,6 +305,7 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
         cluster.kube.replace(second)
         time.sleep(max(0.0, 30 - (time.monotonic() - slowed)))
     assert phase_of(cluster, "Backfill", name, "Running") is not None, "the faults so far landed mid-run"
+    steps["3_api_server_and_s3_back"] = round(time.monotonic() - began)
 
     # 4. the node with both drivers (a driver the 503s failed restarted on it first: preferred)
     eventually(lambda: all(list(placed(cluster, a, "driver").values()) == [first] for a in drivers),
@@ -329,9 +333,11 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
         eventually(lambda a=a: restarted(a), f"{a}'s driver running on {second}", timeout=300, every=0.5)
         moved[a] = time.time()
     produce(cluster, topic, rows[1000:1500])
+    steps["4_drivers_moved"] = round(time.monotonic() - began)
     status = eventually(
         lambda: phase_of(cluster, "Backfill", name, "Succeeded", "Failed"), "the Backfill", timeout=900, every=2
     )
+    steps["5_backfill_succeeded"] = round(time.monotonic() - began)
     assert status["phase"] == "Succeeded", status
     assert status["restarts"] == restarts + 1, status
     assert lags and max(lags) <= 600, f"alignment lag after the operator's restart: {lags} s (maxDrift 10m)"
@@ -361,6 +367,7 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
                "rmi's progress reported again", timeout=180, every=3)  # fmt: skip
     for kind, obj in (("backfill", name), ("streamingjob", "archive-moved")):
         kubectl(cluster, "delete", kind, obj, "--wait=true", "--timeout=120s")
+    steps["6_rmi_back_and_deleted"] = round(time.monotonic() - began)
     record_property(
         "measured",
         json.dumps(
@@ -374,6 +381,7 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
                 "executors_node_lost_to_next_commit_s": round(recovered, 1),
                 "drivers_marked_not_ready_to_running_on_a_live_node_s": to_running,
                 "restarts": status["restarts"],
+                "steps_s": steps,
             }
         ),
     )
