@@ -3,6 +3,9 @@ after a bounded wait, instead of waiting forever (or ending 'complete' with noth
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
@@ -38,7 +41,8 @@ def test_a_member_that_never_reports_fails_the_backfill(monkeypatch: pytest.Monk
     reader._provider = NeverReported()
     reader.prepareForTriggerAvailableNow()
     monkeypatch.setattr(backfill_reader, "MISSING_MEMBER_LIMIT_S", 0.2)
-    monkeypatch.setattr(backfill_reader.time, "sleep", lambda s: None)
+    # the reader's own time only: the module's sleep patched would be every thread's
+    monkeypatch.setattr(backfill_reader, "time", SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: None))
     split = Split(1_000_000_000, 1_000_060_000, (FilePiece("f", None, 1, 1),), 1, 1)
     with pytest.raises(IncompleteBackfillError, match=r"never reported: other/out/ghost"):
         reader._decide([split], 0, ReadAllAvailable())

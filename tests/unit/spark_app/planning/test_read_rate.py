@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -308,13 +309,17 @@ class FakeClock:
         self.slept.append(s)
         self.now += s
 
+    def as_time(self) -> SimpleNamespace:
+        """The reader module's ``time``, this clock's: patching the ``time`` module itself would
+        hand it every other thread's sleeps too (a worker's cluster threads, after the node's tests)."""
+        return SimpleNamespace(monotonic=self.monotonic, sleep=self.sleep)
+
 
 def test_the_reader_cuts_a_prefix_and_waits_for_tokens_instead_of_admitting_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(backfill_reader.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(backfill_reader.time, "sleep", clock.sleep)
+    monkeypatch.setattr(backfill_reader, "time", clock.as_time())
     reader = _reader(tmp_path)
     ledger = reader.ledger()
     assert ledger is not None and ledger.path == tmp_path / "g.bf.reads.json"
@@ -336,8 +341,7 @@ def test_the_reader_cuts_a_prefix_and_waits_for_tokens_instead_of_admitting_noth
 
 def test_a_cut_never_marks_the_bound_as_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
-    monkeypatch.setattr(backfill_reader.time, "monotonic", clock.monotonic)
-    monkeypatch.setattr(backfill_reader.time, "sleep", clock.sleep)
+    monkeypatch.setattr(backfill_reader, "time", clock.as_time())
     reader = _reader(tmp_path, "aligned")
     reader.ledger().start(1000, None, now=clock.now)  # type: ignore[union-attr]
     cut, _, _ = reader._rate_cut(_costs([1500, 1500]), Admission(0, 2, 10, True))
