@@ -40,7 +40,7 @@ files take a minute or more each (Spark runs, the control plane)."""
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow files first (a stable sort: order within a file is kept): pytest-xdist
-    hands files to its workers in this order, so the long files start at once and the
+    hands files to its two workers in this order, so the long files start at once and the
     many short ones fill in at the end, instead of one long file running alone last."""
     rank = {d: i for i, d in enumerate(SLOW_FIRST)}
 
@@ -68,26 +68,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return "tests/node" if path.startswith("tests/node/") else path
 
     return NodeTestsTogether(config, log)
-
-
-BEHIND_THE_NODE = 10
-"""The nice value of a worker once it runs a test outside tests/node (it and every process it
-starts: its SparkSession, the drivers its kill tests spawn, its control plane and broker)."""
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """The node's tests wait on pods starting and faults healing: their chain is the run's
-    longest path and needs little CPU, but what it needs it needs at once. The other workers'
-    tests are CPU-bound and only need their total. So each other worker runs behind the node
-    (nice 10, before its first fixture starts a process): the cores the node's chain leaves idle
-    go to them, and they no longer slow it (three workers without this: the chain 1,802 s ->
-    2,190 s). Linux's nice is per thread and inherited: set on the thread that runs the tests
-    and starts the processes. The node's worker, once its directory is done, joins the others."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") or "/tests/node/" in f"/{item.nodeid}":
-        return
-    if os.getpriority(os.PRIO_PROCESS, 0) < BEHIND_THE_NODE:
-        os.setpriority(os.PRIO_PROCESS, 0, BEHIND_THE_NODE)
 
 
 @pytest.hookimpl(trylast=True)
