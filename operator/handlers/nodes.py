@@ -86,8 +86,17 @@ def clear_lost_pods(kind: str, body: kopf.Body) -> int:
         if pod.role == "driver":  # intent first: the failure it causes is said as what it is
             try:
                 cluster.annotate_app(owner.namespace, app, {DRIVER_LOST_ANNOTATION: driver_lost_note(pod)})
-            except ApiException as exc:  # the spark-operator's webhook down (its node lost too?): move on
-                log.warning("%s %s/%s: the lost driver's node not noted on %s: %s", *key, app, exc.reason)
+            except ApiException as exc:
+                if exc.status is None or exc.status < 500:
+                    log.warning("%s %s/%s: the lost driver's node not noted on %s: %s", *key, app, exc.reason)
+                else:
+                    # the spark-operator's webhook down (restarting after it lost its lease, or
+                    # on a lost node itself): the pod stays until the note lands, the next pass
+                    # tries again. Waiting costs nothing: no application is created through the
+                    # webhook while it is down either, and a restart said as a container's exit
+                    # code would hide the node that was lost
+                    log.warning("%s %s/%s: the lost driver's node not yet noted on %s: %s", *key, app, exc.reason)
+                    continue
         if cluster.delete_lost_pod(owner.namespace, pod.name, pod.uid):
             deleted += 1
             ctx().events().event(body, "Warning", "NodeLost", lost_message(owner.kind, owner.name, pod))
