@@ -373,7 +373,8 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
     assert to_running and max(to_running.values()) <= 60, to_running
     # rmi's own application may be between its deletion and its restart here (its driver, too, may
     # have been on the lost node): none twice now, and rmi's once it runs again
-    assert max(application_names(cluster).values()) == 1 and application_names(cluster)[app] == 1
+    now = application_names(cluster)
+    assert max(now.values()) == 1 and now[app] == 1, now
     cluster.kube.replace(first)
     eventually(lambda: job_status(cluster, "rmi").get("phase") == "Running", "rmi Running", timeout=300, every=2)
     names = application_names(cluster)
