@@ -4,7 +4,9 @@ started once per session only when a test asks for it."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     except OSError:
         os.setpriority(os.PRIO_PROCESS, 0, BEHIND_NICE)  # this thread, which starts the processes
         _behind.append("nice")
+
+
+TIMELINE = "KAPPA_TEST_TIMELINE"
+"""A file each worker appends a line to per test (its worker, the test, when its setup started and
+its teardown ended): where a run's time goes over its workers, which the JUnit report's
+durations alone cannot say (``docs/development.md``)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    started = time.time()
+    yield
+    if path := os.environ.get(TIMELINE):
+        line = {"worker": os.environ.get("PYTEST_XDIST_WORKER", "main"), "test": item.nodeid}
+        with open(path, "a") as f:  # one short write per line: the workers' lines do not interleave
+            f.write(json.dumps({**line, "start": round(started, 1), "end": round(time.time(), 1)}) + "\n")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

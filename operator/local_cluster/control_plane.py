@@ -34,7 +34,7 @@ from typing import Any
 import requests
 import yaml
 
-from kappa_operator.local_cluster.rest import Rest, kubeconfig, path_of, terminating
+from kappa_operator.local_cluster.rest import Rest, kubeconfig, namespaces_deleted, path_of, refused
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -184,6 +184,8 @@ class ControlPlane:
                     "kind": "Policy",
                     "omitStages": ["RequestReceived"],
                     "rules": [
+                        # by anyone: a namespace's deletion dates the 403s its end brings (rest.refused)
+                        {"level": "Metadata", "verbs": ["delete"], "resources": [NAMESPACES]},
                         {"level": "None", "users": [ADMIN, CONTROLLER_MANAGER]},
                         {"level": "None", "userGroups": ["system:nodes", "system:unauthenticated"]},
                         {"level": "Metadata"},
@@ -380,20 +382,36 @@ class ControlPlane:
         """The audit log's events (by ``user`` only when given), as the server flushed them."""
         if not self.audit_log.exists():
             return
-        for line in self.audit_log.read_text().splitlines():
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                if user is None or event.get("user", {}).get("username") == user:
-                    yield event
+        for event in audit_lines(self.audit_log.read_bytes()):
+            if user is None or event.get("user", {}).get("username") == user:
+                yield event
 
-    def forbidden(self, user: str) -> list[str]:
-        """Every request of ``user`` the server refused with 403, as ``VERB URI``."""
+    def forbidden(self, user: str, since: int = 0) -> list[str]:
+        """Every request of ``user`` the server refused with 403 (``rest.refused``: not those a
+        namespace's deletion brings), as ``VERB URI``; ``since``: only those logged after that
+        offset of the audit log (:meth:`audit_size`)."""
         time.sleep(1.2)  # the audit backend flushes its batch every second
-        return [
-            f"{e['verb']} {e['requestURI']}"
-            for e in self.audit_events(user)
-            if (e.get("responseStatus") or {}).get("code") == 403 and not terminating(e)
-        ]
+        if not self.audit_log.exists():
+            return []
+        logged = self.audit_log.read_bytes()
+        before, after = (audit_lines(part) for part in (logged[:since], logged[since:]))
+        return refused(after, user, namespaces_deleted([*before, *after]))
+
+    def audit_size(self) -> int:
+        """Where the audit log ends now: ``forbidden(user, since=...)`` reads only what follows."""
+        return self.audit_log.stat().st_size if self.audit_log.exists() else 0
+
+
+NAMESPACES = {"group": "", "resources": ["namespaces"]}
+
+
+def audit_lines(logged: bytes) -> list[dict[str, Any]]:
+    """The events of a piece of the audit log (a line cut by a flush in progress is left out)."""
+    events = []
+    for line in logged.decode(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            events.append(json.loads(line))
+    return events
 
 
 @contextlib.contextmanager

@@ -5,7 +5,9 @@ kubeconfig for a user and a token."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +129,37 @@ def terminating(event: dict[str, Any]) -> bool:
     """A 403 of the NamespaceLifecycle plugin (a write into a namespace being deleted): what a
     real cluster answers an operator while a namespace goes, not a missing permission."""
     return "being terminated" in str((event.get("responseStatus") or {}).get("message", ""))
+
+
+def namespaces_deleted(events: Iterable[dict[str, Any]]) -> dict[str, datetime]:
+    """When each namespace's deletion was asked for (its first accepted delete in the audit log,
+    the server's ``requestReceivedTimestamp``). Pure."""
+    deleted: dict[str, datetime] = {}
+    for e in events:
+        ref = e.get("objectRef") or {}
+        code = (e.get("responseStatus") or {}).get("code", 0)
+        if e.get("verb") == "delete" and ref.get("resource") == "namespaces" and ref.get("name") and code < 300:
+            deleted.setdefault(ref["name"], received(e))
+    return deleted
+
+
+def refused(events: Iterable[dict[str, Any]], user: str, deleted: dict[str, datetime]) -> list[str]:
+    """``user``'s requests the server refused with 403, as ``VERB URI``, but for those in a
+    namespace already being deleted (``deleted``: :func:`namespaces_deleted`): there the
+    namespace controller removes the RoleBindings that grant the operator its namespaced
+    rights while the operator still reconciles what is left, a read then meets a 403 that no
+    chart can prevent, and a write meets NamespaceLifecycle's (:func:`terminating`). Pure."""
+    out = []
+    for e in events:
+        if (e.get("user") or {}).get("username") != user or (e.get("responseStatus") or {}).get("code") != 403:
+            continue
+        since = deleted.get((e.get("objectRef") or {}).get("namespace") or "")
+        if terminating(e) or (since is not None and received(e) >= since):
+            continue
+        out.append(f"{e['verb']} {e['requestURI']}")
+    return out
+
+
+def received(event: dict[str, Any]) -> datetime:
+    """When the server received an audited request (RFC 3339 with microseconds). Pure."""
+    return datetime.fromisoformat(str(event.get("requestReceivedTimestamp") or "1970-01-01T00:00:00Z"))

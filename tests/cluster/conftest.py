@@ -46,10 +46,8 @@ from kappa_operator.local_cluster.control_plane import ControlPlane, Parts, bina
 from tests.cluster.operator_runs import (
     InProcess,
     Processes,
-    audit_size,
     claim,
     delete_kappa_objects,
-    forbidden_since,
     in_process,
     release,
 )
@@ -159,9 +157,9 @@ def watched(
 @pytest.fixture
 def never_forbidden(control_plane: ControlPlane, installed: Installed) -> Iterator[None]:
     """Any 403 the operator met during a test fails it: the chart's RBAC must cover everything."""
-    offset = audit_size(control_plane)
+    offset = control_plane.audit_size()
     yield
-    refused = forbidden_since(control_plane, installed.user, offset)
+    refused = control_plane.forbidden(installed.user, since=offset)
     assert refused == [], f"the chart's RBAC refused the operator: {refused}"
 
 

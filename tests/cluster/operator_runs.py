@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import logging
 import os
 import subprocess
@@ -41,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 
 from harness.operator_process import OperatorProcess, local_args, token_from_chart
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, free_port
-from kappa_operator.local_cluster.rest import terminating
 
 if TYPE_CHECKING:
     from harness.chart import Installed
@@ -97,30 +95,6 @@ def release(plane: ControlPlane, namespaces: list[str], timeout: float = 90.0) -
         timeout=timeout,
         every=0.3,
     )
-
-
-def audit_size(plane: ControlPlane) -> int:
-    """Where the audit log ends now: :func:`forbidden_since` reads only what follows."""
-    return plane.audit_log.stat().st_size if plane.audit_log.exists() else 0
-
-
-def forbidden_since(plane: ControlPlane, user: str, offset: int) -> list[str]:
-    """``ControlPlane.forbidden`` for the requests logged after ``offset`` (:func:`audit_size`)."""
-    time.sleep(1.2)  # the audit backend flushes its batch every second
-    if not plane.audit_log.exists():
-        return []
-    with plane.audit_log.open("rb") as f:
-        f.seek(offset)
-        lines = f.read().decode(errors="replace").splitlines()
-    refused = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            e = json.loads(line)
-            if (e.get("user") or {}).get("username") != user:
-                continue
-            if (e.get("responseStatus") or {}).get("code") == 403 and not terminating(e):
-                refused.append(f"{e['verb']} {e['requestURI']}")
-    return refused
 
 
 def creates(plane: ControlPlane, user: str, namespace: str, resource: str) -> int:
