@@ -39,6 +39,12 @@ START, END = T0 + timedelta(minutes=40), T0 + timedelta(minutes=80)
 WINDOW = TimeWindow("playback_ts", START, END)
 
 
+LIVE = sources("icebergLive", readLimit={"maxSnapshots": 3})
+"""The live runs' sources: three of each table's snapshots per batch, eight batches over the
+dataset's two hours: enough to kill one at batch 3 and replay it, a third of the batches (and of
+their fixed cost: the suite's time) one snapshot per batch would take."""
+
+
 def sink(table: str, **extra: Any) -> dict[str, Any]:
     return {"attributed_plays": {"kind": "iceberg", "table": table, "timeColumn": "playback_ts", **extra}}
 
@@ -49,7 +55,7 @@ def live_config(dataset: Dataset, tmp: Path, table: str, name: str = "rmi-live",
         name=name,
         mode="live",
         trigger={"kind": "availableNow"},
-        sources=sources("icebergLive"),
+        sources=LIVE,
         sinks=sink(table, partitionBy=["hour(playback_ts)"], key=KEY),
         **extra,
     )
@@ -97,7 +103,7 @@ def test_one_snapshot_per_batch_with_query_and_batch_ids(
     query_id = checkpoint_query_id(str(tmp / "live" / "ckpt" / "attributed_plays"))
     commits = [e for e in read_trace(tmp / "live" / "trace.jsonl") if e["event"] == "commit" and e["files"]]
     ours = [s for s in table.snapshots() if s.summary and s.summary.additional_properties.get(QUERY_ID) == query_id]
-    assert len(ours) == len(commits) > 10
+    assert len(ours) == len(commits) >= 6
     assert sorted(batch_of(s, query_id) for s in ours) == sorted(e["batch"] for e in commits)
     assert all(s.summary.additional_properties[BATCH_ID].isdigit() for s in ours if s.summary)
     assert sum(e["rows"] for e in commits) == len(table_rows(table)) > 500
@@ -112,9 +118,7 @@ def test_live_output_equals_the_file_sink_output(
     spark: SparkSession, written: tuple[Path, RunResult, RunResult], dataset: Dataset, tmp_path: Path
 ) -> None:
     table = dataset.catalog().load_table("out.plays")
-    cfg = dataset.config(
-        tmp_path, name="rmi-live", mode="live", trigger={"kind": "availableNow"}, sources=sources("icebergLive")
-    )
+    cfg = dataset.config(tmp_path, name="rmi-live", mode="live", trigger={"kind": "availableNow"}, sources=LIVE)
     run(cfg, spark)
     cols = sorted(table.schema().column_names)
     expected = sorted(tuple(r) for r in spark.read.parquet(str(tmp_path / "out")).select(*cols).collect())
@@ -334,7 +338,7 @@ def test_a_kill_then_expired_history_still_replays_nothing_and_undoes_exactly(
         name="rmi-expiring",
         mode="live",
         trigger={"kind": "availableNow"},
-        sources=sources("icebergLive"),
+        sources=LIVE,
         sinks=sink("out.expiring", partitionBy=["hour(playback_ts)"], key=KEY, history=history),
         master="local[2]",
         sparkConf={"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"},
