@@ -42,13 +42,17 @@ def java() -> Path | None:
 
 def archive(java_binary: Path, jars: Path) -> Path:
     """Where this machine's archive for ``java_binary`` and the jars in ``jars`` is kept: named
-    by the Java (its path, size and time) and each jar (name and size), so a new Java or a new
-    PySpark gets an archive of its own instead of one the JVM would refuse."""
+    by the Java (its path, size and time) and each jar (its path, size and time: what the JVM
+    checks of its class path before it maps an archive), so a new Java, a new PySpark or another
+    checkout's ``.venv`` gets an archive of its own instead of one the JVM would refuse. (Named
+    by the jars' names alone, a second checkout's sessions mapped the first one's archive, and
+    their JVMs refused it: "The top archive failed to load", every start without it.)"""
     h = hashlib.sha256()
     stat = java_binary.stat()
     h.update(f"{java_binary}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     for jar in sorted(jars.glob("*.jar")):
-        h.update(f"{jar.name}\0{jar.stat().st_size}\0".encode())
+        jar_stat = jar.stat()
+        h.update(f"{jar}\0{jar_stat.st_size}\0{jar_stat.st_mtime_ns}\0".encode())
     return cache_root() / f"class-sharing-{h.hexdigest()[:12]}.jsa"
 
 

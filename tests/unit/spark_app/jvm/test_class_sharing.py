@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,14 @@ def test_an_archive_is_named_by_its_java_and_each_jar(tmp_path: Path, monkeypatc
     second = class_sharing.archive(java, jars)
     assert second != first, "another jar: an archive of its own (the JVM would refuse the first)"
     (jars / "spark-sql.jar").write_bytes(b"bb")
-    assert class_sharing.archive(java, jars) not in (first, second), "a jar of another size too"
+    third = class_sharing.archive(java, jars)
+    assert third not in (first, second), "a jar of another size too"
+    os.utime(jars / "spark-sql.jar", ns=(0, 10**9))
+    fourth = class_sharing.archive(java, jars)
+    assert fourth not in (first, second, third), "a jar written again (another time): the JVM refuses the old"
+    other = tmp_path / "another-checkout" / "jars"
+    shutil.copytree(jars, other, copy_function=shutil.copy2)  # the same names, sizes and times
+    assert class_sharing.archive(java, other) != fourth, "another checkout's jars: its own archive"
 
 
 def test_a_session_maps_the_archive_only_if_made_and_only_if_it_starts_the_jvm(
