@@ -170,11 +170,18 @@ def snapshot_answers(job: StreamingJob) -> Answers:
     return out
 
 
-def _waiting(status: dict[str, Any] | None) -> bool:
+def waiting(status: dict[str, Any] | None) -> bool:
     """Whether the job waits for time to pass (a backoff, a snapshot, an upgraded application
-    that must run within readyTimeout): the timer below looks again while it does."""
+    that must run within readyTimeout), or for a failed step to be tried again: the timer below
+    looks again while it does.
+
+    The failed step is one no kopf handler retries: an event of the job's application moved it
+    (its old application deleted for a restart), and its I/O failed (the new application refused
+    with a 500 while the spark-operator's webhook restarts). Nothing else would look at the job
+    again, so it would sit in Restarting with no application; ``retries`` is set by the failure
+    shown on it (``context._failed``) and cleared by the next decision that succeeds."""
     status = status or {}
-    if status.get("phase") == "BackingOff":
+    if status.get("phase") == "BackingOff" or status.get("retries"):
         return True
     if ((status.get("upgrade") or {}).get("step")) in ("Snapshotting", "Starting"):
         return True
@@ -188,7 +195,7 @@ def _waiting(status: dict[str, Any] | None) -> bool:
     VERSION,
     "streamingjobs",
     interval=LOOK_TICK,
-    when=lambda status, meta, **_: _waiting(status) and not meta.get("deletionTimestamp"),
+    when=lambda status, meta, **_: waiting(status) and not meta.get("deletionTimestamp"),
 )
 @reported(KIND)
 def look_again(body: kopf.Body, **_: Any) -> None:
