@@ -148,7 +148,9 @@ def refused(events: Iterable[dict[str, Any]], user: str, deleted: dict[str, date
     namespace already being deleted (``deleted``: :func:`namespaces_deleted`): there the
     namespace controller removes the RoleBindings that grant the operator its namespaced
     rights while the operator still reconciles what is left, a read then meets a 403 that no
-    chart can prevent, and a write meets NamespaceLifecycle's (:func:`terminating`). Pure."""
+    chart can prevent, and a write meets NamespaceLifecycle's (:func:`terminating`). A name
+    is taken for good once deleted: the tests never make a namespace again under the name of
+    one deleted on the same server. Pure."""
     out = []
     for e in events:
         if (e.get("user") or {}).get("username") != user or (e.get("responseStatus") or {}).get("code") != 403:
