@@ -87,15 +87,15 @@ def clear_lost_pods(kind: str, body: kopf.Body) -> int:
             try:
                 cluster.annotate_app(owner.namespace, app, {DRIVER_LOST_ANNOTATION: driver_lost_note(pod)})
             except ApiException as exc:
-                if exc.status is None or exc.status < 500:
-                    log.warning("%s %s/%s: the lost driver's node not noted on %s: %s", *key, app, exc.reason)
-                else:
-                    # the spark-operator's webhook down (restarting after it lost its lease, or
-                    # on a lost node itself): the pod stays until the note lands, the next pass
-                    # tries again. Waiting costs nothing: no application is created through the
-                    # webhook while it is down either, and a restart said as a container's exit
-                    # code would hide the node that was lost
-                    log.warning("%s %s/%s: the lost driver's node not yet noted on %s: %s", *key, app, exc.reason)
+                # 5xx: the spark-operator's webhook down (restarting after it lost its lease, or
+                # on a lost node itself): the pod stays until the note lands, the next pass
+                # tries again. Waiting costs nothing: no application is created through the
+                # webhook while it is down either, and a restart said as a container's exit code
+                # would hide the node that was lost. Any other refusal: move on without the note
+                waits = exc.status is not None and exc.status >= 500
+                said = "not yet noted" if waits else "not noted"
+                log.warning("%s %s/%s: the lost driver's node %s on %s: %s", *key, said, app, exc.reason)
+                if waits:
                     continue
         if cluster.delete_lost_pod(owner.namespace, pod.name, pod.uid):
             deleted += 1
