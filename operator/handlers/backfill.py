@@ -35,7 +35,7 @@ from kappa_operator.handlers.context import (
     reported,
     with_driver_words,
 )
-from kappa_operator.handlers.nodes import clear_lost_pods
+from kappa_operator.handlers.nodes import clear_lost_pods, driver_left
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
@@ -185,7 +185,16 @@ def _intent(
         planning=_planning(bf, job, app),
         turn=_queue_turn(bf, body, app) if job is not None else None,
         run_report=_run_report(bf, job, app),
+        driver_left=_driver_left(bf, app),
     )
+
+
+def _driver_left(bf: Backfill, app: dict[str, Any] | None) -> bool:
+    """Whether a driver pod of its gone application still exists, read only while it runs (a
+    restart's new application waits for it: ``decide_backfill``)."""
+    if app is not None or bf.status is None or bf.status.phase != "Running":
+        return False
+    return driver_left(bf.metadata.namespace, owner_of(bf).app_name)
 
 
 def _apps(bf: Backfill) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

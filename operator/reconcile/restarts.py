@@ -31,6 +31,20 @@ def refused_its_configuration(error: str) -> bool:
     return found is not None and int(found.group(1)) == EXIT_REFUSED
 
 
+SUBMITTED_TWICE = "failed to run spark-submit: driver pod already exist"
+"""How the Spark operator fails a submission that finds the application's driver pod there: its
+own second submission of the same application (its status write after the first was lost, as
+when its controller moved to another node: kubeflow/spark-operator#2788), or the pod of the
+application's previous run not deleted yet."""
+
+
+def submitted_twice(error: str) -> bool:
+    """Whether the application failed at submission because its driver pod already existed: a
+    failure of the submission, not of the job. The restart after it does not count against
+    ``maxAttempts``: a Backfill whose Spark operator moved while it restarted is not given up."""
+    return SUBMITTED_TWICE in error
+
+
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
@@ -60,15 +74,17 @@ def next_restart(job: StreamingJob, now: datetime) -> tuple[int, str] | None:
     return scheduled(job.spec.restart, attempt_after_failure(job, now), now)
 
 
-def next_backfill_restart(bf: Backfill, now: datetime) -> tuple[int, str] | None:
+def next_backfill_restart(bf: Backfill, now: datetime, counted: bool = True) -> tuple[int, str] | None:
     """The same for a backfill's failed application: one more than its restarts so far, or the
     first again when the failed application had run ``resetAfter`` (a long backfill that
-    fails once every few hours is not given up on)."""
+    fails once every few hours is not given up on). Not ``counted`` (``submitted_twice``): the
+    same attempt again, with its backoff."""
     status = bf.status
     started = status.started_at if status is not None else None
     ran = started is not None and now - parse_time(started) >= as_timedelta(bf.spec.restart.reset_after)
-    attempt = 1 if status is None or ran else status.restarts + 1
-    return scheduled(bf.spec.restart, attempt, now)
+    if status is None or ran:
+        return scheduled(bf.spec.restart, 1, now)
+    return scheduled(bf.spec.restart, status.restarts + 1 if counted else max(status.restarts, 1), now)
 
 
 def scheduled(spec: RestartSpec, attempt: int, now: datetime) -> tuple[int, str] | None:

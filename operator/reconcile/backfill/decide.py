@@ -64,7 +64,13 @@ from kappa_operator.reconcile.backfill_queue import ACTIVE, Admitted, Queued
 from kappa_operator.reconcile.estimates import calibration, measured
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_state
-from kappa_operator.reconcile.restarts import REFUSED, next_backfill_restart, parse_time, refused_its_configuration
+from kappa_operator.reconcile.restarts import (
+    REFUSED,
+    next_backfill_restart,
+    parse_time,
+    refused_its_configuration,
+    submitted_twice,
+)
 from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
 from kappa_operator.render.spark_application import (
     BACKFILL_RESTART,
@@ -92,6 +98,7 @@ def decide_backfill(
     planning: Planning | None = None,
     turn: Admitted | Queued | None = None,
     run_report: RunReport | None = None,
+    driver_left: bool = False,
 ) -> BackfillIntent:
     """``admin_token``: the coordinator's, from which this backfill's credential (scoped to its
     group) is derived. ``job_saved``: ``job`` is the copy kept at submission (the StreamingJob
@@ -100,8 +107,12 @@ def decide_backfill(
     ``wants_publish_report`` says (left by the backfill's driver, or by that application).
     ``planning``: the plan application, its report and the namespace's calibration runs.
     ``turn``: whether the queue lets it start now (None: no limits). ``run_report``: what its driver
-    measured of its micro-batches, once its application completed (calibrates the next ETAs)."""
-    intent = _decide(bf, job, app, coordinator_url, now, admin_token, job_saved, publish_app, report, planning, turn)
+    measured of its micro-batches, once its application completed (calibrates the next ETAs).
+    ``driver_left``: a driver pod of its application still exists (read when the application is
+    gone while the backfill runs: the restart waits for it)."""
+    intent = _decide(
+        bf, job, app, coordinator_url, now, admin_token, job_saved, publish_app, report, planning, turn, driver_left
+    )
     intent = _without_credential_when_stopped(_job_deleted_said(bf, intent, job_saved), app)
     phase_now = bf.status.phase if bf.status else None
     if intent.status.get("phase") != "Succeeded" or phase_now == "Succeeded" or job is None:
@@ -153,6 +164,7 @@ def _decide(
     report: PublishReport | None,
     planning: Planning | None,
     turn: Admitted | Queued | None,
+    driver_left: bool = False,
 ) -> BackfillIntent:
     status = StatusAt(bf, now)
     phase_now = bf.status.phase if bf.status else None
@@ -204,6 +216,11 @@ def _decide(
         if isinstance(turn, Queued) and phase_now not in ACTIVE:
             # one restarting (or whose application was deleted) keeps the slot it was admitted to
             return _queued(bf, status, turn, extra)
+        if driver_left and phase_now == "Running":
+            # the failed run's driver pod is still going (the application's deletion reaches it
+            # in the background): a new application now would find it, and the Spark operator
+            # would fail its submission (``submitted_twice``). The timer looks again.
+            return BackfillIntent(join_group=group)
         credential = None
         if group is not None and admin_token:
             credential = token_secret(owner, scoped_token(admin_token, [group.name]))
@@ -303,7 +320,7 @@ def _failed_run(
             status=status("Failed", "ConfigRefused", message, **extra, nextRestartAt=None),
             events=(Event("Warning", "Failed", message),) if changed else (),
         )
-    decision = next_backfill_restart(bf, parse_time(now))
+    decision = next_backfill_restart(bf, parse_time(now), counted=not submitted_twice(error))
     if decision is None:
         made = current.restarts if current else 0
         tried = f"; not restarted again after {made} restarts (spec.restart.maxAttempts)" if made else ""
@@ -314,7 +331,8 @@ def _failed_run(
             events=(Event("Warning", "Failed", message),) if changed else (),
         )
     attempt, at = decision
-    msg = f"{error}; restart {attempt} at {at} from the checkpoint (spec.restart)"
+    uncounted = ", not counted: the submission failed, not the job" if submitted_twice(error) else ""
+    msg = f"{error}; restart {attempt} at {at} from the checkpoint (spec.restart){uncounted}"
     return BackfillIntent(
         join_group=group,  # its members hold at its last watermark until the new driver reports
         # no ETA while nothing runs: the rate of the last minutes would put it at months

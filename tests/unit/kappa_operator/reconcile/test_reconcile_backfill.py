@@ -744,6 +744,39 @@ def test_a_failed_application_is_run_again_from_its_checkpoint_after_a_growing_d
     assert decide_backfill(bf(state), JOB, with_state(app, "FAILED"), "http://c", later).create_app is None
 
 
+SUBMITTED_TWICE = "failed to submit spark application: failed to run spark-submit: driver pod already exist"
+"""The Spark operator's error when a submission finds the application's driver pod there."""
+
+
+def test_a_submission_that_found_its_driver_pod_is_restarted_without_counting_it() -> None:
+    """The Spark operator submitted the application twice (its controller moved while the
+    restart was submitted: kubeflow/spark-operator#2788), or met the last run's driver pod still
+    going: the submission failed, not the job. After 3 restarts, the limit, it is restarted
+    again with the same count; any other failure then fails the backfill."""
+    app = decide_backfill(bf(), JOB, None, None, NOW).create_app
+    assert app is not None
+    status = {"phase": "Running", "restartNonce": 0, "restarts": 3, "startedAt": "2026-11-21T09:59:00Z"}
+    refused = {**app, "status": {"applicationState": {"state": "FAILED", "errorMessage": SUBMITTED_TWICE}}}
+    off = decide_backfill(bf(status), JOB, refused, None, NOW)
+    assert off.status["phase"] == "Running" and off.status["restarts"] == 3, off.status
+    assert "driver pod already exist" in off.status["message"] and "not counted" in off.status["message"]
+    assert off.status["nextRestartAt"] == "2026-11-21T10:00:40Z", "the same attempt's backoff"
+    failed = decide_backfill(bf(status), JOB, with_state(app, "FAILED"), None, NOW)
+    assert failed.status["phase"] == "Failed", "another failure counts"
+
+
+def test_a_restart_waits_for_the_failed_runs_driver_pod_to_go() -> None:
+    """Its application deleted, the old driver pod still terminating: a new application now
+    would fail its submission on that pod. The timer looks again until it is gone."""
+    status: dict[str, Any] = {"phase": "Running", "restartNonce": 0, "restarts": 1, "startedAt": NOW}
+    status["conditions"] = [{"type": "Progressing", "status": "True", "reason": "Restarting"}]
+    waiting = decide_backfill(bf(status), JOB, None, None, NOW, driver_left=True)
+    assert waiting.create_app is None and waiting.status == {} and not waiting.delete_app
+    assert follow_step(bf(status), job_listed=True) == "reconcile", "the timer looks again"
+    created = decide_backfill(bf(status), JOB, None, None, NOW, driver_left=False)
+    assert created.create_app is not None and created.status["phase"] == "Running"
+
+
 def test_a_failure_after_the_application_ran_reset_after_is_a_first_failure_again() -> None:
     status = {"phase": "Running", "restartNonce": 0, "restarts": 3, "startedAt": "2026-11-21T09:00:00Z"}
     app = decide_backfill(bf(), JOB, None, None, NOW).create_app
