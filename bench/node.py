@@ -185,8 +185,9 @@ def run(workdir: Path) -> dict[str, Any]:
             source["live"]["startingPosition"] = "earliest"
         kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
 
-        live = lambda: get(cluster, "StreamingJob", "rmi")  # noqa: E731
-        eventually(lambda: caught_up(live()), "the live job caught up", timeout=900, every=2)
+        eventually(
+            lambda: caught_up(get(cluster, "StreamingJob", "rmi")), "the live job caught up", timeout=900, every=2
+        )
         backfill = yaml.safe_load((ROOT / "examples" / "rmi-backfill.yaml").read_text())
         name = backfill["metadata"]["name"]
         status = applied_and_finished(cluster, backfill)
