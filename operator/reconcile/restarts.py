@@ -41,8 +41,13 @@ application's previous run not deleted yet."""
 def submitted_twice(error: str) -> bool:
     """Whether the application failed at submission because its driver pod already existed: a
     failure of the submission, not of the job. The restart after it does not count against
-    ``maxAttempts``: a Backfill whose Spark operator moved while it restarted is not given up."""
+    ``maxAttempts``: a job or Backfill whose Spark operator moved while it restarted is not given up."""
     return SUBMITTED_TWICE in error
+
+
+def uncounted(error: str) -> str:
+    """What a restart's message adds when ``submitted_twice``."""
+    return ", not counted: the submission failed, not the job" if submitted_twice(error) else ""
 
 
 def parse_time(text: str) -> datetime:
@@ -56,9 +61,10 @@ def backoff(spec: RestartSpec, attempt: int) -> timedelta:
     return timedelta(seconds=min(grown, cap.total_seconds()))
 
 
-def attempt_after_failure(job: StreamingJob, now: datetime) -> int:
+def attempt_after_failure(job: StreamingJob, now: datetime, counted: bool = True) -> int:
     """The restart this failure asks for: one more than before, or the first again when the
-    application had been running for ``resetAfter`` (its Ready condition says since when)."""
+    application had been running for ``resetAfter`` (its Ready condition says since when).
+    Not ``counted`` (``submitted_twice``): the same attempt again."""
     status = job.status
     if status is None:
         return 1
@@ -66,12 +72,16 @@ def attempt_after_failure(job: StreamingJob, now: datetime) -> int:
     ran = ready is not None and ready.status == "True" and ready.last_transition_time
     if ran and now - parse_time(str(ready.last_transition_time)) >= as_timedelta(job.spec.restart.reset_after):
         return 1
-    return status.restarts + 1
+    return next_attempt(status.restarts, counted)
 
 
-def next_restart(job: StreamingJob, now: datetime) -> tuple[int, str] | None:
+def next_attempt(restarts: int, counted: bool) -> int:
+    return restarts + 1 if counted else max(restarts, 1)
+
+
+def next_restart(job: StreamingJob, now: datetime, counted: bool = True) -> tuple[int, str] | None:
     """(attempt, when as RFC 3339), or None when ``maxAttempts`` restarts in a row were made."""
-    return scheduled(job.spec.restart, attempt_after_failure(job, now), now)
+    return scheduled(job.spec.restart, attempt_after_failure(job, now, counted), now)
 
 
 def next_backfill_restart(bf: Backfill, now: datetime, counted: bool = True) -> tuple[int, str] | None:
@@ -84,7 +94,7 @@ def next_backfill_restart(bf: Backfill, now: datetime, counted: bool = True) -> 
     ran = started is not None and now - parse_time(started) >= as_timedelta(bf.spec.restart.reset_after)
     if status is None or ran:
         return scheduled(bf.spec.restart, 1, now)
-    return scheduled(bf.spec.restart, status.restarts + 1 if counted else max(status.restarts, 1), now)
+    return scheduled(bf.spec.restart, next_attempt(status.restarts, counted), now)
 
 
 def scheduled(spec: RestartSpec, attempt: int, now: datetime) -> tuple[int, str] | None:

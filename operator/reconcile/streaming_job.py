@@ -27,7 +27,14 @@ from kappa_operator.reconcile.initial_snapshot import (
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.node_drain import DrainedDriver, move, waits_for_old_driver
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
-from kappa_operator.reconcile.restarts import REFUSED, next_restart, parse_time, refused_its_configuration
+from kappa_operator.reconcile.restarts import (
+    REFUSED,
+    next_restart,
+    parse_time,
+    refused_its_configuration,
+    submitted_twice,
+    uncounted,
+)
 from kappa_operator.reconcile.snapshot_requests import Answers, Book, book
 from kappa_operator.reconcile.upgrades import (
     effective,
@@ -256,7 +263,7 @@ def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, 
         msg = f"{error}; {REFUSED}: fix the StreamingJob's spec, which submits it again"
         fields = status("Failed", False, "ConfigRefused", msg, state)
         return JobIntent(status={**fields, "nextRestartAt": None}, events=(Event("Warning", "ConfigRefused", msg),))
-    decision = next_restart(job, parse_time(now))
+    decision = next_restart(job, parse_time(now), counted=not submitted_twice(error))
     if decision is None:
         made = job.status.restarts if job.status else 0
         msg = f"{error}; not restarted: {made} restarts in a row (restart.maxAttempts)"
@@ -265,7 +272,7 @@ def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, 
             status={**fields, "nextRestartAt": None}, events=(Event("Warning", "RestartLimitReached", msg),)
         )
     attempt, at = decision
-    msg = f"{error}; restart {attempt} at {at} (spec.restart)"
+    msg = f"{error}; restart {attempt} at {at} (spec.restart){uncounted(error)}"
     fields = status("BackingOff", False, "BackingOff", msg, state)
     return JobIntent(
         status={**fields, "restarts": attempt, "nextRestartAt": at},

@@ -70,6 +70,7 @@ from kappa_operator.reconcile.restarts import (
     parse_time,
     refused_its_configuration,
     submitted_twice,
+    uncounted,
 )
 from kappa_operator.render.jobconfig import backfill_branch, backfill_checkpoint, backfill_config, config_hash
 from kappa_operator.render.spark_application import (
@@ -331,8 +332,7 @@ def _failed_run(
             events=(Event("Warning", "Failed", message),) if changed else (),
         )
     attempt, at = decision
-    uncounted = ", not counted: the submission failed, not the job" if submitted_twice(error) else ""
-    msg = f"{error}; restart {attempt} at {at} from the checkpoint (spec.restart){uncounted}"
+    msg = f"{error}; restart {attempt} at {at} from the checkpoint (spec.restart){uncounted(error)}"
     return BackfillIntent(
         join_group=group,  # its members hold at its last watermark until the new driver reports
         # no ETA while nothing runs: the rate of the last minutes would put it at months

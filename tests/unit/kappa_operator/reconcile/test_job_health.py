@@ -205,6 +205,17 @@ def test_the_restart_limit_leaves_it_failed() -> None:
     assert decide_streaming_job(stays, app, rfc(T0 + timedelta(minutes=5))).status == {}
 
 
+def test_a_submission_that_found_its_driver_pod_is_restarted_without_counting_it() -> None:
+    """The Spark operator's double submission (kubeflow/spark-operator#2788): at the limit, the
+    job is restarted again with the same count; another failure then fails it."""
+    j = job(running_since(T0, restarts=2), restart={"maxAttempts": 2})
+    twice = "failed to submit spark application: failed to run spark-submit: driver pod already exist"
+    plan = decide_streaming_job(j, failed_app(j, twice), rfc(T0 + timedelta(minutes=1)))
+    assert plan.status["phase"] == "BackingOff" and plan.status["restarts"] == 2, plan.status
+    assert "not counted" in plan.status["message"]
+    assert decide_streaming_job(j, failed_app(j), rfc(T0 + timedelta(minutes=1))).status["phase"] == "Failed"
+
+
 def test_the_spark_ui_address_comes_from_the_spark_operators_driver_info() -> None:
     app = {"status": {"driverInfo": {"webUIServiceName": "rmi-ui-svc", "webUIPort": 4040}}}
     assert spark_ui(app, "ads") == "http://rmi-ui-svc.ads.svc:4040"
