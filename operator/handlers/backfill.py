@@ -258,8 +258,8 @@ def _reconcile_one(bf: Backfill, body: Any, apps: Apps) -> None:
     if saved and not (bf.status and bf.status.job_deleted):
         with JOB_GONE:  # the first to find the job gone says so; the others see it recorded
             fresh = ctx().cluster().get_resource(PLURAL, bf.metadata.namespace, bf.metadata.name)
-            if fresh is None:
-                return  # deleted meanwhile
+            if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+                return  # deleted meanwhile, or being deleted: its deletion handler stops it, nothing to say
             bf = parse(Backfill, fresh)
             record(KIND, fresh, act(_intent(bf, fresh, apps, job, saved), bf, job, fresh))
         return
