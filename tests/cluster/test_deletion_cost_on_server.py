@@ -153,7 +153,8 @@ def test_deleting_jobs_and_backfills_whose_store_hangs_costs_a_bounded_number_of
             continue  # the Deleted Event, posted once per object
         owner = next((n for n in objects if ref.get("name", "").startswith(n)), ref.get("name", ""))
         per_object[owner] += 1
-        said[owner].append(f"{e['verb']} {ref['resource']}/{ref.get('name', '')} {e.get('responseStatus', {}).get('code')}")
+        code = e.get("responseStatus", {}).get("code")
+        said[owner].append(f"{e['verb']} {ref['resource']}/{ref.get('name', '')} {code}")
         if ref["resource"] == "configmaps" and e["verb"] == "get" and ref["name"].endswith("-jobconfig"):
             delete_runs[owner] += 1  # the deletion handler reads the object's ConfigMap once per run
     assert max(delete_runs[n] for n in objects) <= DELETE_RUNS, f"deletion handler runs: {dict(delete_runs)}"
