@@ -34,6 +34,8 @@ GATED_KAFKA_CLASS = "dev.kappa.source.GatedKafkaSource"
 not registered as a service, so listing data sources never loads Kafka's classes)."""
 PLANNER_INTERFACE = "dev.kappa.source.AdmissionPlanner"
 PLANNERS = "dev.kappa.source.Planners"
+KNOWN_FILES = "dev.kappa.source.KnownFiles"
+"""Spark's Parquet relation over data files the manifests named, made without a listing."""
 DECODED_ROWS_MAX_BYTES = "spark.kappa.source.decodedRows.maxBytes"
 """Bytes of decoded rows each executor keeps for a file's later time slices (``DecodedRows``
 in the JVM); unset: a tenth of its heap; 0: keep none (every slice decodes its file)."""

@@ -210,6 +210,40 @@ def test_a_bounded_read_of_many_local_files_is_indexed_without_a_listing_job(
     assert spark.conf.get(LISTING_THRESHOLD, None) == before, "the setting as it was after the block"
 
 
+def test_files_known_from_the_manifests_are_read_without_asking_the_store_for_a_status(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The Backfill's bounded read makes each file's status from its manifest entry (path and
+    size): no listing job, whatever the number of files, and the rows, ``_metadata`` and filters
+    Spark's own read gives."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from spark_app.planning.splits import DataFileInfo
+    from spark_app.sources.iceberg.frame import read_known_files
+
+    spark.range(0, 4000, 1, 40).selectExpr("id", "id % 7 AS k").write.parquet(str(tmp_path / "files"))
+    paths = sorted(tmp_path.joinpath("files").glob("*.parquet"))
+    assert len(paths) == 40
+    files = [DataFileInfo(str(p), 100, p.stat().st_size, None, None) for p in paths]
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("known-files", "known-files")
+    try:
+        schema = StructType([StructField("id", LongType()), StructField("k", LongType())])
+        frame = read_known_files(spark, files, schema, {})
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert len(tracker.getJobIdsForGroup("known-files")) == 0, "no listing job"
+    read = spark.read.schema("id long, k long").parquet(*map(str, paths))
+    assert sorted(frame.where("k = 3").collect()) == sorted(read.where("k = 3").collect())
+    assert frame.count() == 4000
+
+    def named(df: Any) -> set[str]:
+        return {r.f for r in df.select(F.col("_metadata.file_path").alias("f")).distinct().collect()}
+
+    assert named(frame) == named(read) and len(named(frame)) == 40
+
+
 def test_auto_whose_write_finds_late_rows_commits_nothing_and_runs_aligned_to_the_aligned_runs_rows(
     spark: SparkSession, dataset: Dataset, tmp_path: Path
 ) -> None:

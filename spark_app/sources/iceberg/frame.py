@@ -28,11 +28,13 @@ from pyiceberg.table import TableProperties
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as st
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from spark_app.catalogs import load_table
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.row_counts import OBSERVED_ROWS
-from spark_app.jvm import SOURCE_CLASS
+from spark_app.jvm import KNOWN_FILES, SOURCE_CLASS
+from spark_app.planning.splits import DataFileInfo
 from spark_app.sources.iceberg.backfill_reader import BackfillReader
 from spark_app.sources.iceberg.bridge import register
 from spark_app.sources.iceberg.byte_ranges import SLICE_RANGES
@@ -227,7 +229,7 @@ def bounded_frame(spark: SparkSession, spec: SourceSpec, snapshot_id: int, r: _R
     files = scan.files_in_window(table, snapshot_id, spec.ordering_column, bounds, spec.source.filter)
     if not files:
         return spark.createDataFrame([], columns).select(*[_output(n, output.find_field(n)) for n in names])
-    df = read_data_files(spark, table, spec.catalog, [f.path for f in files], columns)
+    df = read_known_files(spark, files, columns, store_options(table, spec.catalog))
     ordering = F.col(spec.ordering_column)
     start = F.timestamp_micros(F.lit(micros(window.read_start)))
     keep = (ordering >= start) & (ordering < F.timestamp_micros(F.lit(spec.read_until)))
@@ -263,9 +265,28 @@ def read_data_files(
     on the driver elsewhere (``listed_on_driver``)."""
     reader = spark.read if schema is None else spark.read.schema(schema)
     if on_s3(table.metadata.location):
-        return reader.options(**s3a_options({**catalog_properties, **table.io.properties})).parquet(*paths)
+        return reader.options(**store_options(table, catalog_properties)).parquet(*paths)
     with listed_on_driver(spark, len(paths)):
         return reader.parquet(*paths)
+
+
+def read_known_files(
+    spark: SparkSession, files: Sequence[DataFileInfo], schema: st.StructType, options: Mapping[str, str]
+) -> DataFrame:
+    """The data files the manifests named, read by Spark's Parquet reader as ``read_data_files``
+    reads them, but with each file's status made from its manifest entry (path and size) in the
+    JVM (``KNOWN_FILES``): no status is asked of the store, where ``spark.read`` lists every path
+    first, in a Spark job past 32 of them (2-3 s of a Backfill on a new executor over 127 files on
+    S3, bench/node.py). ``options``: the Hadoop settings of the files' store (``store_options``)."""
+    known = functools.reduce(getattr, KNOWN_FILES.split("."), spark._jvm)
+    paths, sizes = [f.path for f in files], [f.size_bytes for f in files]
+    return ClassicDataFrame(known.parquet(spark._jsparkSession, paths, sizes, schema.json(), dict(options)), spark)
+
+
+def store_options(table: Any, catalog_properties: Mapping[str, str]) -> dict[str, str]:
+    """The Hadoop settings Spark reads ``table``'s data files with: S3A's on S3 (the catalog's and
+    the table's ``s3.*`` properties), none elsewhere."""
+    return s3a_options({**catalog_properties, **table.io.properties}) if on_s3(table.metadata.location) else {}
 
 
 LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
