@@ -8,14 +8,21 @@ renames one of them is found here, and ``tests/unit/project/test_import_rules.py
   event-time watermarks (where a bounded run's results close);
 - the Hadoop filesystem Spark wrote a directory with (the Iceberg sink lists and removes its
   own write's files there);
-- Spark's listener bus, drained before a run's progress listener is removed.
+- Spark's listener bus, drained before a run's progress listener is removed;
+- the kappa source's Parquet relation over the files a table's manifests named
+  (``dev.kappa.source.KnownFiles``: Spark's own index, made without a listing).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+from spark_app.jvm import KNOWN_FILES
 
 
 def analyzed(df: DataFrame) -> Any:
@@ -79,3 +86,13 @@ def hadoop_filesystem(spark: SparkSession, directory: str, options: dict[str, st
 def wait_for_listener_bus(spark: SparkSession, timeout_ms: int) -> None:
     """Until Spark's listener bus delivered every event posted so far (raises past the timeout)."""
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(timeout_ms)  # type: ignore[union-attr]
+
+
+def known_files(
+    spark: SparkSession, paths: Sequence[str], sizes: Sequence[int], schema_json: str, options: Mapping[str, str]
+) -> DataFrame:
+    """Spark's Parquet relation over ``paths`` (``sizes`` bytes each), its file index made from
+    them in the JVM (``KNOWN_FILES``), read with ``schema_json`` and the Hadoop ``options``."""
+    known = functools.reduce(getattr, KNOWN_FILES.split("."), spark._jvm)
+    jdf = known.parquet(spark._jsparkSession, list(paths), list(sizes), schema_json, dict(options))
+    return ClassicDataFrame(jdf, spark)

@@ -28,12 +28,12 @@ from pyiceberg.table import TableProperties
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as st
-from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
 from spark_app.catalogs import load_table
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.row_counts import OBSERVED_ROWS
-from spark_app.jvm import KNOWN_FILES, SOURCE_CLASS
+from spark_app.jvm import SOURCE_CLASS
+from spark_app.jvm.calls import known_files
 from spark_app.planning.splits import DataFileInfo
 from spark_app.sources.iceberg.backfill_reader import BackfillReader
 from spark_app.sources.iceberg.bridge import register
@@ -275,12 +275,10 @@ def read_known_files(
 ) -> DataFrame:
     """The data files the manifests named, read by Spark's Parquet reader as ``read_data_files``
     reads them, but with each file's status made from its manifest entry (path and size) in the
-    JVM (``KNOWN_FILES``): no status is asked of the store, where ``spark.read`` lists every path
+    JVM (``calls.known_files``): no status is asked of the store, where ``spark.read`` lists every path
     first, in a Spark job past 32 of them (2-3 s of a Backfill on a new executor over 127 files on
     S3, bench/node.py). ``options``: the Hadoop settings of the files' store (``store_options``)."""
-    known = functools.reduce(getattr, KNOWN_FILES.split("."), spark._jvm)
-    paths, sizes = [f.path for f in files], [f.size_bytes for f in files]
-    return ClassicDataFrame(known.parquet(spark._jsparkSession, paths, sizes, schema.json(), dict(options)), spark)
+    return known_files(spark, [f.path for f in files], [f.size_bytes for f in files], schema.json(), options)
 
 
 def store_options(table: Any, catalog_properties: Mapping[str, str]) -> dict[str, str]:
