@@ -9,9 +9,10 @@ and it can be taken the same way on any commit.
 How: ``kappa demo`` runs (its first ``run`` of a backfill config is the path walked) under a
 profiler that sees every call of a project function (``spark_app``, ``kappa_operator``) on the
 thread that entered ``run``, from that entry to its return. Each function counts once, where it
-is first called; the walk is the modules of those functions in that order, with repeats in a
-row merged (staying in a file is not a move). ``returns`` counts the steps into a module the
-walk already entered before (and left). Threads ``run`` starts (the session's, Py4J's
+is first called (a function a reader opens: not a comprehension, lambda or nested function,
+read with the function around it: ``opened``); the walk is the modules of those functions in
+that order, with repeats in a row merged (staying in a file is not a move). ``returns`` counts
+the steps into a module the walk already entered before (and left). Threads ``run`` starts (the session's, Py4J's
 callbacks for each batch) are not followed: their order is the scheduler's.
 
     .venv/bin/python -m bench.call_path --json            # this tree
@@ -66,6 +67,16 @@ def walk(modules_called: Sequence[str]) -> Walk:
     return Walk(len(modules_called), len(seen), max(0, len(steps) - 1), sum(revisited.values()), ordered)
 
 
+def opened(qualname: str) -> bool:
+    """Whether a reader opens this code to follow a call to it: a function or method of a
+    module, not code written inside the function being read (a comprehension, a generator
+    expression, a lambda, a nested function, a module's body run by an import). Python 3.11
+    runs comprehensions as functions of their own and 3.12 inlines them (PEP 709): counted,
+    they made the same code's walk depend on the interpreter (75 returns on 3.11, 25 of them
+    into comprehensions of the function just read). Pure."""
+    return "<locals>" not in qualname and not qualname.rsplit(".", 1)[-1].startswith("<")
+
+
 def module_of(filename: str, roots: dict[str, str]) -> str | None:
     """The dotted module of a project file (``roots``: package name to its directory), else None.
     Pure."""
@@ -91,6 +102,7 @@ class FirstCalls:
         self.done = False
         self.seen: set[Any] = set()
         self.modules: list[str] = []
+        self.functions: list[str] = []
 
     def __call__(self, frame: FrameType, event: str, arg: object) -> None:
         if self.done or event not in ("call", "return"):
@@ -115,12 +127,14 @@ class FirstCalls:
         if code in self.seen:
             return
         self.seen.add(code)
-        if (module := module_of(code.co_filename, self.roots)) is not None:
+        if opened(code.co_qualname) and (module := module_of(code.co_filename, self.roots)) is not None:
             self.modules.append(module)
+            self.functions.append(f"{module}:{code.co_qualname}")
 
 
-def traced_demo(out: Path) -> list[str]:
-    """``kappa demo`` of the imported tree, profiled; the modules of its backfill run's walk."""
+def traced_demo(out: Path) -> tuple[list[str], list[str]]:
+    """``kappa demo`` of the imported tree, profiled; the modules of its backfill run's walk, and
+    the functions (``module:qualname``) behind them."""
     import kappa_operator
     import spark_app
     from kappa_operator.cli.commands import main
@@ -138,14 +152,14 @@ def traced_demo(out: Path) -> list[str]:
         raise SystemExit(f"kappa demo exited {code}: the walk is not of a finished run")
     if not profiler.modules:
         raise SystemExit("no backfill run was entered: kappa demo no longer runs spark_app.apps.run.run")
-    return profiler.modules
+    return profiler.modules, profiler.functions
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--tree", type=Path, help="walk another checkout (its sources, this interpreter)")
-    parser.add_argument("--modules", action="store_true", help="print the walk's modules, in order")
+    parser.add_argument("--modules", action="store_true", help="print the walk's functions, in order")
     args = parser.parse_args(argv)
     if args.tree is not None:
         # the other tree's packages (linked, as the editable install maps them) first on the path,
@@ -158,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         here = [sys.executable, str(Path(__file__)), *flags]
         return subprocess.run(here, env=env, cwd=args.tree, check=False).returncode
     with tempfile.TemporaryDirectory(prefix="kappa-call-path-") as tmp:
-        modules = traced_demo(Path(tmp) / "demo")
+        modules, functions = traced_demo(Path(tmp) / "demo")
     result = asdict(walk(modules))
     if args.modules:
-        result["walk"] = modules
+        result["walk"] = functions
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -80,8 +80,9 @@ def get(cluster: LocalCluster, kind: str, name: str) -> dict[str, Any]:
     return cluster.kube.plane.admin.get(path_of(kind, JOBS, name)).body
 
 
-def phases(cluster: LocalCluster, name: str) -> dict[str, float]:
-    """The Backfill's phases (seconds), from the objects' timestamps and the driver's log."""
+def phases(cluster: LocalCluster, name: str, keep: Path) -> dict[str, float]:
+    """The Backfill's phases (seconds), from the objects' timestamps and the driver's log (kept
+    in ``keep``, for the stages' own times: `Job N finished ... took` lines)."""
     bf = get(cluster, "Backfill", name)
     app_name = bf["status"]["applicationName"]
     app = get(cluster, "SparkApplication", app_name)
@@ -89,6 +90,7 @@ def phases(cluster: LocalCluster, name: str) -> dict[str, float]:
     scheduled = next(c for c in driver["status"]["conditions"] if c["type"] == "PodScheduled")
     state = driver["status"]["containerStatuses"][0]["state"]["terminated"]
     log = cluster.kube.pod_log(JOBS, f"{app_name}-driver")
+    (keep / f"{app_name}-driver.log").write_text(log)
     first_task = next(t for line in log.splitlines() if "Starting task" in line and (t := log_time(line)))
     done = next(c for c in bf["status"]["conditions"] if c["type"] == "Succeeded")
     marks = [
@@ -191,7 +193,7 @@ def run(workdir: Path) -> dict[str, Any]:
         backfill = yaml.safe_load((ROOT / "examples" / "rmi-backfill.yaml").read_text())
         name = backfill["metadata"]["name"]
         status = applied_and_finished(cluster, backfill)
-        node = phases(cluster, name)
+        node = phases(cluster, name, workdir)
         apps = cluster.kube.plane.admin.get(path_of("SparkApplication", JOBS)).body.get("items") or []
         ran = sorted(a["metadata"]["name"] for a in apps if a["metadata"]["name"].startswith(f"{name}-"))
         # the same Backfill with its tasks in its driver (executor.instances 0, the driver's two
@@ -200,7 +202,7 @@ def run(workdir: Path) -> dict[str, Any]:
         in_driver["metadata"]["name"] = f"{name}-in-driver"
         in_driver["spec"]["executor"], in_driver["spec"]["driver"] = {"instances": 0}, {"cores": 2}
         in_driver_status = applied_and_finished(cluster, in_driver)
-        in_driver_node = phases(cluster, in_driver["metadata"]["name"])
+        in_driver_node = phases(cluster, in_driver["metadata"]["name"], workdir)
 
         # baseline: the same Backfill by `kappa run`, on this machine, same tables
         local_dir = workdir / "kappa-run"
@@ -244,7 +246,7 @@ def run(workdir: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
-    p.add_argument("--workdir", type=Path, default=None, help="keep the cluster's files there")
+    p.add_argument("--workdir", type=Path, default=None, help="keep the cluster's files and the drivers' logs there")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-node-") as tmp:
         result = run(args.workdir or Path(tmp))

@@ -31,7 +31,9 @@ process). It reports: create to SparkApplication p50/p99/max (also by kind), the
 CPU per object (idle subtracted) and the CPU of kube-apiserver, etcd, the controller manager
 and the bench itself (all on the same cores), the operator's RSS and peak RSS (VmHWM), the API
 server's own request counts per object (``apiserver_request_total``), the Events posted, and
-what the operator's log says (warnings, refusals, how often each handler ran). Then both kinds
+what the operator's log says (warnings, refusals, how often each handler ran), and the operator's
+own ``/metrics`` once every object is followed (``metrics``: series in all and per family, those
+naming one object, bytes, the scrape's time; issue 61's cardinality). Then both kinds
 are deleted at once (one deletecollection per kind, in flight together) and the time until
 every CR and every SparkApplication is gone is measured. Baseline, same run: one StreamingJob
 created and deleted alone on the idle operator. ``--operator-env NAME=VALUE`` passes an
@@ -467,6 +469,7 @@ async def real_load(
     concurrency: int,
     timeout: float,
     snapshots: Path,
+    metrics_url: str,
 ) -> dict[str, Any]:
     pid = pids["operator"]
     procs = Procs(pids)
@@ -542,6 +545,8 @@ async def real_load(
             follow0, follow_from = cpu_seconds(pid), time.monotonic()
             await asyncio.sleep(FOLLOW_S - 10.0)
             follow_share = (cpu_seconds(pid) - follow0) / (time.monotonic() - follow_from)
+            metrics = await scrape(http, metrics_url)
+            print(f"bench.operator: /metrics at {n} objects: {json.dumps(metrics)}", file=sys.stderr, flush=True)
 
             # all deleted at once: one deletecollection per kind, both in flight together
             async with http.get(f"{server}/api/v1/namespaces/{namespace}/events") as r:
@@ -554,13 +559,22 @@ async def real_load(
             start, dcpu0 = time.monotonic(), procs.cpu()
 
             async def delete_all(plural: str) -> float:
+                # A deletecollection longer than the server's request timeout (60 s: 2,000
+                # objects on a slow machine) answers 504, or its connection closes, with part of
+                # the collection deleted; asked again, it deletes the rest.
                 url = server + collection(plural, namespace)
-                async with http.delete(
-                    url, params={"propagationPolicy": "Background"}, timeout=aiohttp.ClientTimeout(total=None)
-                ) as r:
-                    assert r.status < 300, await r.text()
-                    await r.read()
-                return time.monotonic() - start
+                while True:
+                    try:
+                        async with http.delete(
+                            url, params={"propagationPolicy": "Background"}, timeout=aiohttp.ClientTimeout(total=None)
+                        ) as r:
+                            if r.status == 504:
+                                continue
+                            assert r.status < 300, await r.text()
+                            await r.read()
+                    except aiohttp.ServerDisconnectedError:  # the same, the connection closed instead
+                        continue
+                    return time.monotonic() - start
 
             requests_s = max(await asyncio.gather(delete_all("streamingjobs"), delete_all("backfills")))
             crs_gone = await until(lambda: not (jobs.present | backfills.present), trackers, f"{n} CRs gone", timeout)
@@ -599,6 +613,7 @@ async def real_load(
         "cpu_ms_per_object_by_process": {k: round((cpu1[k] - cpu0[k]) * 1000 / n, 1) for k in cpu0},
         "following_cpu_share": round(follow_share, 3),
         "following_backfills": n // 2,
+        "metrics": metrics,
         "rss_idle_mb": round(rss_idle / 2**20, 1),
         "rss_after_create_mb": round(rss_loaded / 2**20, 1),
         "peak_rss_mb": round(peak / 2**20, 1),
@@ -619,6 +634,44 @@ async def real_load(
             "delete": per_object(requests2, requests3, n),
         },
         "watch_events": {"streamingjobs": jobs.events, "backfills": backfills.events, "sparkapplications": apps.events},
+    }
+
+
+OBJECT_LABELS = ("streamingjob", "backfill")
+"""The labels that name one custom resource: a series carrying one exists once per object."""
+
+
+def series_summary(exposition: str) -> dict[str, Any]:
+    """What one scrape of ``/metrics`` holds: series in all, per metric family (the most first),
+    and how many name one StreamingJob or Backfill (``OBJECT_LABELS``, the part that grows with
+    the objects). Pure."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    by_family: dict[str, int] = {}
+    per_object = 0
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            by_family[family.name] = by_family.get(family.name, 0) + 1
+            per_object += any(label in sample.labels for label in OBJECT_LABELS)
+    ordered = dict(sorted(by_family.items(), key=lambda kv: (-kv[1], kv[0])))
+    return {"series": sum(by_family.values()), "naming_an_object": per_object, "by_family": ordered}
+
+
+async def scrape(http: aiohttp.ClientSession, url: str, times: int = 5) -> dict[str, Any]:
+    """The operator's ``/metrics`` scraped ``times`` times, one after another as Prometheus does
+    (issue 61: at 1,000 StreamingJobs, how many series, and an answer in under a second)."""
+    seconds, body = [], ""
+    for _ in range(times):
+        start = time.monotonic()
+        async with http.get(url, ssl=False) as r:
+            assert r.status == 200, await r.text()
+            body = await r.text()
+        seconds.append(time.monotonic() - start)
+    return {
+        **series_summary(body),
+        "bytes": len(body.encode()),
+        "scrape_s": {"p50": round(statistics.median(seconds), 3), "max": round(max(seconds), 3)},
+        "scrapes": times,
     }
 
 
@@ -688,6 +741,7 @@ def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
                         args.concurrency,
                         args.timeout,
                         workdir / "snapshots",
+                        operator.metrics_url,
                     )
                 )
             finally:

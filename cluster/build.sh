@@ -10,6 +10,8 @@
 #   - etcd comes from Debian (etcd-server), installed here when missing and run as root.
 #   - the Kubeflow Spark Operator v2.3.0 from its module (cluster/spark-operator: its go.mod's
 #     replace directives repeated, as the module proxy serves only that version);
+#   - Prometheus v3.16.0 from its module (cluster/prometheus), with its Kubernetes discovery alone
+#     (Debian's package has none): the local cluster's monitoring (issue 61);
 #   - the one-node cluster's kubelet, kube-scheduler and kube-proxy (current version), CoreDNS
 #     v1.12.4 from its module (cluster/coredns), and its Debian packages (containerd, runc, CNI
 #     plugins, busybox-static, gcc, buildah, debootstrap, postgresql for the Iceberg catalog)
@@ -127,9 +129,21 @@ coredns_binary() {  # the cluster's DNS, of cluster/coredns/go.mod
   echo "$bin/coredns"
 }
 
-# The three small modules build beside the Kubernetes commands (a core idles at each link of a
+prometheus_binary() {  # Prometheus of cluster/prometheus/go.mod, its Kubernetes discovery only
+  local bin="$cache/prometheus-v3.16.0/bin"
+  if [ ! -x "$bin/prometheus" ]; then
+    echo "building Prometheus v3.16.0 (once per machine)" >&2
+    mkdir -p "$bin"
+    (cd "$here/prometheus" && go build -tags remove_all_sd,enable_kubernetes_sd -trimpath -ldflags "-s -w \
+      -X github.com/prometheus/common/version.Version=3.16.0" \
+      -o "$bin/prometheus.tmp" github.com/prometheus/prometheus/cmd/prometheus) && mv "$bin/prometheus.tmp" "$bin/prometheus"
+  fi
+  echo "$bin/prometheus"
+}
+
+# The small modules build beside the Kubernetes commands (a core idles at each link of a
 # build alone); each function prints its path again, from the cache, once both are done.
-(coredns_binary && spark_operator_binary && helm_binary) >/dev/null &
+(coredns_binary && spark_operator_binary && helm_binary && prometheus_binary) >/dev/null &
 side=$!
 current=$(kubernetes "$CURRENT" kube-controller-manager kubelet kube-scheduler kube-proxy kubectl)
 # the oldest: its API server alone, for the CRD checks (tests/cluster/test_crds_on_server.py),
@@ -139,11 +153,13 @@ wait "$side"
 coredns=$(coredns_binary)
 spark_operator=$(spark_operator_binary)
 helm=$(helm_binary)
+prometheus=$(prometheus_binary)
 echo "current=$current"
 echo "oldest=$oldest"
 echo "helm=$helm"
 echo "spark_operator=$spark_operator"
 echo "coredns=$coredns"
+echo "prometheus=$prometheus"
 # the spark-operator's own Helm chart, from its module (downloaded with it; not copied here)
 chart_dir=$(cd "$here/spark-operator" && go mod download -json github.com/kubeflow/spark-operator/v2 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 echo "spark_operator_chart=$chart_dir/charts/spark-operator-chart"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from bench.call_path import module_of, walk
+from bench.call_path import module_of, opened, walk
 
 
 def test_a_walk_counts_each_step_back_into_a_module_already_left() -> None:
@@ -26,3 +26,10 @@ def test_a_project_file_is_named_by_its_module_and_anything_else_by_none() -> No
     assert module_of(os.path.join("/r", "operator", "models", "__init__.py"), roots) == "kappa_operator.models"
     assert module_of(os.path.join("/r", "spark_app_extra", "x.py"), roots) is None
     assert module_of("/usr/lib/python3/json/__init__.py", roots) is None
+
+
+def test_code_written_inside_the_function_being_read_is_not_a_function_opened() -> None:
+    assert opened("run") and opened("Legs.plan") and opened("ReadLedger.members")
+    for inline in ("resolve.<locals>.<listcomp>", "<genexpr>", "in_slices.<locals>.<lambda>",
+                   "plan_splits.<locals>.flush", "<module>", "Legs.plan.<locals>.<genexpr>"):  # fmt: skip
+        assert not opened(inline), inline

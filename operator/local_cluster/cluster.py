@@ -3,7 +3,7 @@ its Kubernetes (control plane, one or more nodes, CoreDNS: ``kubernetes.py``), o
 the spark-operator's built here and loaded on every node, the spark-operator installed by its
 own chart (its webhook on), this repository's chart installed as a user installs it, and what
 the jobs reach outside the cluster as on a cloud (S3, the catalog's database, a Kafka broker),
-the credentials in Secrets."""
+the credentials in Secrets, and Prometheus configured by the chart (``monitoring.py``)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from kappa_operator.local_cluster.addresses import GATEWAY, JOBS_POOL, SYSTEM_PO
 from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries, eventually
 from kappa_operator.local_cluster.images import OPERATOR_IMAGE, SPARK_IMAGE, SPARK_OPERATOR_IMAGE, build_all
 from kappa_operator.local_cluster.kubernetes import Kubernetes
+from kappa_operator.local_cluster.monitoring import Prometheus
 from kappa_operator.local_cluster.network import bridge
 from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.local_cluster.storage import (
@@ -52,6 +53,12 @@ CREDENTIALS = "lake-credentials"
 """The Secret (in the jobs' and the operator's namespaces) with the S3 API's keys."""
 S3_PORT, DB_PORT, KAFKA_PORT = 9000, 5432, 9092
 CHART = ROOT / "charts" / "kappa-operator"
+PROMETHEUS_NAME = f"{OPERATOR_RELEASE}-kappa-operator-prometheus"
+"""The chart's Prometheus ConfigMap and ServiceAccount (``prometheusConfig``), release ``kappa``."""
+LOCAL_ALERTS = {"prometheusRule.jobStalled.for": "15s"}
+"""The chart's alert thresholds this cluster changes: a StreamingJob Stalled (past its
+``spec.health.progressTimeout``) alerts after 15 s here, where a production cluster waits 5 min
+before it wakes someone."""
 
 
 class ClusterError(RuntimeError):
@@ -100,6 +107,8 @@ class LocalCluster:
     kubeconfig: Path
     started_in: dict[str, float] = field(default_factory=dict)
     """Seconds `up` spent on each part (side by side: they add up to more than "in all")."""
+    prometheus: Prometheus | None = None
+    """Prometheus, once the chart that configures it is installed."""
 
     # --- what the jobs are given -------------------------------------------------------------
 
@@ -209,6 +218,7 @@ class LocalCluster:
                     _timed, spent, "spark-operator chart", cluster._spark_operator, jobs
                 )
                 _timed(spent, "kappa chart", cluster._operator, jobs)
+                cluster.prometheus = _timed(spent, "prometheus", cluster._prometheus)
                 spark_operator_installed.result()
                 loading.result()
                 if done_beside is not None:
@@ -272,8 +282,24 @@ class LocalCluster:
             "--set", f"sparkSubmitter.namespace={SPARK_OPERATOR_NAMESPACE}",
             "--set", f"rbac.coordinatorSecrets.namespaces={{{jobs}}}",
             "--set", "liveJobs.progressInterval=5s",
+            "--set", "prometheusConfig.enabled=true", "--set", "prometheusConfig.serviceAccount.create=true",
+            "--set", "prometheusConfig.interval=5s",
+            *[arg for key, value in LOCAL_ALERTS.items() for arg in ("--set", f"{key}={value}")],
             "--set-string", f"nodeSelector.{_escaped(SYSTEM_POOL)}=true",
         )  # fmt: skip
+
+    def _prometheus(self) -> Prometheus:
+        """Prometheus on this machine with the configuration the chart installed (its
+        ConfigMap, read back) and a token of the chart's Prometheus ServiceAccount: what the
+        chart gives a Prometheus without the Prometheus Operator, and nothing more."""
+        plane = self.kube.plane
+        config = plane.admin.ok(
+            plane.admin.get(path_of("ConfigMap", OPERATOR_NAMESPACE, PROMETHEUS_NAME)),
+            "the chart's Prometheus ConfigMap",
+        )["data"]
+        token = plane.service_account_token(OPERATOR_NAMESPACE, PROMETHEUS_NAME)
+        return Prometheus.start(self.workdir / "prometheus", self.parts.prometheus, config, plane.server, plane.ca,
+                                token, GATEWAY)  # fmt: skip
 
     def upgrade_operator(self, **values: str) -> None:
         """`helm upgrade --reuse-values --set k=v ...` of kappa's release, as a user changes a
@@ -298,10 +324,12 @@ class LocalCluster:
         return str(running[0]["metadata"]["name"])
 
     def stop(self) -> None:
-        """The nodes first (their pods are the storage's clients), then the storage. The
+        """Prometheus, the nodes (their pods are the storage's clients), then the storage. The
         catalog's database is removed: the tables' files were in the S3 API's memory, gone with
         it."""
         try:
+            if self.prometheus is not None:
+                self.prometheus.stop()
             self.kube.stop()
         finally:
             self.database.remove()

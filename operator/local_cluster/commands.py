@@ -103,6 +103,10 @@ def up(workdir: Path, console: Console, nodes: int = 1) -> int:
     shape = "one node" if nodes == 1 else f"{nodes} nodes ({', '.join(ready['nodes'])})"
     console.print(f"[green]cluster up[/] in {time.monotonic() - started:.0f} s: {shape}, the spark-operator and kappa")
     console.print(f"  S3 API {ready['s3']}, Iceberg catalog {ready['catalog']}, Kafka {ready['kafka']}")
+    if ready.get("prometheus"):
+        console.print(
+            f"  Prometheus {ready['prometheus']} (the operator's and the Spark drivers' metrics, the chart's alerts)"
+        )
     console.print(
         "  example data: ingest.impressions and ingest.playbacks (8 hours from 2026-11-01 12:00Z), "
         "dims.promotions and dims.promotion_changes"
@@ -242,6 +246,7 @@ def serve(workdir: Path, nodes: int = 1) -> None:
             "s3": cluster.store.endpoint,
             "catalog": cluster.database.uri,
             "kafka": cluster.broker.bootstrap,
+            "prometheus": cluster.prometheus.url if cluster.prometheus else None,
             "nodes": [node.name for node in cluster.kube.nodes],
         }
         (workdir / "ready.json").write_text(json.dumps(ready))

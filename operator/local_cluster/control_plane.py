@@ -78,6 +78,8 @@ class Parts:
     coredns: Path
     spark_operator_chart: Path
     """Its Helm chart, from the same module (the one its users install)."""
+    prometheus: Path
+    """Prometheus with its Kubernetes discovery (``monitoring.py``)."""
 
 
 def binaries() -> Parts:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from kappa_operator.local_cluster.control_plane import ROOT, ControlPlane, event
 from kappa_operator.local_cluster.network import bridge
 from kappa_operator.local_cluster.node import Node, missing_parts
 from kappa_operator.local_cluster.rest import kubeconfig, path_of
+from kappa_operator.local_cluster.sweep import container_processes
 from kappa_operator.local_cluster.system_images import busybox_image, coredns_image, pause_image, small_archive
 
 
@@ -169,6 +171,23 @@ class Kubernetes:
         fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
         kib = {k: int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM")}
         return kib["VmRSS"], kib["VmHWM"]
+
+    def pod_processes(self, namespace: str, pod: str) -> list[int]:
+        """Every host pid of ``pod``'s first container: the processes in its cgroups, cgroup v1's or
+        v2's (a driver's container runs tini, spark-submit's JVM, the Python driver and its
+        workers)."""
+        found = self.plane.admin.get(path_of("Pod", namespace, pod)).body
+        container = str(found["status"]["containerStatuses"][0]["containerID"]).split("://", 1)[1]
+        return container_processes({container})
+
+    def signal_pod(self, namespace: str, pod: str, sig: signal.Signals) -> list[int]:
+        """``sig`` to every process of ``pod``'s first container (SIGSTOP: the pod frozen as a
+        hung process is, its container still running); the pids signalled."""
+        pids = self.pod_processes(namespace, pod)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return pids
 
     def pod_log(self, namespace: str, name: str) -> str:
         answer = self.plane.admin.get(path_of("Pod", namespace, name) + "/log")

@@ -37,7 +37,7 @@ class StorageError(RuntimeError):
     pass
 
 
-def _listening(host: str, port: int, timeout: float, what: str, log: Path) -> None:
+def listening(host: str, port: int, timeout: float, what: str, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as s:
@@ -60,7 +60,7 @@ def end(proc: subprocess.Popen[bytes], sig: signal.Signals, timeout: float = 30.
             proc.wait()
 
 
-def _unused(host: str, port: int, what: str) -> None:
+def port_unused(host: str, port: int, what: str) -> None:
     """Nothing answers there yet: a leftover server would silently take this one's place."""
     with socket.socket() as s:
         s.settimeout(1.0)
@@ -88,7 +88,7 @@ class ObjectStore:
     @classmethod
     def start(cls, workdir: Path, host: str, port: int) -> ObjectStore:
         workdir.mkdir(parents=True, exist_ok=True)
-        _unused(host, port, "the S3 API")
+        port_unused(host, port, "the S3 API")
         log = workdir / "s3.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
@@ -110,7 +110,7 @@ class ObjectStore:
         store = cls(host, port, proc, workdir / "s3-slow-down")
         store.fault_flag.unlink(missing_ok=True)
         try:
-            _listening(host, port, 30, "the S3 API (moto)", log)
+            listening(host, port, 30, "the S3 API (moto)", log)
             store.client().create_bucket(Bucket=BUCKET)
         except BaseException:
             store.stop()
@@ -192,7 +192,7 @@ class CatalogDatabase:
     @classmethod
     def start(cls, workdir: Path, host: str, port: int) -> CatalogDatabase:
         bin_dir = _postgres_bin()
-        _unused(host, port, "the catalog's PostgreSQL")
+        port_unused(host, port, "the catalog's PostgreSQL")
         owner = pwd.getpwnam("postgres")
         home = database_home(workdir)
         log = workdir / "postgres.log"
@@ -229,7 +229,7 @@ class CatalogDatabase:
             )  # fmt: skip
         db = cls(host, port, data, proc)
         try:
-            _listening(host, port, 60, "PostgreSQL", log)
+            listening(host, port, 60, "PostgreSQL", log)
             if fresh:
                 db._psql(sockets, f"CREATE ROLE {DB_USER} LOGIN PASSWORD '{DB_PASSWORD}'")
                 db._psql(sockets, f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}")

@@ -17,6 +17,7 @@ from kappa_operator.models.common import (
     overridden,
 )
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.render.driver_metrics import with_driver_metrics
 from kappa_operator.render.jobconfig import CONFIG_PATH, pipeline_mount
 from spark_app.contract.config import JobConfig
 from spark_app.contract.snapshot_requests import REQUESTS_FILE, REQUESTS_KEY, requests_text
@@ -248,7 +249,8 @@ def control_map(owner: Owner, nonces: list[str]) -> dict[str, Any]:
 
 def config_map(owner: Owner, cfg: JobConfig, extra: dict[str, str] | None = None) -> dict[str, Any]:
     """``extra``: more data keys (a Backfill keeps its StreamingJob's spec here, so it can
-    finish after that job is deleted)."""
+    finish after that job is deleted). The JobConfig as the pods run it: Spark's metrics
+    served by the driver (``driver_metrics``)."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -258,7 +260,7 @@ def config_map(owner: Owner, cfg: JobConfig, extra: dict[str, str] | None = None
             "labels": owner.labels,
             "ownerReferences": [owner.reference()],
         },
-        "data": {"job.json": cfg.to_json(), **(extra or {})},
+        "data": {"job.json": with_driver_metrics(cfg).to_json(), **(extra or {})},
     }
 
 
@@ -358,8 +360,9 @@ stores unevenly."""
 
 
 def spark_conf(cfg: JobConfig) -> dict[str, str]:
-    """The application's Spark settings: the job's, over ``NO_WAIT_FOR_EXECUTORS`` for a backfill."""
-    return {**(NO_WAIT_FOR_EXECUTORS if cfg.mode == "backfill" else {}), **cfg.spark_conf}
+    """The application's Spark settings: the job's, over ``NO_WAIT_FOR_EXECUTORS`` for a backfill,
+    and Spark's metrics served by the driver (``driver_metrics``, the same as the ConfigMap's)."""
+    return {**(NO_WAIT_FOR_EXECUTORS if cfg.mode == "backfill" else {}), **with_driver_metrics(cfg).spark_conf}
 
 
 LIVE_RESTART = {"type": "Never"}

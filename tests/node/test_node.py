@@ -9,8 +9,11 @@ ports and kubelet are the machine's)."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import os
+import signal
 import time
 from datetime import timedelta
 from typing import Any
@@ -26,6 +29,7 @@ from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, Local
 from kappa_operator.local_cluster.control_plane import ROOT, eventually
 from kappa_operator.local_cluster.images import SPARK_IMAGE
 from kappa_operator.local_cluster.kubernetes import Kubernetes
+from kappa_operator.local_cluster.monitoring import wait_for_series
 from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.local_cluster.system_images import BUSYBOX
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
@@ -205,6 +209,68 @@ def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_a
     operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
     log = cluster.kube.pod_log(OPERATOR_NAMESPACE, operator["metadata"]["name"])
     assert " 403" not in log and "Forbidden" not in log, log[-3000:]
+
+
+# --- Prometheus on the cluster, as the chart configures it (issue 61) -------------------------
+
+STREAMING_GAUGES = ("inputRate_total", "processingRate_total", "latency", "states_rowsTotal")
+"""Spark's own gauges of a streaming query (``spark.sql.streaming.metricsEnabled``), renamed
+``kappa_spark_streaming_<gauge>`` by the chart's scrape job: input and processing rates (rows/s),
+the last batch's duration (ms) and its state store rows."""
+PROMETHEUS_USER = "system:serviceaccount:kappa-system:kappa-kappa-operator-prometheus"
+
+
+def stalled_alerts(cluster: LocalCluster, state: str) -> list[dict[str, Any]]:
+    assert cluster.prometheus is not None
+    return [
+        a
+        for a in cluster.prometheus.alerts()
+        if a["labels"].get("alertname") == "KappaStreamingJobStalled"
+        and a["labels"].get("streamingjob") == "rmi"
+        and a["state"] == state
+    ]
+
+
+def test_prometheus_finds_the_operator_and_the_drivers_through_the_api_and_the_charts_alert_fires_and_resolves(
+    cluster: LocalCluster,
+) -> None:
+    """The Prometheus `kappa cluster up` runs, configured only by the chart (its ConfigMap's scrape
+    jobs and rule file, its ServiceAccount's Roles): it finds the operator through its Service's
+    endpoints and the rmi job's driver pod (above) through the pods' labels, and has Spark's own
+    streaming metrics of that driver with the job's labels. The driver frozen (SIGSTOP to every
+    process of its container, as a hung JVM is), the operator sets Stalled past the job's
+    progressTimeout and the chart's alert fires; continued, it resolves. Nothing the
+    ServiceAccount asked was refused."""
+    prometheus = cluster.prometheus
+    assert prometheus is not None
+    assert {"KappaStreamingJobStalled", "KappaAlignmentLagHigh", "KappaBackfillStalled"} <= set(prometheus.rule_names())
+    (up,) = wait_for_series(prometheus, 'up{job="kappa-operator"} == 1', 120, "the operator's scrape")
+    assert up["metric"]["pod"].startswith("kappa-kappa-operator-"), up
+    for gauge in STREAMING_GAUGES:
+        selector = f'kappa_spark_streaming_{gauge}{{namespace="{JOBS}",streamingjob="rmi"}}'
+        found = wait_for_series(prometheus, selector, 180, f"the rmi driver's {gauge}")
+        assert {s["metric"]["job"] for s in found} == {"kappa-spark-drivers"}, found
+        assert all(s["metric"]["pod"].startswith("rmi-") and s["metric"].get("query") for s in found), found
+    (driver,) = running(cluster, JOBS, "spark-role=driver,sparkoperator.k8s.io/app-name=rmi") or []
+
+    health = {"spec": {"health": {"progressTimeout": "20s"}}}
+    kubectl(cluster, "patch", "sj", "rmi", "--type=merge", "-p", json.dumps(health))
+    frozen = cluster.kube.signal_pod(JOBS, driver["metadata"]["name"], signal.SIGSTOP)
+    try:
+        firing = "KappaStreamingJobStalled firing for rmi"
+        eventually(lambda: stalled_alerts(cluster, "firing"), firing, timeout=240, every=2)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        kubectl(cluster, "patch", "sj", "rmi", "--type=merge", "-p", json.dumps({"spec": {"health": None}}))
+    eventually(
+        lambda: not stalled_alerts(cluster, "firing") and not stalled_alerts(cluster, "pending"),
+        "KappaStreamingJobStalled resolved for rmi",
+        timeout=240,
+        every=2,
+    )
+    assert cluster.kube.plane.forbidden(PROMETHEUS_USER) == []
 
 
 # --- a Backfill of that job's history, aligned through the coordinator, and kappa run's ------

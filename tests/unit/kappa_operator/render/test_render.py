@@ -12,6 +12,7 @@ import yaml
 
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.render.driver_metrics import with_driver_metrics
 from kappa_operator.render.jobconfig import backfill_config, config_hash, streaming_job_config
 from kappa_operator.render.spark_application import (
     BACKFILL_RESTART,
@@ -146,7 +147,9 @@ def test_spark_application_and_config_map(job: StreamingJob) -> None:
     h = config_hash(cfg)
     cm = config_map(owner, cfg)
     app = spark_application(owner, cfg, launch, h)
-    assert json.loads(cm["data"]["job.json"]) == json.loads(cfg.to_json())
+    # the JobConfig as the pods run it: the job's, with Spark's metrics served by the driver
+    assert json.loads(cm["data"]["job.json"]) == json.loads(with_driver_metrics(cfg).to_json())
+    assert app["spec"]["sparkConf"] == json.loads(cm["data"]["job.json"])["sparkConf"]
     ref = app["metadata"]["ownerReferences"][0]
     assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("StreamingJob", "rmi", "u-1", True)
     assert cm["metadata"]["ownerReferences"] == [ref]
