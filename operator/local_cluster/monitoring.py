@@ -67,6 +67,9 @@ class PrometheusError(RuntimeError):
 
 @dataclass
 class Prometheus:
+    """Prometheus in a child process of this machine, and the parts of its HTTP API the
+    tests and `kappa cluster up` read (queries, targets, alerts, rules)."""
+
     host: str
     port: int
     proc: subprocess.Popen[bytes]
