@@ -161,13 +161,18 @@ class Kubernetes:
         ready = (answer.body.get("status") or {}).get("readyReplicas") or 0
         return ready > 0 and ready == answer.body["spec"].get("replicas", 1)
 
+    def container_of(self, namespace: str, pod: str) -> tuple[str, str]:
+        """(node name, containerd id) of ``pod``'s first container."""
+        found = self.plane.admin.get(path_of("Pod", namespace, pod)).body
+        container = str(found["status"]["containerStatuses"][0]["containerID"]).split("://", 1)[1]
+        return str(found["spec"]["nodeName"]), container
+
     def process_memory(self, namespace: str, pod: str) -> tuple[int, int]:
         """(resident, peak resident) bytes of ``pod``'s first container's main process, from
         /proc on this machine (a container's processes are the host's): the peak is the
         kernel's high-water mark since the process started, nothing sampled can miss it."""
-        found = self.plane.admin.get(path_of("Pod", namespace, pod)).body
-        container = str(found["status"]["containerStatuses"][0]["containerID"]).split("://", 1)[1]
-        pid = self.node(found["spec"]["nodeName"]).process_of(container)
+        node, container = self.container_of(namespace, pod)
+        pid = self.node(node).process_of(container)
         fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
         kib = {k: int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM")}
         return kib["VmRSS"], kib["VmHWM"]
@@ -176,9 +181,7 @@ class Kubernetes:
         """Every host pid of ``pod``'s first container: the processes in its cgroups, cgroup v1's or
         v2's (a driver's container runs tini, spark-submit's JVM, the Python driver and its
         workers)."""
-        found = self.plane.admin.get(path_of("Pod", namespace, pod)).body
-        container = str(found["status"]["containerStatuses"][0]["containerID"]).split("://", 1)[1]
-        return container_processes({container})
+        return container_processes({self.container_of(namespace, pod)[1]})
 
     def signal_pod(self, namespace: str, pod: str, sig: signal.Signals) -> list[int]:
         """``sig`` to every process of ``pod``'s first container (SIGSTOP: the pod frozen as a

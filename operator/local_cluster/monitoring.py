@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -155,18 +154,3 @@ class Prometheus:
 
     def stop(self) -> None:
         end(self.proc, signal.SIGTERM)
-
-
-def wait_for_series(prometheus: Prometheus, promql: str, timeout: float, what: str) -> list[dict[str, Any]]:
-    """The query's series once it has any; raises naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            found = prometheus.query(promql)
-        except OSError:
-            found = []
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise PrometheusError(f"no series for {what} ({promql}) after {timeout:.0f} s")
-        time.sleep(1.0)

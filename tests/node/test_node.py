@@ -29,7 +29,6 @@ from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, Local
 from kappa_operator.local_cluster.control_plane import ROOT, eventually
 from kappa_operator.local_cluster.images import SPARK_IMAGE
 from kappa_operator.local_cluster.kubernetes import Kubernetes
-from kappa_operator.local_cluster.monitoring import wait_for_series
 from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.local_cluster.system_images import BUSYBOX
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
@@ -244,11 +243,11 @@ def test_prometheus_finds_the_operator_and_the_drivers_through_the_api_and_the_c
     prometheus = cluster.prometheus
     assert prometheus is not None
     assert {"KappaStreamingJobStalled", "KappaAlignmentLagHigh", "KappaBackfillStalled"} <= set(prometheus.rule_names())
-    (up,) = wait_for_series(prometheus, 'up{job="kappa-operator"} == 1', 120, "the operator's scrape")
+    (up,) = eventually(lambda: prometheus.query('up{job="kappa-operator"} == 1'), "the operator's scrape", 120, 1)
     assert up["metric"]["pod"].startswith("kappa-kappa-operator-"), up
     for gauge in STREAMING_GAUGES:
         selector = f'kappa_spark_streaming_{gauge}{{namespace="{JOBS}",streamingjob="rmi"}}'
-        found = wait_for_series(prometheus, selector, 180, f"the rmi driver's {gauge}")
+        found = eventually(lambda q=selector: prometheus.query(q), f"the rmi driver's {gauge}", 180, 1)
         assert {s["metric"]["job"] for s in found} == {"kappa-spark-drivers"}, found
         assert all(s["metric"]["pod"].startswith("rmi-") and s["metric"].get("query") for s in found), found
     (driver,) = running(cluster, JOBS, "spark-role=driver,sparkoperator.k8s.io/app-name=rmi") or []
