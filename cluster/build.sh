@@ -12,6 +12,8 @@
 #     replace directives repeated, as the module proxy serves only that version);
 #   - Prometheus v3.16.0 from its module (cluster/prometheus), with its Kubernetes discovery alone
 #     (Debian's package has none): the local cluster's monitoring (issue 61);
+#   - Perses v0.52.0, the dashboard server, from its Go module, its web UI built with npm from the
+#     module's ui/ workspace, and its plugins' npm bundles (cluster/perses/build.sh; issue 61);
 #   - the one-node cluster's kubelet, kube-scheduler and kube-proxy (current version), CoreDNS
 #     v1.12.4 from its module (cluster/coredns), and its Debian packages (containerd, runc, CNI
 #     plugins, busybox-static, gcc, buildah, debootstrap, postgresql for the Iceberg catalog)
@@ -141,25 +143,40 @@ prometheus_binary() {  # Prometheus of cluster/prometheus/go.mod, its Kubernetes
   echo "$bin/prometheus"
 }
 
+perses_build() {  # Perses and its plugins (cluster/perses/build.sh): the local cluster's dashboard server
+  local dir="$cache/perses-v0.52.0"
+  if [ ! -x "$dir/bin/perses" ]; then
+    echo "building Perses v0.52.0 and its web UI (once per machine)" >&2
+    bash "$here/perses/build.sh" "$dir" >&2
+  fi
+  echo "$dir"
+}
+
 # The small modules build beside the Kubernetes commands (a core idles at each link of a
 # build alone); each function prints its path again, from the cache, once both are done.
 (coredns_binary && spark_operator_binary && helm_binary && prometheus_binary) >/dev/null &
 side=$!
+# Perses's UI build is npm's (most of its ~18 min): beside the Go builds rather than after them
+perses_build >/dev/null &
+dashboards=$!
 current=$(kubernetes "$CURRENT" kube-controller-manager kubelet kube-scheduler kube-proxy kubectl)
 # the oldest: its API server alone, for the CRD checks (tests/cluster/test_crds_on_server.py),
 # which need no controller of its own
 oldest=$(kubernetes "$OLDEST")
 wait "$side"
+wait "$dashboards"
 coredns=$(coredns_binary)
 spark_operator=$(spark_operator_binary)
 helm=$(helm_binary)
 prometheus=$(prometheus_binary)
+perses=$(perses_build)
 echo "current=$current"
 echo "oldest=$oldest"
 echo "helm=$helm"
 echo "spark_operator=$spark_operator"
 echo "coredns=$coredns"
 echo "prometheus=$prometheus"
+echo "perses=$perses"
 # the spark-operator's own Helm chart, from its module (downloaded with it; not copied here)
 chart_dir=$(cd "$here/spark-operator" && go mod download -json github.com/kubeflow/spark-operator/v2 | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 echo "spark_operator_chart=$chart_dir/charts/spark-operator-chart"

@@ -24,6 +24,7 @@ import yaml
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local_cluster.addresses import GATEWAY, JOBS_POOL, SYSTEM_POOL
 from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries, eventually
+from kappa_operator.local_cluster.dashboards import Perses
 from kappa_operator.local_cluster.images import OPERATOR_IMAGE, SPARK_IMAGE, SPARK_OPERATOR_IMAGE, build_all
 from kappa_operator.local_cluster.kubernetes import Kubernetes
 from kappa_operator.local_cluster.monitoring import Prometheus
@@ -55,6 +56,9 @@ S3_PORT, DB_PORT, KAFKA_PORT = 9000, 5432, 9092
 CHART = ROOT / "charts" / "kappa-operator"
 PROMETHEUS_NAME = f"{OPERATOR_RELEASE}-kappa-operator-prometheus"
 """The chart's Prometheus ConfigMap and ServiceAccount (``prometheusConfig``), release ``kappa``."""
+SCRAPE_INTERVAL = "5s"
+"""How often the local Prometheus scrapes (the chart's default is 30 s): a Backfill of the
+examples runs in a minute or two, and its dashboard needs points within it."""
 LOCAL_ALERTS = {"prometheusRule.jobStalled.for": "15s"}
 """The chart's alert thresholds this cluster changes: a StreamingJob Stalled (past its
 ``spec.health.progressTimeout``) alerts after 15 s here, where a production cluster waits 5 min
@@ -109,6 +113,8 @@ class LocalCluster:
     """Seconds `up` spent on each part (side by side: they add up to more than "in all")."""
     prometheus: Prometheus | None = None
     """Prometheus, once the chart that configures it is installed."""
+    perses: Perses | None = None
+    """The dashboard server, once Prometheus runs."""
 
     # --- what the jobs are given -------------------------------------------------------------
 
@@ -219,6 +225,7 @@ class LocalCluster:
                 )
                 _timed(spent, "kappa chart", cluster._operator, jobs)
                 cluster.prometheus = _timed(spent, "prometheus", cluster._prometheus)
+                cluster.perses = _timed(spent, "perses", cluster._perses, cluster.prometheus)
                 spark_operator_installed.result()
                 loading.result()
                 if done_beside is not None:
@@ -283,7 +290,7 @@ class LocalCluster:
             "--set", f"rbac.coordinatorSecrets.namespaces={{{jobs}}}",
             "--set", "liveJobs.progressInterval=5s",
             "--set", "prometheusConfig.enabled=true", "--set", "prometheusConfig.serviceAccount.create=true",
-            "--set", "prometheusConfig.interval=5s",
+            "--set", f"prometheusConfig.interval={SCRAPE_INTERVAL}",
             *[arg for key, value in LOCAL_ALERTS.items() for arg in ("--set", f"{key}={value}")],
             "--set-string", f"nodeSelector.{_escaped(SYSTEM_POOL)}=true",
         )  # fmt: skip
@@ -300,6 +307,14 @@ class LocalCluster:
         token = plane.service_account_token(OPERATOR_NAMESPACE, PROMETHEUS_NAME)
         return Prometheus.start(self.workdir / "prometheus", self.parts.prometheus, config, plane.server, plane.ca,
                                 token, GATEWAY)  # fmt: skip
+
+    def _perses(self, prometheus: Prometheus) -> Perses:
+        """Perses provisioned with the chart's dashboard (the file the chart ships, as a user
+        would import it) and this Prometheus."""
+        dashboard = json.loads((CHART / "dashboards" / "kappa.perses.json").read_text())
+        return Perses.start(
+            self.workdir / "perses", self.parts.perses, prometheus.url, SCRAPE_INTERVAL, dashboard, GATEWAY
+        )
 
     def upgrade_operator(self, **values: str) -> None:
         """`helm upgrade --reuse-values --set k=v ...` of kappa's release, as a user changes a
@@ -324,10 +339,12 @@ class LocalCluster:
         return str(running[0]["metadata"]["name"])
 
     def stop(self) -> None:
-        """Prometheus, the nodes (their pods are the storage's clients), then the storage. The
+        """Perses, Prometheus, the nodes (their pods are the storage's clients), then the storage. The
         catalog's database is removed: the tables' files were in the S3 API's memory, gone with
         it."""
         try:
+            if self.perses is not None:
+                self.perses.stop()
             if self.prometheus is not None:
                 self.prometheus.stop()
             self.kube.stop()

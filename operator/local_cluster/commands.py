@@ -46,6 +46,8 @@ PROMOTIONS_EVERY = timedelta(minutes=20)
 with the events, in fewer commits than they take, so `up` stays within its minute."""
 UP_TIMEOUT = 3600.0
 """A first `up` builds images (~10-15 min on 2 cores); later ones start in ~2 min."""
+ENDED_WITHIN = 30.0
+"""How long `down` waits for what it killed to be gone before it says which outlived it."""
 
 
 class ClusterCommandError(KappaError):
@@ -107,6 +109,8 @@ def up(workdir: Path, console: Console, nodes: int = 1) -> int:
         console.print(
             f"  Prometheus {ready['prometheus']} (the operator's and the Spark drivers' metrics, the chart's alerts)"
         )
+    if ready.get("dashboard"):
+        console.print(f"  dashboard {ready['dashboard']} (alignment lag, backfills, jobs; Perses)")
     console.print(
         "  example data: ingest.impressions and ingest.playbacks (8 hours from 2026-11-01 12:00Z), "
         "dims.promotions and dims.promotion_changes"
@@ -155,9 +159,19 @@ def _ended(workdir: Path) -> int:
     left = left_running(parts)
     if left:
         sweep(parts / "node")
-        for pid in left_running(parts):  # the storage and the broker, outside the node
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        # The storage and the broker, outside the node, and anything the sweep's kill has not
+        # yet ended: a SIGKILLed JVM takes a moment to exit, and the next `up` needs its ports.
+        deadline = time.monotonic() + ENDED_WITHIN
+        while remaining := left_running(parts):
+            if time.monotonic() > deadline:
+                raise ClusterCommandError(
+                    f"{len(remaining)} processes of the cluster in {workdir} outlived SIGKILL for "
+                    f"{ENDED_WITHIN:.0f} s (pids {remaining[:10]}): see `ps -o pid,stat,cmd -p PID`"
+                )
+            for pid in remaining:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
     (workdir / "supervisor.pid").unlink(missing_ok=True)
     return len(left)
 
@@ -184,7 +198,18 @@ def left_running(parts: Path) -> list[int]:
     for where in (parts, database_home(parts / "storage")):
         found = subprocess.run(["pgrep", "-f", str(where)], capture_output=True, text=True, check=False)
         named |= {int(pid) for pid in found.stdout.split()}
-    return sorted((named | set(container_processes(container_ids(parts / "node")))) - {os.getpid()})
+    found = (named | set(container_processes(container_ids(parts / "node")))) - {os.getpid()}
+    return sorted(pid for pid in found if not _exited(pid))
+
+
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has ended though not yet been reaped (a zombie): it holds no port, file
+    or memory, so it is not left running."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
 
 
 def example_manifests(cluster: object, out: Path) -> list[Path]:
@@ -247,6 +272,7 @@ def serve(workdir: Path, nodes: int = 1) -> None:
             "catalog": cluster.database.uri,
             "kafka": cluster.broker.bootstrap,
             "prometheus": cluster.prometheus.url if cluster.prometheus else None,
+            "dashboard": cluster.perses.dashboard_url if cluster.perses else None,
             "nodes": [node.name for node in cluster.kube.nodes],
         }
         (workdir / "ready.json").write_text(json.dumps(ready))

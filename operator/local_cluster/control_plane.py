@@ -80,6 +80,8 @@ class Parts:
     """Its Helm chart, from the same module (the one its users install)."""
     prometheus: Path
     """Prometheus with its Kubernetes discovery (``monitoring.py``)."""
+    perses: Path
+    """Perses's build: ``bin/perses`` and ``plugins/`` (``dashboards.py``)."""
 
 
 def binaries() -> Parts:

@@ -24,6 +24,16 @@ METRICS_NAMESPACE = "kappa"
 METRICS_PATH = "/metrics/prometheus"
 """Where on the UI port the servlet answers (the chart's scrape job's ``metrics_path``)."""
 SERVLET = "spark.metrics.conf.*.sink.prometheusServlet"
+STREAMING_GAUGES = (
+    "inputRate_total",
+    "processingRate_total",
+    "latency",
+    "states_rowsTotal",
+    "states_usedBytes",
+    "eventTime_watermark",
+)
+"""The per-query gauges the chart's scrape job keeps, each renamed ``kappa_spark_streaming_<gauge>``
+(its ``metric_relabel_configs``; the dashboard's Spark drivers row reads them)."""
 
 DRIVER_METRICS = {
     "spark.ui.enabled": "true",

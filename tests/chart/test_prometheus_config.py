@@ -15,7 +15,7 @@ import helm_python
 import pytest
 import yaml
 
-from kappa_operator.render.driver_metrics import DRIVER_METRICS, METRICS_NAMESPACE, METRICS_PATH
+from kappa_operator.render.driver_metrics import DRIVER_METRICS, METRICS_NAMESPACE, METRICS_PATH, STREAMING_GAUGES
 from kappa_operator.render.spark_application import MANAGED_BY, ROLE_LABEL, Owner
 from tests.chart.test_chart import CHART, FULLNAME, NAMESPACE, PROMTOOL, needs_promtool, of_kind, one, render
 
@@ -121,10 +121,11 @@ def test_a_querys_gauges_are_renamed_with_the_query_as_a_label(rendered: list[di
     key with every other character ``_`` (``<spark.metrics.namespace>.driver.spark.streaming.
     <query>.<gauge>``), then ``_Value`` (and the same as ``_Number``, dropped)."""
     rules = scrape_jobs(rendered)["kappa-spark-drivers"]["metric_relabel_configs"]
-    for gauge in ("inputRate-total", "latency", "states-rowsTotal", "eventTime-watermark"):
+    for kept in STREAMING_GAUGES:  # the names the dashboard's Spark drivers row reads
+        gauge = kept.replace("_", "-")
         key = f"{METRICS_NAMESPACE}.driver.spark.streaming.rmi_attributed_plays.{gauge}"
         name = f"metrics_{re.sub('[^a-zA-Z0-9]', '_', key)}_Value"
-        renamed = f"kappa_spark_streaming_{gauge.replace('-', '_')}"
+        renamed = f"kappa_spark_streaming_{kept}"
         want = {"__name__": renamed, "query": "rmi_attributed_plays", "type": "gauges"}
         assert relabelled(rules, {"__name__": name, "type": "gauges"}) == want
     other = {"__name__": "metrics_kappa_driver_BlockManager_memory_memUsed_MB_Value", "type": "gauges"}

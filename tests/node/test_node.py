@@ -15,7 +15,9 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,9 @@ import requests
 import yaml
 from confluent_kafka import Producer
 
+from harness.browser import row_screenshots
+from kappa_operator.dashboard.definition import kappa_dashboard
+from kappa_operator.dashboard.perses import expression
 from kappa_operator.local.example_data import START
 from kappa_operator.local_cluster.addresses import PODS, SERVICES
 from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
@@ -270,6 +275,112 @@ def test_prometheus_finds_the_operator_and_the_drivers_through_the_api_and_the_c
         every=2,
     )
     assert cluster.kube.plane.forbidden(PROMETHEUS_USER) == []
+
+
+# --- the dashboard people watch, served by Perses and drawn by a browser (issue 61) --------
+
+PLAYBACKS_FROM = "2026-11-01T12:25:00"
+SHOTS = "KAPPA_DASHBOARD_SHOTS"
+"""Where the test also saves its screenshots (the README's is docs/dashboard/01-alignment.png)."""
+NO_DATA_HERE = {
+    "Reconcile errors": "no reconcile fails in this run",
+    "Kafka consumer lag": "the rmi job reads Iceberg tables, no Kafka topic (the Kafka tests come later)",
+    "Queue wait": "no Backfill waits in the queue: backfills.maxConcurrent is not reached",
+    "External calls against their limit": "no job here calls an external service",
+    "Time waiting for the call limit": "no job here calls an external service",
+}
+"""The panels that may have no series in this scenario, and why: every other panel must have
+some (these may too, from the tests before: their objects stay)."""
+
+
+def panel_series(perses: Any, panel: Any, values: dict[str, str], start: float, end: float) -> list[dict[str, Any]]:
+    """A panel's series as its Perses chart asks for them: each query's PromQL with the
+    dashboard's variables set as the URL sets them, through Perses's datasource proxy."""
+    found = []
+    for query in panel.queries:
+        promql = expression(panel, query).replace("$__rate_interval", "1m")
+        for name, value in values.items():
+            promql = promql.replace(f"${name}", value)
+        found += perses.query_range(promql, start, end, 5)
+    return found
+
+
+def test_the_dashboard_in_perses_shows_a_backfill_held_back_by_max_drift_and_a_browser_draws_each_row(
+    cluster: LocalCluster, tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
+    """Perses, provisioned with the chart's dashboard, on the cluster's Prometheus; the rmi job
+    live (above) and a Backfill whose playbacks read ahead of its impressions by more than its
+    maxDrift, so the coordinator holds them back. Through Perses's own query API: every panel of
+    the Alignment row has series of the Backfill's group and members; the held-back member's
+    lag is > 0 while the drift bound cuts its admission, then 0 once the impressions catch up;
+    every panel of the dashboard has data or is in ``NO_DATA_HERE`` with why. Chromium draws
+    each row over the last 3 minutes (held back, caught up, finished), and the lag panel's legend
+    names the member (its Max: by how much)."""
+    perses = cluster.perses
+    assert perses is not None
+    served = perses.served_dashboard()
+    shipped = json.loads((ROOT / "charts" / "kappa-operator" / "dashboards" / "kappa.perses.json").read_text())
+    assert served["spec"]["panels"] == shipped["spec"]["panels"], "the chart's dashboard, as provisioned"
+    began = time.time() - 60
+    name = "rmi-dashboard"
+    alignment = {"mode": "aligned", "maxDrift": "1m", "batchRowBudget": 0}
+    # The window's playbacks start it (12:40) and the impressions they attribute to its
+    # warm-up (12:10): playbacks before 12:25 only make output before the window, so this
+    # Backfill reads them from 12:25, 15 minutes ahead of the impressions, and the coordinator
+    # holds them back until the impressions are within maxDrift.
+    sources = {"playbacks": {"filter": f"event_ts >= '{PLAYBACKS_FROM}'"}}
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(backfill(name, alignment=alignment, sources=sources)))
+
+    def held_back() -> list[dict[str, Any]] | None:
+        failed = phase_of(cluster, "Backfill", name, "Failed")
+        assert failed is None, failed["message"]
+        promql = (
+            f'kappa_alignment_lag_seconds{{group=~".*[.]{name}",member=~".*/playbacks"}} > 0 '
+            f"and on (group, member) kappa_alignment_member_throttled == 1"
+        )
+        return perses.query_range(promql, began, time.time(), 5) or None
+
+    (held,) = eventually(held_back, "the playbacks held back with lag > 0", timeout=420, every=3)
+    group, member = held["metric"]["group"], held["metric"]["member"]
+    by = max(float(v) for _, v in held["values"])
+    assert 60 < by <= 15 * 60, f"held back by more than maxDrift, at most the 15 minutes it starts ahead: {held}"
+
+    def released() -> list[dict[str, Any]] | None:
+        promql = f'kappa_alignment_lag_seconds{{group="{group}",member="{member}"}} == 0'
+        return perses.query_range(promql, held["values"][0][0], time.time(), 5) or None
+
+    eventually(released, f"{member} released: lag 0, the impressions caught up", timeout=420, every=3)
+
+    status = eventually(
+        lambda: phase_of(cluster, "Backfill", name, "Succeeded", "Failed"), "the Backfill to finish", 420, 3
+    )
+    assert status["phase"] == "Succeeded", status
+
+    # a person's view of it: each row drawn by Chromium (the last 3 minutes: the Backfill's whole run)
+    out = Path(os.environ.get(SHOTS) or tmp_path / "shots")
+    url = f"{perses.dashboard_url}?start=3m&refresh=0s&var-group={group}&var-namespace=$__all"
+    shots = row_screenshots(url, out)
+    assert [s.title for s in shots] == [row.title for row in kappa_dashboard().rows]
+    assert all(s.png.stat().st_size > 10_000 for s in shots), [(s.png, s.png.stat().st_size) for s in shots]
+    lag_legend = shots[0].text.split("Alignment lag per member", 1)[1].split("Throttled members", 1)[0]
+    assert member in lag_legend, f"the lag panel's legend names the held-back member: {lag_legend}"
+
+    values = {"group": group, "namespace": ".*"}
+    for panel in kappa_dashboard().rows[0].panels:
+        found = panel_series(perses, panel, values, began, time.time())
+        assert found, f"{panel.title}: no series of {group}"
+        grouped = [s["metric"] for s in found if "group" in s["metric"]]  # report latency: all groups'
+        assert all(m["group"] == group for m in grouped), (panel.title, grouped[:3])
+    members = {s["metric"]["member"] for s in perses.query_range(
+        f'kappa_alignment_member_watermark_seconds{{group="{group}"}}', began, time.time(), 5)}  # fmt: skip
+    assert {m.rsplit("/", 1)[1] for m in members} == {"impressions", "playbacks"}, members
+    empty = {
+        panel.title
+        for panel in kappa_dashboard().panels()
+        if not panel_series(perses, panel, values, began, time.time())
+    }
+    assert empty <= set(NO_DATA_HERE), f"no data, and not said why: {sorted(empty - set(NO_DATA_HERE))}"
+    record_property("measured", json.dumps({"held_back": member, "by_s": round(by, 1), "no_data": sorted(empty)}))
 
 
 # --- a Backfill of that job's history, aligned through the coordinator, and kappa run's ------
