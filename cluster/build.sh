@@ -16,7 +16,8 @@
 #     module's ui/ workspace, and its plugins' npm bundles (cluster/perses/build.sh; issue 61);
 #   - the one-node cluster's kubelet, kube-scheduler and kube-proxy (current version), CoreDNS
 #     v1.12.4 from its module (cluster/coredns), and its Debian packages (containerd, runc, CNI
-#     plugins, busybox-static, gcc, buildah, debootstrap, postgresql for the Iceberg catalog)
+#     plugins, busybox-static, gcc, buildah, debootstrap, postgresql for the Iceberg catalog,
+#     chromium for the dashboard's screenshots)
 #     when run as root;
 # A fresh machine builds once (~20-30 min on 2 cores); later runs find the cache and exit.
 # Prints one line per part, `name=path`: current=<bin dir>, oldest=<bin dir>, helm=<binary>.
@@ -98,6 +99,8 @@ command -v iptables >/dev/null 2>&1 || node_packages+=(iptables)
 # our images, built from their Dockerfiles without a registry (operator/local_cluster/images.py)
 command -v buildah >/dev/null 2>&1 || node_packages+=(buildah)
 command -v debootstrap >/dev/null 2>&1 || node_packages+=(debootstrap)
+# Chromium for the dashboard's screenshots (harness/browser.py; Playwright never downloads one)
+command -v chromium >/dev/null 2>&1 || node_packages+=(chromium)
 # the pods' Iceberg catalog database (pyiceberg's SQL catalog, as the embedded SQLite default)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || node_packages+=(postgresql)
 if ((${#node_packages[@]})); then
