@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from kappa_operator.coordinator.api import MAX_BODY_BYTES, AnswerBody, GroupBody, ReportBody, duration_micros
@@ -48,6 +48,7 @@ from kappa_operator.coordinator.metrics import CoordinatorMetrics
 from kappa_operator.coordinator.names import check_group_name
 from kappa_operator.coordinator.scopes import verify
 from kappa_operator.coordinator.store import GroupStore
+from kappa_operator.service.exposition import latest
 from spark_app.contract.alignment import HELD
 
 log = logging.getLogger("kappa.coordinator")
@@ -278,7 +279,7 @@ async def post_report(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     service: Service = request.app[SERVICE]
-    resp = web.Response(body=generate_latest(service.metrics.registry))
+    resp = web.Response(body=latest(service.metrics.registry))
     resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
     return resp
 

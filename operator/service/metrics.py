@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from kappa_operator.service import exposition
 
 KINDS = ("StreamingJob", "Backfill", "Rewind")
 
@@ -274,7 +276,8 @@ class OperatorMetrics:
         self.registry.register(_Forward(other))
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
-        start_http_server(port, addr=host, registry=self.registry)
+        """``/metrics`` on its own thread, in the text format ``exposition.latest`` writes."""
+        exposition.serve(self.registry, port, host)
 
 
 class _Forward(Collector):
