@@ -572,8 +572,8 @@ async def real_load(
                                 continue
                             assert r.status < 300, await r.text()
                             await r.read()
-                    except aiohttp.ServerDisconnectedError:  # the same, the connection closed instead
-                        continue
+                    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError):
+                        continue  # the same, the connection closed instead (before or in its body)
                     return time.monotonic() - start
 
             requests_s = max(await asyncio.gather(delete_all("streamingjobs"), delete_all("backfills")))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
@@ -70,9 +71,13 @@ def test_a_silent_query_is_stalled_with_its_progress_and_ui_in_status(
     assert progress["batchId"] == 41 and progress["stateRows"] == 77 and progress["batchDurationMs"] == 2500
     assert s["watermark"] == (last_batch - timedelta(minutes=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert s["lastProgressAt"] == last_batch.strftime("%Y-%m-%dT%H:%M:%SZ")
-    answer = plane.admin.get(f"/api/v1/namespaces/{ns}/events")
-    warned = [e for e in plane.admin.ok(answer, "events")["items"] if e["reason"] == "Stalled"]
-    assert warned and warned[0]["type"] == "Warning" and sink in warned[0]["message"]
+
+    def warned() -> list[dict[str, Any]] | None:  # Events are posted from a thread of their own, after status
+        answer = plane.admin.get(f"/api/v1/namespaces/{ns}/events")
+        return [e for e in plane.admin.ok(answer, "events")["items"] if e["reason"] == "Stalled"] or None
+
+    (event, *_) = eventually(warned, "the Stalled Warning event", timeout=60)
+    assert event["type"] == "Warning" and sink in event["message"]
     metrics = in_process_operator.context.metrics
     assert metrics is not None
     text = generate_latest(metrics.registry).decode()
