@@ -8,10 +8,11 @@ The flags are the machine's: its network is closed, so Chromium's own background
 
 from __future__ import annotations
 
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+
+from kappa_operator.dashboard.perses import panel_key
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
@@ -42,10 +43,6 @@ def chromium() -> str:
     return found
 
 
-def slug(title: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
-
-
 def row_screenshots(url: str, out: Path, width: int = 1600, settle_ms: int = 3000) -> list[RowShot]:
     """Each row of the dashboard at ``url`` as ``out/<row>.png``, once every panel has drawn
     (no progress indicator left, then ``settle_ms`` for the charts' animation)."""
@@ -72,7 +69,7 @@ def row_screenshots(url: str, out: Path, width: int = 1600, settle_ms: int = 300
             for index in range(rows.count()):
                 row = rows.nth(index)
                 title = row.locator("[data-testid=panel-group-header]").inner_text().strip().splitlines()[0]
-                png = out / f"{index + 1:02d}-{slug(title)}.png"
+                png = out / f"{index + 1:02d}-{panel_key(title)}.png"
                 row.screenshot(path=str(png))
                 shots.append(RowShot(title, png, row.inner_text()))
         finally:

@@ -34,7 +34,8 @@ WIDTH, HEIGHT, COLUMNS = 12, 8, 2
 
 
 def panel_key(title: str) -> str:
-    """A panel's key in ``spec.panels`` (and its ``$ref``): its title, slugged."""
+    """A panel's key in ``spec.panels`` (and its ``$ref``): its title, slugged (a row's
+    screenshot is named so too, ``harness/browser.py``)."""
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
 
 

@@ -217,7 +217,7 @@ def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_a
 
 # --- Prometheus on the cluster, as the chart configures it (issue 61) -------------------------
 
-STREAMING_GAUGES = ("inputRate_total", "processingRate_total", "latency", "states_rowsTotal")
+DRIVER_GAUGES_CHECKED = ("inputRate_total", "processingRate_total", "latency", "states_rowsTotal")
 """Spark's own gauges of a streaming query (``spark.sql.streaming.metricsEnabled``), renamed
 ``kappa_spark_streaming_<gauge>`` by the chart's scrape job: input and processing rates (rows/s),
 the last batch's duration (ms) and its state store rows."""
@@ -250,7 +250,7 @@ def test_prometheus_finds_the_operator_and_the_drivers_through_the_api_and_the_c
     assert {"KappaStreamingJobStalled", "KappaAlignmentLagHigh", "KappaBackfillStalled"} <= set(prometheus.rule_names())
     (up,) = eventually(lambda: prometheus.query('up{job="kappa-operator"} == 1'), "the operator's scrape", 120, 1)
     assert up["metric"]["pod"].startswith("kappa-kappa-operator-"), up
-    for gauge in STREAMING_GAUGES:
+    for gauge in DRIVER_GAUGES_CHECKED:
         selector = f'kappa_spark_streaming_{gauge}{{namespace="{JOBS}",streamingjob="rmi"}}'
         found = eventually(lambda q=selector: prometheus.query(q), f"the rmi driver's {gauge}", 180, 1)
         assert {s["metric"]["job"] for s in found} == {"kappa-spark-drivers"}, found
