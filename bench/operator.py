@@ -332,11 +332,15 @@ class Tracker:
     deleted: dict[str, float] = field(default_factory=dict)
     present: set[str] = field(default_factory=set)
     phases: dict[str, str] = field(default_factory=dict)
+    uids: dict[str, set[str]] = field(default_factory=dict)
+    """Every uid seen under a name: more than one, the name was created again (handled twice)."""
     events: int = 0
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def see(self, kind: str, obj: dict[str, Any], now: float) -> None:
         name = obj["metadata"]["name"]
+        if uid := obj["metadata"].get("uid"):
+            self.uids.setdefault(name, set()).add(uid)
         self.events += 1
         if kind == "DELETED":
             self.present.discard(name)
@@ -427,6 +431,8 @@ async def server_requests(http: aiohttp.ClientSession, server: str) -> dict[str,
     out: dict[str, float] = {}
     for m in REQUEST_TOTAL.finditer(text):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', m["labels"]))
+        if labels.get("code") == "429":  # refused by priority and fairness, whatever the verb
+            out["429"] = out.get("429", 0.0) + float(m["value"])
         if labels.get("verb") in ("WATCH", "CONNECT"):
             continue
         what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
@@ -634,6 +640,9 @@ async def real_load(
             "delete": per_object(requests2, requests3, n),
         },
         "watch_events": {"streamingjobs": jobs.events, "backfills": backfills.events, "sparkapplications": apps.events},
+        "refused_429": round(requests3.get("429", 0.0)),
+        "applications_created_twice": sorted(name for name, uids in apps.uids.items() if len(uids) > 1),
+        "objects_left": sorted(jobs.present | backfills.present | apps.present),
     }
 
 
@@ -715,7 +724,9 @@ def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
 
     parts = binaries()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="kappa-bench-operator-"))
-    plane = ControlPlane.start(workdir / "control-plane", parts.current, audit=False)
+    plane = ControlPlane.start(
+        workdir / "control-plane", parts.current, audit=False, max_requests_inflight=args.max_requests_inflight
+    )
     try:
         plane.apply_manifests(crd_documents())
         admin = plane.write_kubeconfig(workdir / "admin.kubeconfig", plane.admin_token, "kappa-admin")
@@ -750,7 +761,7 @@ def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
         config = {
             "concurrency": args.concurrency,
             "server": f"kube-apiserver {plane.version} (etcd {etcd_version()}, kube-controller-manager, RBAC, "
-            "audit off)",
+            f"audit off, --max-requests-inflight={args.max_requests_inflight})",
             "helm": helm("version", "--short").stdout.strip(),
             "operator": "kappa operator (subprocess), the chart's Deployment args and ServiceAccount token",
             "namespace": namespace,
@@ -783,6 +794,13 @@ def main(argv: list[str] | None = None) -> int:
         help="against a real kube-apiserver (built by cluster/build.sh), the chart installed by helm",
     )
     p.add_argument("--namespace", default="kappa-bench", help="(real server) the namespace of the objects")
+    p.add_argument(
+        "--max-requests-inflight",
+        type=int,
+        default=800,
+        metavar="N",
+        help="(real server) kube-apiserver's --max-requests-inflight (mutating: N/2); low, it answers 429s",
+    )
     p.add_argument(
         "--workdir",
         type=Path,

@@ -59,6 +59,11 @@ class Installed:
     def user(self) -> str:
         return f"system:serviceaccount:{self.namespace}:{self.service_account}"
 
+    @property
+    def lease(self) -> str:
+        """The Lease the replicas elect their leader on (``--leader-election-lease``)."""
+        return self.args[self.args.index("--leader-election-lease") + 1]
+
 
 def deployment_of(control_plane: ControlPlane, namespace: str, release: str) -> dict[str, Any]:
     path = f"/apis/apps/v1/namespaces/{namespace}/deployments"

@@ -28,6 +28,10 @@ TERMINATION_LOG = os.environ.get("KAPPA_TERMINATION_LOG", "/dev/termination-log"
 the kubelet puts them in the pod's status, where the operator reads them into the object's
 condition; a log line in a driver pod is not where people look."""
 LAST_WORDS_MAX = 1024
+TRACE_ENV = "KAPPA_TRACE_PATH"
+"""Where a driver appends its trace (each admission decision and its bound, each commit) when
+its config names none: a file on a mounted volume, or ``/dev/stderr`` for the pod's log. Set in
+``spec.driver.env`` to audit a run's alignment after the fact (issue 62's failover test does)."""
 
 
 def last_words(message: str) -> None:
@@ -58,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(args.config)
+        if cfg.trace_path is None and os.environ.get(TRACE_ENV):
+            cfg = cfg.model_copy(update={"trace_path": os.environ[TRACE_ENV]})
         if args.command == "restore":
             from spark_app.apps.restore import run_restore
 

@@ -6,10 +6,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from spark_app.contract.errors import KappaError
+
+if TYPE_CHECKING:
+    from kappa_operator.service.runner import LeaderElection
 
 
 def bind_address(value: str) -> str:
@@ -106,6 +110,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="how often live jobs' progress reports are read into status: Stalled, lag, a bootstrap's "
         "switch (default 30s)",
+    )
+    op.add_argument(
+        "--leader-election",
+        action="store_true",
+        help="run as one of several replicas: lead only while holding a coordination.k8s.io Lease "
+        "(in $POD_NAMESPACE, as $POD_NAME), follow otherwise",
+    )
+    op.add_argument(
+        "--leader-election-lease",
+        default="kappa-operator",
+        metavar="NAME",
+        help="the Lease's name (default: %(default)s)",
+    )
+    op.add_argument(
+        "--leader-election-namespace",
+        metavar="NAMESPACE",
+        help="the Lease's namespace (default: $POD_NAMESPACE, which the chart sets)",
     )
     op.add_argument("--verbose", action="store_true", help="debug logging")
     ck = sub.add_parser("checkpoints", help="externalized checkpoints")
@@ -416,6 +437,7 @@ def operator_command(args: argparse.Namespace) -> int:
 
     level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    election = _leader_election(args) if args.leader_election else None
     run_operator(
         OperatorOptions(
             namespaces=tuple(args.namespace),
@@ -428,9 +450,26 @@ def operator_command(args: argparse.Namespace) -> int:
             max_concurrent_backfills=args.max_concurrent_backfills or None,
             max_concurrent_backfills_per_namespace=args.max_concurrent_backfills_per_namespace or None,
             progress_interval=args.progress_interval,
+            leader_election=election,
         )
     )
     return 0
+
+
+def _leader_election(args: argparse.Namespace) -> LeaderElection:
+    import socket
+
+    from kappa_operator.service.runner import LeaderElection
+
+    namespace = args.leader_election_namespace or os.environ.get("POD_NAMESPACE")
+    if not namespace:
+        raise SystemExit(
+            "error: --leader-election: the Lease's namespace is unknown: set --leader-election-namespace "
+            "(or POD_NAMESPACE, which the chart sets from the downward API)"
+        )
+    pod = os.environ.get("POD_NAME") or None
+    identity = pod or f"{socket.gethostname()}-{os.getpid()}"
+    return LeaderElection(namespace=namespace, identity=identity, lease=args.leader_election_lease, pod=pod)
 
 
 def run_report(args: argparse.Namespace, console: Console) -> int:

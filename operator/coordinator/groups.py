@@ -33,10 +33,16 @@ class GroupProgress:
     """Its current read rate: over the last one to two minutes, 0 once its members finished;
     None until a member reported twice."""
     read_files_per_s: float | None = None
+    waiting_for: tuple[str, ...] = ()
+    """While held: the members the coordinator has no report of (after a restart or a
+    failover, every member holds until all have reported again)."""
 
 
 class Groups(Protocol):
-    def join(self, spec: GroupSpec) -> None: ...
+    def join(self, spec: GroupSpec) -> bool:
+        """Declare ``spec``'s members in the group; True when the group was not there (new, or
+        gone with a coordinator that restarted or lost its leadership)."""
+        ...
 
     def leave(self, group: str, owner: str) -> None:
         """Remove the members ``owner`` (a backfill's name: ids are ``owner/sink/source``) joined with."""
@@ -54,12 +60,13 @@ class EmbeddedGroups:
         self.service = service
         self._lock = threading.Lock()  # kopf runs sync handlers in a thread pool
 
-    def join(self, spec: GroupSpec) -> None:
+    def join(self, spec: GroupSpec) -> bool:
         with self._lock:
             core = self.service.core
             existing = core.groups().get(spec.name)
             core.declare(joined(existing.spec if existing else None, spec), _now())
             self.service.persist()
+            return existing is None
 
     def leave(self, group: str, owner: str) -> None:
         with self._lock:
@@ -83,13 +90,15 @@ class EmbeddedGroups:
         mine = owned(core.state(group).roster, owner)
         lags = [lag for m in mine if (lag := core.lag_us(group, m, now)) is not None]
         gw = None if answer.held or answer.finished else answer.global_watermark
+        waiting = tuple(answer.missing) if answer.held else ()
         reads = core.reads(group, mine, now)
         if reads is None:
-            return GroupProgress(gw, max(lags, default=None), answer.finished)
+            return GroupProgress(gw, max(lags, default=None), answer.finished, waiting_for=waiting)
         return GroupProgress(
             gw,
             max(lags, default=None),
             answer.finished,
+            waiting_for=waiting,
             read_bytes=reads.bytes,
             read_files=reads.files,
             read_bytes_per_s=reads.bytes_per_s,

@@ -18,7 +18,8 @@ default: a route is open to them only if listed in ``SCOPED_ROUTES``.
 
 Errors are ``{"error": message}`` with 400 (bad body, group name, member id or watermark, see
 names.py), 401 (missing or invalid token), 403 (a scoped token outside its groups, or on an
-admin route), 404 (unknown group or member), 409 (watermark regression) or 413 (body too large).
+admin route), 404 (unknown group or member), 409 (watermark regression), 413 (body too large) or
+503 (a replica of the operator that is not the leader).
 """
 
 from __future__ import annotations
@@ -72,6 +73,15 @@ class Service:
 
     token: str
     store: GroupStore | None = None
+    leading: bool = True
+    """False on a replica that does not hold the operator's Lease (issue 62): it refuses every
+    ``/v1/`` call with 503, which a driver answers by keeping its last bound and asking again,
+    so no member is admitted by a coordinator whose groups are not the leader's."""
+    declaring_until: float = 0.0
+    """Until then (``time.monotonic``), an unknown group or member is answered 503, not 404: a
+    new leader (or a restarted operator) declares the running Backfills' groups again as kopf
+    resumes them, and a driver that asks first keeps its last bound and asks again instead of
+    failing on a 404 its group will not deserve a moment later."""
     core: Coordinator = field(init=False)
     metrics: CoordinatorMetrics = field(init=False)
 
@@ -130,6 +140,9 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     try:
         if request.path not in PUBLIC and (refused := denied(request, service)) is not None:
             return refused
+        if not service.leading and request.path.startswith("/v1/"):
+            service.metrics.rejected.labels("not_leading").inc()
+            return error(503, "this operator replica is not the leader: ask again (the Service routes to the leader)")
         return await handler(request)
     except web.HTTPRequestEntityTooLarge:
         service.metrics.rejected.labels("too_large").inc()
@@ -145,6 +158,9 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
         service.metrics.rejected.labels("bad_body").inc()
         return error(400, str(exc) or "malformed JSON body")
     except (UnknownGroupError, UnknownMemberError) as exc:
+        if time.monotonic() < service.declaring_until:
+            service.metrics.rejected.labels("declaring").inc()
+            return error(503, f"{exc} yet: the coordinator is declaring its groups again (a new leader): ask again")
         service.metrics.rejected.labels("unknown").inc()
         return error(404, str(exc))
     except web.HTTPException:

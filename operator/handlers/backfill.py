@@ -42,7 +42,7 @@ from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill.decide import decide_backfill, follow_step, submitted
 from kappa_operator.reconcile.backfill.dry_run import Planning
 from kappa_operator.reconcile.backfill.intent import SAVED_JOB, BackfillIntent, owner_of
-from kappa_operator.reconcile.backfill.progress import progress_update
+from kappa_operator.reconcile.backfill.progress import group_declared_again, progress_update
 from kappa_operator.reconcile.backfill.publish import wants_publish_report
 from kappa_operator.reconcile.backfill_queue import Admitted, Candidate, Queued, decide
 from kappa_operator.reconcile.estimates import CONFIG_MAP, recorded, runs_from
@@ -209,7 +209,9 @@ def act(intent: BackfillIntent, bf: Backfill, job: StreamingJob | None, body: An
     c = ctx()
     cluster, owner = c.cluster(), owner_of(bf)
     if intent.join_group is not None and c.groups is not None:
-        c.groups.join(intent.join_group)  # before the driver can report into it
+        anew = c.groups.join(intent.join_group)  # before the driver can report into it
+        if anew and bf.status is not None and bf.status.phase == "Running":
+            post_events(body, (group_declared_again(c.replica),))
     if intent.delete_app:
         cluster.delete_app(owner.namespace, owner.app_name, owner)
     if intent.delete_publish_app:

@@ -91,6 +91,9 @@ class Context:
     """The namespaces watched (empty: the whole cluster): where the queue counts backfills."""
     queue_limits: QueueLimits = field(default_factory=QueueLimits)
     """backfills.maxConcurrent and maxConcurrentPerNamespace."""
+    replica: str | None = None
+    """Which of the operator's replicas this is (its Lease identity, the pod's name), named in
+    what it says after taking over; None: the only one."""
     lost_nodes: Mapping[str, Iterable[str]] = field(default_factory=dict)
     """Nodes that are not Ready, by name, with since when (kopf's index of the Nodes' watch,
     ``handlers.nodes``): empty while every node answers, the usual case, where nothing more

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.render.spark_application import APP_LABEL, MANAGED_BY, SPARK_API, Owner
@@ -59,6 +61,43 @@ POOL_SIZE = 64
 writer, and the threads asyncio lends to the async handlers."""
 
 
+class TooManyRequests(Retry):
+    """Requests the API server's priority and fairness refused (429) are sent again, whatever
+    their method, after its Retry-After: a 429 means the request was never handled, so even a
+    create is safe to repeat. Everything else keeps urllib3's defaults (connection errors
+    retried, a read error only for idempotent methods)."""
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:
+        return status_code == 429 and (self.total is None or self.total > 0)
+
+
+RETRIES = TooManyRequests(
+    total=12, connect=3, read=3, status=10, backoff_factor=0.25, backoff_max=10, raise_on_status=False
+)
+"""Ten 429s in a row (each after the server's Retry-After, or a growing backoff to 10 s) before a
+handler sees the error, which kopf then retries."""
+
+
+def api_client(host: str | None = None) -> kubernetes.client.ApiClient:
+    """A client of ``host`` (tests, emulators), else of the in-cluster config, else of the kubeconfig."""
+    if host is not None:
+        config = kubernetes.client.Configuration(host=host)
+    else:
+        config = kubernetes.client.Configuration()
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=config)
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(client_configuration=config)
+    # one connection per handler thread: the default pool (10) made the rest open and
+    # drop a connection per request ("Connection pool is full") under a burst of objects
+    config.connection_pool_maxsize = POOL_SIZE
+    config.retries = RETRIES
+    client = kubernetes.client.ApiClient(config)
+    # which replica sent a request, in the API server's audit log (the chart sets POD_NAME)
+    client.user_agent = f"kappa-operator/{os.environ.get('POD_NAME') or 'local'}"
+    return client
+
+
 class Cluster:
     def __init__(self, client: kubernetes.client.ApiClient) -> None:
         self.core = kubernetes.client.CoreV1Api(client)
@@ -71,18 +110,7 @@ class Cluster:
     @classmethod
     def connect(cls, host: str | None = None) -> Cluster:
         """``host`` for tests and local emulators; else in-cluster config, else the kubeconfig."""
-        if host is not None:
-            config = kubernetes.client.Configuration(host=host)
-        else:
-            config = kubernetes.client.Configuration()
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=config)
-            except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(client_configuration=config)
-        # one connection per handler thread: the default pool (10) made the rest open and
-        # drop a connection per request ("Connection pool is full") under a burst of objects
-        config.connection_pool_maxsize = POOL_SIZE
-        return cls(kubernetes.client.ApiClient(config))
+        return cls(api_client(host))
 
     # --- children (SparkApplications, ConfigMaps, Secrets): owned, uid-checked ------------
 

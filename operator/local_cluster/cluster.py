@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from kappa_operator.leadership.lease import LEADER_LABEL
 from kappa_operator.local.kafka import KafkaBroker
 from kappa_operator.local_cluster.addresses import GATEWAY, JOBS_POOL, SYSTEM_POOL
 from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries, eventually
@@ -40,6 +41,9 @@ from kappa_operator.local_cluster.storage import (
 )
 
 OPERATOR_RELEASE, OPERATOR_NAMESPACE = "kappa", "kappa-system"
+OPERATOR_PODS = "app.kubernetes.io/name=kappa-operator"
+OPERATOR_LEADER = f"{OPERATOR_PODS},{LEADER_LABEL}=true"
+"""The replica that leads: the label it sets on its own pod (the coordinator's Service selects it)."""
 SPARK_OPERATOR_RELEASE, SPARK_OPERATOR_NAMESPACE = "spark-operator", "spark-operator"
 SPARK_APPLICATIONS_CRD = "sparkapplications.sparkoperator.k8s.io"
 SMALL_NODE_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
@@ -294,6 +298,12 @@ class LocalCluster:
             *[arg for key, value in LOCAL_ALERTS.items() for arg in ("--set", f"{key}={value}")],
             "--set-string", f"nodeSelector.{_escaped(SYSTEM_POOL)}=true",
         )  # fmt: skip
+        # ready is not leading: one replica takes the Lease and labels its pod (a few seconds)
+        eventually(self._leader_labelled, "an operator replica leading", timeout=120, every=0.5)
+
+    def _leader_labelled(self) -> bool:
+        selector = f"?labelSelector={OPERATOR_LEADER}"
+        return bool(self.kube.plane.admin.get(path_of("Pod", OPERATOR_NAMESPACE) + selector).body.get("items"))
 
     def _prometheus(self) -> Prometheus:
         """Prometheus on this machine with the configuration the chart installed (its
@@ -325,18 +335,21 @@ class LocalCluster:
             "--reuse-values", *sets, "--wait", "--timeout", "5m",
         )  # fmt: skip
 
-    def operator_pod(self) -> str:
-        """The running operator pod's name (one replica: the chart runs one writer)."""
-        selector = "?labelSelector=app.kubernetes.io/name=kappa-operator"
-        pods = self.kube.plane.admin.get(path_of("Pod", OPERATOR_NAMESPACE) + selector).body.get("items") or []
-        running = [
-            p
-            for p in pods
-            if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-        ]
-        if len(running) != 1:
-            raise ClusterError(f"{len(running)} running operator pods: {[p['metadata']['name'] for p in pods]}")
-        return str(running[0]["metadata"]["name"])
+    def operator_pod(self, timeout: float = 60.0) -> str:
+        """The leading operator pod's name (of the chart's replicas, the one writer), once exactly
+        one leads: right after an upgrade the Lease may still be moving."""
+
+        def leading() -> list[str]:
+            selector = f"?labelSelector={OPERATOR_LEADER}"
+            pods = self.kube.plane.admin.get(path_of("Pod", OPERATOR_NAMESPACE) + selector).body.get("items") or []
+            return [
+                str(p["metadata"]["name"])
+                for p in pods
+                if (p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+            ]
+
+        found = eventually(lambda: len(leading()) == 1 and leading(), "one leading operator pod", timeout, every=0.5)
+        return found[0]
 
     def stop(self) -> None:
         """Perses, Prometheus, the nodes (their pods are the storage's clients), then the storage. The

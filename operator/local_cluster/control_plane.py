@@ -161,12 +161,15 @@ class ControlPlane:
         address: str = "127.0.0.1",
         nodes: Sequence[str] = (),
         controllers: bool = True,
+        max_requests_inflight: int = 800,
     ) -> ControlPlane:
         """``address``: where the API server listens (the nodes reach it on the machine's
         bridge, never on loopback); ``nodes``: the kubelets' names, each given a token of its
         own (``node_token``, user ``system:node:<node>``) and the Node authorizer.
         ``controllers``: False for an API server alone (the oldest version's CRD checks need
-        no controller, and cluster/build.sh builds no kube-controller-manager of it)."""
+        no controller, and cluster/build.sh builds no kube-controller-manager of it).
+        ``max_requests_inflight``: the requests it serves at once (read-only; half as many
+        mutating), which priority and fairness shares out and answers the rest with 429."""
         workdir.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(16)
         lines = f'{token},{ADMIN},{ADMIN},"system:masters"\n'
@@ -238,8 +241,8 @@ class ControlPlane:
                 "--authorization-mode=Node,RBAC" if nodes else "--authorization-mode=RBAC",
                 f"--enable-admission-plugins={ADMISSION}",
                 "--profiling=false",
-                "--max-requests-inflight=800",
-                "--max-mutating-requests-inflight=400",
+                f"--max-requests-inflight={max_requests_inflight}",
+                f"--max-mutating-requests-inflight={max(1, max_requests_inflight // 2)}",
                 *(["--kubelet-preferred-address-types=InternalIP"] if nodes else []),  # no DNS names for nodes
                 # admission webhooks (the spark-operator's) reached at their pods' addresses, routed
                 # to their nodes: this process is not a pod, and routes no cluster IP of its own

@@ -126,6 +126,11 @@ class Kubernetes:
             for done in [threads.submit(node.load_archive, archive) for node in nodes]:
                 done.result()
 
+    def tag_image(self, source: str, target: str, pool: str | None = None) -> None:
+        """``source`` also named ``target`` on every node of ``pool`` (None: every node)."""
+        for node in [n for n in self.nodes if pool is None or pool in n.address.labels(n.count)]:
+            node.tag_image(source, target)
+
     def lose(self, name: str) -> Node:
         """Node ``name`` gone at once, as a preempted VM goes (``Node.lose``); returned."""
         node = self.node(name)

@@ -199,6 +199,11 @@ class Node:
         self.ctr("images", "import", str(archive))
         self.archives.append(archive)
 
+    def tag_image(self, source: str, target: str) -> None:
+        """Another name for an image the node has: what a registry gives a new tag of a build
+        (a Deployment's image changed to it rolls its pods as for any new image)."""
+        self.ctr("images", "tag", "--force", source, target)
+
     def load_small(self, archive: Path) -> None:
         """An archive of ``small_archive``'s: its content first, then unpacked."""
         self.ctr("images", "import", "--no-unpack", str(archive))

@@ -395,6 +395,10 @@ class BackfillStatus(StatusBase):
     """Global watermark between window start and end, e.g. 42%."""
     alignment_lag: str | None = None
     """Largest member watermark minus the global watermark."""
+    alignment_held: str | None = Field(default=None, max_length=2048)
+    """Why the group admits nothing now: the members it waits for to report (after a
+    coordinator restart or an operator failover every source holds at its last bound until all
+    have reported again)."""
     eta: str | None = None
     """Estimated time to the end of the window."""
     match_ratio: float | None = None

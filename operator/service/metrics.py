@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -267,6 +267,11 @@ class OperatorMetrics:
         self.reconciles = Counter("kappa_operator_reconciles", "Handler runs by resource kind", ["kind"], registry=r)
         self.errors = Counter(
             "kappa_operator_reconcile_errors", "Handler runs that raised (kopf retries them)", ["kind"], registry=r
+        )
+        self.leading = Gauge(
+            "kappa_operator_leading",
+            "1 on the replica that holds the operator's Lease and reconciles, 0 on a follower",
+            registry=r,
         )
         self.resources = ResourceCollector()
         r.register(self.resources)

@@ -6,10 +6,14 @@ reach the coordinator through the chart's Service (``--coordinator-url``)."""
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import secrets
 import threading
+import time
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kopf
 
@@ -17,11 +21,38 @@ from kappa_operator.coordinator.groups import EmbeddedGroups
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.handlers.context import configure, ctx
 from kappa_operator.kube import patch_refusals
+from kappa_operator.kube.api import api_client
 from kappa_operator.kube.events import route_kopf_logs
+from kappa_operator.leadership.decide import DEFAULT_TIMING, Timing
+from kappa_operator.leadership.elector import LeaderElector
+from kappa_operator.leadership.lease import LeaderLabel, LeaseLock
 from kappa_operator.reconcile.backfill_queue import QueueLimits
 from kappa_operator.service.metrics import OperatorMetrics
 
 log = logging.getLogger("kappa.operator")
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """Which Lease the replicas share and who this one is (the chart: the pod's name, from the
+    downward API, so the Lease and the audit log name the pod)."""
+
+    namespace: str
+    identity: str
+    lease: str = "kappa-operator"
+    pod: str | None = None
+    """This replica's pod, which carries the leader label while it leads (None: not in a pod)."""
+    timing: Timing = DEFAULT_TIMING
+
+
+DECLARING_S = 60.0
+"""How long after it starts leading the coordinator answers an unknown group with 503 (ask
+again) rather than 404: kopf resumes every object in that time, and each running Backfill's
+handler declares its group again."""
+
+LOST_EXIT = 3
+"""The exit status of a leader that lost its Lease: the kubelet restarts the container, which
+comes back as a follower."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +76,8 @@ class OperatorOptions:
     progress_interval: float = 30.0
     """Seconds between reads of the live jobs' progress reports into status (the chart's
     ``liveJobs.progressInterval``)."""
+    leader_election: LeaderElection | None = None
+    """None: this process is the only operator and leads from the start."""
 
 
 def split_bind(bind: str) -> tuple[str, int]:
@@ -101,12 +134,74 @@ class RoutineSuccess(logging.Filter):
         return not (record.levelno <= logging.INFO and msg.startswith("Timer ") and msg.endswith("succeeded."))
 
 
+class _Following(BaseHTTPRequestHandler):
+    """A follower's liveness: kopf, whose endpoint the probe asks once the replica leads, does
+    not run yet. Alive as long as this process answers."""
+
+    def do_GET(self) -> None:  # http.server's name
+        body = json.dumps({"status": "following"}).encode()
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # probes every 20 s: not logged
+        pass
+
+
+def lead(
+    election: LeaderElection, server: str | None, health_bind: str | None, stop_flag: threading.Event | None
+) -> LeaderElector | None:
+    """Wait, as a follower, until this replica holds the Lease (the elector then renews it on
+    its own thread); None when stopped first.
+
+    How kopf is held on a follower: it is not started. Everything kopf writes (finalizers, its
+    progress in status) and everything the handlers write happens only in a process that holds
+    the Lease; a follower serves only its liveness, its metrics and a coordinator that answers
+    503. When the leader cannot renew, it exits (``LOST_EXIT``) rather than stop kopf mid-write."""
+    client = api_client(server)
+    label = LeaderLabel(client, election.namespace, election.pod) if election.pod else None
+    if label is not None:
+        label.drop()
+
+    def lost() -> None:
+        logging.shutdown()
+        os._exit(LOST_EXIT)
+
+    elector = LeaderElector(
+        LeaseLock(client, election.namespace, election.lease, timeout=election.timing.retry_period),
+        election.identity,
+        on_lost=lost,
+        timing=election.timing,
+    )
+    health = None
+    if health_bind is not None:
+        health = ThreadingHTTPServer(split_bind(health_bind), _Following)
+        threading.Thread(target=health.serve_forever, name="kappa-follower-health", daemon=True).start()
+    log.info("%s: following until the Lease %s/%s is free", election.identity, election.namespace, election.lease)
+    try:
+        if not elector.acquire(stop_flag):
+            return None
+    finally:
+        if health is not None:  # kopf's own endpoint takes the port
+            health.shutdown()
+            health.server_close()
+    if label is not None:
+        try:
+            label.claim()
+        except Exception:
+            elector.release()  # no route to this replica's coordinator: let another lead
+            raise
+    return elector
+
+
 def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None) -> None:
     host, port = split_bind(opts.coordinator_bind)
     token = opts.token or secrets.token_urlsafe(24)
     if opts.token is None:
         log.warning("no coordinator token given: generated one for this process")
-    coordinator = EmbeddedCoordinator(Service(token), host, port).start()
+    coordinator = EmbeddedCoordinator(Service(token, leading=opts.leader_election is None), host, port).start()
     metrics = OperatorMetrics()
     metrics.include(coordinator.service.metrics.registry)
     configure(
@@ -117,10 +212,20 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
         metrics=metrics,
         namespaces=tuple(opts.namespaces),
         queue_limits=QueueLimits(opts.max_concurrent_backfills, opts.max_concurrent_backfills_per_namespace),
+        replica=opts.leader_election.identity if opts.leader_election else None,
     )
     if opts.metrics_bind is not None:
         metrics_host, metrics_port = split_bind(opts.metrics_bind)
         metrics.serve(metrics_port, metrics_host)
+    elector = None
+    if opts.leader_election is not None:
+        elector = lead(opts.leader_election, opts.server, opts.health_bind, stop_flag)
+        if elector is None:
+            coordinator.stop()
+            return
+        coordinator.service.leading = True
+    coordinator.service.declaring_until = time.monotonic() + DECLARING_S
+    metrics.leading.set(1)
     import kappa_operator.handlers  # registers the decorated handlers with kopf
 
     kappa_operator.handlers.progress.follow_progress_every(opts.progress_interval)
@@ -137,4 +242,7 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
             stop_flag=stop_flag,
         )
     finally:
+        coordinator.service.leading = False
+        if elector is not None:  # only once kopf has stopped: nothing of this process writes after
+            elector.release()
         coordinator.stop()

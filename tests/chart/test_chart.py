@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from kappa_operator.cli.commands import build_parser, main
+from kappa_operator.leadership.lease import LEADER_LABEL
 from kappa_operator.models.streaming_job import StreamingJobSpec
 from kappa_operator.render.driver_metrics import STREAMING_GAUGES
 from kappa_operator.service import runner
@@ -220,6 +221,9 @@ def test_default_install(default: list[dict[str, Any]]) -> None:
         "Deployment": 1,
         "ClusterRole": 3,  # the operator's, the Nodes', the coordinator Secrets' (bound nowhere by default)
         "ClusterRoleBinding": 2,
+        "Role": 1,  # the leader election's, in the release namespace
+        "RoleBinding": 1,
+        "PodDisruptionBudget": 1,
     }
     assert {o["metadata"].get("namespace") for o in default if not o["kind"].startswith("Cluster")} == {NAMESPACE}
 
@@ -229,8 +233,9 @@ def test_custom_install(custom: list[dict[str, Any]]) -> None:
         "ServiceAccount": 1,
         "Service": 1,
         "Deployment": 1,
-        "Role": 2,
-        "RoleBinding": 2,
+        "Role": 3,  # one per watched namespace, and the leader election's
+        "RoleBinding": 3,
+        "PodDisruptionBudget": 1,
         "ClusterRole": 1,  # the Nodes' (they have no namespace)
         "ClusterRoleBinding": 1,
         "ServiceMonitor": 1,
@@ -243,6 +248,7 @@ def test_custom_install(custom: list[dict[str, Any]]) -> None:
 
 
 def test_operator_args_follow_the_cli_contract(default: list[dict[str, Any]], custom: list[dict[str, Any]]) -> None:
+    election = ["--leader-election", "--leader-election-lease", FULLNAME]
     common = [
         "--coordinator-bind",
         "0.0.0.0:8471",
@@ -254,8 +260,9 @@ def test_operator_args_follow_the_cli_contract(default: list[dict[str, Any]], cu
     ports = ["--metrics-bind", "0.0.0.0:8080", "--health-bind", "0.0.0.0:8081"]
     container = operator_container(default)
     assert "command" not in container  # the image's entrypoint is `kappa operator`
-    assert container["args"] == [*common, *ports, "--progress-interval", "30s"]
+    assert container["args"] == [*election, *common, *ports, "--progress-interval", "30s"]
     assert operator_container(custom)["args"] == [
+        *election,
         *("--namespace", "a", "--namespace", "b"),
         *common,
         *ports,
@@ -275,6 +282,7 @@ def test_the_real_command_line_accepts_the_args(default: list[dict[str, Any]], c
     )
     assert str(parsed.token_file) == "/var/run/kappa/token"
     assert parsed.progress_interval == 30.0
+    assert parsed.leader_election and parsed.leader_election_lease == FULLNAME
     parsed = build_parser().parse_args(["operator", *operator_container(custom)["args"]])
     assert parsed.namespace == ["a", "b"] and parsed.verbose
     assert parsed.progress_interval == 90.0
@@ -347,8 +355,6 @@ def test_token_file_is_the_mounted_secret(default: list[dict[str, Any]], custom:
 def test_pod_is_locked_down(which: str, request: pytest.FixtureRequest) -> None:
     objects = request.getfixturevalue(which)
     deployment = one(objects, "Deployment")
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}  # kopf standalone: never two at once
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 10001
@@ -395,7 +401,55 @@ def test_service_exposes_coordinator_and_metrics(default: list[dict[str, Any]]) 
     ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]}
     assert ports == {"coordinator": (8471, "coordinator"), "metrics": (8080, "metrics")}
     pod_labels = one(default, "Deployment")["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= pod_labels.items()
+    selector = dict(service["spec"]["selector"])
+    assert selector.pop(LEADER_LABEL) == "true", "the leader's pod only: it answers the coordinator's reports"
+    assert selector.items() <= pod_labels.items()
+
+
+# --- several replicas, one leading (issue 62) -------------------------------------------------
+
+
+def test_two_replicas_one_leading_on_the_releases_lease(default: list[dict[str, Any]]) -> None:
+    deployment = one(default, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    # a new pod ready before an old one goes: an upgrade always leaves a follower to take over
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in operator_container(default)["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    spread = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (term,) = spread["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    budget = one(default, "PodDisruptionBudget")
+    assert budget["metadata"]["namespace"] == NAMESPACE
+    assert budget["spec"]["maxUnavailable"] == 1 and budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_the_leader_election_is_granted_its_lease_and_its_pods_in_the_release_namespace_only(
+    default: list[dict[str, Any]],
+) -> None:
+    role = named(default, "Role", f"{FULLNAME}-leader-election")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert permissions(role["rules"]) == {
+        ("coordination.k8s.io", "leases", "create", "*"),  # RBAC cannot narrow a create by name
+        ("coordination.k8s.io", "leases", "get", FULLNAME),
+        ("coordination.k8s.io", "leases", "update", FULLNAME),
+        ("", "pods", "list", "*"),  # which pod led before
+        ("", "pods", "patch", "*"),  # the leader label
+    }
+    binding = named(default, "RoleBinding", f"{FULLNAME}-leader-election")
+    assert binding["metadata"]["namespace"] == NAMESPACE
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+def test_one_replica_and_no_budget_are_values(chart: helm_python.Chart) -> None:
+    objects = render(chart, {"replicaCount": 1, "podDisruptionBudget": {"enabled": False}})
+    assert one(objects, "Deployment")["spec"]["replicas"] == 1 and not of_kind(objects, "PodDisruptionBudget")
+    assert "--leader-election" in operator_container(objects)["args"]  # a rolling update runs two for a moment
 
 
 def test_token_secret_is_generated_or_given(chart: helm_python.Chart, default: list[dict[str, Any]]) -> None:
@@ -421,8 +475,10 @@ def named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]
 
 def test_rbac_is_cluster_wide_without_watch_namespaces(default: list[dict[str, Any]]) -> None:
     """Everything but Secrets cluster-wide; the Secret rule is a ClusterRole of its own that
-    the default install binds nowhere (test_rbac.py follows the bindings)."""
-    assert of_kind(default, "Role") == [] and of_kind(default, "RoleBinding") == []
+    the default install binds nowhere (test_rbac.py follows the bindings). The one Role is the
+    leader election's, in the release namespace."""
+    assert [r["metadata"]["name"] for r in of_kind(default, "Role")] == [f"{FULLNAME}-leader-election"]
+    assert [b["metadata"]["name"] for b in of_kind(default, "RoleBinding")] == [f"{FULLNAME}-leader-election"]
     role, binding = named(default, "ClusterRole", FULLNAME), named(default, "ClusterRoleBinding", FULLNAME)
     assert permissions(role["rules"]) == expected_permissions()
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": FULLNAME}
@@ -443,9 +499,15 @@ def assert_nodes_read_cluster_wide(objects: list[dict[str, Any]]) -> None:
 def test_rbac_is_per_namespace_with_watch_namespaces(custom: list[dict[str, Any]]) -> None:
     assert [r["metadata"]["name"] for r in of_kind(custom, "ClusterRole")] == [f"{FULLNAME}-nodes"], "Nodes only"
     assert_nodes_read_cluster_wide(custom)
-    roles = {r["metadata"]["namespace"]: r for r in of_kind(custom, "Role")}
-    bindings = {b["metadata"]["namespace"]: b for b in of_kind(custom, "RoleBinding")}
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(custom, "Role") if r["metadata"]["name"] == FULLNAME}
+    bindings = {
+        b["metadata"]["namespace"]: b for b in of_kind(custom, "RoleBinding") if b["metadata"]["name"] == FULLNAME
+    }
     assert set(roles) == set(bindings) == {"a", "b"}
+    others = {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in of_kind(custom, "Role")} - {
+        (ns, FULLNAME) for ns in roles
+    }
+    assert others == {(NAMESPACE, f"{FULLNAME}-leader-election")}
     for namespace in ("a", "b"):
         assert permissions(roles[namespace]["rules"]) == expected_permissions() | SECRET_PERMISSIONS
         binding = bindings[namespace]

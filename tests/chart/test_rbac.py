@@ -38,6 +38,7 @@ import pytest
 import yaml
 
 from kappa_operator.kube import api as cluster_module
+from kappa_operator.leadership import lease as lease_module
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.crd import KINDS
 from kappa_operator.models.rewind import Rewind, SinkRestore
@@ -54,6 +55,7 @@ Grant = tuple[str, str, str, str]  # a Permission and the object name it is limi
 NOW = "2026-11-21T10:00:00Z"
 OPERATOR = ROOT / "operator"
 CLUSTER = OPERATOR / "kube" / "api.py"
+LEASE = OPERATOR / "leadership" / "lease.py"
 
 #: `Cluster` methods that take the plural of our resource from their caller, and the plurals
 #: they are called with. test_plural_table_matches_the_callers keeps it honest.
@@ -186,7 +188,7 @@ def api_classes(cls: ast.ClassDef) -> dict[str, type]:
     return found
 
 
-def resolve(node: ast.expr, method: ast.FunctionDef) -> set[str]:
+def resolve(node: ast.expr, method: ast.FunctionDef, module: Any = cluster_module) -> set[str]:
     """The values an argument can take: a literal, a module constant, or (for a parameter of
     the `Cluster` method) what PLURAL_ARGUMENT says its callers pass."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -198,7 +200,7 @@ def resolve(node: ast.expr, method: ast.FunctionDef) -> set[str]:
                 "add the values it is called with to PLURAL_ARGUMENT"
             )
             return PLURAL_ARGUMENT[method.name]
-        value = getattr(cluster_module, node.id, None)
+        value = getattr(module, node.id, None)
         if isinstance(value, str):
             return {value}
     raise AssertionError(f"Cluster.{method.name}: cannot resolve {ast.unparse(node)}: extend resolve()")
@@ -206,8 +208,13 @@ def resolve(node: ast.expr, method: ast.FunctionDef) -> set[str]:
 
 def cluster_calls() -> dict[str, set[Permission]]:
     """``Cluster.<method>`` → the permissions its Kubernetes client calls need."""
-    tree = ast.parse(CLUSTER.read_text())
-    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Cluster"]
+    return client_calls(CLUSTER, "Cluster", cluster_module)
+
+
+def client_calls(path: Path, class_name: str, module: Any) -> dict[str, set[Permission]]:
+    """``<class_name>.<method>`` (in ``path``) → the permissions its Kubernetes client calls need."""
+    tree = ast.parse(path.read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
     apis = api_classes(cls)
     assert apis, "no kubernetes.client APIs assigned in Cluster.__init__"
     needs: dict[str, set[Permission]] = {}
@@ -229,9 +236,9 @@ def cluster_calls() -> dict[str, set[Permission]]:
             args = dict(zip(params, call.args, strict=False)) | {k.arg: k.value for k in call.keywords if k.arg}
             watch = "watch" in args
             for group, resource, verb in permission_templates(path, http, watch):
-                groups = resolve(args["group"], method) if group == "{group}" else {group}
+                groups = resolve(args["group"], method, module) if group == "{group}" else {group}
                 head, _, sub = resource.partition("/")
-                heads = resolve(args["plural"], method) if head == "{plural}" else {head}
+                heads = resolve(args["plural"], method, module) if head == "{plural}" else {head}
                 needs.setdefault(method.name, set()).update(
                     (g, f"{h}/{sub}" if sub else h, verb) for g in groups for h in heads
                 )
@@ -269,6 +276,29 @@ def test_every_cluster_call_is_granted(rule_sets: dict[str, set[Grant]]) -> None
     for role, grants in rule_sets.items():
         refused = {m: missing(needed, grants) for m, needed in calls.items() if missing(needed, grants)}
         assert not refused, f"{role} does not grant what Cluster methods call: {refused}"
+
+
+def leader_election_calls() -> set[Permission]:
+    """What the replicas' election calls (operator/leadership/lease.py): the Lease and the pods'
+    leader label, in the release namespace."""
+    return {
+        p
+        for cls in ("LeaseLock", "LeaderLabel")
+        for needed in client_calls(LEASE, cls, lease_module).values()
+        for p in needed
+    }
+
+
+def test_the_leader_election_calls_are_granted_in_the_release_namespace(
+    installs: dict[str, list[dict[str, Any]]],
+) -> None:
+    needed = leader_election_calls()
+    assert ("coordination.k8s.io", "leases", "update") in needed and ("", "pods", "patch") in needed
+    for mode, objects in installs.items():
+        grants = granted(objects, NAMESPACE)
+        for group, resource, verb in needed:
+            named = (group, resource, verb, FULLNAME) in grants  # the Lease is named after the release
+            assert named or (group, resource, verb, "*") in grants, f"{mode}: {verb} {resource} refused in {NAMESPACE}"
 
 
 def module_of(path: Path) -> Any:

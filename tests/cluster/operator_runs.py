@@ -287,14 +287,25 @@ class Processes:
         workdir.mkdir(parents=True, exist_ok=True)
         self.token_file = token_from_chart(plane, installed.namespace, installed.args, workdir / "token")
 
-    def start(self, namespace: str, *flags: str, fault: str | None = None, refused: Path | None = None) -> OwnProcess:
+    def start(
+        self,
+        namespace: str,
+        *flags: str,
+        fault: str | None = None,
+        refused: Path | None = None,
+        replica: str | None = None,
+    ) -> OwnProcess:
         """One more process, watching ``namespace``; with ``fault``, armed to exit mid-reconcile
         (``KAPPA_OPERATOR_FAULT``; it may have exited when this returns); with ``refused``, every
-        function that reads rows or copies files raises in it, listed in that file."""
-        argv, binds = local_args(self.installed.args, self.token_file)
+        function that reads rows or copies files raises in it, listed in that file; with
+        ``replica``, one of the release's replicas by that name, in the leader election (it may
+        be following when this returns)."""
+        argv, binds = local_args(self.installed.args, self.token_file, election=replica is not None)
         argv += ["--namespace", namespace, *flags]
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_") and k != FAULT}
         env.update(KUBECONFIG=str(self.installed.kubeconfig), PYTHONUNBUFFERED="1")
+        if replica is not None:  # the downward API's (no pod of that name: its label is set on nothing)
+            env.update(POD_NAMESPACE=self.installed.namespace, POD_NAME=replica)
         if fault:
             env[FAULT] = fault
         command = ["-m", "kappa_operator.cli.commands"]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kappa_operator.leadership.lease import LEADER_LABEL
 from kappa_operator.local_cluster.addresses import SOCKETS, NodeAddress
 from kappa_operator.local_cluster.cluster import OPERATOR_NAMESPACE
 from kappa_operator.local_cluster.commands import left_running
@@ -81,7 +82,9 @@ def test_up_on_an_old_clusters_directory_then_down_after_a_killed_supervisor_lea
     assert f"export KUBECONFIG={workdir / 'kubeconfig'}" in said
     assert "ended the" not in said
     assert not stale.exists() and not (workdir / "failed").exists(), "an earlier cluster's files are gone"
-    assert [p["status"]["phase"] for p in operator_pods(workdir)] == ["Running"]
+    pods = operator_pods(workdir)
+    assert [p["status"]["phase"] for p in pods] == ["Running", "Running"], "the chart's two replicas"
+    assert sum(LEADER_LABEL in p["metadata"]["labels"] for p in pods) == 1, "one leads"
     assert (workdir / "examples" / "rmi-backfill.yaml").exists()
     # the check `up` makes of the directory's length covers the longest socket the node made
     made = subprocess.run(["find", str(parts / "node"), "-type", "s"], capture_output=True, text=True, check=True)

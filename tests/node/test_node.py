@@ -30,7 +30,7 @@ from kappa_operator.dashboard.definition import kappa_dashboard
 from kappa_operator.dashboard.perses import expression
 from kappa_operator.local.example_data import START
 from kappa_operator.local_cluster.addresses import PODS, SERVICES
-from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
+from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_LEADER, OPERATOR_NAMESPACE, OPERATOR_PODS, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT, eventually
 from kappa_operator.local_cluster.images import SPARK_IMAGE
 from kappa_operator.local_cluster.kubernetes import Kubernetes
@@ -161,8 +161,8 @@ def last_progress(cluster: LocalCluster) -> float | None:
 
 
 def operator_metrics(cluster: LocalCluster) -> str:
-    found = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")
-    return requests.get(f"http://{found[0]['status']['podIP']}:8080/metrics", timeout=10).text
+    (leader,) = pods_of(cluster, OPERATOR_NAMESPACE, OPERATOR_LEADER)
+    return requests.get(f"http://{leader['status']['podIP']}:8080/metrics", timeout=10).text
 
 
 def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_and_commits_its_sink(
@@ -210,9 +210,9 @@ def test_a_streaming_job_applied_with_kubectl_runs_as_driver_and_executor_pods_a
     # and move with its next reports (idle batches' heartbeats every triggerInterval)
     first = eventually(lambda: last_progress(cluster), "the job's gauges", timeout=60, every=2)
     eventually(lambda: (last_progress(cluster) or 0) > first, "the gauge to move", timeout=90, every=2)
-    operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
-    log = cluster.kube.pod_log(OPERATOR_NAMESPACE, operator["metadata"]["name"])
-    assert " 403" not in log and "Forbidden" not in log, log[-3000:]
+    for operator in pods_of(cluster, OPERATOR_NAMESPACE, OPERATOR_PODS):  # the leader and the follower
+        log = cluster.kube.pod_log(OPERATOR_NAMESPACE, operator["metadata"]["name"])
+        assert " 403" not in log and "Forbidden" not in log, log[-3000:]
 
 
 # --- Prometheus on the cluster, as the chart configures it (issue 61) -------------------------

@@ -1,7 +1,7 @@
 """What a cluster takes away under a running Backfill and StreamingJob, one after the other in
 one run (issue 58: faults that can share a run share it), on the three-node cluster:
 - a driver pod deleted between its batch's writes and its commit;
-- the operator's pod, with the watermark coordinator in it (issue 41);
+- the leading operator's pod, with the watermark coordinator in it (issue 41; issue 62: the other replica leads);
 - kube-apiserver, stopped for 60 s;
 - the S3 API answering 503 SlowDown for 30 s, as S3 throttles;
 - nodes lost (issue 59), as a preempted VM goes: its kubelet, containerd, every container and
@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_NAMESPACE, LocalCluster
+from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_LEADER, OPERATOR_NAMESPACE, LocalCluster
 from kappa_operator.local_cluster.control_plane import eventually
 from kappa_operator.local_cluster.rest import path_of
 from spark_app.examples.generator import GeneratedStats
@@ -202,8 +202,8 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
     nodes (the example's anti-affinity). Then, in order:
     0. the Backfill's driver deleted between its first batch's file writes and its Iceberg
        commit: the operator backs off and submits a new application from the checkpoint;
-    1. node 3 lost, with executors only, and the operator's pod (the coordinator in it) deleted
-       at once: the Deployment starts another, which declares the alignment group again from the
+    1. node 3 lost, with executors only, and the leading operator's pod (the coordinator in it)
+       deleted at once: the other replica leads, and declares the alignment group again from the
        Backfill (the drivers hold their last bound meanwhile and report again); the lost executors
        are deleted, Spark asks for new ones (on node 2), the Backfill commits again without a
        restart;
@@ -275,18 +275,18 @@ def test_a_backfill_and_streaming_jobs_survive_the_operator_the_api_server_s3_an
     eventually(lambda: branch_commits(catalog, SINK, branch), "the Backfill's first commit", timeout=420, every=2)
     step("0_restarted_and_committed")
 
-    # 1. the node with executors only, and the operator's pod
-    operator = pods_of(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator")[0]
+    # 1. the node with executors only, and the leading operator's pod
+    (operator,) = pods_of(cluster, OPERATOR_NAMESPACE, OPERATOR_LEADER)  # the leader, the coordinator in it
     commits = len(branch_commits(catalog, SINK, branch))
     lost = time.monotonic()
     cluster.kube.lose(second)
     kubectl(cluster, "delete", "pod", operator["metadata"]["name"], "-n", OPERATOR_NAMESPACE, "--wait=false")
 
     def new_operator() -> bool:
-        found = running(cluster, OPERATOR_NAMESPACE, "app.kubernetes.io/name=kappa-operator") or []
+        found = running(cluster, OPERATOR_NAMESPACE, OPERATOR_LEADER) or []
         return any(p["metadata"]["uid"] != operator["metadata"]["uid"] for p in found)
 
-    eventually(new_operator, "the operator's new pod", timeout=180, every=1)
+    eventually(new_operator, "another replica leading", timeout=180, every=1)
     lags: list[int] = []
 
     def lag_reported() -> bool:

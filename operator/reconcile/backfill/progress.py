@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import instant
+from kappa_operator.reconcile.events import Event
 
 if TYPE_CHECKING:  # a view of the coordinator's answer; the decisions here import no service
     from kappa_operator.coordinator.groups import GroupProgress
@@ -101,6 +102,30 @@ def progress_status(
     }
 
 
+def held_for(seen: GroupProgress | None) -> str | None:
+    """Why the group admits nothing now, in ``status.alignmentHeld`` (None: it is not held for
+    a member's report)."""
+    if seen is None or not seen.waiting_for:
+        return None
+    names = ", ".join(seen.waiting_for)
+    return (
+        f"waiting for {len(seen.waiting_for)} member(s) to report ({names}): every source holds at its "
+        "last bound until all have reported (after a coordinator restart or an operator failover)"
+    )
+
+
+def group_declared_again(replica: str | None) -> Event:
+    """A running Backfill's group declared in a coordinator that did not have it: the one that
+    did is gone (the operator's leader deleted, killed or upgraded, or the process restarted)."""
+    who = f"operator replica {replica}" if replica else "the operator"
+    return Event(
+        "Normal",
+        "AlignmentGroupDeclaredAgain",
+        f"{who} leads now and declared the alignment group again: its sources hold at their last bound "
+        "until each has reported again, then go on",
+    )
+
+
 def progress_update(
     bf: Backfill, global_watermark_us: int | None, lag_us: int | None, now: datetime, seen: GroupProgress | None = None
 ) -> dict[str, Any] | None:
@@ -108,13 +133,14 @@ def progress_update(
     operator restart emptied the coordinator's memory) keeps the last values shown instead of
     dropping to 0%; an unchanged ratio and lag are not written again (a thousand backfills
     must not patch every few seconds)."""
-    if global_watermark_us is None or global_watermark_us < 0:
-        reads = read_fields(seen)  # held or all finished: no progress to show, but what was read
-        current = bf.status.model_dump(by_alias=True) if bf.status else {}
-        return reads if reads and any(reads[k] != current.get(k) for k in ("readBytes", "readRate")) else None
-    fields = progress_status(bf, global_watermark_us, lag_us, now, seen)
     current = bf.status.model_dump(by_alias=True) if bf.status else {}
-    watched = ("progressRatio", "alignmentLag", "readRate")
+    held = {"alignmentHeld": held_for(seen)}
+    if global_watermark_us is None or global_watermark_us < 0:
+        reads = {**read_fields(seen), **held}  # held or all finished: no progress to show, but what was read
+        changed = any(k in reads and reads[k] != current.get(k) for k in ("readBytes", "readRate", "alignmentHeld"))
+        return reads if changed else None
+    fields = {**progress_status(bf, global_watermark_us, lag_us, now, seen), **held}
+    watched = ("progressRatio", "alignmentLag", "readRate", "alignmentHeld")
     if all(fields.get(k) == current.get(k) for k in watched):
         return None
     return fields

@@ -324,3 +324,24 @@ def test_a_driver_reports_its_other_sources_again_when_the_coordinator_restarted
         assert b.report("b", 15 * MIN).global_watermark == 11 * MIN, "b's own report: no regression refused"
     finally:
         again.stop()
+
+
+def test_a_follower_replica_answers_no_report_and_a_new_leader_asks_again_while_it_declares(tmp_path: Path) -> None:
+    """Issue 62. A replica that does not hold the Lease refuses every /v1/ call with 503; the
+    driver's client keeps its last bound. A new leader's coordinator answers an unknown group
+    with 503 while it declares the running Backfills' groups again, then with 404."""
+    with EmbeddedCoordinator(Service(TOKEN, leading=False)) as follower:
+        status, body = call(follower.url, "GET", "/v1/groups")
+        assert status == 503 and "not the leader" in body["error"]
+        assert call(follower.url, "GET", "/healthz", token=None)[0] == 200, "alive and ready to take over"
+        p = provider(follower.url)
+        assert p.report("a", 10 * MIN).global_watermark == HELD, "no answer: held, never admitted past a bound"
+        follower.service.leading = True
+        follower.service.declaring_until = time.monotonic() + 60
+        status, body = call(follower.url, "POST", "/v1/groups/g/reports", {"member": "a", "watermark": 0})
+        assert status == 503 and "declaring its groups again" in body["error"]
+        declare(follower.url)
+        assert p.report("a", 10 * MIN).missing == ("b",)
+        follower.service.declaring_until = 0.0
+        status, body = call(follower.url, "POST", "/v1/groups/other/reports", {"member": "a", "watermark": 0})
+        assert status == 404

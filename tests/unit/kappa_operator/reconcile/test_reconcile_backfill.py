@@ -19,7 +19,13 @@ from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill.decide import decide_backfill, follow_step, submitted
 from kappa_operator.reconcile.backfill.intent import DONE, NO_PACE, NONCE, PUBLISH, SAVED_JOB, saved_job
-from kappa_operator.reconcile.backfill.progress import byte_rate, progress, progress_status, progress_update
+from kappa_operator.reconcile.backfill.progress import (
+    byte_rate,
+    group_declared_again,
+    progress,
+    progress_status,
+    progress_update,
+)
 from kappa_operator.reconcile.backfill.publish import published, wants_publish_report
 from kappa_operator.reconcile.backfill_queue import Queued
 from kappa_operator.reconcile.failures import changes_nothing
@@ -685,6 +691,24 @@ def test_what_was_read_is_shown_while_held_and_once_finished() -> None:
     assert progress_update(bf({"phase": "Running", **fields}), None, None, t0, finished) is None, "unchanged"
     assert progress_update(running, None, None, t0, Seen(None, None, False)) is None, "no reads reported"
     assert {"readRate", "readBytesPerSecond"} <= {k for k, v in DONE.items() if v is None}
+
+
+def test_a_group_held_for_members_that_have_not_reported_again_says_so_until_they_have() -> None:
+    """After an operator failover the new leader's coordinator has no report of any member:
+    every source holds at its last bound until all have reported again (issue 62). Status says
+    which ones it waits for, and stops saying it once they have."""
+    t0 = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    running = bf({"phase": "Running", "progress": "25%", "progressRatio": 0.25, "alignmentLag": "0s"})
+    waiting = Seen(None, None, False, waiting_for=("rmi-outage/attributed_plays/playbacks",))
+    held = progress_update(running, None, None, t0, waiting)
+    assert held is not None and "progress" not in held, "the last progress stays shown"
+    assert held["alignmentHeld"].startswith("waiting for 1 member(s) to report (rmi-outage/attributed_plays/playbacks)")
+    assert progress_update(bf({"phase": "Running", **held}), None, None, t0, waiting) is None, "unchanged"
+    us = int((START + timedelta(hours=1)).timestamp() * 1e6)
+    back = progress_update(bf({"phase": "Running", **held}), us, 0, t0 + timedelta(seconds=5), Seen(us, 0, False))
+    assert back is not None and back["alignmentHeld"] is None, "cleared once every member reported"
+    said = group_declared_again("kappa-kappa-operator-7d9c-x2")
+    assert said.reason == "AlignmentGroupDeclaredAgain" and "replica kappa-kappa-operator-7d9c-x2 leads" in said.message
 
 
 # --- a failed application run again by itself (spec.restart) ---------------------------------

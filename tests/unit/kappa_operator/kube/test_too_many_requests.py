@@ -1,0 +1,84 @@
+"""The operator's Kubernetes client under the API server's priority and fairness: a request
+refused with 429 is sent again after the server's Retry-After, a create included (a 429 was never
+handled); another error is not repeated. A real client against a real HTTP server on loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from kappa_operator.kube.api import Cluster, api_client
+
+
+class Refusing(BaseHTTPRequestHandler):
+    """Answers 429 (Retry-After: 1, as the API server says) to the first ``refusals`` requests, then ``then``."""
+
+    refusals = 0
+    then = 201
+    seen: list[str] = []
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        type(self).seen.append(f"{self.command} {self.path}")
+        if type(self).refusals > 0:
+            type(self).refusals -= 1
+            status, out = 429, {"kind": "Status", "code": 429, "reason": "TooManyRequests"}
+        else:
+            status, out = type(self).then, body
+        data = json.dumps(out).encode()
+        self.send_response(status)
+        if status == 429:
+            self.send_header("Retry-After", "1")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_POST = do_PATCH = do_GET = _answer
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    Refusing.seen = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+CONFIG_MAP = {"metadata": {"name": "a", "namespace": "ns"}, "data": {"k": "v"}}
+
+
+def test_a_create_refused_with_429_is_sent_again_until_it_is_handled(server: str) -> None:
+    Refusing.refusals, Refusing.then = 3, 201
+    Cluster(api_client(server)).core.create_namespaced_config_map("ns", CONFIG_MAP)
+    assert Refusing.seen == ["POST /api/v1/namespaces/ns/configmaps"] * 4
+
+
+def test_a_server_that_keeps_refusing_is_an_error_the_handler_sees(server: str) -> None:
+    Refusing.refusals = 100
+    with pytest.raises(ApiException) as refused:
+        Cluster(api_client(server)).core.create_namespaced_config_map("ns", CONFIG_MAP)
+    assert refused.value.status == 429
+    assert len(Refusing.seen) == 11, "ten more after the first"
+
+
+def test_other_errors_are_not_repeated(server: str) -> None:
+    Refusing.refusals, Refusing.then = 0, 500
+    with pytest.raises(ApiException) as failed:
+        Cluster(api_client(server)).core.create_namespaced_config_map("ns", CONFIG_MAP)
+    assert failed.value.status == 500 and len(Refusing.seen) == 1
+
+
+def test_the_requests_name_the_replica_that_sent_them(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAME", "kappa-kappa-operator-5f7c-x2")
+    assert api_client(server).user_agent == "kappa-operator/kappa-kappa-operator-5f7c-x2"
