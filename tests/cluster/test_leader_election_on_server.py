@@ -32,6 +32,7 @@ def replicas_stopped(own_operators: Processes) -> Iterator[None]:
     for process in own_operators.started:
         process.stop()
 
+
 GROUP_MEMBERS = ["rmi-outage/attributed_plays/impressions", "rmi-outage/attributed_plays/playbacks"]
 
 
