@@ -36,7 +36,12 @@ own ``/metrics`` once every object is followed (``metrics``: series in all and p
 naming one object, bytes, the scrape's time; issue 61's cardinality). Then both kinds
 are deleted at once (one deletecollection per kind, in flight together) and the time until
 every CR and every SparkApplication is gone is measured. Baseline, same run: one StreamingJob
-created and deleted alone on the idle operator. ``--operator-env NAME=VALUE`` passes an
+created and deleted alone on the idle operator. ``steady_state`` (issue 62): once every object has
+settled, the API server's requests per object per minute and the operator's requests to the
+jobs' stores per StreamingJob per minute (``kappa_operator_store_requests_total``), over
+``--follow`` seconds but the first 10; ``refused_429`` counts the server's 429s (a low
+``--max-requests-inflight`` makes them); ``applications_created_twice`` and ``objects_left``
+must be empty. ``--operator-env NAME=VALUE`` passes an
 environment variable to the operator (experiments)::
 
     .venv/bin/python -m bench.operator --real-apiserver --objects 200 --json
@@ -476,6 +481,7 @@ async def real_load(
     timeout: float,
     snapshots: Path,
     metrics_url: str,
+    follow_s: float = FOLLOW_S,
 ) -> dict[str, Any]:
     pid = pids["operator"]
     procs = Procs(pids)
@@ -549,8 +555,19 @@ async def real_load(
             # 30 s after each job's start, the chart's liveJobs.progressInterval), nothing else
             await asyncio.sleep(10.0)
             follow0, follow_from = cpu_seconds(pid), time.monotonic()
-            await asyncio.sleep(FOLLOW_S - 10.0)
+            steady0, stores0 = await server_requests(http, server), await store_requests(http, metrics_url)
+            await asyncio.sleep(follow_s - 10.0)
+            steady1, stores1 = await server_requests(http, server), await store_requests(http, metrics_url)
+            minutes = (time.monotonic() - follow_from) / 60
             follow_share = (cpu_seconds(pid) - follow0) / (time.monotonic() - follow_from)
+            jobs_n = sum(1 for x in names if not x.endswith("-bf"))
+            steady = {
+                "seconds": round(minutes * 60, 1),
+                "api_requests_per_object_per_minute": per_object(steady0, steady1, round(n * minutes) or 1),
+                "store_requests_per_job_per_minute": {
+                    op: round((stores1.get(op, 0) - stores0.get(op, 0)) / jobs_n / minutes, 2) for op in stores1
+                },
+            }
             metrics = await scrape(http, metrics_url)
             print(f"bench.operator: /metrics at {n} objects: {json.dumps(metrics)}", file=sys.stderr, flush=True)
 
@@ -636,10 +653,11 @@ async def real_load(
         "events_before_delete": posted,
         "server_requests_per_object": {
             "create": per_object(requests0, requests1, n),
-            f"follow_{FOLLOW_S:.0f}s": per_object(requests1, requests2, n),
+            f"follow_{follow_s:.0f}s": per_object(requests1, requests2, n),
             "delete": per_object(requests2, requests3, n),
         },
         "watch_events": {"streamingjobs": jobs.events, "backfills": backfills.events, "sparkapplications": apps.events},
+        "steady_state": steady,
         "refused_429": round(requests3.get("429", 0.0)),
         "applications_created_twice": sorted(name for name, uids in apps.uids.items() if len(uids) > 1),
         "objects_left": sorted(jobs.present | backfills.present | apps.present),
@@ -664,6 +682,17 @@ def series_summary(exposition: str) -> dict[str, Any]:
             per_object += any(label in sample.labels for label in OBJECT_LABELS)
     ordered = dict(sorted(by_family.items(), key=lambda kv: (-kv[1], kv[0])))
     return {"series": sum(by_family.values()), "naming_an_object": per_object, "by_family": ordered}
+
+
+STORE_REQUESTS = re.compile(r'^kappa_operator_store_requests_total\{op="(?P<op>\w+)"\} (?P<value>\S+)$', re.MULTILINE)
+
+
+async def store_requests(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """What the operator asked the jobs' stores so far, by operation (its own counter)."""
+    async with http.get(url, ssl=False) as r:
+        assert r.status == 200, await r.text()
+        text = await r.text()
+    return {m["op"]: float(m["value"]) for m in STORE_REQUESTS.finditer(text)}
 
 
 async def scrape(http: aiohttp.ClientSession, url: str, times: int = 5) -> dict[str, Any]:
@@ -753,6 +782,7 @@ def real_server(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any
                         args.timeout,
                         workdir / "snapshots",
                         operator.metrics_url,
+                        args.follow,
                     )
                 )
             finally:
@@ -794,6 +824,14 @@ def main(argv: list[str] | None = None) -> int:
         help="against a real kube-apiserver (built by cluster/build.sh), the chart installed by helm",
     )
     p.add_argument("--namespace", default="kappa-bench", help="(real server) the namespace of the objects")
+    p.add_argument(
+        "--follow",
+        type=float,
+        default=FOLLOW_S,
+        metavar="SECONDS",
+        help="(real server) how long every object is followed before the deletion (the steady state: all but "
+        "its first 10 s)",
+    )
     p.add_argument(
         "--max-requests-inflight",
         type=int,

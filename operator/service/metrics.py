@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from kappa_operator.service import exposition
+from spark_app.contract.storage import REQUESTS
 
 KINDS = ("StreamingJob", "Backfill", "Rewind")
 
@@ -275,6 +276,7 @@ class OperatorMetrics:
         )
         self.resources = ResourceCollector()
         r.register(self.resources)
+        r.register(StoreRequests())
 
     def include(self, other: CollectorRegistry) -> None:
         """Serve another registry's metrics (the embedded coordinator's) from this one."""
@@ -283,6 +285,21 @@ class OperatorMetrics:
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """``/metrics`` on its own thread, in the text format ``exposition.latest`` writes."""
         exposition.serve(self.registry, port, host)
+
+
+class StoreRequests(Collector):
+    """What the operator asked the jobs' object stores (reports, snapshot manifests), counted by
+    ``spark_app.contract.storage.REQUESTS`` where the calls are made."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "kappa_operator_store_requests",
+            "Requests the operator made to the jobs' object stores, by operation (list, stat, read, write, delete)",
+            labels=["op"],
+        )
+        for op, count in sorted(REQUESTS.counts().items()):
+            family.add_metric([op], count)
+        yield family
 
 
 class _Forward(Collector):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -104,6 +105,28 @@ def _hidden(rel: str) -> bool:
     return any(part.startswith(".") for part in rel.split("/"))
 
 
+class Requests:
+    """The store requests this process made through ``Location``, by operation (list, stat,
+    read, write, delete): what a job costs its object store, counted where the calls are made
+    (the operator shows them as ``kappa_operator_store_requests_total``). A pyarrow call is one
+    request, or a few on S3 (a read may ask for the size first)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, op: str) -> None:
+        with self._lock:
+            self._counts[op] = self._counts.get(op, 0) + 1
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+REQUESTS = Requests()
+
+
 class Location:
     """A directory (or key prefix) on some file system; all paths given to it are relative."""
 
@@ -132,6 +155,7 @@ class Location:
         """Every file below ``under`` (recursively), relative to the root; hidden names
         (``.crc`` side files, temp files) only when asked."""
         base = self.path(under)
+        REQUESTS.add("list")
         infos = self.fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
         prefix = len(self.root) + 1
         out = {}
@@ -144,15 +168,18 @@ class Location:
         return out
 
     def stat(self, rel: str) -> FileStat | None:
+        REQUESTS.add("stat")
         info = self.fs.get_file_info(self.path(rel))
         return FileStat(info.size, info.mtime_ns) if info.type == pafs.FileType.File else None
 
     def read_bytes(self, rel: str) -> bytes:
+        REQUESTS.add("read")
         with self.fs.open_input_stream(self.path(rel)) as f:
             return bytes(f.readall())
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Atomically create or replace ``rel``."""
+        REQUESTS.add("write")
         final = self.path(rel)
         if self.object_store:
             with self.fs.open_output_stream(final) as out:
@@ -202,6 +229,7 @@ class Location:
 
     def delete(self, rel: str) -> bool:
         """Remove one file; False if it was not there."""
+        REQUESTS.add("delete")
         try:
             self.fs.delete_file(self.path(rel))
         except FileNotFoundError:
