@@ -78,8 +78,29 @@ RETRIES = TooManyRequests(
 handler sees the error, which kopf then retries."""
 
 
-def api_client(host: str | None = None) -> kubernetes.client.ApiClient:
-    """A client of ``host`` (tests, emulators), else of the in-cluster config, else of the kubeconfig."""
+class NotLeadingError(Exception):
+    """A write refused in this process: it may no longer hold the operator's Lease."""
+
+
+fence: Callable[[], str | None] = lambda: None  # noqa: E731 - replaced by the runner once it leads
+"""Why this process must not write now (None: it may): the leader's check that its Lease is
+still its own, renewed within the renew deadline (``LeaderElector.may_write``). A leader frozen
+for longer (a paused VM, a long pause of the process) wakes with its writes refused until it
+has exited, while a follower may already lead."""
+
+
+class FencedApiClient(kubernetes.client.ApiClient):
+    """Every request but a read asks ``fence`` first."""
+
+    def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        if method not in ("GET", "HEAD", "OPTIONS") and (why := fence()) is not None:
+            raise NotLeadingError(f"{method} {url.split('?', 1)[0]} not sent: {why}")
+        return super().request(method, url, *args, **kwargs)
+
+
+def api_client(host: str | None = None, fenced: bool = True) -> kubernetes.client.ApiClient:
+    """A client of ``host`` (tests, emulators), else of the in-cluster config, else of the
+    kubeconfig; ``fenced``: its writes ask ``fence`` (all but the election's own)."""
     if host is not None:
         config = kubernetes.client.Configuration(host=host)
     else:
@@ -92,7 +113,7 @@ def api_client(host: str | None = None) -> kubernetes.client.ApiClient:
     # drop a connection per request ("Connection pool is full") under a burst of objects
     config.connection_pool_maxsize = POOL_SIZE
     config.retries = RETRIES
-    client = kubernetes.client.ApiClient(config)
+    client = (FencedApiClient if fenced else kubernetes.client.ApiClient)(config)
     # which replica sent a request, in the API server's audit log (the chart sets POD_NAME)
     client.user_agent = f"kappa-operator/{os.environ.get('POD_NAME') or 'local'}"
     return client

@@ -56,6 +56,16 @@ class LeaderElector:
     def leading(self) -> bool:
         return self._last_renewed is not None
 
+    def may_write(self) -> str | None:
+        """None while this replica holds the Lease, renewed within the renew deadline; else why
+        not (the API edge refuses a write then: ``kube.api.fence``)."""
+        renewed = self._last_renewed
+        if renewed is None:
+            return f"{self.identity} does not hold the Lease {self.lock.namespace}/{self.lock.name}"
+        if not still_leading(renewed, self.clock(), self.timing):
+            return f"{self.identity} has not renewed the Lease for {self.clock() - renewed:.0f} s"
+        return None
+
     def acquire(self, stop: threading.Event | None = None) -> bool:
         """Block until this replica leads (True), or ``stop`` is set first (False). Then renew
         in the background until ``release``."""

@@ -20,6 +20,7 @@ import kopf
 from kappa_operator.coordinator.groups import EmbeddedGroups
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.handlers.context import configure, ctx
+from kappa_operator.kube import api as kube_api
 from kappa_operator.kube import patch_refusals
 from kappa_operator.kube.api import api_client
 from kappa_operator.kube.events import route_kopf_logs
@@ -160,7 +161,7 @@ def lead(
     progress in status) and everything the handlers write happens only in a process that holds
     the Lease; a follower serves only its liveness, its metrics and a coordinator that answers
     503. When the leader cannot renew, it exits (``LOST_EXIT``) rather than stop kopf mid-write."""
-    client = api_client(server)
+    client = api_client(server, fenced=False)  # the election's own writes: the Lease, the label
     label = LeaderLabel(client, election.namespace, election.pod) if election.pod else None
     if label is not None:
         label.drop()
@@ -224,6 +225,7 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
             coordinator.stop()
             return
         coordinator.service.leading = True
+        kube_api.fence = elector.may_write
     coordinator.service.declaring_until = time.monotonic() + DECLARING_S
     metrics.leading.set(1)
     import kappa_operator.handlers  # registers the decorated handlers with kopf
@@ -244,5 +246,6 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
     finally:
         coordinator.service.leading = False
         if elector is not None:  # only once kopf has stopped: nothing of this process writes after
+            kube_api.fence = lambda: "this process stopped leading"
             elector.release()
         coordinator.stop()

@@ -12,7 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from kappa_operator.kube.api import Cluster, api_client
+from kappa_operator.kube import api as kube_api
+from kappa_operator.kube.api import Cluster, NotLeadingError, api_client
 
 
 class Refusing(BaseHTTPRequestHandler):
@@ -82,3 +83,22 @@ def test_other_errors_are_not_repeated(server: str) -> None:
 def test_the_requests_name_the_replica_that_sent_them(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POD_NAME", "kappa-kappa-operator-5f7c-x2")
     assert api_client(server).user_agent == "kappa-operator/kappa-kappa-operator-5f7c-x2"
+
+
+def test_a_fenced_client_sends_no_write_once_its_process_may_not_lead(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 62: a leader frozen past its renew deadline wakes with its writes refused at the
+    API edge (``kube.api.fence``), before the server sees them; reads still go, and the
+    election's own client (the Lease) is not fenced."""
+    monkeypatch.setattr(kube_api, "fence", lambda: "replica-a has not renewed the Lease for 21 s")
+    Refusing.refusals, Refusing.then = 0, 201
+    fenced = Cluster(api_client(server))
+    refused = r"POST http://127\.0\.0\.1:\d+/api/v1/namespaces/ns/configmaps not sent: replica-a"
+    with pytest.raises(NotLeadingError, match=refused):
+        fenced.core.create_namespaced_config_map("ns", CONFIG_MAP)
+    assert Refusing.seen == []
+    Refusing.then = 200
+    fenced.core.read_namespaced_config_map("a", "ns")
+    Cluster(api_client(server, fenced=False)).core.create_namespaced_config_map("ns", CONFIG_MAP)
+    assert Refusing.seen == ["GET /api/v1/namespaces/ns/configmaps/a", "POST /api/v1/namespaces/ns/configmaps"]

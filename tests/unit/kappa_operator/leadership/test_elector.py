@@ -111,3 +111,14 @@ def test_a_follower_stopped_before_it_leads_writes_nothing() -> None:
     stop.set()
     assert not elector(lease, "b").acquire(stop)
     assert lease.writes == ["a"]
+
+
+def test_a_leader_may_write_only_while_its_renewal_is_within_the_deadline() -> None:
+    now = [100.0]
+    lease = MemoryLease()
+    a = LeaderElector(lease, "a", on_lost=lambda: None, timing=FAST, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert a.may_write() == "a does not hold the Lease ops/kappa-operator"
+    assert a._attempt()  # one read and a create, as acquire's first step
+    assert a.may_write() is None
+    now[0] += FAST.renew_deadline  # frozen past the deadline: it may not know it lost the Lease
+    assert a.may_write() == "a has not renewed the Lease for 2 s"
