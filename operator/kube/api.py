@@ -119,6 +119,16 @@ def api_client(host: str | None = None, fenced: bool = True) -> kubernetes.clien
     return client
 
 
+def observed(app: Mapping[str, Any]) -> dict[str, Any]:
+    """What the operator decides on of an application: all but its spec and the server's
+    bookkeeping of who set which field (``managedFields``, a few KB)."""
+    out = {k: v for k, v in dict(app).items() if k != "spec"}
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    return out
+
+
 class Cluster:
     def __init__(self, client: kubernetes.client.ApiClient) -> None:
         self.core = kubernetes.client.CoreV1Api(client)

@@ -1,4 +1,4 @@
-"""The operator's Kubernetes client under the API server's priority and fairness: a request
+"""The operator's Kubernetes client (issue 62) under the API server's priority and fairness: a request
 refused with 429 is sent again after the server's Retry-After, a create included (a 429 was never
 handled); another error is not repeated. A real client against a real HTTP server on loopback."""
 
@@ -13,7 +13,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from kappa_operator.kube import api as kube_api
-from kappa_operator.kube.api import Cluster, NotLeadingError, api_client
+from kappa_operator.kube.api import Cluster, NotLeadingError, api_client, observed
+from kappa_operator.reconcile.phases import app_state
 
 
 class Refusing(BaseHTTPRequestHandler):
@@ -102,3 +103,26 @@ def test_a_fenced_client_sends_no_write_once_its_process_may_not_lead(
     fenced.core.read_namespaced_config_map("a", "ns")
     Cluster(api_client(server, fenced=False)).core.create_namespaced_config_map("ns", CONFIG_MAP)
     assert Refusing.seen == ["GET /api/v1/namespaces/ns/configmaps/a", "POST /api/v1/namespaces/ns/configmaps"]
+
+
+def test_the_watchs_copy_of_an_application_keeps_what_decisions_read_and_not_its_spec() -> None:
+    """Issue 62: the applications' index holds one copy per object; decisions read an
+    application's owner, annotations and state, never the spec the operator rendered."""
+    app = {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {
+            "name": "rmi",
+            "uid": "u",
+            "ownerReferences": [{"kind": "StreamingJob", "uid": "o"}],
+            "annotations": {"kappa.dev/config-hash": "h"},
+            "managedFields": [{"manager": "kappa-operator", "fieldsV1": {"f:spec": {}}}],
+        },
+        "spec": {"driver": {"cores": 1}, "sparkConf": {"a": "b"}},
+        "status": {"applicationState": {"state": "RUNNING"}},
+    }
+    kept = observed(app)
+    assert "spec" not in kept and "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["ownerReferences"] == app["metadata"]["ownerReferences"]
+    assert app_state(kept) == "RUNNING" and kept["metadata"]["annotations"] == {"kappa.dev/config-hash": "h"}
+    assert "spec" in app and "managedFields" in app["metadata"], "the event's own body is left as it is"
