@@ -27,6 +27,13 @@ from kappa_operator.local_cluster.control_plane import ControlPlane, free_port
 BINDS = {"--coordinator-bind", "--metrics-bind", "--health-bind"}
 
 
+def healthy(url: str) -> bool:
+    """``url`` answers 200 (a liveness endpoint)."""
+    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+        return bool(r.status == 200)
+    return False
+
+
 @dataclass
 class OperatorProcess:
     proc: subprocess.Popen[bytes]
@@ -51,9 +58,7 @@ class OperatorProcess:
         return False
 
     def healthy(self) -> bool:
-        with contextlib.suppress(OSError), urllib.request.urlopen(self.health_url, timeout=2) as r:
-            return bool(r.status == 200)
-        return False
+        return healthy(self.health_url)
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

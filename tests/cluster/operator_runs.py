@@ -32,13 +32,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.operator_process import OperatorProcess, local_args, token_from_chart
+from harness.operator_process import OperatorProcess, healthy, local_args, token_from_chart
 from kappa_operator.local_cluster.control_plane import ControlPlane, eventually, free_port
 
 if TYPE_CHECKING:
@@ -109,12 +108,6 @@ def creates(plane: ControlPlane, user: str, namespace: str, resource: str) -> in
         and (e.get("objectRef") or {}).get("namespace") == namespace
         and not (e.get("objectRef") or {}).get("subresource")
     )
-
-
-def healthy(url: str) -> bool:
-    with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
-        return bool(r.status == 200)
-    return False
 
 
 # --- the data plane, refused -------------------------------------------------------------------
