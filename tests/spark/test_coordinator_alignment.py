@@ -3,6 +3,7 @@ jobs in one group, and a coordinator restart in the middle of a backfill."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import timedelta
@@ -179,7 +180,7 @@ def test_coordinator_restart_mid_backfill(
     c.stop()
     stopped = time.time()
     before = [tuple(h) for h in c.service.core.history("rmi")]  # after the stop: a report may land until then
-    time.sleep(3)  # the sources keep calling meanwhile
+    _wait_for_an_admission_after(tmp_path / "trace.jsonl", stopped, worker)  # the sources keep calling meanwhile
     restarted_at = time.time()
     c2 = EmbeddedCoordinator(Service(TOKEN, store), port=port).start()
     worker.join(timeout=600)
@@ -195,6 +196,20 @@ def test_coordinator_restart_mid_backfill(
     first = after[0]
     assert first[3] is not None and first[3] < 0, "after the restart the group holds until every member re-reports"
     assert output(spark, tmp_path) == reference
+
+
+def _wait_for_an_admission_after(trace: Path, since: float, worker: threading.Thread) -> None:
+    """Until a source has asked (and been answered from its last bound) while the coordinator
+    is down: a micro-batch on a loaded 2-core machine can take longer than any fixed pause."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if any(e["t"] >= since for e in admissions(trace)):
+                return
+        except json.JSONDecodeError:
+            pass  # a line being written
+        assert time.monotonic() < deadline and worker.is_alive(), "the sources should ask while the coordinator is down"
+        time.sleep(0.2)
 
 
 def _run(cfg: JobConfig, spark: SparkSession) -> BaseException | None:
