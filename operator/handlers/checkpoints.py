@@ -15,7 +15,7 @@ from kappa_operator.handlers.context import log, parse, post_event, record, repo
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.observe.restore_points import restore_points, snapshot_failures
-from kappa_operator.reconcile.checkpoints import checkpoint_status, snapshot_due
+from kappa_operator.reconcile.checkpoints import checkpoint_status, snapshot_due, surely_not_due
 
 TICK = 15.0
 """Seconds between checks whether a job's snapshot interval has passed."""
@@ -33,8 +33,10 @@ TICK = 15.0
 async def follow_checkpoints(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
     """The listing runs in a thread; a deletion (or an operator stop) does not wait for it:
     kopf waits for a timer before it runs the delete handler, and storage I/O can block."""
-    job = parse(StreamingJob, body)
     now = datetime.now(UTC)
+    if surely_not_due(body, now):
+        return
+    job = parse(StreamingJob, body)
     if not snapshot_due(job, now):
         return
     halted, fields = await until_stopped(stopped, lambda: list_points(job, now))

@@ -3,6 +3,7 @@ restorable points (pure)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +27,20 @@ def snapshot_due(job: StreamingJob, now: datetime) -> bool:
     if last is None:
         return True
     return now - datetime.fromisoformat(last.replace("Z", "+00:00")) >= as_timedelta(spec.interval)
+
+
+def surely_not_due(body: Mapping[str, Any], now: datetime) -> bool:
+    """Whether the job's manifest as the server holds it (its interval defaulted there) alone
+    shows that its snapshot interval has not passed since the last snapshot. The timer asks this
+    every 15 s of every job, and most answers are "not yet": at 1,000 settled objects, validating
+    the whole job for them was a tenth of the operator's CPU. Any doubt (a field missing or
+    unreadable) answers False, and ``snapshot_due`` on the validated job decides."""
+    try:
+        interval = body["spec"]["checkpoints"]["interval"]
+        last = body["status"]["lastSnapshotAt"]
+        return now - datetime.fromisoformat(last.replace("Z", "+00:00")) < as_timedelta(interval)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
 
 
 def checkpoint_status(points: list[RestorePoint], now: datetime, failures: list[str] | None = None) -> dict[str, Any]:

@@ -10,11 +10,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from kappa_operator.handlers.checkpoints import list_points
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.reconcile.checkpoints import SHOWN, checkpoint_status, snapshot_due
+from kappa_operator.reconcile.checkpoints import SHOWN, checkpoint_status, snapshot_due, surely_not_due
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, streaming_job_config
 from spark_app.checkpoints.driver import sink_locations, snapshot_query
 from spark_app.contract.checkpoints import list_snapshots, open_location
@@ -46,6 +47,34 @@ def test_a_snapshot_is_due_after_the_interval_unless_paused() -> None:
     data = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
     del data["spec"]["checkpoints"]["externalLocation"]
     assert not snapshot_due(StreamingJob.model_validate(data), NOW)
+
+
+@pytest.mark.parametrize(
+    ("status", "interval", "at", "expected"),
+    [
+        ({"lastSnapshotAt": "2026-11-21T09:55:00Z"}, "10m", NOW, True),
+        ({"lastSnapshotAt": "2026-11-21T09:55:00Z"}, "10m", NOW + timedelta(minutes=5), False),
+        ({"lastSnapshotAt": "2026-11-21T09:55:00Z"}, "2m", NOW, False),
+        ({}, "10m", NOW, False),  # never taken: due
+        (None, "10m", NOW, False),
+        ({"lastSnapshotAt": "yesterday"}, "10m", NOW, False),  # unreadable: the full check decides
+        ({"lastSnapshotAt": "2026-11-21T09:55:00Z"}, None, NOW, False),  # not defaulted by a server
+        ({"lastSnapshotAt": "2026-11-21T09:55:00Z"}, "soon", NOW, False),
+    ],
+)
+def test_surely_not_due_answers_from_the_manifest_only_when_certain(
+    status: dict[str, Any] | None, interval: str | None, at: datetime, expected: bool
+) -> None:
+    data = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
+    if interval is None:
+        data["spec"]["checkpoints"].pop("interval", None)
+    else:
+        data["spec"]["checkpoints"]["interval"] = interval
+    if status is not None:
+        data["status"] = status
+    assert surely_not_due(data, at) is expected
+    if expected:  # never "not due" where the validated job is due
+        assert not snapshot_due(StreamingJob.model_validate(data), at)
 
 
 def add_batch(root: Path, i: int) -> None:
