@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from kappa_operator.handlers import followers
 from kappa_operator.handlers.context import (
     crash_point,
     ctx,
@@ -292,13 +293,11 @@ def application_changed(event: str, app: dict[str, Any], bf_body: dict[str, Any]
         _reconcile(bf, bf_body, _apps(bf))
 
 
-@kopf.timer(
-    GROUP,
-    VERSION,
+@followers.every(
     PLURAL,
-    interval=PROGRESS_INTERVAL,
+    PROGRESS_INTERVAL,
     initial_delay=PROGRESS_INTERVAL,
-    when=lambda status, meta, **_: status.get("phase") in FOLLOWED and not meta.get("deletionTimestamp"),
+    when=lambda body: (body.get("status") or {}).get("phase") in FOLLOWED,
 )
 @reported(KIND)
 def follow(body: kopf.Body, streaming_jobs: kopf.Index[tuple[str, str], None], **_: Any) -> None:
@@ -367,6 +366,7 @@ def delete_backfill(body: kopf.Body, **_: Any) -> None:
     credential. Only this Backfill's own children are touched (uid-checked). The branch and
     checkpoint stay (they are data; a person decides when to drop them)."""
     meta, spec = body["metadata"], body.get("spec") or {}  # not parsed: an invalid one must still go
+    followers.wait_idle(PLURAL, meta["namespace"], meta["name"])
     c = ctx()
     owner = Owner(KIND, meta["name"], meta["namespace"], meta.get("uid"))
     ns = owner.namespace

@@ -6,13 +6,14 @@ manifests there and shows the restorable points in status, for a Rewind to pick 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
+from kappa_operator.handlers import followers
 from kappa_operator.handlers.context import log, parse, post_event, record, reported, until_stopped
-from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.observe.restore_points import restore_points, snapshot_failures
 from kappa_operator.reconcile.checkpoints import checkpoint_status, snapshot_due, surely_not_due
@@ -21,18 +22,16 @@ TICK = 15.0
 """Seconds between checks whether a job's snapshot interval has passed."""
 
 
-@kopf.timer(
-    GROUP,
-    VERSION,
-    "streamingjobs",
-    interval=TICK,
-    initial_delay=TICK,
-    when=lambda spec, **_: bool((spec.get("checkpoints") or {}).get("externalLocation")),
-)
+def _externalized(body: Mapping[str, Any]) -> bool:
+    return bool(((body.get("spec") or {}).get("checkpoints") or {}).get("externalLocation"))
+
+
+@followers.every("streamingjobs", TICK, initial_delay=TICK, when=_externalized)
 @reported("StreamingJob")
-async def follow_checkpoints(body: kopf.Body, stopped: kopf.DaemonStopped, **_: Any) -> None:
-    """The listing runs in a thread; a deletion (or an operator stop) does not wait for it:
-    kopf waits for a timer before it runs the delete handler, and storage I/O can block."""
+async def follow_checkpoints(body: kopf.Body, stopped: followers.Stopped, **_: Any) -> None:
+    """The listing runs in a thread, and the look ends without it once the job is being
+    deleted (``stopped``): storage I/O can block, and the job's deletion handler waits for the
+    looks in flight (``followers.wait_idle``)."""
     now = datetime.now(UTC)
     if surely_not_due(body, now):
         return

@@ -48,9 +48,9 @@ T = TypeVar("T")
 
 
 async def until_stopped(stopped: Any, fn: Callable[[], T]) -> tuple[bool, T | None]:
-    """``fn()`` on the readers' threads, unless the timer is stopped first (the object is being
-    deleted, or the operator exits): kopf holds a deleted object's finalizer until its timers
-    return, and re-runs the deletion handlers every poll while it waits (issue 39)."""
+    """``fn()`` on the readers' threads, unless the look is stopped first (the object is being
+    deleted, or the operator exits): a deleted object's deletion handler waits for its looks in
+    flight (``followers.wait_idle``), and a read stuck on storage must not hold it (issue 39)."""
     reading = asyncio.get_running_loop().run_in_executor(READERS, fn)
     if stopped is None:
         return False, await reading
@@ -330,7 +330,7 @@ _BUSY_LOCK = threading.Lock()
 @contextmanager
 def exclusive(*key: str) -> Iterator[bool]:
     """Whether this thread may go ahead with ``key`` (e.g. a publish or a rewind of one object):
-    kopf runs an object's event handlers and its timers concurrently, and two restores into one
+    an object's event handlers and its periodic looks run concurrently, and two restores into one
     directory, or two publishes of one branch, must not overlap. The operator runs as one
     process (standalone), so an in-process guard is enough."""
     with _BUSY_LOCK:

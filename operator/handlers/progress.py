@@ -15,10 +15,10 @@ from typing import Any
 
 import kopf
 
+from kappa_operator.handlers import followers
 from kappa_operator.handlers.context import READ_TIMEOUTS, ctx, parse, post_events, record, reported, until_stopped
 from kappa_operator.handlers.nodes import clear_lost_pods, driver_drained
 from kappa_operator.handlers.streaming_job import reconcile
-from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.bootstrap import bootstrap_status, switched_now
 from kappa_operator.reconcile.external_calls import calls_status
@@ -39,21 +39,21 @@ TICK = 30.0
 
 
 _registered: list[float] = []
-"""The interval the timer was registered at in this process (kopf's registry is global)."""
+"""The interval the look was registered at in this process (``followers.LOOKS`` is global)."""
 
 
 def follow_progress_every(interval: float = TICK) -> None:
-    """Registers the progress timer with kopf at the operator's ``--progress-interval`` (a
-    decorator would fix it at import): a shorter one shows a stall or a switch sooner and reads
-    every job's reports that much more often. Once per process: kopf's registry is global, so an
-    operator started again in the same process (tests) keeps the timer, and must ask the same."""
+    """Registers the progress look at the operator's ``--progress-interval`` (a decorator would
+    fix it at import): a shorter one shows a stall or a switch sooner and reads every job's
+    reports that much more often. Once per process: the looks are registered globally, so an
+    operator started again in the same process (tests) keeps the look, and must ask the same."""
     if interval <= 0:
         raise ValueError(f"the progress interval must be > 0 s, got {interval}")
     if _registered:
         if _registered[0] != interval:
             raise ValueError(f"the progress timer runs every {_registered[0]} s in this process, not {interval}")
         return
-    kopf.timer(GROUP, VERSION, "streamingjobs", interval=interval, initial_delay=interval)(follow_progress)
+    followers.every("streamingjobs", interval, initial_delay=interval)(follow_progress)
     _registered.append(interval)
 
 

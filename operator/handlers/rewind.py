@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 
+from kappa_operator.handlers import followers
 from kappa_operator.handlers.context import (
     crash_point,
     ctx,
@@ -173,15 +174,11 @@ def start_rewind(body: kopf.Body, **_: Any) -> None:
     _run(body)
 
 
-@kopf.timer(
-    GROUP,
-    VERSION,
+@followers.every(
     PLURAL,
-    interval=STEP_INTERVAL,
+    STEP_INTERVAL,
     initial_delay=STEP_INTERVAL,
-    when=lambda status, meta, **_: (
-        status.get("phase") not in ("Succeeded", "Failed") and not meta.get("deletionTimestamp")
-    ),
+    when=lambda body: (body.get("status") or {}).get("phase") not in ("Succeeded", "Failed"),
 )
 @reported(KIND)
 def continue_rewind(body: kopf.Body, **_: Any) -> None:
@@ -198,6 +195,7 @@ def application_changed(event: str, app: dict[str, Any], rw_body: dict[str, Any]
 @reported(KIND)
 def delete_rewind(body: kopf.Body, **_: Any) -> None:
     """A rewind deleted half-way must not leave its job paused."""
+    followers.wait_idle(PLURAL, body["metadata"]["namespace"], body["metadata"]["name"])
     rw = parse(Rewind, body)
     me = owner_of(rw)
     ctx().cluster().delete_app(me.namespace, me.app_name, me)  # a restore cut short is redone by the next Rewind

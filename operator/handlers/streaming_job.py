@@ -9,6 +9,7 @@ from typing import Any
 
 import kopf
 
+from kappa_operator.handlers import followers
 from kappa_operator.handlers.context import (
     READ_TIMEOUTS,
     crash_point,
@@ -102,10 +103,10 @@ def _lock(namespace: str, name: str) -> threading.Lock:
 
 
 def reconcile(body: kopf.Body | dict[str, Any]) -> None:
-    """Decide on the job as the server holds it now: kopf's body for a timer or a queued event
-    can predate our own last writes (an upgrade's moved checkpoint, its recorded step), and a
-    decision on it would undo them. One decision per job at a time: kopf runs a job's timers
-    beside its event handlers, and a decision that read the job before another's write and its
+    """Decide on the job as the server holds it now: the body of a periodic look or a queued
+    event can predate our own last writes (an upgrade's moved checkpoint, its recorded step), and
+    a decision on it would undo them. One decision per job at a time: its looks (``followers``)
+    run beside its event handlers, and a decision that read the job before another's write and its
     application after it (a rollback's) would undo that write."""
     meta = body["metadata"]
     with _lock(meta["namespace"], meta["name"]):
@@ -190,13 +191,7 @@ def waiting(status: dict[str, Any] | None) -> bool:
     return any(not s.get("takenAt") and not s.get("error") for s in status.get("snapshots") or [])
 
 
-@kopf.timer(
-    GROUP,
-    VERSION,
-    "streamingjobs",
-    interval=LOOK_TICK,
-    when=lambda status, meta, **_: waiting(status) and not meta.get("deletionTimestamp"),
-)
+@followers.every("streamingjobs", LOOK_TICK, when=lambda body: waiting(body.get("status")))
 @reported(KIND)
 def look_again(body: kopf.Body, **_: Any) -> None:
     """A failed application waits out its backoff (``status.nextRestartAt``), a snapshot
@@ -211,6 +206,7 @@ def delete_job(body: kopf.Body, **_: Any) -> None:
     """Behind kopf's finalizer: stop the application and remove its ConfigMap (only this job's
     own: a namesake's are left alone). Backfills of this job keep running on their own copy."""
     meta = body["metadata"]  # not parsed: an invalid job must still be deletable
+    followers.wait_idle("streamingjobs", meta["namespace"], meta["name"])
     c, owner = ctx().cluster(), Owner(KIND, meta["name"], meta["namespace"], meta.get("uid"))
     stopped = c.delete_app(owner.namespace, owner.app_name, owner)
     c.delete_config_map(owner.namespace, owner.config_map_name, owner)

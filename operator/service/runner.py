@@ -102,9 +102,10 @@ def settings() -> kopf.OperatorSettings:
     s.persistence.finalizer = "kappa.dev/finalizer"
     s.watching.server_timeout = 60
     s.watching.client_timeout = 90
-    # A deleted object's timers must stop before its deletion handler runs; kopf re-checks a
-    # timer that did not exit at once only every cancellation_polling seconds (60 by default),
-    # which kept a third of 200 deleted Backfills in Terminating a minute longer (issue 27).
+    # The operator's periodic looks are not kopf timers (``handlers.followers``), but should a
+    # timer or daemon come back: kopf re-checks one that did not exit at once only every
+    # cancellation_polling seconds (60 by default), which kept a third of 200 deleted Backfills
+    # in Terminating a minute longer (issue 27).
     s.background.cancellation_polling = 0.5
     # The handlers are sync (their API calls block) and run in kopf's thread pool, which by
     # default has cpu+4 threads: 6 on a 2-core node, so 200 objects created at once queued
