@@ -21,7 +21,6 @@ before the object's children are removed (kopf did not wait for a sync timer eit
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import heapq
 import inspect
@@ -44,6 +43,9 @@ Key = tuple[str, str]
 RUNNING = 16
 """Looks of one kind in flight at once: each is a few ms of CPU and at most a few bounded reads,
 so more would only queue on the GIL and the API server."""
+
+COALESCE_S = 0.1
+"""How long a woken loop lets other changes gather before its pass: a look is at most this late."""
 
 FAILED_DELAY = 60.0
 """After an error that is not kopf's (``reported`` turns the handlers' own into kopf's): kopf's
@@ -268,16 +270,24 @@ class LookLoop:
         self.wake.set()
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        timer: asyncio.TimerHandle | None = None
         while True:
             self.wake.clear()
             now = self.clock()
             self._observe(now)
             for key in self.schedule.take(now, self.limit - len(self.runs)):
                 self._start(key)
-            at = self.schedule.next_due()
-            timeout = None if at is None else max(0.0, at - self.clock())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout)
+            if timer is not None:
+                timer.cancel()
+                timer = None
+            # all slots taken: a run's end wakes the loop (a due time already past would spin it)
+            at = self.schedule.next_due() if len(self.runs) < self.limit else None
+            if at is not None:
+                timer = loop.call_later(max(0.0, at - self.clock()), self.wake.set)
+            await self.wake.wait()
+            # a burst of events (1,000 objects created at once) is one pass, not one per event
+            await asyncio.sleep(COALESCE_S)
 
     def _observe(self, now: float) -> None:
         # spread over one interval what a (re)started operator finds in its first listing

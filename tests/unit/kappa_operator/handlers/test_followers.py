@@ -161,6 +161,7 @@ def test_a_sync_look_runs_in_the_executor_and_wait_idle_waits_for_it() -> None:
         index = {("n", "a"): [_body("a")]}
         following = Following(asyncio.get_running_loop())
         look_loop = LookLoop(Look("rewinds", look, 10.0), index, ThreadPoolExecutor(1, "looks"), {}, time.monotonic)
+        look_loop.started -= 100.0  # not a (re)start: no spread
         following.start([look_loop])
         await asyncio.to_thread(started.wait, 5)
         assert threads and threads[0].startswith("looks")
@@ -178,3 +179,35 @@ def test_an_interval_must_be_positive(interval: float) -> None:
 
     with pytest.raises(ValueError, match="interval"):
         every("backfills", interval)
+
+
+def test_a_loop_whose_slots_are_all_taken_waits_for_a_run_to_end_instead_of_spinning() -> None:
+    async def scenario() -> None:
+        release = asyncio.Event()
+        ran: list[str] = []
+
+        async def look(body: dict[str, Any], **_: Any) -> None:
+            ran.append(body["metadata"]["name"])
+            await release.wait()
+
+        index = {("n", k): [_body(k)] for k in ("a", "b", "c")}
+        loop = LookLoop(Look("backfills", look, 0.01), index, None, {}, asyncio.get_running_loop().time, running=1)
+        loop.started -= 100.0
+        passes = 0
+        observe = loop._observe
+
+        def counting(now: float) -> None:
+            nonlocal passes
+            passes += 1
+            observe(now)
+
+        loop._observe = counting  # type: ignore[method-assign]
+        task = asyncio.create_task(loop.run())
+        await asyncio.sleep(0.5)
+        assert len(loop.runs) == 1 and len(ran) == 1 and passes <= 3, f"{passes} passes while the one slot was taken"
+        release.set()
+        await asyncio.sleep(0.5)
+        task.cancel()
+        assert set(ran) == {"a", "b", "c"}, "a run's end wakes the loop, which starts the next due"
+
+    asyncio.run(scenario())
