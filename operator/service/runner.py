@@ -23,6 +23,7 @@ from kappa_operator.handlers.context import configure, ctx
 from kappa_operator.kube import api as kube_api
 from kappa_operator.kube import patch_refusals
 from kappa_operator.kube.api import api_client
+from kappa_operator.kube.diffbase import LeanStatusDiffBase
 from kappa_operator.kube.events import route_kopf_logs
 from kappa_operator.leadership.decide import DEFAULT_TIMING, Timing
 from kappa_operator.leadership.elector import LeaderElector
@@ -115,7 +116,8 @@ def settings() -> kopf.OperatorSettings:
     # the spec, and with kubectl's own copy beside it a large object passes the API server's
     # 256 KiB limit on annotations; every event would then look like a creation, and the
     # finalizer could never be removed. Status is bounded only by the object (1.5 MiB).
-    s.persistence.diffbase_storage = kopf.StatusDiffBaseStorage(field="status.kopf.lastHandled")
+    # (built without deep-copying the managedFields and status it drops: kube.diffbase)
+    s.persistence.diffbase_storage = LeanStatusDiffBase(field="status.kopf.lastHandled")
     s.persistence.progress_storage = kopf.StatusProgressStorage(field="status.kopf.progress")
     # Every Event goes through kappa_operator.kube.events (type Normal or Warning, reported by
     # kappa-operator, repeats counted on one Event): kopf posts none itself. Its warnings and
