@@ -10,6 +10,7 @@ import kopf
 from kappa_operator.handlers import backfill, rewind, streaming_job
 from kappa_operator.handlers.context import counted, ctx, shown
 from kappa_operator.kube.api import observed
+from kappa_operator.kube.packed import packed
 from kappa_operator.render.spark_application import MANAGED_BY, SPARK_API
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
@@ -21,19 +22,20 @@ OWNERS: dict[str, tuple[str, Any]] = {
 
 
 @kopf.index(SPARK_GROUP, SPARK_VERSION, "sparkapplications", labels=MANAGED_BY)
-async def applications(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+async def applications(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], bytes]:
     """Our applications as the watch last saw them, read by ``Cluster.get_app`` instead of a
     GET per reconcile. kopf keeps it from the watch this module already runs and fills it from
     its listing before any handler runs (so a restarted operator sees what it created).
 
     Without the spec: decisions read an application's metadata (owner, annotations) and status,
     never the spec they rendered, which is most of its size (the pods' templates, the Spark
-    conf, the arguments): 11 KB of the operator's memory per application, kept per object."""
-    return {(namespace, name): observed(body)}
+    conf, the arguments): 11 KB of the operator's memory per application, kept per object; and
+    packed (``kube.packed``)."""
+    return {(namespace, name): packed(observed(body))}
 
 
 @kopf.on.startup()
-def read_applications_from_the_watch(applications: kopf.Index[tuple[str, str], dict[str, Any]], **_: Any) -> None:
+def read_applications_from_the_watch(applications: kopf.Index[tuple[str, str], bytes], **_: Any) -> None:
     ctx().cluster().applications = applications
 
 

@@ -276,6 +276,14 @@ def record(kind: str, body: Any, status: dict[str, Any]) -> None:
     CONTEXT.cluster().patch_status(PLURALS[kind], meta["namespace"], meta["name"], status)
 
 
+def records_nothing(body: Mapping[str, Any], status: dict[str, Any]) -> bool:
+    """Whether ``record`` of ``status`` on the object as ``body`` shows it would send nothing: a
+    look decided on the watch's copy then needs no fresh read either."""
+    current = dict(body.get("status") or {})
+    written = with_recovery(current, status, now_rfc3339(), body["metadata"].get("generation"))
+    return changes_nothing(current, written)
+
+
 def parse(model: type[M], body: kopf.Body | dict[str, Any]) -> M:
     """A resource as its model; a manifest the models refuse is a permanent error (no retries).
     Overflow and type errors count too: a value the schema let through must not loop."""

@@ -7,7 +7,8 @@ timer, for as long as the object exists. At 5,000 objects that was 243 MB of bod
 tasks, and each task's bookkeeping was most of the operator's CPU once every object had settled
 (issue 62). Here each kind's watch keeps one trimmed copy per object in an index (what the looks
 read: metadata without ``managedFields`` or the big annotations, spec, status without kopf's
-own), and a loop per look runs what is due, at most ``RUNNING`` at a time.
+own; kept as compact JSON, ``kube.packed``), and a loop per look runs what is due, at most
+``RUNNING`` at a time.
 
 The timing is kopf's: an object's first look ``initial_delay`` after it (re)qualifies, the next
 ``interval`` after a look ends (never two at once for one object), a ``TemporaryError``'s
@@ -35,6 +36,7 @@ from typing import Any
 import kopf
 
 from kappa_operator.kube.events import KOPF_OBJECTS, object_ref
+from kappa_operator.kube.packed import packed, unpacked
 from kappa_operator.models.common import GROUP, VERSION
 
 Key = tuple[str, str]
@@ -59,8 +61,7 @@ HEAVY_ANNOTATIONS = frozenset(
 
 def trimmed(body: Mapping[str, Any]) -> dict[str, Any]:
     """What a look reads of an object: the parts it is decided on, without the copies and the
-    bookkeeping that make up most of a body's size. The nested dicts are the watch event's own
-    (never mutated): only the dropped parts are freed."""
+    bookkeeping that make up most of a body's size. The nested dicts are the watch event's own."""
     meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
     annotations = meta.get("annotations")
     if annotations and not HEAVY_ANNOTATIONS.isdisjoint(annotations):
@@ -186,11 +187,11 @@ def every(
 
 
 def _indexed(plural: str) -> Callable[..., Any]:
-    async def index(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Key, dict[str, Any]]:
+    async def index(namespace: str, name: str, body: kopf.Body, **_: Any) -> dict[Key, bytes]:
         current = FOLLOWING
         if current is not None:
             current.changed(plural, (namespace, name))
-        return {(namespace, name): trimmed(body)}
+        return {(namespace, name): packed(trimmed(body))}
 
     index.__name__ = index.__qualname__ = f"followed_{plural}"
     # async: no I/O; a sync index would run in kopf's thread pool behind the blocking handlers
@@ -242,7 +243,7 @@ class LookLoop:
     def __init__(
         self,
         look: Look,
-        index: Mapping[Key, Iterable[dict[str, Any]]],
+        index: Mapping[Key, Iterable[bytes]],
         executor: Executor | None,
         indexes: Mapping[str, Any],
         clock: Callable[[], float],
@@ -263,7 +264,8 @@ class LookLoop:
 
     def body(self, key: Key) -> dict[str, Any] | None:
         store = self.index.get(key)
-        return next(iter(store), None) if store else None
+        copy = next(iter(store), None) if store else None
+        return None if copy is None else unpacked(copy)
 
     def changed(self, key: Key) -> None:
         self.pending.add(key)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -16,7 +17,16 @@ from typing import Any
 import kopf
 
 from kappa_operator.handlers import followers
-from kappa_operator.handlers.context import READ_TIMEOUTS, ctx, parse, post_events, record, reported, until_stopped
+from kappa_operator.handlers.context import (
+    READ_TIMEOUTS,
+    ctx,
+    parse,
+    post_events,
+    record,
+    records_nothing,
+    reported,
+    until_stopped,
+)
 from kappa_operator.handlers.nodes import clear_lost_pods, driver_drained
 from kappa_operator.handlers.streaming_job import reconcile
 from kappa_operator.models.streaming_job import StreamingJob
@@ -104,39 +114,66 @@ async def follow_progress(body: kopf.Body, stopped: Any = None, **_: Any) -> Non
         log.warning("StreamingJob %s/%s: %s", meta["namespace"], meta["name"], error)
     if halted:
         return
-    # the conditions are one list, written whole: decide on what the server holds now
+    shown = _shown(job, reports, error, datetime.now(UTC))
+    if shown.moves_nothing(body):
+        shown.observe(meta["namespace"], meta["name"], reports)
+        return  # the copy the watch keeps already shows it: no read, no write
+    # the conditions are one list, written whole: decide again on what the server holds now
     halted, fresh = await until_stopped(
         stopped, lambda: ctx().cluster().get_resource("streamingjobs", meta["namespace"], meta["name"])
     )
     if halted or fresh is None or fresh["metadata"].get("deletionTimestamp"):
         return
     job = parse(StreamingJob, fresh)
-    now = datetime.now(UTC)
+    shown = _shown(job, reports, error, datetime.now(UTC))
+    shown.observe(meta["namespace"], meta["name"], reports)
+    await asyncio.to_thread(record, "StreamingJob", fresh, shown.fields)
+    post_events(fresh, shown.events)
+    if shown.switched:  # the phase is the reconcile's to write: Bootstrapping -> Running
+        await asyncio.to_thread(reconcile, fresh)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What one look would show on a job: the status fields, the Events of a change, whether a
+    bootstrap's switch is new (the reconcile must run), and the health conditions for gauges."""
+
+    fields: dict[str, Any]
+    events: tuple[Any, ...]
+    switched: bool
+    health: dict[str, bool] | None
+
+    def moves_nothing(self, body: Mapping[str, Any]) -> bool:
+        """Whether writing it to the object as ``body`` shows it would change nothing: the
+        steady state of a settled job, decided without reading the object again."""
+        return not self.events and not self.switched and records_nothing(body, self.fields)
+
+    def observe(self, namespace: str, name: str, reports: JobReports | None) -> None:
+        metrics = ctx().metrics
+        if metrics is None or reports is None or self.health is None:
+            return
+        metrics.resources.kafka_lag(namespace, name, lag_gauges(reports.progress))
+        metrics.resources.progress(namespace, name, health_gauges(reports.progress), self.health)
+        calls = self.fields.get("externalCalls")
+        if calls is not None:
+            metrics.resources.external_calls("StreamingJob", namespace, name, calls)
+
+
+def _shown(job: StreamingJob, reports: JobReports | None, error: str | None, now: datetime) -> Shown:
     if reports is None:
         update = decide_unreadable(job, error or "unknown error", now)
-        await asyncio.to_thread(record, "StreamingJob", fresh, update.status)
-        post_events(fresh, update.events)
-        return
+        return Shown(update.status, tuple(update.events), False, None)
     update = decide_health(job, reports.progress, now)
-    metrics = ctx().metrics
-    if metrics is not None:
-        conds = {c["type"]: c["status"] == "True" for c in update.status.get("conditions") or []}
-        health = {t: conds.get(t, False) for t in ("Stalled", "Lagging")}
-        metrics.resources.kafka_lag(meta["namespace"], meta["name"], lag_gauges(reports.progress))
-        metrics.resources.progress(meta["namespace"], meta["name"], health_gauges(reports.progress), health)
+    conds = {c["type"]: c["status"] == "True" for c in update.status.get("conditions") or []}
+    health = {t: conds.get(t, False) for t in ("Stalled", "Lagging")}
     lag = lag_status(reports.progress)
     fields = update.status if lag is None else {**update.status, "kafkaLag": lag}
     calls = calls_shown(job, reports)
     if calls is not None or (job.status is not None and job.status.external_calls is not None):
         fields = {**fields, "externalCalls": calls}  # None: the limit was removed, and its status goes
-        if metrics is not None and calls is not None:
-            metrics.resources.external_calls("StreamingJob", meta["namespace"], meta["name"], calls)
     if reports.bootstrap is not None:
         fields = {**fields, "bootstrap": bootstrap_status(reports.bootstrap)}
-    await asyncio.to_thread(record, "StreamingJob", fresh, fields)
-    post_events(fresh, update.events)
-    if switched_now(job, fields):  # the phase is the reconcile's to write: Bootstrapping -> Running
-        await asyncio.to_thread(reconcile, fresh)
+    return Shown(fields, tuple(update.events), switched_now(job, fields), health)
 
 
 def calls_shown(job: StreamingJob, reports: JobReports) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 from urllib3.util.retry import Retry
 
+from kappa_operator.kube.packed import unpacked
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.render.spark_application import APP_LABEL, MANAGED_BY, SPARK_API, Owner
 
@@ -22,6 +23,10 @@ DRIVER_CONTAINER = "spark-kubernetes-driver"
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 APPS = "sparkapplications"
 log = logging.getLogger("kappa.operator")
+
+
+class _Stale(Exception):
+    """A delete decided on a copy from the watch found a newer object under the name."""
 
 
 class ForeignObjectError(Exception):
@@ -134,7 +139,7 @@ class Cluster:
         self.core = kubernetes.client.CoreV1Api(client)
         self.policy = kubernetes.client.PolicyV1Api(client)
         self.custom = kubernetes.client.CustomObjectsApi(client)
-        self.applications: Mapping[tuple[str, str], Iterable[dict[str, Any]]] | None = None
+        self.applications: Mapping[tuple[str, str], Iterable[bytes]] | None = None
         """Our SparkApplications as the operator's watch last saw them (kopf's index, filled
         from its listing before any handler runs), by (namespace, name); None: read each."""
 
@@ -166,7 +171,7 @@ class Cluster:
     def _cached_app(self, namespace: str, name: str) -> dict[str, Any] | None:
         assert self.applications is not None
         for app in self.applications.get((namespace, name), ()):
-            return app
+            return unpacked(app)
         return None
 
     def create_app(self, body: dict[str, Any], owner: Owner) -> None:
@@ -180,17 +185,28 @@ class Cluster:
         )
 
     def delete_app(self, namespace: str, name: str, owner: Owner) -> bool:
-        """Delete the application if it is ``owner``'s (False: absent, or someone else's)."""
-        return self._delete_owned(
-            "SparkApplication",
-            self._app_reader(namespace, name),
-            lambda uid: self.custom.delete_namespaced_custom_object(
+        """Delete the application if it is ``owner``'s (False: absent, or someone else's).
+
+        Decided on the watch's copy when it holds one (two of the 13 requests per object of a
+        deletion at 5,000 objects were these reads): its uid is the delete's precondition, so a
+        copy a moment behind deletes nothing it should not; a 409 (the copy was of an older
+        namesake) or no copy reads the server, as before."""
+
+        def delete(uid: str | None) -> Any:
+            return self.custom.delete_namespaced_custom_object(
                 SPARK_GROUP, SPARK_VERSION, namespace, APPS, name, body=_preconditions(uid)
-            ),
-            namespace,
-            name,
-            owner,
-        )
+            )
+
+        reader = self._app_reader(namespace, name)
+        cached = self._cached_app(namespace, name) if self.applications is not None else None
+        if cached is not None and cached["metadata"].get("uid"):
+            try:
+                return self._delete_owned(
+                    "SparkApplication", lambda: cached, delete, namespace, name, owner, strict=True
+                )
+            except _Stale:
+                pass
+        return self._delete_owned("SparkApplication", reader, delete, namespace, name, owner)
 
     def apply_config_map(self, body: dict[str, Any], owner: Owner) -> None:
         """Create, or update the data of, ``owner``'s ConfigMap (the data keys are ours)."""
@@ -333,7 +349,10 @@ class Cluster:
         namespace: str,
         name: str,
         owner: Owner,
+        strict: bool = False,
     ) -> bool:
+        """``strict``: ``read`` is a copy that may be behind; a 409 (its uid is no longer the
+        object's) raises ``_Stale`` for the caller to read the server instead."""
         existing = self._read(read)
         if existing is None:
             return False
@@ -351,6 +370,8 @@ class Cluster:
         try:  # the uid precondition: never a newer namesake created since the read
             delete(meta["metadata"].get("uid"))
         except ApiException as exc:
+            if exc.status == 409 and strict:
+                raise _Stale from exc
             if exc.status not in (404, 409):
                 raise
             return False

@@ -124,8 +124,9 @@ def _current(conditions: list[Condition], type_: str) -> Condition | None:
 
 def decide_health(job: StreamingJob, reports: list[ProgressReport], now: datetime) -> HealthUpdate:
     """The status fields to write (progress, and the Stalled and Lagging conditions) and the
-    Events of a change. ``job`` is read fresh from the server just before: the conditions are
-    a list, written whole."""
+    Events of a change. The conditions are a list, written whole: a change is decided again
+    on ``job`` read fresh from the server just before it is written; the watch's copy decides
+    only that nothing changes (``handlers.progress``)."""
     status: dict[str, Any] = progress_status(reports)
     previous = list(job.status.conditions) if job.status else []
     health = assess(job, reports, now)

@@ -29,6 +29,7 @@ from kappa_operator.leadership.decide import DEFAULT_TIMING, Timing
 from kappa_operator.leadership.elector import LeaderElector
 from kappa_operator.leadership.lease import LeaderLabel, LeaseLock
 from kappa_operator.reconcile.backfill_queue import QueueLimits
+from kappa_operator.service.heap import trim_heap
 from kappa_operator.service.metrics import OperatorMetrics
 
 log = logging.getLogger("kappa.operator")
@@ -237,6 +238,7 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
 
     logging.getLogger("kopf.objects").addFilter(RoutineSuccess())
 
+    trimmer = trim_heap()
     try:
         kopf.run(
             standalone=True,
@@ -247,6 +249,8 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
             stop_flag=stop_flag,
         )
     finally:
+        if trimmer is not None:
+            trimmer.stop()
         coordinator.service.leading = False
         if elector is not None:  # only once kopf has stopped: nothing of this process writes after
             kube_api.fence = lambda: "this process stopped leading"

@@ -5,6 +5,7 @@ once the look no longer applies), and the loop runs looks over an index as kopf 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Any
@@ -13,6 +14,7 @@ import kopf
 import pytest
 
 from kappa_operator.handlers.followers import Look, LookLoop, Schedule, Stopped, trimmed
+from kappa_operator.kube.packed import packed, unpacked
 
 
 def test_a_followed_object_is_due_after_the_initial_delay_then_an_interval_after_each_run() -> None:
@@ -88,16 +90,19 @@ def test_the_trimmed_copy_keeps_what_a_look_reads_and_drops_the_copies_of_the_sp
     }
     assert t["status"] == {"phase": "Running"} and t["spec"] is body["spec"]
     assert body["metadata"]["managedFields"] and "kopf" in body["status"], "the event's own body is not changed"
+    copy = packed(t)
+    assert unpacked(copy) == t and unpacked(copy) is not unpacked(copy), "each look decodes a copy of its own"
+    assert b" " not in copy and len(copy) < len(json.dumps(body)) / 4, "compact, and without what it drops"
 
 
-def _body(name: str, phase: str = "Running", deleting: bool = False, uid: str = "u1") -> dict[str, Any]:
+def _body(name: str, phase: str = "Running", deleting: bool = False, uid: str = "u1") -> bytes:
     meta: dict[str, Any] = {"name": name, "namespace": "n", "uid": uid}
     if deleting:
         meta["deletionTimestamp"] = "2026-12-02T00:00:00Z"
-    return {"metadata": meta, "status": {"phase": phase}}
+    return packed(trimmed({"metadata": meta, "status": {"phase": phase}}))
 
 
-def _loop(look: Look, index: dict[Any, list[dict[str, Any]]]) -> LookLoop:
+def _loop(look: Look, index: dict[Any, list[bytes]]) -> LookLoop:
     loop = LookLoop(look, index, None, {}, asyncio.get_running_loop().time)
     loop.started -= 100.0  # not a (re)start: no spread
     return loop

@@ -126,3 +126,70 @@ def test_the_watchs_copy_of_an_application_keeps_what_decisions_read_and_not_its
     assert kept["metadata"]["ownerReferences"] == app["metadata"]["ownerReferences"]
     assert app_state(kept) == "RUNNING" and kept["metadata"]["annotations"] == {"kappa.dev/config-hash": "h"}
     assert "spec" in app and "managedFields" in app["metadata"], "the event's own body is left as it is"
+
+
+class Applications(BaseHTTPRequestHandler):
+    """One SparkApplication ``a`` of uid ``uid``: GET returns it, DELETE honours the uid precondition (409)."""
+
+    uid = "u2"
+    seen: list[str] = []
+
+    def _app(self) -> dict[str, object]:
+        owner = {"kind": "StreamingJob", "name": "j", "uid": "o", "controller": True}
+        return {"metadata": {"name": "a", "namespace": "ns", "uid": type(self).uid, "ownerReferences": [owner]}}
+
+    def _send(self, status: int, out: object) -> None:
+        data = json.dumps(out).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        type(self).seen.append("GET")
+        self._send(200, self._app())
+
+    def do_DELETE(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        wanted = (body.get("preconditions") or {}).get("uid")
+        type(self).seen.append(f"DELETE {wanted}")
+        if wanted not in (None, type(self).uid):
+            self._send(409, {"kind": "Status", "code": 409, "reason": "Conflict"})
+        else:
+            self._send(200, {"kind": "Status", "status": "Success"})
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_an_application_is_deleted_on_the_watchs_copy_and_a_stale_copy_reads_the_server() -> None:
+    """Issue 62: no read before the delete when the watch holds the application (its uid is the
+    precondition); a copy of an older namesake gets 409, and the server's own is read and deleted."""
+    from kappa_operator.kube.packed import packed
+    from kappa_operator.render.spark_application import Owner
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Applications)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        cluster = Cluster(api_client(f"http://127.0.0.1:{httpd.server_address[1]}", fenced=False))
+        owner = Owner("StreamingJob", "j", "ns", "o")
+        Applications.seen = []
+        copy = {
+            "metadata": {
+                "name": "a",
+                "namespace": "ns",
+                "uid": "u2",
+                "ownerReferences": [{"kind": "StreamingJob", "name": "j", "uid": "o", "controller": True}],
+            }
+        }
+        cluster.applications = {("ns", "a"): [packed(copy)]}
+        assert cluster.delete_app("ns", "a", owner) and Applications.seen == ["DELETE u2"]
+        Applications.seen = []
+        cluster.applications = {("ns", "a"): [packed({**copy, "metadata": {**copy["metadata"], "uid": "u1"}})]}
+        assert cluster.delete_app("ns", "a", owner) and Applications.seen == ["DELETE u1", "GET", "DELETE u2"]
+        Applications.seen = []
+        cluster.applications = {}
+        assert cluster.delete_app("ns", "a", owner) and Applications.seen == ["GET", "DELETE u2"], "no copy: read"
+    finally:
+        httpd.shutdown()

@@ -226,3 +226,23 @@ def test_the_spark_ui_address_comes_from_the_spark_operators_driver_info() -> No
     running = {**failed_app(j), "status": {"applicationState": {"state": "RUNNING"}, **app["status"]}}
     namespace = j.metadata.namespace
     assert decide_streaming_job(j, running, rfc(T0)).status["sparkUI"] == f"http://rmi-ui-svc.{namespace}.svc:4040"
+
+
+def test_the_progress_look_decides_a_settled_job_on_the_watchs_copy_and_a_change_again_on_a_fresh_read() -> None:
+    """Issue 62: a settled job's look sends no request; one that would change status reads the
+    object again first (``handlers.progress``: the conditions are one list, written whole)."""
+    from kappa_operator.handlers.progress import JobReports, _shown
+
+    status = running_since(T0)
+    reports = JobReports([report(SINK, T0 + timedelta(minutes=2))], None, None)
+    first = _shown(job(status), reports, None, T0 + timedelta(minutes=3))
+    assert not first.moves_nothing({"metadata": {"generation": 2}, "status": status}), "no progress shown yet"
+    settled = {**status, **first.fields}
+    body = {"metadata": {"generation": 2}, "status": settled}
+    assert _shown(job(settled), reports, None, T0 + timedelta(minutes=4)).moves_nothing(body)
+    newer = JobReports([report(SINK, T0 + timedelta(minutes=3))], None, None)
+    assert not _shown(job(settled), newer, None, T0 + timedelta(minutes=4)).moves_nothing(body), "a new batch"
+    silent = _shown(job(settled, health={"progressTimeout": "10m"}), reports, None, T0 + timedelta(minutes=13))
+    assert silent.events and not silent.moves_nothing(body), "Stalled now: an Event and a condition"
+    unreadable = _shown(job(settled), None, "OSError: no route", T0 + timedelta(minutes=4))
+    assert not unreadable.moves_nothing(body), "ProgressUnknown turns True"
