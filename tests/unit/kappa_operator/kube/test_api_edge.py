@@ -17,6 +17,15 @@ from kappa_operator.kube.api import Cluster, NotLeadingError, api_client, observ
 from kappa_operator.reconcile.phases import app_state
 
 
+def send_json(handler: BaseHTTPRequestHandler, status: int, out: object, headers: dict[str, str]) -> None:
+    data = json.dumps(out).encode()
+    handler.send_response(status)
+    for name, value in {**headers, "Content-Type": "application/json", "Content-Length": str(len(data))}.items():
+        handler.send_header(name, value)
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class Refusing(BaseHTTPRequestHandler):
     """Answers 429 (Retry-After: 1, as the API server says) to the first ``refusals`` requests, then ``then``."""
 
@@ -33,14 +42,7 @@ class Refusing(BaseHTTPRequestHandler):
             status, out = 429, {"kind": "Status", "code": 429, "reason": "TooManyRequests"}
         else:
             status, out = type(self).then, body
-        data = json.dumps(out).encode()
-        self.send_response(status)
-        if status == 429:
-            self.send_header("Retry-After", "1")
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, out, {"Retry-After": "1"} if status == 429 else {})
 
     do_POST = do_PATCH = do_GET = _answer
 
@@ -138,26 +140,18 @@ class Applications(BaseHTTPRequestHandler):
         owner = {"kind": "StreamingJob", "name": "j", "uid": "o", "controller": True}
         return {"metadata": {"name": "a", "namespace": "ns", "uid": type(self).uid, "ownerReferences": [owner]}}
 
-    def _send(self, status: int, out: object) -> None:
-        data = json.dumps(out).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def do_GET(self) -> None:
         type(self).seen.append("GET")
-        self._send(200, self._app())
+        send_json(self, 200, self._app(), {})
 
     def do_DELETE(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         wanted = (body.get("preconditions") or {}).get("uid")
         type(self).seen.append(f"DELETE {wanted}")
         if wanted not in (None, type(self).uid):
-            self._send(409, {"kind": "Status", "code": 409, "reason": "Conflict"})
+            send_json(self, 409, {"kind": "Status", "code": 409, "reason": "Conflict"}, {})
         else:
-            self._send(200, {"kind": "Status", "status": "Success"})
+            send_json(self, 200, {"kind": "Status", "status": "Success"}, {})
 
     def log_message(self, format: str, *args: object) -> None:
         pass
