@@ -26,6 +26,16 @@ def bind_address(value: str) -> str:
     return value
 
 
+def positive_count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {value!r}")
+    return n
+
+
 def progress_interval(value: str) -> float:
     """A positive duration in the CRDs' grammar (``30s``, ``1m``), as seconds."""
     from spark_app.contract.durations import check_positive, duration_ms
@@ -110,6 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="how often live jobs' progress reports are read into status: Stalled, lag, a bootstrap's "
         "switch (default 30s)",
+    )
+    op.add_argument(
+        "--objects-in-flight",
+        type=positive_count,
+        metavar="N",
+        help="objects of one kind whose events are handled at once (per watched namespace); the rest "
+        "wait their turn. Bounds the operator's memory in a burst (default: 512)",
     )
     op.add_argument(
         "--leader-election",
@@ -451,6 +468,7 @@ def operator_command(args: argparse.Namespace) -> int:
             max_concurrent_backfills_per_namespace=args.max_concurrent_backfills_per_namespace or None,
             progress_interval=args.progress_interval,
             leader_election=election,
+            objects_in_flight=args.objects_in_flight,
         )
     )
     return 0

@@ -268,20 +268,24 @@ def record(kind: str, body: Any, status: dict[str, Any]) -> None:
     Never through kopf's patch: that lands after the handler returns, and could then overwrite
     what an application's event recorded meanwhile (two writers). A write that changes nothing
     is not sent."""
-    meta = body["metadata"]
-    current = dict(body.get("status") or {})
-    status = with_recovery(current, status, now_rfc3339(), meta.get("generation"))
-    if changes_nothing(current, status):
-        return
-    CONTEXT.cluster().patch_status(PLURALS[kind], meta["namespace"], meta["name"], status)
+    written = status_to_send(body, status)
+    if written is not None:
+        meta = body["metadata"]
+        CONTEXT.cluster().patch_status(PLURALS[kind], meta["namespace"], meta["name"], written)
 
 
 def records_nothing(body: Mapping[str, Any], status: dict[str, Any]) -> bool:
     """Whether ``record`` of ``status`` on the object as ``body`` shows it would send nothing: a
     look decided on the watch's copy then needs no fresh read either."""
+    return status_to_send(body, status) is None
+
+
+def status_to_send(body: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any] | None:
+    """The status ``record`` sends for ``status`` on the object as ``body`` (an earlier failure's
+    retry count cleared), or None when it would change nothing there."""
     current = dict(body.get("status") or {})
     written = with_recovery(current, status, now_rfc3339(), body["metadata"].get("generation"))
-    return changes_nothing(current, written)
+    return None if changes_nothing(current, written) else written
 
 
 def parse(model: type[M], body: kopf.Body | dict[str, Any]) -> M:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from kappa_operator.models.common import as_timedelta, rfc3339
+from kappa_operator.models.common import as_timedelta, instant, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.models.streaming_job_status import RestorePointStatus
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION
@@ -26,7 +26,7 @@ def snapshot_due(job: StreamingJob, now: datetime) -> bool:
     last = job.status.last_snapshot_at if job.status else None
     if last is None:
         return True
-    return now - datetime.fromisoformat(last.replace("Z", "+00:00")) >= as_timedelta(spec.interval)
+    return now - instant(last) >= as_timedelta(spec.interval)
 
 
 def surely_not_due(body: Mapping[str, Any], now: datetime) -> bool:
@@ -38,7 +38,7 @@ def surely_not_due(body: Mapping[str, Any], now: datetime) -> bool:
     try:
         interval = body["spec"]["checkpoints"]["interval"]
         last = body["status"]["lastSnapshotAt"]
-        return now - datetime.fromisoformat(last.replace("Z", "+00:00")) < as_timedelta(interval)
+        return now - instant(last) < as_timedelta(interval)
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kappa_operator.models.backfill import Backfill, Calibration, PlanStatus, SourcePlanStatus
+from kappa_operator.models.common import instant
 from kappa_operator.models.streaming_job import StreamingJob
 from spark_app.contract.durations import format_duration
 from spark_app.contract.reports.plan import PlanReport
@@ -192,7 +193,7 @@ def measured(bf: Backfill, job: StreamingJob, finished: datetime, report: RunRep
     status = bf.status
     if status is None or status.plan is None or status.plan.error or not status.started_at:
         return None
-    started = datetime.fromisoformat(status.started_at.replace("Z", "+00:00"))
+    started = instant(status.started_at)
     seconds = (finished - started).total_seconds()
     if seconds <= 0 or status.plan.rows <= 0:
         return None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kappa_operator.models.common import Condition, as_timedelta, rfc3339
+from kappa_operator.models.common import Condition, as_timedelta, instant, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.conditions import Verdict, set_conditions
 from kappa_operator.reconcile.events import Event
@@ -36,10 +36,6 @@ READ_FIX = (
     "<checkpoints.location>/**/_kappa/* (chart value objectStore, docs/operations.md)"
 )
 HEALTH_REASONS = (NO_PROGRESS, "Progressing", "NotRunning", "CaughtUp", "Behind")
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def progress_status(reports: list[ProgressReport]) -> dict[str, Any]:
@@ -76,7 +72,7 @@ def running_since(job: StreamingJob) -> datetime | None:
     ready = next((c for c in job.status.conditions if c.type == "Ready"), None)
     if ready is None or ready.status != "True" or not ready.last_transition_time:
         return None
-    return parse_time(ready.last_transition_time)
+    return instant(ready.last_transition_time)
 
 
 @dataclass(frozen=True)

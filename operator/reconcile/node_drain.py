@@ -29,10 +29,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kappa_operator.models.common import instant
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
-from kappa_operator.reconcile.restarts import parse_time
 from kappa_operator.reconcile.snapshot_requests import Book
 from kappa_operator.render.spark_application import (
     ROLE_LABEL,
@@ -156,4 +156,4 @@ def moving(record: dict[str, Any], node: str, how: str, state: str, status: Stat
 def created_before(app: dict[str, Any], when: str) -> bool:
     """Whether ``app`` was created before ``when`` (RFC 3339): the application a move deletes."""
     created = (app.get("metadata") or {}).get("creationTimestamp")
-    return bool(created) and parse_time(str(created)) < parse_time(when)
+    return bool(created) and instant(str(created)) < instant(when)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kappa_operator.models.common import instant
 from kappa_operator.render.spark_application import NODE_LOST_AFTER, ROLE_LABEL
 
 EVICTED_BY_TAINT = "DeletionByTaintManager"
@@ -48,9 +49,9 @@ class LostPod:
     """When the node stopped being Ready (its condition's lastTransitionTime)."""
 
 
-def parse_time(text: str) -> datetime | None:
+def _instant_or_none(text: str) -> datetime | None:
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return instant(text)
     except ValueError:
         return None
 
@@ -91,7 +92,7 @@ def lost_pods(pods: list[Mapping[str, Any]], lost_nodes: Mapping[str, str], now:
         node = (pod.get("spec") or {}).get("nodeName")
         if node not in lost_nodes:
             continue
-        since = parse_time(lost_nodes[node])
+        since = _instant_or_none(lost_nodes[node])
         overdue = since is not None and (now - since).total_seconds() >= lost_after(pod)
         if not (overdue or evicted_by_taint(pod)):
             continue

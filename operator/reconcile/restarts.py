@@ -13,7 +13,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from kappa_operator.models.backfill import Backfill
-from kappa_operator.models.common import as_timedelta
+from kappa_operator.models.common import as_timedelta, instant
 from kappa_operator.models.streaming_job import RestartSpec, StreamingJob
 from spark_app.contract.errors import EXIT_REFUSED
 
@@ -50,10 +50,6 @@ def uncounted(error: str) -> str:
     return ", not counted: the submission failed, not the job" if submitted_twice(error) else ""
 
 
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 def backoff(spec: RestartSpec, attempt: int) -> timedelta:
     """The delay before restart ``attempt`` (1 for the first)."""
     initial, cap = as_timedelta(spec.initial_backoff), as_timedelta(spec.max_backoff)
@@ -70,7 +66,7 @@ def attempt_after_failure(job: StreamingJob, now: datetime, counted: bool = True
         return 1
     ready = next((c for c in status.conditions if c.type == "Ready"), None)
     ran = ready is not None and ready.status == "True" and ready.last_transition_time
-    if ran and now - parse_time(str(ready.last_transition_time)) >= as_timedelta(job.spec.restart.reset_after):
+    if ran and now - instant(str(ready.last_transition_time)) >= as_timedelta(job.spec.restart.reset_after):
         return 1
     return next_attempt(status.restarts, counted)
 
@@ -91,7 +87,7 @@ def next_backfill_restart(bf: Backfill, now: datetime, counted: bool = True) -> 
     same attempt again, with its backoff."""
     status = bf.status
     started = status.started_at if status is not None else None
-    ran = started is not None and now - parse_time(started) >= as_timedelta(bf.spec.restart.reset_after)
+    ran = started is not None and now - instant(started) >= as_timedelta(bf.spec.restart.reset_after)
     if status is None or ran:
         return scheduled(bf.spec.restart, 1, now)
     return scheduled(bf.spec.restart, next_attempt(status.restarts, counted), now)

@@ -6,10 +6,9 @@ job's ``initialSnapshot``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from kappa_operator.models.common import as_timedelta, rfc3339
+from kappa_operator.models.common import as_timedelta, instant, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.models.streaming_job_status import TakenSnapshot
 from spark_app.contract.snapshot_requests import Answer
@@ -19,10 +18,6 @@ HISTORY = 10
 
 Answers = dict[str, dict[str, Answer]]
 """nonce -> sink -> the driver's answer (what the handler read for the open requests)."""
-
-
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @dataclass
@@ -91,7 +86,7 @@ def book(job: StreamingJob, answers: Answers | None, now: str) -> Book:
             b.changed = True
             ids = ", ".join(f"{s} batch {got[s].batch_id}" for s in sinks)
             b.events.append(("Normal", "SnapshotTaken", f"snapshot {entry.nonce} ({entry.reason}): {ids}"))
-        elif parse_time(now) - parse_time(entry.requested_at) > timeout:
+        elif instant(now) - instant(entry.requested_at) > timeout:
             msg = f"not taken within {job.spec.upgrade.snapshot_timeout} (is the job running? its driver log says)"
             b.entries[i] = entry.model_copy(update={"error": msg})
             b.changed = True

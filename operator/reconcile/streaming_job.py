@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kappa_operator.models.common import Condition
+from kappa_operator.models.common import Condition, instant
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.bootstrap import added_to_running, bootstrapping, bootstrapping_message
 from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
@@ -30,7 +30,6 @@ from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.reconcile.restarts import (
     REFUSED,
     next_restart,
-    parse_time,
     refused_its_configuration,
     submitted_twice,
     uncounted,
@@ -250,7 +249,7 @@ def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, 
     error = app_message(app) or ("the live query ended" if state == "COMPLETED" else f"application {state}")
     current = job.status
     if current is not None and current.phase == "BackingOff" and current.next_restart_at:
-        if parse_time(now) < parse_time(current.next_restart_at):
+        if instant(now) < instant(current.next_restart_at):
             return JobIntent()  # the timer looks again
         return JobIntent(
             delete_app=True,
@@ -263,7 +262,7 @@ def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, 
         msg = f"{error}; {REFUSED}: fix the StreamingJob's spec, which submits it again"
         fields = status("Failed", False, "ConfigRefused", msg, state)
         return JobIntent(status={**fields, "nextRestartAt": None}, events=(Event("Warning", "ConfigRefused", msg),))
-    decision = next_restart(job, parse_time(now), counted=not submitted_twice(error))
+    decision = next_restart(job, instant(now), counted=not submitted_twice(error))
     if decision is None:
         made = job.status.restarts if job.status else 0
         msg = f"{error}; not restarted: {made} restarts in a row (restart.maxAttempts)"

@@ -19,13 +19,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from kappa_operator.models.common import API_VERSION, as_timedelta, rfc3339
+from kappa_operator.models.common import API_VERSION, as_timedelta, instant, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec
 from kappa_operator.models.streaming_job_status import TakenSnapshot
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.phases import app_state
-from kappa_operator.reconcile.snapshot_requests import Book, parse_time
+from kappa_operator.reconcile.snapshot_requests import Book
 from kappa_operator.render.jobconfig import (
     CHECKPOINT_ANNOTATION,
     config_hash,
@@ -84,7 +84,7 @@ def rollback_due(job: StreamingJob, digest: str, state: str, ended: bool, now: s
         return None  # nothing else ever ran: nothing to go back to
     if ended:
         return f"the upgraded application ended ({state})"
-    late = parse_time(now) - parse_time(up.started_at) > as_timedelta(spec.ready_timeout)
+    late = instant(now) - instant(up.started_at) > as_timedelta(spec.ready_timeout)
     if state != "RUNNING" and late:
         return f"the upgraded application did not reach RUNNING within {spec.ready_timeout}"
     return None
@@ -99,7 +99,7 @@ def rollback_rewind(job: StreamingJob, snapshot: TakenSnapshot | None) -> dict[s
     if len(snapshot.batch_ids) == 1:
         target: dict[str, Any] = {"batchId": next(iter(snapshot.batch_ids.values()))}
     else:  # per sink, the newest snapshot before the request was answered: the previous spec's
-        target = {"time": rfc3339(parse_time(snapshot.taken_at) + timedelta(seconds=1))}
+        target = {"time": rfc3339(instant(snapshot.taken_at) + timedelta(seconds=1))}
     return {
         "apiVersion": API_VERSION,
         "kind": "Rewind",

@@ -12,13 +12,13 @@ import time
 from collections import Counter as Tally
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kappa_operator.models.common import instant
 from kappa_operator.service import exposition
 from spark_app.contract.storage import REQUESTS
 
@@ -42,7 +42,7 @@ def epoch(stamp: str | None) -> float | None:
     """RFC 3339 (as status carries it) to epoch seconds."""
     if not stamp:
         return None
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    return instant(stamp).timestamp()
 
 
 def duration_seconds(text: str | None) -> float | None:

@@ -81,6 +81,9 @@ class OperatorOptions:
     ``liveJobs.progressInterval``)."""
     leader_election: LeaderElection | None = None
     """None: this process is the only operator and leads from the start."""
+    objects_in_flight: int | None = None
+    """Objects of one kind whose events are handled at once (the chart's ``objectsInFlight``;
+    None: ``OBJECTS_IN_FLIGHT``)."""
 
 
 def split_bind(bind: str) -> tuple[str, int]:
@@ -98,7 +101,12 @@ HANDLER_THREADS = 32
 """Threads for the sync handlers (the API client keeps more connections than this)."""
 
 
-def settings() -> kopf.OperatorSettings:
+OBJECTS_IN_FLIGHT = 512
+"""Objects of one kind (per watched namespace) whose events are handled at once: kopf's
+per-object workers."""
+
+
+def settings(objects_in_flight: int = OBJECTS_IN_FLIGHT) -> kopf.OperatorSettings:
     s = kopf.OperatorSettings()
     s.scanning.disabled = True  # CRDs come with the chart: no cluster-wide CRD watch, no such RBAC
     s.persistence.finalizer = "kappa.dev/finalizer"
@@ -113,6 +121,16 @@ def settings() -> kopf.OperatorSettings:
     # default has cpu+4 threads: 6 on a 2-core node, so 200 objects created at once queued
     # behind 6 blocking calls. They wait on the API server, not on a CPU.
     s.execution.max_workers = HANDLER_THREADS
+    # kopf starts one worker per object with events and, by default, as many at once as there
+    # are such objects: 5,000 created in a burst were ~3,000 handlers in flight, each holding
+    # its body, its diff and its patch while waiting for the CPU, and the heap they fragmented
+    # stayed (552 MB peak, over the chart's 512Mi limit). Bounded, the rest wait as their raw
+    # events: 465 MB with 512, 431 with 128 (bench/RESULTS.md, issue 62). The bound is per kind
+    # and namespace watched; a worker idle for a second gives its slot back. A worker also keeps
+    # its slot while it waits out a failed handler's retry delay: as many objects failing at
+    # once as the bound hold the others' events until one of them passes (docs/operations.md).
+    s.queueing.worker_limit = objects_in_flight
+    s.queueing.idle_timeout = 1.0
     # kopf's bookkeeping in status, not in annotations: its last-handled copy is as large as
     # the spec, and with kubectl's own copy beside it a large object passes the API server's
     # 256 KiB limit on annotations; every event would then look like a creation, and the
@@ -245,7 +263,7 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
             clusterwide=not opts.namespaces,
             namespaces=list(opts.namespaces),
             liveness_endpoint=None if opts.health_bind is None else liveness_url(opts.health_bind),
-            settings=settings(),
+            settings=settings(opts.objects_in_flight or OBJECTS_IN_FLIGHT),
             stop_flag=stop_flag,
         )
     finally:

@@ -33,7 +33,7 @@ from kappa_operator.models.streaming_job import StreamingJobSpec
 from kappa_operator.render.driver_metrics import STREAMING_GAUGES
 from kappa_operator.service import runner
 from kappa_operator.service.metrics import OperatorMetrics
-from kappa_operator.service.runner import OperatorOptions, liveness_url, split_bind
+from kappa_operator.service.runner import OBJECTS_IN_FLIGHT, OperatorOptions, liveness_url, settings, split_bind
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kappa-operator"
@@ -50,6 +50,7 @@ CUSTOM: dict[str, Any] = {
     "coordinator": {"existingSecret": "my-coordinator-token"},
     "extraArgs": ["--verbose"],
     "liveJobs": {"progressInterval": "1m30s"},
+    "objectsInFlight": 300,
     "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
     "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
     "dashboard": {"enabled": True, "annotations": {"grafana_folder": "kappa"}},
@@ -260,13 +261,14 @@ def test_operator_args_follow_the_cli_contract(default: list[dict[str, Any]], cu
     ports = ["--metrics-bind", "0.0.0.0:8080", "--health-bind", "0.0.0.0:8081"]
     container = operator_container(default)
     assert "command" not in container  # the image's entrypoint is `kappa operator`
-    assert container["args"] == [*election, *common, *ports, "--progress-interval", "30s"]
+    assert container["args"] == [*election, *common, *ports, "--progress-interval", "30s", "--objects-in-flight", "512"]
     assert operator_container(custom)["args"] == [
         *election,
         *("--namespace", "a", "--namespace", "b"),
         *common,
         *ports,
         *("--progress-interval", "1m30s"),
+        *("--objects-in-flight", "300"),
         "--verbose",
     ]
 
@@ -281,11 +283,11 @@ def test_the_real_command_line_accepts_the_args(default: list[dict[str, Any]], c
         "0.0.0.0:8081",
     )
     assert str(parsed.token_file) == "/var/run/kappa/token"
-    assert parsed.progress_interval == 30.0
+    assert parsed.progress_interval == 30.0 and parsed.objects_in_flight == 512
     assert parsed.leader_election and parsed.leader_election_lease == FULLNAME
     parsed = build_parser().parse_args(["operator", *operator_container(custom)["args"]])
     assert parsed.namespace == ["a", "b"] and parsed.verbose
-    assert parsed.progress_interval == 90.0
+    assert parsed.progress_interval == 90.0 and parsed.objects_in_flight == 300
 
 
 @pytest.mark.parametrize(
@@ -299,6 +301,20 @@ def test_a_bad_progress_interval_is_refused_naming_the_grammar(
         build_parser().parse_args(["operator", "--progress-interval", value])
     err = capsys.readouterr().err
     assert "--progress-interval" in err and message in err
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_objects_in_flight_must_be_a_count(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["operator", "--objects-in-flight", value])
+    err = capsys.readouterr().err
+    assert "--objects-in-flight" in err and "must be a whole number of at least 1" in err
+
+
+def test_objects_in_flight_bound_kopfs_workers() -> None:
+    """The flag is kopf's per-object worker limit: the memory of a burst (issue 62)."""
+    assert settings().queueing.worker_limit == OBJECTS_IN_FLIGHT == 512
+    assert settings(7).queueing.worker_limit == 7
 
 
 def test_metrics_and_health_bind_addresses_are_values(chart: helm_python.Chart) -> None:

@@ -31,12 +31,12 @@ leaves its group and drops its credential until a new restartNonce asks for the 
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from kappa_operator.coordinator.messages import GroupSpec
 from kappa_operator.coordinator.scopes import scoped_token
 from kappa_operator.models.backfill import Backfill
+from kappa_operator.models.common import instant
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill.dry_run import Planning, planning_step
 from kappa_operator.reconcile.backfill.intent import (
@@ -67,7 +67,6 @@ from kappa_operator.reconcile.phases import ENDED, STATES, app_message, app_stat
 from kappa_operator.reconcile.restarts import (
     REFUSED,
     next_backfill_restart,
-    parse_time,
     refused_its_configuration,
     submitted_twice,
     uncounted,
@@ -121,7 +120,7 @@ def decide_backfill(
     if run_report is not None and run_report.mode is not None:
         said = {"alignmentMode": run_report.mode, "alignmentModeReason": run_report.mode_reason}
         intent = replace(intent, status={**intent.status, **said})
-    run = measured(bf, job, datetime.fromisoformat(now.replace("Z", "+00:00")), run_report)
+    run = measured(bf, job, instant(now), run_report)
     if run is None:
         return intent
     return replace(intent, status={**intent.status, "calibration": calibration(run)}, record_calibration=run)
@@ -304,7 +303,7 @@ def _failed_run(
     if current is not None and current.phase == "Running" and reason_of(bf) == "Restarting":
         return BackfillIntent(delete_app=True, join_group=group)  # its deletion still under way
     if current is not None and current.phase == "Running" and current.next_restart_at:
-        wait = (parse_time(current.next_restart_at) - parse_time(now)).total_seconds()
+        wait = (instant(current.next_restart_at) - instant(now)).total_seconds()
         if wait > 0:
             return BackfillIntent(join_group=group)  # the timer looks again
         msg = f"restart {current.restarts} of the failed application, from the checkpoint, after: {error}"
@@ -321,7 +320,7 @@ def _failed_run(
             status=status("Failed", "ConfigRefused", message, **extra, nextRestartAt=None),
             events=(Event("Warning", "Failed", message),) if changed else (),
         )
-    decision = next_backfill_restart(bf, parse_time(now), counted=not submitted_twice(error))
+    decision = next_backfill_restart(bf, instant(now), counted=not submitted_twice(error))
     if decision is None:
         made = current.restarts if current else 0
         tried = f"; not restarted again after {made} restarts (spec.restart.maxAttempts)" if made else ""

@@ -9,6 +9,7 @@ from typing import Any
 
 from kappa_operator.coordinator.messages import GroupSpec
 from kappa_operator.models.backfill import Backfill, PublishedTable
+from kappa_operator.models.common import instant
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.reconcile.backfill.intent import (
     NONCE,
@@ -23,7 +24,6 @@ from kappa_operator.reconcile.backfill.intent import (
 )
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, app_message, app_state
-from kappa_operator.reconcile.restarts import parse_time
 from kappa_operator.render.jobconfig import backfill_branch, config_hash
 from kappa_operator.render.spark_application import (
     BACKFILL_RESTART,
@@ -79,7 +79,7 @@ def of_this_run(bf: Backfill, report: PublishReport) -> bool:
     A driver clock far behind the operator's only costs a publish application that finds main
     published already (it commits nothing and reports what was done)."""
     started = bf.status.started_at if bf.status is not None else None
-    return started is None or report.started_at >= parse_time(started)
+    return started is None or report.started_at >= instant(started)
 
 
 PUBLISH_FAILURES = ("ValidationFailed", "PublishFailed")

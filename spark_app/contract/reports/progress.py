@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from spark_app.contract.base import parse_timestamp
 from spark_app.contract.config import JobConfig
 from spark_app.contract.reports import located
 from spark_app.contract.storage import Location
@@ -130,7 +131,7 @@ def _watermark(progress: Mapping[str, Any]) -> datetime | None:
     text = (progress.get("eventTime") or {}).get("watermark")
     if not text:
         return None
-    at = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    at = parse_timestamp(str(text))
     return None if at.timestamp() <= 0 else at
 
 

@@ -11,32 +11,9 @@ import pytest
 
 from kappa_operator.kube.diffbase import LeanStatusDiffBase, lean
 from kappa_operator.service.runner import settings
+from tests.unit.watched_bodies import watched_job
 
 FIELD = "status.kopf.lastHandled"
-
-
-def _body() -> dict[str, Any]:
-    return {
-        "apiVersion": "kappa.dev/v1alpha1",
-        "kind": "StreamingJob",
-        "metadata": {
-            "name": "j",
-            "namespace": "n",
-            "uid": "u",
-            "generation": 3,
-            "resourceVersion": "77",
-            "labels": {"team": "plays"},
-            "annotations": {
-                "kubectl.kubernetes.io/last-applied-configuration": '{"spec": {}}',
-                "kappa.dev/paused": "by-rewind",
-                "other.kopf.zalando.org/last-handled-configuration": "{}",
-            },
-            "finalizers": ["kappa.dev/finalizer"],
-            "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}] * 20,
-        },
-        "spec": {"sinks": {"out": {"table": "db.t"}}, "sources": [{"kind": "iceberg"}], "empty": {}},
-        "status": {"phase": "Running", "kopf": {"lastHandled": {"spec": {"a": 1}}, "progress": {}}},
-    }
 
 
 @pytest.mark.parametrize(
@@ -50,7 +27,7 @@ def _body() -> dict[str, Any]:
     ],
 )
 def test_the_essence_is_kopfs_own_and_the_body_is_not_changed(extra: list[Any] | None) -> None:
-    body = _body()
+    body = watched_job()
     before = copy.deepcopy(body)
     ours = LeanStatusDiffBase(field=FIELD).build(body=kopf.Body(body), extra_fields=extra)
     theirs = kopf.StatusDiffBaseStorage(field=FIELD).build(body=kopf.Body(copy.deepcopy(body)), extra_fields=extra)
@@ -59,7 +36,7 @@ def test_the_essence_is_kopfs_own_and_the_body_is_not_changed(extra: list[Any] |
 
 
 def test_what_is_copied_leaves_out_managed_fields_and_an_unwatched_status() -> None:
-    body = _body()
+    body = watched_job()
     out = lean(body, None)
     assert "managedFields" not in out["metadata"] and "status" not in out
     assert lean(body, ["status.phase"])["status"] is body["status"]
