@@ -450,7 +450,7 @@ def operator_command(args: argparse.Namespace) -> int:
     """``kappa operator``: its flags as the runner's options (the runner is ``runner.run_operator``)."""
     import logging
 
-    from kappa_operator.service.runner import OperatorOptions, run_operator
+    from kappa_operator.service.runner import OBJECTS_IN_FLIGHT, OperatorOptions, run_operator
 
     level = logging.DEBUG if args.verbose else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -468,7 +468,7 @@ def operator_command(args: argparse.Namespace) -> int:
             max_concurrent_backfills_per_namespace=args.max_concurrent_backfills_per_namespace or None,
             progress_interval=args.progress_interval,
             leader_election=election,
-            objects_in_flight=args.objects_in_flight,
+            objects_in_flight=args.objects_in_flight or OBJECTS_IN_FLIGHT,
         )
     )
     return 0

@@ -310,7 +310,7 @@ def follow(body: kopf.Body, streaming_jobs: kopf.Index[tuple[str, str], None], *
     if ctx().lost_nodes:  # a node stopped answering: a pod of this backfill's left on it goes now
         clear_lost_pods(KIND, body)
     meta = body["metadata"]
-    uid = meta.get("uid") or f"{meta['namespace']}/{meta['name']}"
+    uid = memo_key(meta.get("uid"), meta["namespace"], meta["name"])
     groups = ctx().groups
     quiet = QUIET.pop(uid, None)
     if quiet is not None and quiet.still(meta.get("resourceVersion"), streaming_jobs, groups, meta["name"]):
@@ -371,6 +371,12 @@ class Quiet:
         return groups is not None and groups.progress(self.group, name) == self.seen
 
 
+def memo_key(uid: str | None, namespace: str, name: str) -> str:
+    """What this process remembers a backfill by between looks (``QUIET``, ``CALLS_READ``): its
+    uid, so a backfill deleted and created again under its name starts afresh."""
+    return uid or f"{namespace}/{name}"
+
+
 QUIET: dict[str, Quiet] = {}
 """Backfill uid -> the inputs of its last look, when that look wrote nothing."""
 
@@ -389,7 +395,7 @@ def _external_calls(bf: Backfill) -> dict[str, Any] | None:
     st = bf.status
     if st is None or st.external_calls is None or st.checkpoint is None:
         return None
-    key, now = bf.metadata.uid or f"{bf.metadata.namespace}/{bf.metadata.name}", time.monotonic()
+    key, now = memo_key(bf.metadata.uid, bf.metadata.namespace, bf.metadata.name), time.monotonic()
     if not due(CALLS_READ.get(key), now):
         return None
     CALLS_READ[key] = now
@@ -418,8 +424,9 @@ def delete_backfill(body: kopf.Body, **_: Any) -> None:
     owner = Owner(KIND, meta["name"], meta["namespace"], meta.get("uid"))
     ns = owner.namespace
     running = (body.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-    CALLS_READ.pop(meta.get("uid") or f"{meta['namespace']}/{meta['name']}", None)
-    QUIET.pop(meta.get("uid") or f"{meta['namespace']}/{meta['name']}", None)
+    remembered = memo_key(meta.get("uid"), meta["namespace"], meta["name"])
+    CALLS_READ.pop(remembered, None)
+    QUIET.pop(remembered, None)
     stopped = c.cluster().delete_app(ns, owner.app_name, owner)
     stopped = c.cluster().delete_app(ns, owner.publish_app_name, owner) or stopped
     c.cluster().delete_app(ns, owner.plan_app_name, owner)

@@ -81,9 +81,9 @@ class OperatorOptions:
     ``liveJobs.progressInterval``)."""
     leader_election: LeaderElection | None = None
     """None: this process is the only operator and leads from the start."""
-    objects_in_flight: int | None = None
+    objects_in_flight: int = 512
     """Objects of one kind whose events are handled at once (the chart's ``objectsInFlight``;
-    None: ``OBJECTS_IN_FLIGHT``)."""
+    ``OBJECTS_IN_FLIGHT`` by default)."""
 
 
 def split_bind(bind: str) -> tuple[str, int]:
@@ -101,7 +101,7 @@ HANDLER_THREADS = 32
 """Threads for the sync handlers (the API client keeps more connections than this)."""
 
 
-OBJECTS_IN_FLIGHT = 512
+OBJECTS_IN_FLIGHT = OperatorOptions.objects_in_flight
 """Objects of one kind (per watched namespace) whose events are handled at once: kopf's
 per-object workers."""
 
@@ -263,7 +263,7 @@ def run_operator(opts: OperatorOptions, stop_flag: threading.Event | None = None
             clusterwide=not opts.namespaces,
             namespaces=list(opts.namespaces),
             liveness_endpoint=None if opts.health_bind is None else liveness_url(opts.health_bind),
-            settings=settings(opts.objects_in_flight or OBJECTS_IN_FLIGHT),
+            settings=settings(opts.objects_in_flight),
             stop_flag=stop_flag,
         )
     finally:
