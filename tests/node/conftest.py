@@ -26,7 +26,7 @@ from kappa_operator.local_cluster.rest import path_of
 from kappa_operator.local_cluster.storage import database_home
 from kappa_operator.local_cluster.sweep import cgroup_hierarchies, container_ids, container_processes
 from spark_app.examples.generator import GeneratedStats, GeneratorConfig, generate
-from tests.node.objects import NODES, backfill, branch_rows
+from tests.node.objects import NODES, backfill, branch_rows, pod_state, told
 
 LAST = ("test_node_loss.py", "test_cluster_command.py")
 """In this order, after the others: nodes lost (each replaced after, but the session's last
@@ -151,10 +151,12 @@ def cluster_state(cluster: LocalCluster) -> str:
                 state = (status.get("applicationState") or {}) if kind == "SparkApplication" else status
                 said = state.get("state") or state.get("phase")
                 message = str(state.get("errorMessage") or state.get("message") or "")[:600]
-                lines.append(f"{kind} {obj['metadata']['name']}: {said}: {message}")
+                restarts = f" (restarts {status['restarts']})" if status.get("restarts") else ""
+                lines.append(f"{kind} {obj['metadata']['name']}: {said}{restarts}: {message}")
+        lines.extend(told(admin.get(path_of("Event", JOBS)).body.get("items") or []))
         for namespace in (JOBS, OPERATOR_NAMESPACE, "spark-operator"):
             for found in admin.get(path_of("Pod", namespace)).body.get("items") or []:
-                lines.append(f"pod {namespace}/{found['metadata']['name']}: {(found.get('status') or {}).get('phase')}")
+                lines.append(f"pod {namespace}/{found['metadata']['name']}: {pod_state(found)}")
         selector = "?labelSelector=app.kubernetes.io/name=kappa-operator"
         for found in admin.get(path_of("Pod", OPERATOR_NAMESPACE) + selector).body.get("items") or []:
             log = cluster.kube.pod_log(OPERATOR_NAMESPACE, found["metadata"]["name"])

@@ -138,3 +138,29 @@ def pod(namespace: str, name: str, image: str, script: str, **spec: Any) -> dict
             **spec,
         },
     }
+
+
+def told(events: list[dict[str, Any]], last: int = 40) -> list[str]:
+    """The jobs' namespace's last Events, one line each, oldest first: what says why a driver
+    was restarted or a step retried (the objects' messages keep only the latest)."""
+    when = [(e.get("lastTimestamp") or e.get("eventTime") or "", e) for e in events]
+    lines = []
+    for at, e in sorted(when, key=lambda pair: pair[0])[-last:]:
+        about = e.get("involvedObject") or {}
+        message = " ".join(str(e.get("message") or "").split())[:240]
+        count = f" (x{e['count']})" if (e.get("count") or 1) > 1 else ""
+        what = f"{about.get('kind')}/{about.get('name')} {e.get('type')} {e.get('reason')}{count}"
+        lines.append(f"event {at} {what}: {message}")
+    return lines
+
+
+def pod_state(pod: dict[str, Any]) -> str:
+    """The pod's phase, and why a container of it last ended (OOMKilled, Error, an eviction)."""
+    status = pod.get("status") or {}
+    said = [str(status.get("phase"))] + [str(status[k]) for k in ("reason", "message") if status.get(k)]
+    for container in status.get("containerStatuses") or []:
+        for key in ("state", "lastState"):
+            ended = (container.get(key) or {}).get("terminated")
+            if ended:
+                said.append(f"{container.get('name')} {key} {ended.get('reason')} (exit {ended.get('exitCode')})")
+    return ", ".join(said)

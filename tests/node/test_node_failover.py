@@ -36,7 +36,7 @@ from kappa_operator.local_cluster.images import OPERATOR_IMAGE
 from kappa_operator.local_cluster.rest import path_of
 from spark_app.__main__ import TRACE_ENV
 from spark_app.examples.generator import GeneratedStats
-from tests.node.objects import backfill, branch_commits, branch_rows, kubectl, phase_of, pods_of
+from tests.node.objects import backfill, branch_commits, branch_rows, kubectl, phase_of, pod_state, pods_of, told
 from tests.node.test_node_faults import SINK, assert_exactly_once
 
 LEASE = "kappa-kappa-operator"
@@ -52,12 +52,15 @@ class Watch:
     """Who held the Lease, and every operator pod's address, as seen every half second: what
     the audit log's requests are attributed by (a request's source IP is its pod's)."""
 
-    def __init__(self, cluster: LocalCluster) -> None:
-        self.cluster = cluster
+    def __init__(self, cluster: LocalCluster, driver: str) -> None:
+        self.cluster, self.driver = cluster, driver
         self.holders: list[tuple[float, str]] = []
         """(epoch seconds first seen, holder), in order."""
         self.ips: dict[str, str] = {}
         """pod IP -> pod name."""
+        self.drivers: dict[str, str] = {}
+        """The Backfill's driver pods seen, by uid: how each last stood (phase, how its
+        container ended). More than one: the driver was lost and its application run again."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -73,6 +76,9 @@ class Watch:
             for pod in pods_of(self.cluster, OPERATOR_NAMESPACE, OPERATOR_PODS):
                 if ip := (pod.get("status") or {}).get("podIP"):
                     self.ips[ip] = pod["metadata"]["name"]
+            found = admin.get(path_of("Pod", JOBS, self.driver))
+            if found.status == 200:
+                self.drivers[found.body["metadata"]["uid"]] = pod_state(found.body)
 
     def first_led(self) -> dict[str, float]:
         """Each pod that held the Lease, and when it was first seen holding it."""
@@ -161,7 +167,7 @@ def test_the_operators_leader_deleted_upgraded_and_both_replicas_killed_under_a_
     audit_from = plane.audit_size()
     trace = [{"name": TRACE_ENV, "value": "/dev/stderr"}]
     measured: dict[str, Any] = {}
-    with Watch(cluster).running() as watch:
+    with Watch(cluster, f"{app}-driver").running() as watch:
         kubectl(
             cluster,
             "apply",
@@ -213,6 +219,10 @@ def test_the_operators_leader_deleted_upgraded_and_both_replicas_killed_under_a_
     assert branch_rows(catalog, SINK, status["branch"]) == by_kappa_run
     assert_exactly_once(catalog, status["branch"])
 
+    # one driver all along: none was lost to a failover (else what the Backfill was told)
+    events = plane.admin.get(path_of("Event", JOBS)).body.get("items") or []
+    about = [e for e in events if name in e["involvedObject"]["name"] or e["involvedObject"]["kind"] == "Node"]
+    assert len(watch.drivers) == 1, (watch.drivers, told(about))
     # while no replica answered, the drivers kept their last bound; each new leader said so
     log = cluster.kube.pod_log(JOBS, f"{app}-driver")  # Completed: its log stays with the pod
     assert "keeping the last bound" in log, "the drivers met no coordinator while both replicas were gone"
