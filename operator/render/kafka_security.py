@@ -1,0 +1,65 @@
+"""A Kafka source's or sink's Secrets as files in the driver and every executor (pure): one
+read-only volume per Secret, mounted at ``/etc/kappa/kafka/<secret>``, and the JobConfig's
+security block naming those files. Only names and paths: the operator never reads a value."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from kappa_operator.models.kafka_security import KafkaSecuritySpec
+from spark_app.contract.kafka_security import KafkaSecurity, SaslFiles, TlsFiles
+
+MOUNT_ROOT = "/etc/kappa/kafka"
+VOLUME_PREFIX = "kafka-"
+VOLUME_NAME_MAX = 63
+
+
+def mount_dir(secret: str) -> str:
+    return f"{MOUNT_ROOT}/{secret}"
+
+
+def volume_name(secret: str) -> str:
+    """A DNS label for the Secret's volume: its name (dots become dashes), shortened with a
+    digest when it would not fit, so two Secrets never share one."""
+    name = VOLUME_PREFIX + secret.replace(".", "-")
+    if len(name) <= VOLUME_NAME_MAX and secret == secret.replace(".", "-"):
+        return name
+    digest = hashlib.sha256(secret.encode()).hexdigest()[:8]
+    return f"{name[: VOLUME_NAME_MAX - 9].rstrip('-')}-{digest}"
+
+
+def secret_volumes(specs: Iterable[KafkaSecuritySpec | None]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pods' volumes and the containers' mounts for every Secret the blocks name, each once.
+    ``optional: false``: a Secret that does not exist keeps the pod from starting, and the pod's
+    events say which (``FailedMount``)."""
+    secrets = dict.fromkeys(name for spec in specs if spec is not None for name in spec.secrets)
+    volumes = [
+        {"name": volume_name(s), "secret": {"secretName": s, "defaultMode": 0o440, "optional": False}} for s in secrets
+    ]
+    mounts = [{"name": volume_name(s), "mountPath": mount_dir(s), "readOnly": True} for s in secrets]
+    return volumes, mounts
+
+
+def contract_security(spec: KafkaSecuritySpec | None) -> KafkaSecurity | None:
+    """The JobConfig's block: the files where the pods find the Secrets' keys."""
+    if spec is None:
+        return None
+    sasl = None
+    if spec.sasl is not None:
+        where = mount_dir(spec.sasl.secret_ref.name)
+        sasl = SaslFiles(
+            mechanism=spec.sasl.mechanism,
+            username_file=f"{where}/{spec.sasl.username_key}",
+            password_file=f"{where}/{spec.sasl.password_key}",
+        )
+    tls = None
+    if spec.tls is not None:
+        ca, client = spec.tls.ca, spec.tls.client
+        tls = TlsFiles(
+            ca_file=None if ca is None else f"{mount_dir(ca.secret_ref.name)}/{ca.key}",
+            cert_file=None if client is None else f"{mount_dir(client.secret_ref.name)}/{client.cert_key}",
+            key_file=None if client is None else f"{mount_dir(client.secret_ref.name)}/{client.key_key}",
+        )
+    return KafkaSecurity(protocol=spec.protocol, sasl=sasl, tls=tls)
