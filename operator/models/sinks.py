@@ -20,6 +20,7 @@ from kappa_operator.models.common import (
     Column,
     CRModel,
     DurationStr,
+    Name,
 )
 from kappa_operator.models.sources import TABLE
 
@@ -61,6 +62,7 @@ class JobSink(CRModel):
                     "size(self.key) > 0)",
                     "message": "a kafka sink needs bootstrapServers, topic and key",
                 },
+                {"rule": "self.kind == 'kafka' || !has(self.security)", "message": "security is for a kafka sink"},
             ]
         }
     )
@@ -76,6 +78,9 @@ class JobSink(CRModel):
     """Output directory (parquet)."""
     bootstrap_servers: str | None = Field(default=None, max_length=HOSTS_MAX)
     """Kafka bootstrap servers (kafka)."""
+    security: Name | None = None
+    """The entry of spec.kafkaSecurity this sink reaches its listener with: SASL and TLS from
+    Secrets (kafka). None: PLAINTEXT."""
     topic: str | None = Field(default=None, max_length=249)
     """The topic written (kafka). A Backfill writes `<topic>-backfill-<backfill name>` instead,
     never the live topic."""
@@ -99,4 +104,6 @@ class JobSink(CRModel):
             raise ValueError("a parquet sink needs path")
         if self.kind == "kafka" and (self.bootstrap_servers is None or self.topic is None or not self.key):
             raise ValueError("a kafka sink needs bootstrapServers, topic and key")
+        if self.kind != "kafka" and self.security is not None:
+            raise ValueError("security is for a kafka sink")
         return self

@@ -17,6 +17,7 @@ from kappa_operator.models.common import (
     TABLE_MAX,
     Column,
     CRModel,
+    Name,
     TimestampStr,
 )
 
@@ -39,6 +40,7 @@ class LiveSource(CRModel):
                     "(has(self.topic) ? !has(self.topicPattern) : has(self.topicPattern))",
                     "message": "kafka needs bootstrapServers and one of topic or topicPattern",
                 },
+                {"rule": "self.kind == 'kafka' || !has(self.security)", "message": "security is for a kafka source"},
             ]
         }
     )
@@ -58,6 +60,9 @@ class LiveSource(CRModel):
     """What a delete/overwrite snapshot does to the live query (icebergLive)."""
     bootstrap_servers: str | None = Field(default=None, max_length=HOSTS_MAX)
     """Kafka bootstrap servers (kafka)."""
+    security: Name | None = None
+    """The entry of spec.kafkaSecurity this source reaches its listener with: SASL and TLS from
+    Secrets (kafka; its archive and a bootstrap read the same topic the same way). None: PLAINTEXT."""
     topic: str | None = Field(default=None, max_length=249)
     """Kafka topic (kafka; Kafka allows at most 249 characters)."""
     topic_pattern: str | None = Field(default=None, max_length=249)
@@ -80,6 +85,8 @@ class LiveSource(CRModel):
         one_topic = (self.topic is None) != (self.topic_pattern is None)
         if self.kind == "kafka" and (self.bootstrap_servers is None or not one_topic):
             raise ValueError("kafka needs bootstrapServers and one of topic or topicPattern")
+        if self.kind != "kafka" and self.security is not None:
+            raise ValueError("security is for a kafka source")
         return self
 
 

@@ -35,6 +35,7 @@ from kappa_operator.models.common import (
     exactly_one,
 )
 from kappa_operator.models.external_calls import ExternalCalls
+from kappa_operator.models.kafka_security import KafkaSecuritySpec
 from kappa_operator.models.packaging import Dependencies, PipelineFrom
 from kappa_operator.models.sinks import JobSink
 from kappa_operator.models.sources import JobSource
@@ -182,6 +183,10 @@ BOOTSTRAP_NEEDS_KAFKA = (
 )
 
 
+UNKNOWN_SECURITY = "a source's live.security or a sink's security must name an entry of spec.kafkaSecurity"
+KAFKA_SECURITY_MAX = 4
+
+
 class StreamingJobSpec(CRModel):
     """A live PySpark Structured Streaming job."""
 
@@ -200,6 +205,13 @@ class StreamingJobSpec(CRModel):
                 {
                     "rule": "!has(self.bootstrap) || self.sources.all(k, self.sources[k].live.kind == 'kafka')",
                     "message": BOOTSTRAP_NEEDS_KAFKA,
+                },
+                {
+                    "rule": "self.sources.all(k, !has(self.sources[k].live.security) || "
+                    "(has(self.kafkaSecurity) && self.sources[k].live.security in self.kafkaSecurity)) && "
+                    "self.sinks.all(k, !has(self.sinks[k].security) || "
+                    "(has(self.kafkaSecurity) && self.sinks[k].security in self.kafkaSecurity))",
+                    "message": UNKNOWN_SECURITY,
                 },
             ]
         }
@@ -264,9 +276,23 @@ class StreamingJobSpec(CRModel):
     external_calls: ExternalCalls | None = None
     """A limit on the calls the pipeline makes outside (`external_calls.limiter()`), for the
     whole job, live and in its Backfills: a backfill must not overwhelm a production service."""
+    kafka_security: dict[Name, KafkaSecuritySpec] = Field(default={}, max_length=KAFKA_SECURITY_MAX)
+    """How the job's Kafka clients reach secured listeners, by name: a source's `live.security`
+    and a Kafka sink's `security` name one. The Secrets are mounted as files in the driver and
+    every executor; the operator never reads them."""
     bootstrap: BootstrapSpec | None = None
     """Start from the Kafka sources' archives (their `history` tables) at `from`, then go on to
     Kafka where each archive ends, in one run (phase Bootstrapping, then Running)."""
+
+    @model_validator(mode="after")
+    def _security_declared(self) -> StreamingJobSpec:
+        named = [s.live.security for s in self.sources.values()] + [k.security for k in self.sinks.values()]
+        if any(n is not None and n not in self.kafka_security for n in named):
+            raise ValueError(UNKNOWN_SECURITY)
+        return self
+
+    def security_of(self, name: str | None) -> KafkaSecuritySpec | None:
+        return None if name is None else self.kafka_security[name]
 
     @model_validator(mode="after")
     def _bootstrap_reads_kafka(self) -> StreamingJobSpec:

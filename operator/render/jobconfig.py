@@ -17,11 +17,13 @@ from typing import Any
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.common import ExecutorResources, instant, overridden
 from kappa_operator.models.external_calls import backfill_rate
+from kappa_operator.models.kafka_security import KafkaSecuritySpec
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.sinks import JobSink
 from kappa_operator.models.sources import JobSource
 from kappa_operator.models.streaming_job import CheckpointSpec, StreamingJob, StreamingJobSpec
 from kappa_operator.models.streaming_job_status import RestorePointStatus
+from kappa_operator.render.kafka_security import contract_security
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.durations import duration_ms
 from spark_app.contract.snapshot_requests import REQUESTS_FILE
@@ -59,7 +61,7 @@ def external_calls(rate: float | None) -> dict[str, Any]:
     return {} if rate is None else {"externalCalls": {"ratePerSecond": rate}}
 
 
-def _kafka_source(src: JobSource, skip: list[dict[str, Any]]) -> dict[str, Any]:
+def _kafka_source(src: JobSource, skip: list[dict[str, Any]], security: KafkaSecuritySpec | None) -> dict[str, Any]:
     """A kafka live source as Spark's Kafka source options (where a new query starts: a
     checkpoint's offsets win over them, as in Spark), with the ranges of its topics a cascade
     Rewind said not to process."""
@@ -71,6 +73,7 @@ def _kafka_source(src: JobSource, skip: list[dict[str, Any]]) -> dict[str, Any]:
         options["maxOffsetsPerTrigger"] = str(live.max_offsets_per_trigger)
     options["failOnDataLoss"] = str(live.fail_on_data_loss).lower()
     out: dict[str, Any] = {"kind": "kafka", "bootstrapServers": live.bootstrap_servers, "options": options}
+    out |= _security(security)
     if live.topic is not None:
         out["topic"] = live.topic
     else:
@@ -86,16 +89,23 @@ def _kafka_source(src: JobSource, skip: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _security(spec: KafkaSecuritySpec | None) -> dict[str, Any]:
+    """The JobConfig's ``security``: the files the Secrets are mounted as (nothing without one,
+    so those configs and their hashes are what they were)."""
+    sec = contract_security(spec)
+    return {} if sec is None else {"security": sec.model_dump(by_alias=True, exclude_none=True)}
+
+
 def skipped_offsets(job: StreamingJob) -> list[dict[str, Any]]:
     """The offset ranges a cascade Rewind told the job not to process (its annotation)."""
     raw = job.metadata.annotations.get(SKIP_ANNOTATION)
     return list(json.loads(raw)) if raw else []
 
 
-def _live_source(src: JobSource, skip: list[dict[str, Any]]) -> dict[str, Any]:
+def _live_source(src: JobSource, skip: list[dict[str, Any]], spec: StreamingJobSpec) -> dict[str, Any]:
     live = src.live
     if live.kind == "kafka":
-        return _kafka_source(src, skip)
+        return _kafka_source(src, skip, spec.security_of(live.security))
     out: dict[str, Any] = {
         "kind": "icebergLive",
         "catalog": live.catalog,
@@ -128,6 +138,7 @@ def rewind_horizon_batches(spec: StreamingJobSpec) -> int:
 
 def _sink(
     sink: JobSink,
+    security: KafkaSecuritySpec | None,
     branch: str | None = None,
     path_suffix: str = "",
     protect_batches: int = 0,
@@ -144,7 +155,7 @@ def _sink(
             out["branch"] = branch
     elif sink.kind == "kafka":
         topic = str(sink.topic) if backfill is None else backfill_topic(str(sink.topic), backfill)
-        out.update(bootstrapServers=sink.bootstrap_servers, topic=topic, key=sink.key)
+        out.update(bootstrapServers=sink.bootstrap_servers, topic=topic, key=sink.key, **_security(security))
     else:
         out["path"] = f"{sink.path}{path_suffix}"
     return out
@@ -192,8 +203,11 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             "pipelineArgs": spec.pipeline_args,
             "mode": "live",
             "catalogs": _catalogs(job),
-            "sources": {n: _live_source(s, skipped_offsets(job)) for n, s in spec.sources.items()},
-            "sinks": {n: _sink(s, protect_batches=rewind_horizon_batches(spec)) for n, s in spec.sinks.items()},
+            "sources": {n: _live_source(s, skipped_offsets(job), spec) for n, s in spec.sources.items()},
+            "sinks": {
+                n: _sink(s, spec.security_of(s.security), protect_batches=rewind_horizon_batches(spec))
+                for n, s in spec.sinks.items()
+            },
             "checkpoint": {"location": live_checkpoint(job), **_external(spec.checkpoints)},
             "trigger": {"kind": "processingTime", "interval": spec.trigger_interval},
             "alignment": {"orderingColumn": spec.ordering_column, **_bootstrap_drift(spec)},
@@ -309,7 +323,13 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         "catalogs": _catalogs(job),
         "sources": sources,
         "sinks": {
-            n: _sink(s, backfill_branch(bf), f"/backfills/{bf.metadata.name}", backfill=bf.metadata.name)
+            n: _sink(
+                s,
+                jspec.security_of(s.security),
+                backfill_branch(bf),
+                f"/backfills/{bf.metadata.name}",
+                backfill=bf.metadata.name,
+            )
             for n, s in jspec.sinks.items()
         },
         "checkpoint": {"location": backfill_checkpoint(bf, job)},

@@ -19,6 +19,7 @@ from kappa_operator.models.common import (
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.render.driver_metrics import with_driver_metrics
 from kappa_operator.render.jobconfig import CONFIG_PATH, pipeline_mount
+from kappa_operator.render.kafka_security import secret_volumes
 from spark_app.contract.config import JobConfig
 from spark_app.contract.snapshot_requests import REQUESTS_FILE, REQUESTS_KEY, requests_text
 
@@ -140,6 +141,9 @@ class Launch:
     without the pyFiles the driver fetches itself (``Dependencies.submitted``)."""
     pipeline_config_map: str | None = None
     """The job's ``spec.pipelineFrom.configMap``: mounted into the driver (``PIPELINE_MOUNT``)."""
+    kafka_secrets: tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]] = ((), ())
+    """The Secrets its Kafka sources and sinks name: (volumes, mounts), in the driver and every
+    executor (``render.kafka_security``)."""
 
 
 def job_launch(
@@ -154,6 +158,9 @@ def job_launch(
     (with a Backfill's overrides), service account and credentials."""
     spec = job.spec
     env_from = tuple(e.model_dump(by_alias=True, exclude_none=True) for e in spec.env_from)
+    named = [s.live.security for s in spec.sources.values()] + [k.security for k in spec.sinks.values()]
+    blocks = [spec.security_of(n) for n in dict.fromkeys(named)]
+    secret_vols, secret_mounts = secret_volumes(blocks)
     pods_executor = overridden(spec.executor, executor)
     assert isinstance(pods_executor, ExecutorResources)
     return Launch(
@@ -168,6 +175,7 @@ def job_launch(
         tuple(spec.image_pull_secrets),
         deps=tuple((k, tuple(v)) for k, v in (spec.deps.submitted() if spec.deps else {}).items()),
         pipeline_config_map=spec.pipeline_from.config_map.name if spec.pipeline_from else None,
+        kafka_secrets=(tuple(secret_vols), tuple(secret_mounts)),
     )
 
 
@@ -294,7 +302,10 @@ def spark_application(
     code_volumes, code_mounts = pipeline_volume(launch.pipeline_config_map)
     labels = {**owner.labels, "kappa.dev/config-hash": config_hash}
     control_volumes, control_mounts = control_volume(owner.control_map_name if control else None)
-    driver = pod_spec(launch.driver, launch.service_account, labels, [*mount, *code_mounts, *control_mounts])
+    secret_vols, secret_mounts = launch.kafka_secrets
+    driver = pod_spec(
+        launch.driver, launch.service_account, labels, [*mount, *code_mounts, *control_mounts, *secret_mounts]
+    )
     if launch.token_secret:
         token = {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": launch.token_secret, "key": "token"}}}
         driver["env"] = [*[e for e in driver.get("env", []) if e.get("name") != TOKEN_ENV], token]
@@ -302,7 +313,7 @@ def spark_application(
         # none: the tasks run in the driver (the JobConfig's local master); the spark-operator's
         # schema has no 0, and a local master asks Kubernetes for no executor
         **({"instances": launch.executor.instances} if launch.executor.instances else {}),
-        **pod_spec(launch.executor, launch.service_account, labels, mount),
+        **pod_spec(launch.executor, launch.service_account, labels, [*mount, *secret_mounts]),
     }
     if launch.env_from:
         driver["envFrom"] = executor["envFrom"] = [dict(e) for e in launch.env_from]
@@ -330,6 +341,7 @@ def spark_application(
                 {"name": "jobconfig", "configMap": {"name": owner.config_map_name}},
                 *code_volumes,
                 *control_volumes,
+                *secret_vols,
                 *launch.volumes,
             ],
             **({"deps": {k: list(v) for k, v in launch.deps}} if launch.deps else {}),

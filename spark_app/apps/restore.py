@@ -87,7 +87,7 @@ def kafka_cut(cfg: JobConfig, point: RestorePoint, needed: bool) -> dict[str, An
             f"({restored.uri}/kafka-produced/{point.batch_id}), so the records written after it cannot be told "
             "apart; rewind to a later batch, or rewind the downstream jobs by hand"
         )
-    now = end_offsets(sink.bootstrap_servers, sink.topic)
+    now = end_offsets(sink.bootstrap_servers, sink.topic, sink.security)
     ranges = [
         OffsetRange(topic=sink.topic, partition=p, start=produced.end.get(p, 0), end=end)
         for p, end in sorted(now.items())

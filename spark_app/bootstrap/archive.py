@@ -53,8 +53,11 @@ def decide(spark: SparkSession, cfg: JobConfig) -> BootstrapRecord:
         if refusal is not None:
             raise ConfigError(refusal)
         pattern = str(src.topic_pattern)
-        topics = {str(src.topic)} if src.topic is not None else topics_matching(src.bootstrap_servers, pattern)
-        found = partitions_of(src.bootstrap_servers, topics)
+        if src.topic is not None:
+            topics = {str(src.topic)}
+        else:
+            topics = topics_matching(src.bootstrap_servers, pattern, src.security)
+        found = partitions_of(src.bootstrap_servers, topics, src.security)
         try:
             offsets[name] = switch_offsets(newest, found)
         except ValueError as exc:

@@ -7,9 +7,10 @@ import re
 from datetime import timedelta
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from spark_app.contract.base import Duration, KappaModel
+from spark_app.contract.kafka_security import KafkaSecurity, clashing_options
 
 
 class SinkBase(KappaModel):
@@ -134,7 +135,15 @@ class KafkaSink(AppendingSink):
     key: list[str] = Field(min_length=1)
     """Columns whose values (a JSON object of them) are the record key: what identifies a row downstream."""
     options: dict[str, str] = {}
-    """Extra options for Spark's Kafka writer (kafka.security.protocol, kafka.compression.type, ...)."""
+    """Extra options for Spark's Kafka writer (kafka.compression.type, ...)."""
+    security: KafkaSecurity | None = None
+    """SASL and TLS from files (``spark_app.contract.kafka_security``)."""
+
+    @model_validator(mode="after")
+    def _security_in_one_place(self) -> KafkaSink:
+        if self.security is not None and (clash := clashing_options(self.options)):
+            raise ValueError(f"options {', '.join(clash)} are the security block's to set: give them there")
+        return self
 
 
 SinkConfig = Annotated[ParquetSink | ConsoleSink | IcebergSink | KafkaSink, Field(discriminator="kind")]

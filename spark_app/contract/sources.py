@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from spark_app.contract.base import Duration, KappaModel, Timestamp
+from spark_app.contract.kafka_security import KafkaSecurity, clashing_options
 
 
 class SplitConfig(KappaModel):
@@ -151,7 +152,9 @@ class KafkaSource(KappaModel):
     schema_ddl: str | None = None
     """Alternatively, the value schema as a Spark DDL string."""
     options: dict[str, str] = {}
-    """Extra options for Spark's Kafka source (startingOffsets, kafka.security.protocol, ...)."""
+    """Extra options for Spark's Kafka source (startingOffsets, maxOffsetsPerTrigger, ...)."""
+    security: KafkaSecurity | None = None
+    """SASL and TLS from files (``spark_app.contract.kafka_security``)."""
     skip: list[OffsetRange] = []
     """Records not to process: an upstream job's output a cascade Rewind undid (the upstream
     job re-emits them after these ranges)."""
@@ -162,6 +165,8 @@ class KafkaSource(KappaModel):
             raise ValueError("give exactly one of schemaFrom (a history table) or schemaDdl")
         if (self.topic is None) == (self.topic_pattern is None):
             raise ValueError("give exactly one of topic or topicPattern")
+        if self.security is not None and (clash := clashing_options(self.options)):
+            raise ValueError(f"options {', '.join(clash)} are the security block's to set: give them there")
         return self
 
     @property

@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from spark_app.contract.checkpoints.kafka_offsets import end_offsets
 from spark_app.contract.checkpoints.layout import PRODUCED
+from spark_app.contract.kafka_security import spark_options
 from spark_app.contract.sinks import KafkaSink
 from spark_app.contract.storage import Location, open_location
 from spark_app.contract.trace import trace
@@ -109,7 +110,7 @@ class KafkaBatchWriter:
             trace(self.trace_path, "kafka-produce", sink=self.sink_name, batch=batch_id, skipped=True)
             log.info("batch %d of %s already in %s: not written again", batch_id, self.sink_name, sink.topic)
             return
-        now = end_offsets(sink.bootstrap_servers, sink.topic)
+        now = end_offsets(sink.bootstrap_servers, sink.topic, sink.security)
         if earlier is None:
             entry = Produced(batch_id=batch_id, query_id=self.query_id, topic=sink.topic, start=now)
         else:
@@ -125,9 +126,10 @@ class KafkaBatchWriter:
             .option("kafka.bootstrap.servers", sink.bootstrap_servers)
             .option("topic", sink.topic)
             .options(**sink.options)
+            .options(**spark_options(sink.security))
             .save()
         )
-        done = entry.model_copy(update={"end": end_offsets(sink.bootstrap_servers, sink.topic)})
+        done = entry.model_copy(update={"end": end_offsets(sink.bootstrap_servers, sink.topic, sink.security)})
         _record(ckpt, done)
         ckpt.delete(entry_name(batch_id - RETAIN))
         written = sum(done.end.get(p, 0) - (entry.again_from or entry.start).get(p, 0) for p in done.end or {})

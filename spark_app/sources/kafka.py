@@ -29,6 +29,7 @@ from spark_app.catalogs import load_table
 from spark_app.contract.checkpoints.kafka_offsets import topics_matching
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import ConfigError, ConnectorMissingError, KappaError
+from spark_app.contract.kafka_security import spark_options
 from spark_app.contract.sources import KafkaSource, OffsetRange
 from spark_app.jvm import GATED_KAFKA_CLASS
 from spark_app.sources.iceberg import schema
@@ -215,6 +216,7 @@ def kafka_frame(
         .option("kafka.bootstrap.servers", src.bootstrap_servers)
         .option(*src.subscription)
         .options(**src.options)
+        .options(**spark_options(src.security))
     )
     if gate is not None:
         reader = reader.option("kappa.gate", gate)
@@ -239,7 +241,7 @@ def require_topics(name: str, src: KafkaSource) -> None:
     wanted = [t.strip() for t in src.topic.split(",") if t.strip()]
     where = f"sources.{name}"
     try:
-        listed = topics_matching(src.bootstrap_servers, ".*")
+        listed = topics_matching(src.bootstrap_servers, ".*", src.security)
     except KappaError as exc:
         raise ConfigError(
             f"{where}: {exc}; check {where}.bootstrapServers ({src.bootstrap_servers}) and that the driver reaches "
@@ -284,9 +286,8 @@ def records_gone(cfg: JobConfig) -> list[str]:
         if str(src.options.get("startingOffsets", "latest")).strip() != "earliest":
             continue
         topics = [t.strip() for t in src.topic.split(",") if t.strip()]
-        notice = gone_notice(
-            name, offsets(src.bootstrap_servers, partitions_of(src.bootstrap_servers, topics), "earliest")
-        )
+        partitions = partitions_of(src.bootstrap_servers, topics, src.security)
+        notice = gone_notice(name, offsets(src.bootstrap_servers, partitions, "earliest", src.security))
         if notice is not None:
             out.append(notice)
     return out

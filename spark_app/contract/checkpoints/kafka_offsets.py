@@ -11,9 +11,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from spark_app.contract.errors import KappaError
+from spark_app.contract.kafka_security import KafkaSecurity, client_config
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 PartitionOffsets = dict[tuple[str, int], int]
 """(topic, partition) -> offset."""
@@ -23,50 +27,51 @@ RETRIES = 4
 """Attempts after a retriable error (a partition's leader moving), 0.5 s, 1 s, ... apart."""
 
 
-def partitions_of(bootstrap: str, topics: Iterable[str]) -> set[tuple[str, int]]:
+def partitions_of(bootstrap: str, topics: Iterable[str], security: KafkaSecurity | None = None) -> set[tuple[str, int]]:
     """The partitions the cluster has of ``topics`` (a topic it does not have: none)."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     wanted = set(topics)
     try:
-        listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=TIMEOUT_S).topics
+        listed = admin(bootstrap, security).list_topics(timeout=TIMEOUT_S).topics
     except KafkaException as exc:
         raise KappaError(f"could not ask Kafka ({bootstrap}) for its topics: {exc}") from exc
     return {(t, p) for t, meta in listed.items() if t in wanted and meta.error is None for p in meta.partitions}
 
 
-def topics_matching(bootstrap: str, pattern: str) -> set[str]:
+def topics_matching(bootstrap: str, pattern: str, security: KafkaSecurity | None = None) -> set[str]:
     """The cluster's topics whose whole name matches ``pattern`` (a ``topicPattern``; Java's
     and Python's regular expressions agree on the patterns topic names need)."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     regex = re.compile(pattern)
     try:
-        listed = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=TIMEOUT_S).topics
+        listed = admin(bootstrap, security).list_topics(timeout=TIMEOUT_S).topics
     except KafkaException as exc:
         raise KappaError(f"could not ask Kafka ({bootstrap}) for its topics: {exc}") from exc
     return {t for t in listed if regex.fullmatch(t)}
 
 
 def offsets(
-    bootstrap: str, partitions: Iterable[tuple[str, int]], which: Literal["earliest", "latest"]
+    bootstrap: str,
+    partitions: Iterable[tuple[str, int]],
+    which: Literal["earliest", "latest"],
+    security: KafkaSecurity | None = None,
 ) -> PartitionOffsets:
     """The earliest retained, or the next to be written ("latest"), offset of each partition
     the cluster has; partitions it does not have are left out."""
     from confluent_kafka import KafkaException, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
+    from confluent_kafka.admin import OffsetSpec
 
     wanted = set(partitions)
-    present = partitions_of(bootstrap, {t for t, _ in wanted}) & wanted
+    present = partitions_of(bootstrap, {t for t, _ in wanted}, security) & wanted
     if not present:
         return {}
     spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    client = admin(bootstrap, security)
     for attempt in range(RETRIES + 1):
         try:
-            answers = admin.list_offsets({TopicPartition(t, p): spec for t, p in present}, request_timeout=TIMEOUT_S)
+            answers = client.list_offsets({TopicPartition(t, p): spec for t, p in present}, request_timeout=TIMEOUT_S)
             return {(tp.topic, tp.partition): f.result(timeout=2 * TIMEOUT_S).offset for tp, f in answers.items()}
         except KafkaException as exc:
             # a partition's leader moving (a new topic's, a broker's restart) is retriable:
@@ -78,10 +83,18 @@ def offsets(
     raise AssertionError("unreachable")
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+def end_offsets(bootstrap: str, topic: str, security: KafkaSecurity | None = None) -> dict[int, int]:
     """partition -> the offset the next record written to it gets (every partition of ``topic``)."""
-    found = offsets(bootstrap, partitions_of(bootstrap, [topic]), "latest")
+    found = offsets(bootstrap, partitions_of(bootstrap, [topic], security), "latest", security)
     return {p: o for (_, p), o in found.items()}
+
+
+def admin(bootstrap: str, security: KafkaSecurity | None = None) -> AdminClient:
+    """An admin client of the cluster, through its secured listener when ``security`` names one
+    (the SASL values read from their files into the client's config only)."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
 
 
 def _leader_moving(exc: Exception) -> bool:
