@@ -16,7 +16,7 @@ runs a table of manifests through both). Hence:
   ``ValidationError`` naming the field, never an ``OverflowError``.
 * Every string, list and map a user fills has a ``maxLength`` / ``maxItems`` /
   ``maxProperties`` (map keys: ``propertyNames``, which the CRD renders as a CEL rule), so a
-  maximal object stays well under 100 KB and CEL cost estimates stay small. Declared once
+  maximal spec stays within ``SPEC_JSON_MAX`` and CEL cost estimates stay small. Declared once
   with ``Field(max_length=...)``: pydantic enforces it and emits the JSON Schema keyword.
 """
 
@@ -44,8 +44,8 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 # --- sizes ----------------------------------------------------------------------------------
-# Bounds of what users write, chosen so that a maximal spec of every kind stays well under
-# 100 KB (test_schema_agreement.py computes the worst case from the CRDs): kopf keeps a copy of
+# Bounds of what users write, chosen so that a maximal spec of every kind stays within
+# SPEC_JSON_MAX (test_schema_agreement.py computes the worst case from the CRDs): kopf keeps a copy of
 # the spec in an annotation (all annotations: at most 256 KB), the operator renders it into a
 # ConfigMap and a SparkApplication, and the API server prices CEL rules by these bounds.
 
@@ -81,7 +81,7 @@ SETTING_MAX = 256
 ARGS_MAX = 16
 """Entries of pipelineArgs."""
 SPARK_CONF_MAX = 30
-"""Entries of sparkConf (30, not 32: what a StreamingJob's worst-case spec must fit in, 100 KB)."""
+"""Entries of sparkConf (30, not 32: what a StreamingJob's worst-case spec must fit in, ``SPEC_JSON_MAX``)."""
 CATALOGS_MAX = 3
 """Catalogs of a job."""
 CATALOG_PROPERTIES_MAX = 16
@@ -352,12 +352,17 @@ PodOverrides = create_model(
 )
 
 
+SPEC_JSON_MAX = 105_000
+"""The most characters (compact JSON) a spec's schema lets it take, pod settings aside. The spec
+appears twice in the object's annotations (kubectl's last-applied, kopf's last-handled), which
+must all fit in 256 KiB: 2 x (105,000 + ``POD_SETTINGS_JSON_MAX``) leaves 19 KiB for the
+object's other annotations."""
 POD_SETTINGS_JSON_MAX = 16_384
 """The most characters (compact JSON) a spec's pod settings may take together: `driver`,
 `executor`, `volumes` and `imagePullSecrets`. The Kubernetes objects among them pass through
 unbounded in the CRD (the API server cannot bound their size), and the spec appears twice in
 the object's annotations (kubectl's last-applied, kopf's last-handled), which must all fit in
-256 KiB: the rest of a spec is bounded to 100,000 characters by its schema, this budget by
+256 KiB: the rest of a spec is bounded to ``SPEC_JSON_MAX`` characters by its schema, this budget by
 the models, which refuse more with the size and the fields."""
 
 

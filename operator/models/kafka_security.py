@@ -14,6 +14,9 @@ from kappa_operator.models.common import CRModel
 SECRET_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 KEY = r"^[-._a-zA-Z0-9]+$"
 """A Secret's key, as Kubernetes allows it (and a file name in its mount)."""
+KEY_MAX = 63
+"""Kubernetes allows 253; the keys credentials are kept under are short (`password`, `ca.crt`,
+`user.key`), and the bound keeps a maximal spec within its annotations' budget."""
 
 
 class SecretName(CRModel):
@@ -25,23 +28,23 @@ class SaslSpec(CRModel):
 
     mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
     secret_ref: SecretName
-    username_key: str = Field(default="username", pattern=KEY, max_length=253)
-    password_key: str = Field(default="password", pattern=KEY, max_length=253)
+    username_key: str = Field(default="username", pattern=KEY, max_length=KEY_MAX)
+    password_key: str = Field(default="password", pattern=KEY, max_length=KEY_MAX)
 
 
 class CaSpec(CRModel):
     """The CA (PEM) that signed the broker's certificate."""
 
     secret_ref: SecretName
-    key: str = Field(default="ca.crt", pattern=KEY, max_length=253)
+    key: str = Field(default="ca.crt", pattern=KEY, max_length=KEY_MAX)
 
 
 class ClientCertificateSpec(CRModel):
     """The client's certificate and key (PEM, the key unencrypted): a `kubernetes.io/tls` Secret."""
 
     secret_ref: SecretName
-    cert_key: str = Field(default="tls.crt", pattern=KEY, max_length=253)
-    key_key: str = Field(default="tls.key", pattern=KEY, max_length=253)
+    cert_key: str = Field(default="tls.crt", pattern=KEY, max_length=KEY_MAX)
+    key_key: str = Field(default="tls.key", pattern=KEY, max_length=KEY_MAX)
 
 
 class TlsSpec(CRModel):

@@ -32,7 +32,7 @@ DEP_URI_MAX = 200
 COORDINATE_MAX = 128
 """A Maven coordinate (``groupId:artifactId:version``)."""
 CODE_FILES_MAX = 3
-"""Entries of pyFiles and jars (more: zip them into one; the StreamingJob spec stays under 100 KB)."""
+"""Entries of pyFiles and jars (more: zip them into one; the StreamingJob spec stays within SPEC_JSON_MAX)."""
 OTHER_FILES_MAX = 2
 """Entries of files, archives and repositories."""
 PACKAGES_MAX = 6

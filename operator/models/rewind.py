@@ -59,7 +59,7 @@ class RewindTarget(CRModel):
 SKIP_TOPICS_MAX = 4
 """Topics of a Rewind's skipOffsets (one per upstream Kafka sink a downstream job reads)."""
 SKIP_PARTITIONS_MAX = 128
-"""Partitions per topic in skipOffsets (keeps a maximal Rewind far below 100 KB)."""
+"""Partitions per topic in skipOffsets (keeps a maximal Rewind far below SPEC_JSON_MAX)."""
 
 
 class PartitionRange(CRModel):

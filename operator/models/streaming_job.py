@@ -184,7 +184,9 @@ BOOTSTRAP_NEEDS_KAFKA = (
 
 
 UNKNOWN_SECURITY = "a source's live.security or a sink's security must name an entry of spec.kafkaSecurity"
-KAFKA_SECURITY_MAX = 4
+KAFKA_SECURITY_MAX = 2
+"""One for the cluster read from and one for the cluster written to: a job whose sources and sinks
+share a listener names one block from both."""
 
 
 class StreamingJobSpec(CRModel):
