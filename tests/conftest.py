@@ -24,7 +24,11 @@ import pytest
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m")
 
 from harness.s3 import MotoS3
-from kappa_operator.local.kafka import KafkaBroker
+from kappa_operator.local.certificates import Authority
+from kappa_operator.local.kafka import KafkaBroker, Secured
+
+KAFKA_USERS = {"SCRAM-SHA-512": {"alice": "alice-pass-7f3a"}, "PLAIN": {"bob": "bob-pass-91c2"}}
+"""The session broker's users on its SASL_SSL listener, by mechanism: name -> password."""
 
 SLOW_FIRST = (
     "tests/node/",
@@ -170,7 +174,11 @@ def s3_bucket(s3_server: MotoS3) -> str:
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A real Apache Kafka broker (KRaft, the pinned 4.x of spark_app/jars/kafka-broker), one
-    per test process, started when a test first asks for it. Tests name their own topics."""
-    broker = KafkaBroker.start(Path(tmp_path_factory.mktemp("kafka")), heap="256m")
+    per test process, started when a test first asks for it. Tests name their own topics. It
+    listens as a company's broker does too (SASL_SSL and MTLS, ``KAFKA_USERS``), beside the
+    PLAINTEXT port most tests use."""
+    work = Path(tmp_path_factory.mktemp("kafka"))
+    secured = Secured(Authority.create(work / "pki"), scram=KAFKA_USERS["SCRAM-SHA-512"], plain=KAFKA_USERS["PLAIN"])
+    broker = KafkaBroker.start(work / "broker", heap="256m", secured=secured)
     yield broker
     broker.stop()

@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-_STATE = re.compile(r"\s*\(after \d+ms in state \w+\)\s*$")
-
 #: (pattern in librdkafka's text, what it means, the fix): the first match wins.
 CAUSES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (
@@ -45,16 +43,23 @@ CAUSES: tuple[tuple[re.Pattern[str], str, str], ...] = (
         "the TLS handshake failed: the listener may not speak the protocol the job uses",
         "check security.protocol against the listener (SSL, SASL_SSL, PLAINTEXT)",
     ),
+    (
+        re.compile(r"Disconnected.*in state APIVERSION_QUERY|incorrect security\.protocol", re.I),
+        "the listener closed the connection at the client's first request: it expects TLS or SASL, and the job "
+        "connects with another security.protocol",
+        "name a security block whose protocol is the listener's (SSL or SASL_SSL)",
+    ),
 )
 
 
 def explain(texts: Iterable[str], where: str, listener: str) -> str | None:
-    """One line for the first cause found in librdkafka's error texts, or None (no known cause:
-    the caller says what it has). ``where``: e.g. ``sources.plays``."""
-    for text in texts:
-        clean = _STATE.sub("", text)
-        for pattern, meaning, fix in CAUSES:
-            match = pattern.search(clean)
+    """One line for the first cause (in ``CAUSES``' order, the most telling first) found in any of
+    librdkafka's error texts, or None (no known cause: the caller says what it has). ``where``:
+    e.g. ``sources.plays``."""
+    seen = list(texts)
+    for pattern, meaning, fix in CAUSES:
+        for text in seen:
+            match = pattern.search(text)
             if match is not None:
                 return f"{where}: {listener}: {meaning.format(**match.groupdict())}; {fix}"
     return None
