@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from spark_app.contract.checkpoints.kafka_offsets import end_offsets
 from spark_app.contract.checkpoints.layout import PRODUCED
+from spark_app.contract.kafka_reach import reach
 from spark_app.contract.kafka_security import spark_options
 from spark_app.contract.sinks import KafkaSink
 from spark_app.contract.storage import Location, open_location
@@ -96,6 +97,8 @@ class KafkaBatchWriter:
     def __init__(self, sink_name: str, sink: KafkaSink, checkpoint: str, trace_path: str | None = None) -> None:
         self.sink_name, self.sink, self.checkpoint, self.trace_path = sink_name, sink, checkpoint, trace_path
         self._query_id: str | None = None
+        if sink.security is not None and sink.security.protocol != "PLAINTEXT":
+            reach(sink.bootstrap_servers, sink.security, f"sinks.{sink_name}")  # before the query, in one line
 
     @property
     def query_id(self) -> str:

@@ -29,6 +29,7 @@ from spark_app.catalogs import load_table
 from spark_app.contract.checkpoints.kafka_offsets import topics_matching
 from spark_app.contract.config import JobConfig
 from spark_app.contract.errors import ConfigError, ConnectorMissingError, KappaError
+from spark_app.contract.kafka_reach import reach
 from spark_app.contract.kafka_security import spark_options
 from spark_app.contract.sources import KafkaSource, OffsetRange
 from spark_app.jvm import GATED_KAFKA_CLASS
@@ -210,6 +211,8 @@ def kafka_frame(
     ``gate``: read through ``dev.kappa.source.GatedKafkaSource`` (a bootstrapped job's topic,
     which reads nothing until its archive is read), from ``starting_offsets`` (Spark's JSON)."""
     value = value_schema(cfg, src, name=name)
+    if src.security is not None and src.security.protocol != "PLAINTEXT":
+        reach(src.bootstrap_servers, src.security, f"sources.{name}")  # a refusal in one line, before Spark's trace
     require_topics(name, src)
     reader = (
         spark.readStream.format("kafka" if gate is None else GATED_KAFKA_CLASS)

@@ -6,15 +6,19 @@ listener and the fix, with no secret in it."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from pyspark.sql import SparkSession
 
 from kappa_operator.local.certificates import Authority
 from kappa_operator.local.kafka import MTLS, SASL_SSL, KafkaBroker
+from spark_app.apps.run import run
+from spark_app.contract.config import parse_config
 from spark_app.contract.kafka_reach import KafkaRefusedError, reach
 from spark_app.contract.kafka_security import KafkaSecurity, client_config
 from tests.conftest import KAFKA_USERS
@@ -57,6 +61,24 @@ def mtls(broker: KafkaBroker, name: str = "client-job", expired: bool = False, c
     return KafkaSecurity.model_validate({"protocol": "SSL", "tls": tls})
 
 
+def read_back(bootstrap: str, topic: str, count: int, security: KafkaSecurity | None = None) -> list[bytes]:
+    """The first ``count`` records' values of ``topic`` (within a minute)."""
+    settings = {"bootstrap.servers": bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest"}
+    consumer = Consumer({**settings, **client_config(security)})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    try:
+        for _ in range(60):
+            record = consumer.poll(1.0)
+            if record is not None and record.error() is None:
+                got.append(record.value())
+            if len(got) == count:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
 def new_topic(broker: KafkaBroker) -> str:
     topic = f"secured-{uuid.uuid4().hex[:8]}"
     broker.create_topic(topic, config={"retention.ms": "-1"})
@@ -78,26 +100,7 @@ def test_each_secured_listener_takes_a_client_configured_from_its_secret_files(
         producer.produce(topic, key=f"k{n}".encode(), value=f"v{n}".encode())
         assert producer.flush(30) == 0
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_broker.bootstrap_of(MTLS),
-            "group.id": f"g-{topic}",
-            "auto.offset.reset": "earliest",
-            **client_config(certified),
-        }
-    )
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    try:
-        for _ in range(60):
-            record = consumer.poll(1.0)
-            if record is not None and record.error() is None:
-                got.append(record.value())
-            if len(got) == 2:
-                break
-    finally:
-        consumer.close()
-    assert sorted(got) == [b"v0", b"v1"]
+    assert sorted(read_back(kafka_broker.bootstrap_of(MTLS), topic, 2, certified)) == [b"v0", b"v1"]
 
 
 def other_ca(tmp: Path) -> Path:
@@ -137,3 +140,53 @@ def test_a_refusal_is_one_line_naming_the_source_the_listener_and_the_fix(
     assert line.startswith(f"sources.plays: {security.protocol} listener {bootstrap}: "), line
     assert meaning in line and fix in line, line
     assert SCRAM_PASSWORD not in line and "not-the-password" not in line
+
+
+@pytest.mark.spark
+def test_a_live_job_reads_a_sasl_ssl_topic_and_writes_through_mtls_with_no_secret_in_its_conf_or_progress(
+    spark: SparkSession, kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    """Spark's own Kafka client, given only file references (``${kappadir:...}``), reads with
+    SCRAM over TLS and writes with a client certificate."""
+    source, sink = new_topic(kafka_broker), new_topic(kafka_broker)
+    scram = sasl_ssl(kafka_broker, tmp_path, "SCRAM-SHA-512", SCRAM_USER, SCRAM_PASSWORD)
+    certified = mtls(kafka_broker)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap_of(SASL_SSL), **client_config(scram)})
+    for i in range(10):
+        producer.produce(source, value=json.dumps({"impression_id": f"i{i}", "user_id": i}).encode())
+    assert producer.flush(30) == 0
+    cfg = parse_config(
+        {
+            "name": "secured",
+            "pipeline": "spark_app.examples.copy:pipeline",
+            "mode": "live",
+            "sources": {
+                "impressions": {
+                    "kind": "kafka",
+                    "bootstrapServers": kafka_broker.bootstrap_of(SASL_SSL),
+                    "topic": source,
+                    "schemaDdl": "impression_id STRING, user_id BIGINT",
+                    "options": {"startingOffsets": "earliest"},
+                    "security": scram.model_dump(by_alias=True, exclude_none=True),
+                }
+            },
+            "sinks": {
+                "copy": {
+                    "kind": "kafka",
+                    "bootstrapServers": kafka_broker.bootstrap_of(MTLS),
+                    "topic": sink,
+                    "key": ["impression_id"],
+                    "security": certified.model_dump(by_alias=True, exclude_none=True),
+                }
+            },
+            "checkpoint": {"location": str(tmp_path / "ck")},
+            "trigger": {"kind": "availableNow"},
+        }
+    )
+
+    result = run(cfg, spark)
+
+    rows = [json.loads(value) for value in read_back(kafka_broker.bootstrap, sink, 10)]
+    assert {r["impression_id"]: r["user_id"] for r in rows} == {f"i{i}": i for i in range(10)}
+    said = str(result.progress) + str(spark.sparkContext.getConf().getAll())
+    assert SCRAM_PASSWORD not in said and "BEGIN PRIVATE KEY" not in said
