@@ -182,6 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the executors, instead of spec.deps.pyFiles and spec.pipelineFrom's ConfigMap: a working copy, or the files "
         "a ConfigMap is created from",
     )
+    run.add_argument(
+        "--secrets-dir",
+        type=Path,
+        metavar="DIR",
+        help="the Secrets spec.kafkaSecurity names, as DIR/<secret>/<key> (one file per key, as Kubernetes mounts "
+        "them)",
+    )
     plan = sub.add_parser(
         "plan",
         help="plan a Backfill manifest before running it: files, rows and splits per source from Iceberg metadata, "

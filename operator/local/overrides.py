@@ -13,6 +13,8 @@ place, each change returned as a line a person reads (nothing is changed silentl
 * The local runtime (:func:`runtime_config`): local master, availableNow unless ``--follow``,
   where a fresh live query starts and how many source snapshots one micro-batch reads, the
   embedded coordinator's token.
+* ``--secrets-dir DIR`` (:func:`local_secrets`): the Secrets a Kafka source or sink names are
+  read from ``DIR/<secret>/<key>``, one file per key as Kubernetes mounts them.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from urllib.parse import urlsplit
 from kappa_operator.local.deps import local_code
 from kappa_operator.models.rewind import Rewind
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.render.kafka_security import MOUNT_ROOT
 from spark_app.contract.config import JobConfig, parse_config
+from spark_app.contract.errors import ConfigError
 
 LOCAL_SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"}
 """Under the manifest's sparkConf: two cores' worth of shuffle tasks, no console progress bars
@@ -58,6 +62,8 @@ class RunOptions:
     """Forget the local record of the object first (a new uid: a fresh backfill checkpoint)."""
     py_files: tuple[Path, ...] = ()
     """Directories or .py/.zip/.egg files replacing spec.deps.pyFiles and spec.pipelineFrom."""
+    secrets_dir: Path | None = None
+    """The Secrets spec.kafkaSecurity names, as directories of files (one per key)."""
 
     @property
     def state_dir(self) -> Path:
@@ -195,8 +201,46 @@ def runtime_config(
         if external is not None:  # a run of a minute: every committed batch, not one per interval
             external["everyBatch"] = True
             notes.append(f"checkpoint snapshots: the driver copies every committed batch to {external['location']}")
+    notes += local_secrets(data, opts.secrets_dir)
     if token is not None and data.get("coordinator"):
         data["coordinator"]["token"] = token  # the operator hands it to the driver through a Secret
     if trace_path is not None:
         data["tracePath"] = trace_path
     return parse_config(data, origin=f"(kappa run {cfg.name})"), notes
+
+
+SECRET_FILES = ("usernameFile", "passwordFile", "caFile", "certFile", "keyFile")
+
+
+def local_secrets(data: dict[str, Any], root: Path | None) -> list[str]:
+    """Point every Kafka ``security`` block of the JobConfig ``data`` at ``root/<secret>/<key>``
+    instead of the pods' mounts (in place), and say which Secrets were read from where. A job
+    that names Secrets needs ``root``, and every file it names: refused otherwise, naming both."""
+    blocks = [
+        (f"{part}.{name}", entry["security"])
+        for part in ("sources", "sinks")
+        for name, entry in (data.get(part) or {}).items()
+        if entry.get("security")
+    ]
+    used: dict[str, Path] = {}
+    for where, block in blocks:
+        for files in (block.get("sasl") or {}, block.get("tls") or {}):
+            for key in SECRET_FILES:
+                mounted = files.get(key)
+                if mounted is None or not mounted.startswith(f"{MOUNT_ROOT}/"):
+                    continue
+                secret, _, item = mounted.removeprefix(f"{MOUNT_ROOT}/").partition("/")
+                if root is None:
+                    raise ConfigError(
+                        f"{where}: security names the Secret {secret}: give --secrets-dir DIR with {secret}/{item} "
+                        "in it (one file per key, as Kubernetes mounts a Secret)"
+                    )
+                local = (root / secret / item).resolve()
+                if not local.is_file():
+                    raise ConfigError(
+                        f"{where}: security needs key {item} of the Secret {secret}: no file {local} "
+                        f"(--secrets-dir {root} holds one directory per Secret, one file per key)"
+                    )
+                files[key] = str(local)
+                used[secret] = local.parent
+    return [f"Secret {secret}: from {where}" for secret, where in used.items()]

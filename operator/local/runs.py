@@ -102,6 +102,7 @@ def run_command(args: argparse.Namespace, console: Console) -> int:
             target_time=args.target_time,
             fresh=args.fresh,
             py_files=tuple(py_file_paths(args.py_files)),
+            secrets_dir=args.secrets_dir,
         )
         found = load(args.manifest, args.job)
     except (KappaError, ValueError) as exc:

@@ -32,6 +32,7 @@ from kappa_operator.render.jobconfig import (
     live_checkpoint,
     streaming_job_config,
 )
+from spark_app.contract.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[4]
 EXAMPLES = ROOT / "examples"
@@ -302,3 +303,51 @@ def test_records_hold_uid_generation_annotations_and_status(tmp_path: Path) -> N
     assert objects.apply(job).status == done.status, "what the next run sees"
     objects.forget(job)
     assert objects.apply(job).metadata.uid != first.metadata.uid, "forgotten: a new object"
+
+
+def secured_kafka_job() -> StreamingJob:
+    data = yaml.safe_load((EXAMPLES / "kafka-rmi-streamingjob.yaml").read_text())
+    data["spec"]["kafkaSecurity"] = {
+        "company": {
+            "protocol": "SASL_SSL",
+            "sasl": {"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-user"}},
+            "tls": {"ca": {"secretRef": {"name": "kafka-ca"}}},
+        }
+    }
+    data["spec"]["sources"]["impressions"]["live"]["security"] = "company"
+    return StreamingJob.model_validate(data)
+
+
+def test_secrets_dir_gives_kappa_run_the_files_the_pods_get_from_the_mounted_secrets(tmp_path: Path) -> None:
+    job, _ = localize(secured_kafka_job(), tmp_path)
+    rendered = streaming_job_config(job)
+    secrets = tmp_path / "secrets"
+    for secret, key, value in (
+        ("kafka-user", "username", "u"),
+        ("kafka-user", "password", "p"),
+        ("kafka-ca", "ca.crt", ""),
+    ):
+        (secrets / secret).mkdir(parents=True, exist_ok=True)
+        (secrets / secret / key).write_text(value)
+
+    cfg, notes = runtime_config(rendered, RunOptions(secrets_dir=secrets))
+
+    security = cfg.sources["impressions"].security  # type: ignore[union-attr]
+    assert security is not None and security.sasl is not None and security.tls is not None
+    assert security.sasl.password_file == str((secrets / "kafka-user" / "password").resolve())
+    assert security.tls.ca_file == str((secrets / "kafka-ca" / "ca.crt").resolve())
+    assert cfg.sources["playbacks"].security is None  # type: ignore[union-attr]
+    assert sorted(n for n in notes if n.startswith("Secret ")) == [
+        f"Secret kafka-ca: from {(secrets / 'kafka-ca').resolve()}",
+        f"Secret kafka-user: from {(secrets / 'kafka-user').resolve()}",
+    ]
+
+    with pytest.raises(
+        ConfigError, match=r"sources.impressions: security names the Secret kafka-user: give --secrets-dir"
+    ):
+        runtime_config(rendered, RunOptions())
+    (secrets / "kafka-ca" / "ca.crt").unlink()
+    with pytest.raises(
+        ConfigError, match=r"security needs key ca.crt of the Secret kafka-ca: no file .*kafka-ca/ca.crt"
+    ):
+        runtime_config(rendered, RunOptions(secrets_dir=secrets))
