@@ -137,8 +137,17 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     drained = driver_drained(owner.namespace, owner.app_name) if app is not None else None
     drain = job.status.node_drain if job.status else None
     left = app is None and drain is not None and drain.step == "Moving" and driver_left(owner.namespace, owner.app_name)
+    secrets = job.spec.secrets_in_use if app is None else ()
+    missing = ctx().cluster().missing_secrets(owner.namespace, secrets) if secrets else ()
     intent = decide_streaming_job(
-        job, app, now_rfc3339(), snapshot_answers(job), initial=initial, drained=drained, driver_left=left
+        job,
+        app,
+        now_rfc3339(),
+        snapshot_answers(job),
+        initial=initial,
+        drained=drained,
+        driver_left=left,
+        missing_secrets=missing,
     )
     act(intent, job, body)
 
@@ -176,13 +185,16 @@ def waiting(status: dict[str, Any] | None) -> bool:
     that must run within readyTimeout), or for a failed step to be tried again: the timer below
     looks again while it does.
 
+    A job waiting for a Secret it names (``missingSecrets``) is looked at again too, and starts
+    once the Secret exists.
+
     The failed step is one no kopf handler retries: an event of the job's application moved it
     (its old application deleted for a restart), and its I/O failed (the new application refused
     with a 500 while the spark-operator's webhook restarts). Nothing else would look at the job
     again, so it would sit in Restarting with no application; ``retries`` is set by the failure
     shown on it (``context._failed``) and cleared by the next decision that succeeds."""
     status = status or {}
-    if status.get("phase") == "BackingOff" or status.get("retries"):
+    if status.get("phase") == "BackingOff" or status.get("retries") or status.get("missingSecrets"):
         return True
     if ((status.get("upgrade") or {}).get("step")) in ("Snapshotting", "Starting"):
         return True

@@ -22,6 +22,8 @@ DRIVER_CONTAINER = "spark-kubernetes-driver"
 
 SPARK_GROUP, SPARK_VERSION = SPARK_API.split("/")
 APPS = "sparkapplications"
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+"""What a GET asks for to get an object's metadata and nothing else (a Secret without its data)."""
 log = logging.getLogger("kappa.operator")
 
 
@@ -81,6 +83,10 @@ RETRIES = TooManyRequests(
 )
 """Ten 429s in a row (each after the server's Retry-After, or a growing backoff to 10 s) before a
 handler sees the error, which kopf then retries."""
+
+
+class SecretsForbiddenError(Exception):
+    """The chart's RBAC does not let the operator read Secrets (metadata) in a job's namespace."""
 
 
 class NotLeadingError(Exception):
@@ -303,6 +309,32 @@ class Cluster:
             name,
             owner,
         )
+
+    def missing_secrets(self, namespace: str, names: Iterable[str]) -> tuple[str, ...]:
+        """Those of ``names`` that do not exist in ``namespace``. Each is read as metadata only
+        (``PartialObjectMetadata``): a Secret's values never reach the operator."""
+        missing = []
+        for name in names:
+            try:
+                self.core.api_client.call_api(
+                    f"/api/v1/namespaces/{namespace}/secrets/{name}",
+                    "GET",
+                    header_params={"Accept": METADATA_ONLY},
+                    auth_settings=["BearerToken"],
+                    response_types_map={200: "object"},
+                    _return_http_data_only=True,
+                )
+            except ApiException as exc:
+                if exc.status == 403:
+                    raise SecretsForbiddenError(
+                        f"the operator may not read Secrets in namespace {namespace} (403), so it cannot tell whether "
+                        f"{name}, which spec.kafkaSecurity names, exists: grant it the chart's <release>-coordinator-"
+                        "secrets role there (rbac.coordinatorSecrets.namespaces), as for Backfills"
+                    ) from None
+                if exc.status != 404:
+                    raise
+                missing.append(name)
+        return tuple(missing)
 
     def _app_reader(self, namespace: str, name: str) -> Callable[[], dict[str, Any]]:
         return lambda: self.custom.get_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace, APPS, name)

@@ -296,6 +296,17 @@ class StreamingJobSpec(CRModel):
     def security_of(self, name: str | None) -> KafkaSecuritySpec | None:
         return None if name is None else self.kafka_security[name]
 
+    @property
+    def security_in_use(self) -> tuple[KafkaSecuritySpec, ...]:
+        """The kafkaSecurity blocks a source or sink names, each once (those its pods mount)."""
+        named = [s.live.security for s in self.sources.values()] + [k.security for k in self.sinks.values()]
+        return tuple(self.kafka_security[n] for n in dict.fromkeys(named) if n is not None)
+
+    @property
+    def secrets_in_use(self) -> tuple[str, ...]:
+        """The Secrets those blocks name, each once: what the job's pods cannot start without."""
+        return tuple(dict.fromkeys(name for block in self.security_in_use for name in block.secrets))
+
     @model_validator(mode="after")
     def _bootstrap_reads_kafka(self) -> StreamingJobSpec:
         if self.bootstrap is not None and any(s.live.kind != "kafka" for s in self.sources.values()):

@@ -5,7 +5,7 @@ Written by the operator only, through the status subresource."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import Field
 
@@ -235,3 +235,6 @@ class StreamingJobStatus(StatusBase):
     """spec.externalCalls: the limit the running application enforces and the calls it made."""
     bootstrap: BootstrapStatus | None = None
     """spec.bootstrap: the archives read, and where and when Kafka took over."""
+    missing_secrets: list[Annotated[str, Field(max_length=253)]] | None = Field(default=None, max_length=6)
+    """The Secrets spec.kafkaSecurity names that do not exist (unset: none): the job waits for
+    them and starts once they do."""

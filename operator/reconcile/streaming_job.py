@@ -74,8 +74,11 @@ def decide_streaming_job(
     initial: InitialSeen | None = None,
     drained: DrainedDriver | None = None,
     driver_left: bool = False,
+    missing_secrets: tuple[str, ...] = (),
 ) -> JobIntent:
     """``answers``: the driver's answers to the open snapshot requests (read by the handler).
+    ``missing_secrets``: the Secrets its Kafka security names that do not exist (read by the
+    handler, as metadata only, while no application runs).
     ``drained``: the running driver's pod, when its node is cordoned (read by the handler while
     a node is). ``driver_left``: a driver pod of the application still exists (read while a
     move waits for the old application to go).
@@ -84,7 +87,7 @@ def decide_streaming_job(
     ``spec.initialSnapshot`` (while one is due)."""
     job = effective(job)
     requests = book(job, answers, now)
-    intent = _decide(job, app, now, requests, restarts, initial, drained, driver_left)
+    intent = _decide(job, app, now, requests, restarts, initial, drained, driver_left, missing_secrets)
     return _with_requests(intent, job, requests)
 
 
@@ -108,10 +111,13 @@ def _decide(
     initial: InitialSeen | None,
     drained: DrainedDriver | None,
     driver_left: bool = False,
+    missing_secrets: tuple[str, ...] = (),
 ) -> JobIntent:
     owner = owner_of(job)
     previous: list[Condition] = list(job.status.conditions) if job.status else []
     base: dict[str, Any] = {"observedGeneration": job.metadata.generation, "applicationName": owner.app_name}
+    if job.spec.secrets_in_use or (job.status is not None and job.status.missing_secrets):
+        base["missingSecrets"] = list(missing_secrets) or None  # unset once they exist
 
     def status(phase: str, ready: bool, reason: str, message: str, state: str | None) -> dict[str, Any]:
         verdict = Verdict(phase, reason, message)
@@ -165,6 +171,20 @@ def _decide(
                 events=(Event("Normal", "Suspended", "spec.suspend: deleted the SparkApplication, checkpoint kept"),),
             )
         return JobIntent(status=status("Suspended", False, "Suspended", "suspended; the checkpoint is kept", None))
+
+    if app is None and missing_secrets:
+        # The pods would wait for ever on a volume that cannot mount (FailedMount): say which
+        # Secret is missing instead, and start once it exists (the job is looked at again).
+        names = ", ".join(missing_secrets)
+        msg = (
+            f"waiting for Secret {names} in {owner.namespace}, named by spec.kafkaSecurity: create it; the job starts "
+            "once it exists (nothing runs meanwhile)"
+        )
+        changed = job.status is None or job.status.message != msg
+        return JobIntent(
+            status=status("Pending", False, "SecretNotFound", msg, None),
+            events=(Event("Warning", "SecretNotFound", msg),) if changed else (),
+        )
 
     if app is None and initial_pending(job):
         step = start_from_snapshot(job, owner, initial or InitialSeen(), status)

@@ -158,9 +158,7 @@ def job_launch(
     (with a Backfill's overrides), service account and credentials."""
     spec = job.spec
     env_from = tuple(e.model_dump(by_alias=True, exclude_none=True) for e in spec.env_from)
-    named = [s.live.security for s in spec.sources.values()] + [k.security for k in spec.sinks.values()]
-    blocks = [spec.security_of(n) for n in dict.fromkeys(named)]
-    secret_vols, secret_mounts = secret_volumes(blocks)
+    secret_vols, secret_mounts = secret_volumes(spec.security_in_use)
     pods_executor = overridden(spec.executor, executor)
     assert isinstance(pods_executor, ExecutorResources)
     return Launch(

@@ -138,3 +138,49 @@ def test_a_rewind_whose_kafka_offsets_are_gone_fails_before_stopping_the_job(
     assert "Nothing was stopped" in s["message"] and "Backfill" in s["message"]
     annotations = (get(plane, SJ, ns, "rmi-kafka") or {})["metadata"].get("annotations") or {}
     assert PAUSED_ANNOTATION not in annotations, "the job was never paused"
+
+
+MARKER = "pw-7c1e-marker"
+"""A Secret's value that must appear nowhere the operator writes."""
+
+
+def test_a_missing_kafka_secret_is_said_then_the_job_starts_with_it_mounted_and_its_value_nowhere(
+    control_plane: ControlPlane, in_process_operator: InProcess, fresh_namespace: str, tmp_path: Path
+) -> None:
+    plane, ns = control_plane, fresh_namespace
+    job = example("kafka-rmi-streamingjob.yaml", ns, checkpoints={"location": str(tmp_path / "ck")})
+    job["spec"]["kafkaSecurity"] = {
+        "company": {
+            "protocol": "SASL_SSL",
+            "sasl": {"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-user"}},
+            "tls": {"ca": {"secretRef": {"name": "kafka-ca"}}},
+        }
+    }
+    job["spec"]["sources"]["impressions"]["live"]["security"] = "company"
+    create(plane, job)
+
+    waiting = eventually(
+        lambda: status(plane, SJ, ns, "rmi-kafka").get("missingSecrets") and status(plane, SJ, ns, "rmi-kafka"),
+        "the job waiting for its Secrets",
+        timeout=60,
+    )
+    assert waiting["phase"] == "Pending" and waiting["missingSecrets"] == ["kafka-user", "kafka-ca"], waiting
+    assert "waiting for Secret kafka-user, kafka-ca" in waiting["message"]
+    assert get(plane, "SparkApplication", ns, "rmi-kafka") is None, "nothing runs without its Secrets"
+
+    for name, data in (("kafka-user", {"username": "alice", "password": MARKER}), ("kafka-ca", {"ca.crt": "PEM"})):
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "stringData": data}
+        create(plane, secret)
+    app = eventually(lambda: get(plane, "SparkApplication", ns, "rmi-kafka"), "the application", timeout=60)
+    driver = app["spec"]["driver"]
+    mounted = {m["mountPath"] for m in driver["volumeMounts"] if m["name"].startswith("kafka-")}
+    assert mounted == {"/etc/kappa/kafka/kafka-user", "/etc/kappa/kafka/kafka-ca"}
+    assert eventually(lambda: "missingSecrets" not in status(plane, SJ, ns, "rmi-kafka"), "unset", timeout=30)
+
+    written = [
+        app,
+        get(plane, SJ, ns, "rmi-kafka"),
+        *plane.admin.get(path_of("ConfigMap", ns)).body["items"],
+        *plane.admin.get(path_of("Event", ns)).body["items"],
+    ]
+    assert all(MARKER not in json.dumps(w) for w in written), "the value is only in its Secret"

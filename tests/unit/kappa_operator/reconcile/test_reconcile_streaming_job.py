@@ -127,3 +127,44 @@ def test_a_driver_that_refused_its_configuration_is_not_restarted_until_the_spec
 
 def reason_of(status: dict[str, Any]) -> str:
     return next(c["reason"] for c in status["conditions"] if c["type"] == "Ready")
+
+
+def secured_job() -> StreamingJob:
+    data = yaml.safe_load((ROOT / "examples" / "kafka-rmi-streamingjob.yaml").read_text())
+    data["metadata"].update(uid="u1", generation=3)
+    data["spec"]["kafkaSecurity"] = {
+        "company": {
+            "protocol": "SASL_SSL",
+            "sasl": {"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-user"}},
+            "tls": {"ca": {"secretRef": {"name": "kafka-ca"}}, "client": {"secretRef": {"name": "kafka-user"}}},
+        },
+        "unused": {"protocol": "SSL", "tls": {"ca": {"secretRef": {"name": "other-ca"}}}},
+    }
+    for source in data["spec"]["sources"].values():
+        source["live"]["security"] = "company"
+    return StreamingJob.model_validate(data)
+
+
+def test_the_secrets_in_use_are_those_its_sources_and_sinks_name_each_once() -> None:
+    assert secured_job().spec.secrets_in_use == ("kafka-user", "kafka-ca")
+    assert job().spec.secrets_in_use == ()
+
+
+def test_a_missing_secret_is_said_on_the_job_which_starts_once_it_exists() -> None:
+    j = secured_job()
+    waiting = decide_streaming_job(j, None, NOW, missing_secrets=("kafka-ca",))
+    assert waiting.create_app is None and waiting.config_map is None
+    assert (waiting.status["phase"], waiting.status["missingSecrets"]) == ("Pending", ["kafka-ca"])
+    assert "waiting for Secret kafka-ca in default, named by spec.kafkaSecurity: create it" in waiting.status["message"]
+    assert [(e.type, e.reason) for e in waiting.events] == [("Warning", "SecretNotFound")]
+    again = decide_streaming_job(with_status(j, waiting.status), None, LATER, missing_secrets=("kafka-ca",))
+    assert again.events == () and again.create_app is None, "said once"
+
+    created = decide_streaming_job(with_status(j, waiting.status), None, LATER)
+    assert created.create_app is not None and created.status["phase"] == "Submitted"
+    assert created.status["missingSecrets"] is None, "unset once the Secret exists"
+
+
+def test_a_job_without_kafka_security_writes_no_missing_secrets() -> None:
+    plan = decide_streaming_job(job(), None, NOW)
+    assert "missingSecrets" not in plan.status
