@@ -25,6 +25,7 @@ from spark_app.contract.storage import open_location
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import create, example, get, in_phase, status
+from tests.secured_kafka import secured
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")
 
@@ -148,15 +149,7 @@ def test_a_missing_kafka_secret_is_said_then_the_job_starts_with_it_mounted_and_
     control_plane: ControlPlane, in_process_operator: InProcess, fresh_namespace: str, tmp_path: Path
 ) -> None:
     plane, ns = control_plane, fresh_namespace
-    job = example("kafka-rmi-streamingjob.yaml", ns, checkpoints={"location": str(tmp_path / "ck")})
-    job["spec"]["kafkaSecurity"] = {
-        "company": {
-            "protocol": "SASL_SSL",
-            "sasl": {"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-user"}},
-            "tls": {"ca": {"secretRef": {"name": "kafka-ca"}}},
-        }
-    }
-    job["spec"]["sources"]["impressions"]["live"]["security"] = "company"
+    job = secured(example("kafka-rmi-streamingjob.yaml", ns, checkpoints={"location": str(tmp_path / "ck")}))
     create(plane, job)
 
     waiting = eventually(

@@ -33,6 +33,7 @@ from kappa_operator.render.jobconfig import (
     streaming_job_config,
 )
 from spark_app.contract.errors import ConfigError
+from tests.secured_kafka import secured
 
 ROOT = Path(__file__).resolve().parents[4]
 EXAMPLES = ROOT / "examples"
@@ -306,16 +307,7 @@ def test_records_hold_uid_generation_annotations_and_status(tmp_path: Path) -> N
 
 
 def secured_kafka_job() -> StreamingJob:
-    data = yaml.safe_load((EXAMPLES / "kafka-rmi-streamingjob.yaml").read_text())
-    data["spec"]["kafkaSecurity"] = {
-        "company": {
-            "protocol": "SASL_SSL",
-            "sasl": {"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-user"}},
-            "tls": {"ca": {"secretRef": {"name": "kafka-ca"}}},
-        }
-    }
-    data["spec"]["sources"]["impressions"]["live"]["security"] = "company"
-    return StreamingJob.model_validate(data)
+    return StreamingJob.model_validate(secured(yaml.safe_load((EXAMPLES / "kafka-rmi-streamingjob.yaml").read_text())))
 
 
 def test_secrets_dir_gives_kappa_run_the_files_the_pods_get_from_the_mounted_secrets(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from kappa_operator.reconcile.failures import changes_nothing
 from kappa_operator.reconcile.job_intent import ENDED_LIVE
 from kappa_operator.reconcile.phases import STATES
 from kappa_operator.reconcile.streaming_job import decide_streaming_job
+from tests.secured_kafka import COMPANY, secured
 
 ROOT = Path(__file__).resolve().parents[4]
 NOW, LATER = "2026-11-21T10:00:00Z", "2026-11-21T11:00:00Z"
@@ -132,17 +133,9 @@ def reason_of(status: dict[str, Any]) -> str:
 def secured_job() -> StreamingJob:
     data = yaml.safe_load((ROOT / "examples" / "kafka-rmi-streamingjob.yaml").read_text())
     data["metadata"].update(uid="u1", generation=3)
-    data["spec"]["kafkaSecurity"] = {
-        "company": {
-            "protocol": "SASL_SSL",
-            "sasl": {"mechanism": "SCRAM-SHA-512", "secretRef": {"name": "kafka-user"}},
-            "tls": {"ca": {"secretRef": {"name": "kafka-ca"}}, "client": {"secretRef": {"name": "kafka-user"}}},
-        },
-        "unused": {"protocol": "SSL", "tls": {"ca": {"secretRef": {"name": "other-ca"}}}},
-    }
-    for source in data["spec"]["sources"].values():
-        source["live"]["security"] = "company"
-    return StreamingJob.model_validate(data)
+    mtls = {**COMPANY, "tls": {**COMPANY["tls"], "client": {"secretRef": {"name": "kafka-user"}}}}
+    unused = {"protocol": "SSL", "tls": {"ca": {"secretRef": {"name": "other-ca"}}}}
+    return StreamingJob.model_validate(secured(data, "impressions", "playbacks", company=mtls, unused=unused))
 
 
 def test_the_secrets_in_use_are_those_its_sources_and_sinks_name_each_once() -> None:
