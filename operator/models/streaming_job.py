@@ -288,8 +288,7 @@ class StreamingJobSpec(CRModel):
 
     @model_validator(mode="after")
     def _security_declared(self) -> StreamingJobSpec:
-        named = [s.live.security for s in self.sources.values()] + [k.security for k in self.sinks.values()]
-        if any(n is not None and n not in self.kafka_security for n in named):
+        if any(n not in self.kafka_security for n in self.security_named):
             raise ValueError(UNKNOWN_SECURITY)
         return self
 
@@ -297,10 +296,15 @@ class StreamingJobSpec(CRModel):
         return None if name is None else self.kafka_security[name]
 
     @property
-    def security_in_use(self) -> tuple[KafkaSecuritySpec, ...]:
-        """The kafkaSecurity blocks a source or sink names, each once (those its pods mount)."""
+    def security_named(self) -> tuple[str, ...]:
+        """The names of kafkaSecurity blocks its sources and sinks give, each once."""
         named = [s.live.security for s in self.sources.values()] + [k.security for k in self.sinks.values()]
-        return tuple(self.kafka_security[n] for n in dict.fromkeys(named) if n is not None)
+        return tuple(dict.fromkeys(n for n in named if n is not None))
+
+    @property
+    def security_in_use(self) -> tuple[KafkaSecuritySpec, ...]:
+        """The kafkaSecurity blocks a source or sink names (those its pods mount)."""
+        return tuple(self.kafka_security[n] for n in self.security_named)
 
     @property
     def secrets_in_use(self) -> tuple[str, ...]:
