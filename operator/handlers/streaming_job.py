@@ -5,6 +5,8 @@ started from spec.initialSnapshot once, moved off a drained node after a snapsho
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import kopf
@@ -137,8 +139,8 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     drained = driver_drained(owner.namespace, owner.app_name) if app is not None else None
     drain = job.status.node_drain if job.status else None
     left = app is None and drain is not None and drain.step == "Moving" and driver_left(owner.namespace, owner.app_name)
-    secrets = job.spec.secrets_in_use if app is None else ()
-    missing = ctx().cluster().missing_secrets(owner.namespace, secrets) if secrets else ()
+    named = job.spec.secrets_in_use
+    secrets = ctx().cluster().secret_versions(owner.namespace, named) if named else None
     intent = decide_streaming_job(
         job,
         app,
@@ -147,7 +149,7 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
         initial=initial,
         drained=drained,
         driver_left=left,
-        missing_secrets=missing,
+        secrets=secrets,
     )
     act(intent, job, body)
 
@@ -210,6 +212,51 @@ def look_again(body: kopf.Body, **_: Any) -> None:
     request its answer, an upgrade its application's RUNNING: this looks again every few
     seconds while one does, and moves on once the time came or the answer is there."""
     reconcile(body)
+
+
+SECRET_LOOK_S = 30.0
+"""Seconds between looks at the Secrets a running job mounts: a rotated password restarts the
+job at most this late (plus one look's wait)."""
+
+_SEEN_SECRETS: dict[tuple[str, str], tuple[float, str | None]] = {}
+_SEEN_GUARD = threading.Lock()
+
+
+def secret_versions_now(namespace: str, names: Iterable[str]) -> dict[str, str | None]:
+    """The Secrets' versions, each read at most once per half a look's interval: jobs of a
+    namespace mostly share their Secrets, and 1,000 of them would otherwise read one Secret
+    1,000 times every interval."""
+    now, out, unread = time.monotonic(), {}, []
+    with _SEEN_GUARD:
+        for name in names:
+            seen = _SEEN_SECRETS.get((namespace, name))
+            if seen is not None and now - seen[0] < SECRET_LOOK_S / 2:
+                out[name] = seen[1]
+            else:
+                unread.append(name)
+    if unread:
+        read = ctx().cluster().secret_versions(namespace, unread)
+        with _SEEN_GUARD:
+            for name, version in read.items():
+                _SEEN_SECRETS[(namespace, name)] = (now, version)
+        out.update(read)
+    return out
+
+
+def _mounts_secrets(body: Mapping[str, Any]) -> bool:
+    return bool((body.get("status") or {}).get("secretVersions"))
+
+
+@followers.every("streamingjobs", SECRET_LOOK_S, initial_delay=SECRET_LOOK_S, when=_mounts_secrets)
+@reported(KIND)
+def look_at_secrets(body: kopf.Body, **_: Any) -> None:
+    """No event tells the operator that a Secret changed (watching every Secret would need
+    cluster-wide list and watch on them): a running job that mounts Secrets has them looked at
+    (metadata only), and is decided on again once one's version moved."""
+    meta, running = body["metadata"], body["status"]["secretVersions"]
+    now = secret_versions_now(meta["namespace"], running)
+    if any(version is not None and version != running[name] for name, version in now.items()):
+        reconcile(body)
 
 
 @kopf.on.delete(GROUP, VERSION, "streamingjobs")

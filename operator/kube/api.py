@@ -311,12 +311,17 @@ class Cluster:
         )
 
     def missing_secrets(self, namespace: str, names: Iterable[str]) -> tuple[str, ...]:
-        """Those of ``names`` that do not exist in ``namespace``. Each is read as metadata only
+        """Those of ``names`` that do not exist in ``namespace``."""
+        return tuple(name for name, version in self.secret_versions(namespace, names).items() if version is None)
+
+    def secret_versions(self, namespace: str, names: Iterable[str]) -> dict[str, str | None]:
+        """Each of ``names``' ``resourceVersion`` in ``namespace`` (None: it does not exist): a
+        new one means its values changed. Each is read as metadata only
         (``PartialObjectMetadata``): a Secret's values never reach the operator."""
-        missing = []
+        versions: dict[str, str | None] = {}
         for name in names:
             try:
-                self.core.api_client.call_api(
+                meta = self.core.api_client.call_api(
                     f"/api/v1/namespaces/{namespace}/secrets/{name}",
                     "GET",
                     header_params={"Accept": METADATA_ONLY},
@@ -333,8 +338,10 @@ class Cluster:
                     ) from None
                 if exc.status != 404:
                     raise
-                missing.append(name)
-        return tuple(missing)
+                versions[name] = None
+                continue
+            versions[name] = str((meta.get("metadata") or {}).get("resourceVersion") or "")
+        return versions
 
     def _app_reader(self, namespace: str, name: str) -> Callable[[], dict[str, Any]]:
         return lambda: self.custom.get_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace, APPS, name)

@@ -238,3 +238,8 @@ class StreamingJobStatus(StatusBase):
     missing_secrets: list[Annotated[str, Field(max_length=253)]] | None = Field(default=None, max_length=6)
     """The Secrets spec.kafkaSecurity names that do not exist (unset: none): the job waits for
     them and starts once they do."""
+    secret_versions: dict[Annotated[str, Field(max_length=253)], Annotated[str, Field(max_length=64)]] | None = Field(
+        default=None, max_length=6
+    )
+    """The ``resourceVersion`` of each Secret spec.kafkaSecurity names, as the running
+    application mounted them: a Secret changed since restarts the job from its checkpoint."""

@@ -11,6 +11,7 @@ first (``reconcile.node_drain``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -25,6 +26,7 @@ from kappa_operator.reconcile.initial_snapshot import (
     start_from_snapshot,
 )
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
+from kappa_operator.reconcile.kafka_secrets import SecretsSeen, missing, restart_for, rotated, versions_to_run
 from kappa_operator.reconcile.node_drain import DrainedDriver, move, waits_for_old_driver
 from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.reconcile.restarts import (
@@ -55,6 +57,7 @@ from kappa_operator.render.spark_application import (
     config_map,
     control_map,
     job_launch,
+    running_secret_versions,
     spark_application,
 )
 from spark_app.contract.config import JobConfig
@@ -74,11 +77,11 @@ def decide_streaming_job(
     initial: InitialSeen | None = None,
     drained: DrainedDriver | None = None,
     driver_left: bool = False,
-    missing_secrets: tuple[str, ...] = (),
+    secrets: SecretsSeen | None = None,
 ) -> JobIntent:
     """``answers``: the driver's answers to the open snapshot requests (read by the handler).
-    ``missing_secrets``: the Secrets its Kafka security names that do not exist (read by the
-    handler, as metadata only, while no application runs).
+    ``secrets``: the versions of the Secrets its Kafka security names (read by the handler, as
+    metadata only; ``reconcile.kafka_secrets``).
     ``drained``: the running driver's pod, when its node is cordoned (read by the handler while
     a node is). ``driver_left``: a driver pod of the application still exists (read while a
     move waits for the old application to go).
@@ -87,7 +90,7 @@ def decide_streaming_job(
     ``spec.initialSnapshot`` (while one is due)."""
     job = effective(job)
     requests = book(job, answers, now)
-    intent = _decide(job, app, now, requests, restarts, initial, drained, driver_left, missing_secrets)
+    intent = _decide(job, app, now, requests, restarts, initial, drained, driver_left, secrets)
     return _with_requests(intent, job, requests)
 
 
@@ -111,13 +114,17 @@ def _decide(
     initial: InitialSeen | None,
     drained: DrainedDriver | None,
     driver_left: bool = False,
-    missing_secrets: tuple[str, ...] = (),
+    secrets: SecretsSeen | None = None,
 ) -> JobIntent:
     owner = owner_of(job)
+    missing_secrets = missing(secrets)
+    running_versions = running_secret_versions(app)
+    versions = versions_to_run(secrets, running_versions, app is not None)
     previous: list[Condition] = list(job.status.conditions) if job.status else []
     base: dict[str, Any] = {"observedGeneration": job.metadata.generation, "applicationName": owner.app_name}
     if job.spec.secrets_in_use or (job.status is not None and job.status.missing_secrets):
         base["missingSecrets"] = list(missing_secrets) or None  # unset once they exist
+        base["secretVersions"] = (running_versions if app is not None else None) or None
 
     def status(phase: str, ready: bool, reason: str, message: str, state: str | None) -> dict[str, Any]:
         verdict = Verdict(phase, reason, message)
@@ -146,7 +153,7 @@ def _decide(
             status=status("Failed", False, "InvalidSpec", msg, None),
             events=(Event("Warning", "InvalidSpec", msg),) if changed else (),
         )
-    digest = config_hash(cfg)
+    digest = config_hash(cfg, versions)
     base.update(configHash=digest, checkpointLocation=live_checkpoint(job))
     running_hash = ((app or {}).get("metadata", {}).get("annotations") or {}).get("kappa.dev/config-hash")
 
@@ -190,7 +197,7 @@ def _decide(
         step = start_from_snapshot(job, owner, initial or InitialSeen(), status)
         if not step.delete_restore:
             return step
-        created = _create(job, owner, cfg, digest, requests, status)  # restored: the first run
+        created = _create(job, owner, cfg, digest, requests, status, versions)  # restored: the first run
         return replace(
             created,
             delete_restore=True,
@@ -200,10 +207,13 @@ def _decide(
 
     if app is None:
         waiting = waits_for_old_driver(job, driver_left)
-        return waiting if waiting is not None else _create(job, owner, cfg, digest, requests, status)
+        return waiting if waiting is not None else _create(job, owner, cfg, digest, requests, status, versions)
 
+    changed_secrets = rotated(running_versions, versions)
+    if running_hash != digest and changed_secrets and running_hash == config_hash(cfg, running_versions):
+        return restart_for(changed_secrets, running_versions, versions, status)  # the spec is the same
     if running_hash != digest:
-        return upgrade(job, app, running_hash, digest, now, requests, status)
+        return upgrade(job, app, running_hash, digest, now, requests, status, versions)
 
     state = app_state(app) or ""
     base["sparkUI"] = spark_ui(app, owner.namespace)
@@ -300,15 +310,24 @@ def _ended(job: StreamingJob, app: dict[str, Any] | None, state: str, now: str, 
 
 
 def _create(
-    job: StreamingJob, owner: Owner, cfg: JobConfig, digest: str, requests: Book, status: StatusOf
+    job: StreamingJob,
+    owner: Owner,
+    cfg: JobConfig,
+    digest: str,
+    requests: Book,
+    status: StatusOf,
+    versions: Mapping[str, str],
 ) -> JobIntent:
     launch = job_launch(job, LIVE_RESTART)
     external = job.spec.checkpoints.external_location is not None
     return JobIntent(
         disruption_budget=driver_disruption_budget(owner),
         config_map=config_map(owner, cfg),
-        create_app=spark_application(owner, cfg, launch, digest, control=external),
+        create_app=spark_application(owner, cfg, launch, digest, control=external, secret_versions=versions),
         control_map=control_map(owner, requests.open) if external else None,
-        status=status("Submitted", False, "Submitted", "SparkApplication created", None),
+        status={
+            **status("Submitted", False, "Submitted", "SparkApplication created", None),
+            **({"secretVersions": dict(versions)} if versions else {}),
+        },
         events=(Event("Normal", "Submitted", f"created SparkApplication {owner.app_name} (config {digest})"),),
     )

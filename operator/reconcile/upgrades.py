@@ -16,6 +16,7 @@ Every step is recorded in ``status.upgrade`` before its I/O: a restarted operato
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -130,8 +131,10 @@ def upgrade(
     now: str,
     requests: Book,
     status: StatusOf,
+    secret_versions: Mapping[str, str] | None = None,
 ) -> JobIntent:
-    """The running application has another config: upgrade it as spec.upgrade.mode says."""
+    """The running application has another config: upgrade it as spec.upgrade.mode says.
+    ``secret_versions``: those its config hash takes (``reconcile.kafka_secrets``)."""
     mode = job.spec.upgrade.mode
     up = job.status.upgrade if job.status else None
     state = app_state(app)
@@ -161,7 +164,7 @@ def upgrade(
     if move is not None:  # the config to come runs on the new checkpoint: that is its hash
         annotations = {**job.metadata.annotations, CHECKPOINT_ANNOTATION: move}
         moved = job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": annotations})})
-        digest = config_hash(streaming_job_config(moved))
+        digest = config_hash(streaming_job_config(moved), secret_versions)
     how = {
         "last-state": "restarting from the checkpoint",
         "stateless": "starting on an empty checkpoint (state dropped)",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from kappa_operator.models.backfill import Backfill
@@ -384,6 +385,11 @@ def initial_restore_config(job: StreamingJob, points: list[RestorePointStatus]) 
     return parse_config(live, origin=f"(StreamingJob {job.metadata.namespace}/{job.metadata.name} initialSnapshot)")
 
 
-def config_hash(cfg: JobConfig) -> str:
-    """What a running application was started with: a different hash means restart it."""
-    return hashlib.sha256(cfg.to_json().encode()).hexdigest()[:16]
+def config_hash(cfg: JobConfig, secret_versions: Mapping[str, str] | None = None) -> str:
+    """What a running application was started with: a different hash means restart it.
+    ``secret_versions``: the ``resourceVersion`` of each Secret its Kafka security mounts, so a
+    rotated password restarts it too (none: the hash a job without Secrets always had)."""
+    text = cfg.to_json()
+    if secret_versions:
+        text += json.dumps(dict(sorted(secret_versions.items())))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

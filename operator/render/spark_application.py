@@ -4,6 +4,8 @@ JobConfig, owned by our resource so Kubernetes garbage-collects them with it (pu
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,8 +288,31 @@ def token_secret(owner: Owner, token: str) -> dict[str, Any]:
     }
 
 
+SECRET_VERSIONS_ANNOTATION = "kappa.dev/secret-versions"
+"""On a live job's application: the ``resourceVersion`` of each Secret its spec.kafkaSecurity
+names, as it was created with (JSON, name -> version). Part of its config hash too: a Secret
+whose version moved on restarts the job (``reconcile.streaming_job``)."""
+
+
+def running_secret_versions(app: Mapping[str, Any] | None) -> dict[str, str]:
+    """What ``spark_application`` recorded of the Secrets' versions (empty: none, or an
+    application from before they were recorded)."""
+    said = (((app or {}).get("metadata") or {}).get("annotations") or {}).get(SECRET_VERSIONS_ANNOTATION)
+    try:
+        versions = json.loads(said) if said else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in versions.items()} if isinstance(versions, dict) else {}
+
+
 def spark_application(
-    owner: Owner, cfg: JobConfig, launch: Launch, config_hash: str, command: str = "run", control: bool = False
+    owner: Owner,
+    cfg: JobConfig,
+    launch: Launch,
+    config_hash: str,
+    command: str = "run",
+    control: bool = False,
+    secret_versions: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """``command``: ``run`` (the query; a backfill's with ``publish`` in its JobConfig then
     validates and publishes in the same driver), ``publish`` (a finished backfill's validation
@@ -295,6 +320,9 @@ def spark_application(
     Backfill's plan, ``Owner.plan_app_name``, same ConfigMap) or ``restore`` (a Rewind's
     restore, its owner's only application). ``control``: mount the owner's control ConfigMap
     into the driver (a live job: its snapshot requests, ``spark_app.contract.snapshot_requests``)."""
+    annotations = {"kappa.dev/config-hash": config_hash}
+    if secret_versions:
+        annotations[SECRET_VERSIONS_ANNOTATION] = json.dumps(dict(sorted(secret_versions.items())))
     name = {"publish": owner.publish_app_name, "plan": owner.plan_app_name}.get(command, owner.app_name)
     mount = [{"name": "jobconfig", "mountPath": CONFIG_PATH.rsplit("/", 1)[0]}]
     code_volumes, code_mounts = pipeline_volume(launch.pipeline_config_map)
@@ -322,7 +350,7 @@ def spark_application(
             "name": name,
             "namespace": owner.namespace,
             "labels": labels,
-            "annotations": {"kappa.dev/config-hash": config_hash},
+            "annotations": annotations,
             "ownerReferences": [owner.reference()],
         },
         "spec": {

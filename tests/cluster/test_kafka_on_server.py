@@ -145,6 +145,10 @@ MARKER = "pw-7c1e-marker"
 """A Secret's value that must appear nowhere the operator writes."""
 
 
+ROTATED = "pw-4d2a-rotated"
+"""The password a rotation sets: nowhere either."""
+
+
 def test_a_missing_kafka_secret_is_said_then_the_job_starts_with_it_mounted_and_its_value_nowhere(
     control_plane: ControlPlane, in_process_operator: InProcess, fresh_namespace: str, tmp_path: Path
 ) -> None:
@@ -170,10 +174,38 @@ def test_a_missing_kafka_secret_is_said_then_the_job_starts_with_it_mounted_and_
     assert mounted == {"/etc/kappa/kafka/kafka-user", "/etc/kappa/kafka/kafka-ca"}
     assert eventually(lambda: "missingSecrets" not in status(plane, SJ, ns, "rmi-kafka"), "unset", timeout=30)
 
+    # The password rotated: the running job is restarted with the Secret's new version (the
+    # operator looks at a running job's Secrets every SECRET_LOOK_S; no event tells it).
+    first = json.loads(app["metadata"]["annotations"]["kappa.dev/secret-versions"])
+    secret = plane.admin.merge(path_of("Secret", ns, "kafka-user"), {"stringData": {"password": ROTATED}})
+    version = plane.admin.ok(secret, "the rotated Secret")["metadata"]["resourceVersion"]
+    assert version != first["kafka-user"]
+
+    def restarted() -> dict[str, Any] | None:
+        now = get(plane, "SparkApplication", ns, "rmi-kafka")
+        said = ((now or {}).get("metadata", {}).get("annotations") or {}).get("kappa.dev/secret-versions")
+        return now if said and json.loads(said) == {**first, "kafka-user": version} else None
+
+    again = eventually(restarted, "the application created again with the rotated Secret", timeout=120)
+    assert again["metadata"]["uid"] != app["metadata"]["uid"]
+    events = plane.admin.get(path_of("Event", ns)).body["items"]
+    said = [e["message"] for e in events if e.get("reason") == "SecretChanged"]
+    assert said == [
+        f"Secret kafka-user (resourceVersion {first['kafka-user']} -> {version}) changed: restarting from the "
+        "checkpoint with the new values"
+    ], said
+    assert eventually(
+        lambda: status(plane, SJ, ns, "rmi-kafka").get("secretVersions") == {**first, "kafka-user": version},
+        "the status naming the versions mounted",
+        timeout=30,
+    )
+
     written = [
         app,
+        again,
         get(plane, SJ, ns, "rmi-kafka"),
         *plane.admin.get(path_of("ConfigMap", ns)).body["items"],
         *plane.admin.get(path_of("Event", ns)).body["items"],
     ]
-    assert all(MARKER not in json.dumps(w) for w in written), "the value is only in its Secret"
+    for value in (MARKER, ROTATED):
+        assert all(value not in json.dumps(w) for w in written), "the value is only in its Secret"

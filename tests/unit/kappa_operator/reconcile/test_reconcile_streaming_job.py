@@ -145,15 +145,17 @@ def test_the_secrets_in_use_are_those_its_sources_and_sinks_name_each_once() -> 
 
 def test_a_missing_secret_is_said_on_the_job_which_starts_once_it_exists() -> None:
     j = secured_job()
-    waiting = decide_streaming_job(j, None, NOW, missing_secrets=("kafka-ca",))
+    waiting = decide_streaming_job(j, None, NOW, secrets={"kafka-user": "7", "kafka-ca": None})
     assert waiting.create_app is None and waiting.config_map is None
     assert (waiting.status["phase"], waiting.status["missingSecrets"]) == ("Pending", ["kafka-ca"])
     assert "waiting for Secret kafka-ca in default, named by spec.kafkaSecurity: create it" in waiting.status["message"]
     assert [(e.type, e.reason) for e in waiting.events] == [("Warning", "SecretNotFound")]
-    again = decide_streaming_job(with_status(j, waiting.status), None, LATER, missing_secrets=("kafka-ca",))
+    again = decide_streaming_job(
+        with_status(j, waiting.status), None, LATER, secrets={"kafka-user": "7", "kafka-ca": None}
+    )
     assert again.events == () and again.create_app is None, "said once"
 
-    created = decide_streaming_job(with_status(j, waiting.status), None, LATER)
+    created = decide_streaming_job(with_status(j, waiting.status), None, LATER, secrets=VERSIONS)
     assert created.create_app is not None and created.status["phase"] == "Submitted"
     assert created.status["missingSecrets"] is None, "unset once the Secret exists"
 
@@ -161,3 +163,73 @@ def test_a_missing_secret_is_said_on_the_job_which_starts_once_it_exists() -> No
 def test_a_job_without_kafka_security_writes_no_missing_secrets() -> None:
     plan = decide_streaming_job(job(), None, NOW)
     assert "missingSecrets" not in plan.status
+
+
+VERSIONS = {"kafka-user": "7", "kafka-ca": "9"}
+
+
+def secured_running(versions: dict[str, str | None]) -> tuple[StreamingJob, dict[str, Any]]:
+    """A secured job as it runs: created with ``versions``, its status written."""
+    j = secured_job()
+    created = decide_streaming_job(j, None, NOW, secrets=versions)
+    assert created.create_app is not None
+    app = {**created.create_app, "status": {"applicationState": {"state": "RUNNING"}}}
+    settled = decide_streaming_job(with_status(j, created.status), app, NOW, secrets=versions)
+    return with_status(j, {**created.status, **settled.status}), app
+
+
+def test_the_application_records_the_secrets_versions_it_mounts() -> None:
+    j, app = secured_running(VERSIONS)
+    assert app["metadata"]["annotations"]["kappa.dev/secret-versions"] == '{"kafka-ca": "9", "kafka-user": "7"}'
+    assert j.status is not None and j.status.secret_versions == VERSIONS
+    again = decide_streaming_job(j, app, LATER, secrets=VERSIONS)
+    assert not again.delete_app and again.events == (), "the same Secrets: nothing to do"
+
+
+def test_a_rotated_secret_restarts_the_job_from_its_checkpoint_in_every_upgrade_mode() -> None:
+    for mode in ("last-state", "stateless", "snapshot"):
+        j, app = secured_running(VERSIONS)
+        j = j.model_copy(
+            update={"spec": j.spec.model_copy(update={"upgrade": j.spec.upgrade.model_copy(update={"mode": mode})})}
+        )
+        rotated = {**VERSIONS, "kafka-user": "8"}
+        plan = decide_streaming_job(j, app, LATER, secrets=rotated)
+        assert plan.delete_app and plan.move_checkpoint is None and plan.create_rewind is None, mode
+        assert plan.status["phase"] == "Restarting" and "upgrade" not in plan.status, mode
+        assert [(e.reason, e.message) for e in plan.events] == [
+            (
+                "SecretChanged",
+                "Secret kafka-user (resourceVersion 7 -> 8) changed: restarting from the checkpoint with the "
+                "new values",
+            )
+        ]
+        again = decide_streaming_job(with_status(j, plan.status), None, LATER, secrets=rotated)
+        assert again.create_app is not None, "created again, mounting the new values"
+        assert again.create_app["metadata"]["annotations"]["kappa.dev/secret-versions"] == (
+            '{"kafka-ca": "9", "kafka-user": "8"}'
+        )
+
+
+def test_a_secret_deleted_under_a_running_job_does_not_restart_it() -> None:
+    j, app = secured_running(VERSIONS)
+    plan = decide_streaming_job(j, app, LATER, secrets={"kafka-user": None, "kafka-ca": "9"})
+    assert not plan.delete_app, "its pods keep the files they mounted; a restart could not mount them"
+    assert plan.status["missingSecrets"] == ["kafka-user"]
+
+
+def test_a_spec_edit_with_a_rotated_secret_is_an_upgrade_and_takes_the_new_versions() -> None:
+    j, app = secured_running(VERSIONS)
+    edited = j.model_copy(update={"spec": j.spec.model_copy(update={"trigger_interval": "17s"})})
+    plan = decide_streaming_job(edited, app, LATER, secrets={**VERSIONS, "kafka-ca": "10"})
+    assert plan.delete_app and plan.status["upgrade"]["step"] == "Starting"
+    assert [e.reason for e in plan.events] == ["SpecChanged"]
+
+
+def test_a_job_without_secrets_keeps_the_hash_it_always_had() -> None:
+    from kappa_operator.render.jobconfig import config_hash, streaming_job_config
+
+    plan = decide_streaming_job(job(), None, NOW)
+    assert plan.create_app is not None
+    annotations = plan.create_app["metadata"]["annotations"]
+    assert annotations == {"kappa.dev/config-hash": config_hash(streaming_job_config(job()))}
+    assert "secretVersions" not in plan.status
