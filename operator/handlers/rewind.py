@@ -7,6 +7,7 @@ application's report; the snapshots are copied and the sinks undone by that appl
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import kopf
@@ -83,7 +84,8 @@ def _observe(rw: Rewind) -> Observed:
     if phase == "Pending" and job is not None:
         chosen = restore_points.choose_points(rw, job)
         if not isinstance(chosen, str):
-            expired = restore_points.kafka_refusal(job, chosen)  # before anything is stopped
+            values = functools.partial(cluster.secret_values, job.metadata.namespace)
+            expired = restore_points.kafka_refusal(job, chosen, values)  # before anything is stopped
     if phase != "Restoring":
         return Observed(job=job, app=app, chosen=chosen, expired=expired)
     mine = owner_of(rw)

@@ -3,6 +3,7 @@ handler re-run after an operator restart creates nothing twice."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -16,6 +17,7 @@ from urllib3.util.retry import Retry
 from kappa_operator.kube.packed import unpacked
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.render.spark_application import APP_LABEL, MANAGED_BY, SPARK_API, Owner
+from spark_app.contract.errors import KappaError
 
 DRIVER_CONTAINER = "spark-kubernetes-driver"
 """The Spark container of a driver pod, as Spark on Kubernetes names it."""
@@ -342,6 +344,24 @@ class Cluster:
                 continue
             versions[name] = str((meta.get("metadata") or {}).get("resourceVersion") or "")
         return versions
+
+    def secret_values(self, namespace: str, name: str) -> dict[str, str]:
+        """A Secret's data, decoded: for the operator's own Kafka client (a Rewind's retention
+        check), held in memory for that call only. A missing Secret or a 403 is said naming it."""
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 403:
+                raise SecretsForbiddenError(
+                    f"the operator may not read Secret {name} in namespace {namespace} (403), which spec.kafkaSecurity "
+                    "names, to ask its brokers for offsets: grant it the chart's <release>-coordinator-secrets role "
+                    "there (rbac.coordinatorSecrets.namespaces)"
+                ) from None
+            if exc.status == 404:
+                said = f"Secret {name}, which spec.kafkaSecurity names, does not exist in {namespace}"
+                raise KappaError(said) from None
+            raise
+        return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
 
     def _app_reader(self, namespace: str, name: str) -> Callable[[], dict[str, Any]]:
         return lambda: self.custom.get_namespaced_custom_object(SPARK_GROUP, SPARK_VERSION, namespace, APPS, name)

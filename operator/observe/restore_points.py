@@ -7,6 +7,7 @@ application's work (``spark_app.apps.restore``), not the operator's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -14,6 +15,7 @@ from kappa_operator.models.common import instant
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.streaming_job import StreamingJob
 from kappa_operator.models.streaming_job_status import RestorePointStatus
+from kappa_operator.render.kafka_security import operator_settings
 from spark_app.contract.checkpoints import kafka_offsets as kafka
 from spark_app.contract.checkpoints.failure_note import read_failure
 from spark_app.contract.checkpoints.kafka_retention import Offsets, kafka_offsets, losses, read_none_of, refusal
@@ -132,34 +134,48 @@ def before_skipped(job: StreamingJob, sink: str, rw: Rewind) -> Manifest:
     )
 
 
-def kafka_refusal(job: StreamingJob, points: tuple[SinkRestore, ...]) -> str | None:
+def kafka_refusal(
+    job: StreamingJob,
+    points: tuple[SinkRestore, ...],
+    secret_values: Callable[[str], Mapping[str, str]] | None = None,
+) -> str | None:
     """Why the restore points cannot resume from Kafka (retention deleted what they would
     read first, or the topic is gone), or None. Reads each point's offset log entry from its
     snapshot and asks each source's brokers for its partitions' earliest retained offsets:
-    metadata only, never a record."""
-    kafka = [src for src in job.spec.sources.values() if src.live.kind == "kafka"]
+    metadata only, never a record. ``secret_values``: a Secret's data in the job's namespace,
+    for a source whose listener is secured (``render.kafka_security.operator_settings``)."""
+    kafka = [(name, src) for name, src in job.spec.sources.items() if src.live.kind == "kafka"]
     if not kafka or job.spec.checkpoints.external_location is None:
         return None
-    archives = {str(src.live.topic or src.live.topic_pattern): src.history.table for src in kafka}
+    archives = {str(src.live.topic or src.live.topic_pattern): src.history.table for _, src in kafka}
     for point in points:
         manifest = next((m for m in snapshots_of(job, point.sink) if m.batch_id == point.batch_id), None)
         entry = _offset_entry(job, point.sink, manifest)
         if entry is None:
             continue
         lost = []
-        for src in kafka:  # each source's topics on its own brokers
+        for name, src in kafka:  # each source's topics on its own brokers
             live = src.live
             topics = [live.topic] if live.topic else []
             patterns = [live.topic_pattern] if live.topic_pattern else []
             stored = kafka_offsets(entry, topics, patterns)
             if stored:
-                lost += losses(stored, earliest_offsets(str(live.bootstrap_servers), stored))
+                spec = job.spec.security_of(live.security)
+                settings = None
+                if spec is not None:
+                    if secret_values is None:
+                        raise KappaError(f"source {name} reads a secured listener: its Secrets are needed to ask it")
+                    settings = operator_settings(spec, secret_values)
+                lost += losses(stored, earliest_offsets(str(live.bootstrap_servers), stored, settings))
         if lost:
             return refusal(lost, point.batch_id, archives)
     return None
 
 
-def earliest_offsets(bootstrap: str, stored: Offsets) -> dict[tuple[str, int], int]:
+def earliest_offsets(
+    bootstrap: str, stored: Offsets, settings: Mapping[str, str] | None = None
+) -> dict[tuple[str, int], int]:
     """The earliest offset each stored partition still has; a partition the cluster no longer
     has (its topic deleted) is left out: everything after the stored offset is lost."""
-    return kafka.offsets(bootstrap, [(t, p) for t, parts in stored.items() for p in parts], "earliest")
+    wanted = [(t, p) for t, parts in stored.items() for p in parts]
+    return kafka.offsets(bootstrap, wanted, "earliest", settings)

@@ -1,15 +1,21 @@
 """A Kafka source's or sink's Secrets as files in the driver and every executor (pure): one
 read-only volume per Secret, mounted at ``/etc/kappa/kafka/<secret>``, and the JobConfig's
-security block naming those files. Only names and paths: the operator never reads a value."""
+security block naming those files. Only names and paths go into what the operator writes.
+
+One read of the operator's own needs the values: a Rewind's retention check asks the job's
+brokers for their earliest offsets before anything is stopped (``observe.restore_points``). For
+it, ``operator_settings`` makes librdkafka's settings from the Secrets' values, read into
+memory for that call only and never written anywhere."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kappa_operator.models.kafka_security import KafkaSecuritySpec
-from spark_app.contract.kafka_security import KafkaSecurity, SaslFiles, TlsFiles
+from spark_app.contract.errors import KappaError
+from spark_app.contract.kafka_security import KafkaSecurity, SaslFiles, TlsFiles, client_config
 
 MOUNT_ROOT = "/etc/kappa/kafka"
 VOLUME_PREFIX = "kafka-"
@@ -63,3 +69,20 @@ def contract_security(spec: KafkaSecuritySpec | None) -> KafkaSecurity | None:
             key_file=None if client is None else f"{mount_dir(client.secret_ref.name)}/{client.key_key}",
         )
     return KafkaSecurity(protocol=spec.protocol, sasl=sasl, tls=tls)
+
+
+def operator_settings(spec: KafkaSecuritySpec | None, values: Callable[[str], Mapping[str, str]]) -> dict[str, str]:
+    """librdkafka's settings for the operator's own client: the block's files, each replaced by
+    the value of the Secret key it is mounted from (``values``: a Secret's data, decoded)."""
+
+    def read(path: str) -> str:
+        secret, key = path.removeprefix(MOUNT_ROOT + "/").split("/", 1)
+        data = values(secret)
+        if key not in data:
+            raise KappaError(
+                f"Secret {secret} has no key {key!r}, which spec.kafkaSecurity names: add it to the Secret, or name "
+                f"the key it has ({', '.join(sorted(data)) or 'it has none'})"
+            )
+        return data[key]
+
+    return client_config(contract_security(spec), read, inline=True)

@@ -117,9 +117,13 @@ def spark_options(security: KafkaSecurity | None) -> dict[str, str]:
     return options
 
 
-def client_config(security: KafkaSecurity | None, read: Callable[[str], str] | None = None) -> dict[str, str]:
+def client_config(
+    security: KafkaSecurity | None, read: Callable[[str], str] | None = None, inline: bool = False
+) -> dict[str, str]:
     """librdkafka's settings (confluent-kafka) for the driver's own calls. The SASL username and
-    password are read from their files (``read``, for tests) into this dict only."""
+    password are read from their files (``read``, for tests) into this dict only. ``inline``:
+    the PEMs too, as values (``ssl.*.pem``), for a caller without the files: the operator,
+    whose ``read`` gives a Secret's value it read into memory."""
     if security is None or security.protocol == "PLAINTEXT":
         return {}
     read = read or (lambda path: Path(path).read_text())
@@ -129,11 +133,10 @@ def client_config(security: KafkaSecurity | None, read: Callable[[str], str] | N
         config["sasl.username"] = read(security.sasl.username_file)
         config["sasl.password"] = read(security.sasl.password_file)
     tls = security.tls
-    if tls is not None and tls.ca_file is not None:
-        config["ssl.ca.location"] = tls.ca_file
-    if tls is not None and tls.cert_file is not None and tls.key_file is not None:
-        config["ssl.certificate.location"] = tls.cert_file
-        config["ssl.key.location"] = tls.key_file
+    files = {} if tls is None else {"ca": tls.ca_file, "certificate": tls.cert_file, "key": tls.key_file}
+    for what, path in files.items():
+        if path is not None:
+            config.update({f"ssl.{what}.pem": read(path)} if inline else {f"ssl.{what}.location": path})
     return config
 
 

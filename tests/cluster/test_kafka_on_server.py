@@ -25,6 +25,7 @@ from spark_app.contract.storage import open_location
 from tests.cluster.conftest import LIVE_PROGRESS_INTERVAL
 from tests.cluster.operator_runs import InProcess
 from tests.cluster.spark_operator import create, example, get, in_phase, status
+from tests.conftest import KAFKA_USERS
 from tests.secured_kafka import secured
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")
@@ -139,6 +140,64 @@ def test_a_rewind_whose_kafka_offsets_are_gone_fails_before_stopping_the_job(
     assert "Nothing was stopped" in s["message"] and "Backfill" in s["message"]
     annotations = (get(plane, SJ, ns, "rmi-kafka") or {})["metadata"].get("annotations") or {}
     assert PAUSED_ANNOTATION not in annotations, "the job was never paused"
+
+
+def test_a_rewind_asks_a_secured_listener_with_the_jobs_secrets_and_finds_the_deleted_records(
+    control_plane: ControlPlane,
+    in_process_operator: InProcess,
+    fresh_namespace: str,
+    kafka_broker: KafkaBroker,
+    tmp_path: Path,
+) -> None:
+    """The retention check is the operator's own read of the job's brokers: through the SASL_SSL
+    listener the job names, with the values of its Secrets (read into memory for the call). The
+    broker deleted records 0-4 of partition 0 (as retention does): the Rewind fails naming them."""
+    from confluent_kafka import Producer, TopicPartition
+
+    plane, ns = control_plane, fresh_namespace
+    topic = f"kept-{uuid.uuid4().hex[:8]}"
+    kafka_broker.create_topic(topic, partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(8):
+        producer.produce(topic, value=b"x", partition=i % 2)
+    assert producer.flush(30) == 0
+    admin = kafka_broker.admin()  # held: a client collected before its answer fails the future
+    for future in admin.delete_records([TopicPartition(topic, 0, 3)]).values():
+        future.result(timeout=30)  # partition 0 holds offsets 3 and on
+
+    (user, password), authority = next(iter(KAFKA_USERS["SCRAM-SHA-512"].items())), kafka_broker.secured
+    assert authority is not None
+    for name, data in (
+        ("kafka-user", {"username": user, "password": password}),
+        ("kafka-ca", {"ca.crt": authority.authority.ca.read_text()}),
+    ):
+        create(
+            plane,
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns}, "stringData": data},
+        )
+    job = secured(
+        example(
+            "kafka-rmi-streamingjob.yaml",
+            ns,
+            checkpoints={"location": str(tmp_path / "ck"), "externalLocation": str(tmp_path / "ext")},
+        )
+    )
+    job["spec"]["sources"]["impressions"]["live"].update(
+        bootstrapServers=kafka_broker.bootstrap_of("SASL_SSL"), topic=topic
+    )
+    sink = next(iter(job["spec"]["sinks"]))
+    handmade_checkpoint(tmp_path / "ck" / "live" / sink, {topic: {"0": 1, "1": 2}})
+    assert externalize(open_location(str(tmp_path / "ck" / "live" / sink)), open_location(str(tmp_path / "ext" / sink)))
+    create(plane, job)
+    rewind = example("rmi-rewind.yaml", ns, "rmi-kafka-back", jobRef={"name": "rmi-kafka"}, target={"batchId": 0})
+    create(plane, rewind)
+
+    s = eventually(lambda: in_phase(plane, "Rewind", ns, "rmi-kafka-back", "Failed"), "the Rewind refused", 60)
+    assert [c["reason"] for c in s["conditions"] if c["type"] == "Failed"] == ["KafkaOffsetsExpired"], s
+    assert f"(2 records): {topic}[0] offsets 1..2." in s["message"], s["message"]
+    assert f"{topic}[1]" not in s["message"], "partition 1 still holds offset 2"
+    events = plane.admin.get(path_of("Event", ns)).body["items"]
+    assert all(password not in json.dumps(w) for w in [s, *events]), "the password stays in its Secret"
 
 
 MARKER = "pw-7c1e-marker"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from spark_app.contract.errors import KappaError
@@ -22,12 +22,16 @@ if TYPE_CHECKING:
 PartitionOffsets = dict[tuple[str, int], int]
 """(topic, partition) -> offset."""
 
+Security = KafkaSecurity | Mapping[str, str] | None
+"""How the client reaches the listener: a block naming files (the driver's), or librdkafka's
+settings already made from the Secrets' values (the operator's, which has no files)."""
+
 TIMEOUT_S = 15
 RETRIES = 4
 """Attempts after a retriable error (a partition's leader moving), 0.5 s, 1 s, ... apart."""
 
 
-def partitions_of(bootstrap: str, topics: Iterable[str], security: KafkaSecurity | None = None) -> set[tuple[str, int]]:
+def partitions_of(bootstrap: str, topics: Iterable[str], security: Security = None) -> set[tuple[str, int]]:
     """The partitions the cluster has of ``topics`` (a topic it does not have: none)."""
     from confluent_kafka import KafkaException
 
@@ -39,7 +43,7 @@ def partitions_of(bootstrap: str, topics: Iterable[str], security: KafkaSecurity
     return {(t, p) for t, meta in listed.items() if t in wanted and meta.error is None for p in meta.partitions}
 
 
-def topics_matching(bootstrap: str, pattern: str, security: KafkaSecurity | None = None) -> set[str]:
+def topics_matching(bootstrap: str, pattern: str, security: Security = None) -> set[str]:
     """The cluster's topics whose whole name matches ``pattern`` (a ``topicPattern``; Java's
     and Python's regular expressions agree on the patterns topic names need)."""
     from confluent_kafka import KafkaException
@@ -56,7 +60,7 @@ def offsets(
     bootstrap: str,
     partitions: Iterable[tuple[str, int]],
     which: Literal["earliest", "latest"],
-    security: KafkaSecurity | None = None,
+    security: Security = None,
 ) -> PartitionOffsets:
     """The earliest retained, or the next to be written ("latest"), offset of each partition
     the cluster has; partitions it does not have are left out."""
@@ -83,18 +87,19 @@ def offsets(
     raise AssertionError("unreachable")
 
 
-def end_offsets(bootstrap: str, topic: str, security: KafkaSecurity | None = None) -> dict[int, int]:
+def end_offsets(bootstrap: str, topic: str, security: Security = None) -> dict[int, int]:
     """partition -> the offset the next record written to it gets (every partition of ``topic``)."""
     found = offsets(bootstrap, partitions_of(bootstrap, [topic], security), "latest", security)
     return {p: o for (_, p), o in found.items()}
 
 
-def admin(bootstrap: str, security: KafkaSecurity | None = None) -> AdminClient:
+def admin(bootstrap: str, security: Security = None) -> AdminClient:
     """An admin client of the cluster, through its secured listener when ``security`` names one
     (the SASL values read from their files into the client's config only)."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
+    settings = client_config(security) if security is None or isinstance(security, KafkaSecurity) else security
+    return AdminClient({"bootstrap.servers": bootstrap, **settings})
 
 
 def _leader_moving(exc: Exception) -> bool:

@@ -69,3 +69,26 @@ def test_a_block_a_listener_cannot_take_is_refused(spec: dict[str, object], mess
 
 def test_no_block_renders_nothing() -> None:
     assert contract_security(None) is None and secret_volumes([None]) == ([], [])
+
+
+def test_the_operators_own_client_takes_the_secrets_values_in_memory_not_files() -> None:
+    from kappa_operator.render.kafka_security import operator_settings
+
+    data = {
+        "kafka-user": {"username": "alice", "password": "s3cret"},
+        "kafka-ca": {"ca.crt": "CA PEM"},
+        "kafka-client": {"tls.crt": "CERT PEM", "tls.key": "KEY PEM"},
+    }
+    settings = operator_settings(KafkaSecuritySpec.model_validate(SASL_MTLS), data.__getitem__)
+    assert settings == {
+        "security.protocol": "sasl_ssl",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": "s3cret",
+        "ssl.ca.pem": "CA PEM",
+        "ssl.certificate.pem": "CERT PEM",
+        "ssl.key.pem": "KEY PEM",
+    }
+    data["kafka-ca"] = {"ca.pem": "CA PEM"}
+    with pytest.raises(Exception, match=r"Secret kafka-ca has no key 'ca\.crt'.*name the key it has \(ca\.pem\)"):
+        operator_settings(KafkaSecuritySpec.model_validate(SASL_MTLS), data.__getitem__)
