@@ -192,12 +192,13 @@ class KafkaBroker:
         heap: str = "512m",
         host: str = "127.0.0.1",
         secured: Secured | None = None,
+        secured_ports: Mapping[str, int] | None = None,
     ) -> KafkaBroker:
         """Format ``data`` (once: a restart keeps the topics) and start the broker; returns when
         it accepts connections. Fails with the broker's log when it does not. ``host``: the
         address it listens on and gives its clients (the one-node cluster's bridge, for pods).
         ``secured``: also the SASL_SSL and MTLS listeners, with a certificate for ``host``
-        and these users."""
+        and these users; on ``secured_ports`` (by listener name; default: free ones)."""
         java = shutil.which("java")
         if java is None:
             raise ConfigError("a Kafka broker needs Java 17 (`java` on PATH)")
@@ -205,7 +206,7 @@ class KafkaBroker:
         data.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
         config = data / "server.properties"
-        ports = {SASL_SSL: free_port(), MTLS: free_port()} if secured is not None else {}
+        ports = dict(secured_ports or {SASL_SSL: free_port(), MTLS: free_port()}) if secured is not None else {}
         text = properties(data, port, free_port(), host, ports)
         if secured is not None:
             server = secured.authority.issue("kafka-broker", hosts=dict.fromkeys([host, "127.0.0.1", "localhost"]))

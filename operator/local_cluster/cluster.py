@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import secrets
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from typing import Any
 import yaml
 
 from kappa_operator.leadership.lease import LEADER_LABEL
-from kappa_operator.local.kafka import KafkaBroker
+from kappa_operator.local.kafka import MTLS, SASL_SSL, KafkaBroker, Secured
 from kappa_operator.local_cluster.addresses import GATEWAY, JOBS_POOL, SYSTEM_POOL
 from kappa_operator.local_cluster.control_plane import ROOT, Parts, binaries, eventually
 from kappa_operator.local_cluster.dashboards import Perses
@@ -57,6 +58,11 @@ JOBS = "default"
 CREDENTIALS = "lake-credentials"
 """The Secret (in the jobs' and the operator's namespaces) with the S3 API's keys."""
 S3_PORT, DB_PORT, KAFKA_PORT = 9000, 5432, 9092
+KAFKA_SECURED_PORTS = {SASL_SSL: 9093, MTLS: 9094}
+"""The broker's secured listeners, as a company's broker has them: SCRAM over TLS, and TLS with a
+client certificate; their certificates from the cluster's own CA (``workdir/pki``)."""
+KAFKA_USER = "kappa-job"
+"""The SCRAM-SHA-512 user the cluster's broker knows (its password: ``LocalCluster.kafka_password``)."""
 CHART = ROOT / "charts" / "kappa-operator"
 PROMETHEUS_NAME = f"{OPERATOR_RELEASE}-kappa-operator-prometheus"
 """The chart's Prometheus ConfigMap and ServiceAccount (``prometheusConfig``), release ``kappa``."""
@@ -102,6 +108,18 @@ def secret(namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace},
         "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
     }
+
+
+def _broker(workdir: Path, secured: Secured | None = None) -> KafkaBroker:
+    """The broker on the bridge: PLAINTEXT, and the secured listeners (a restart keeps their CA
+    and users)."""
+    if secured is None:
+        from kappa_operator.local.certificates import Authority  # cryptography: the dev extra's
+
+        secured = Secured(Authority.create(workdir / "pki"), scram={KAFKA_USER: secrets.token_urlsafe(18)})
+    return KafkaBroker.start(
+        workdir / "kafka", KAFKA_PORT, host=GATEWAY, secured=secured, secured_ports=KAFKA_SECURED_PORTS
+    )
 
 
 @dataclass
@@ -185,9 +203,7 @@ class LocalCluster:
                 "database": pool.submit(
                     _timed, spent, "catalog", CatalogDatabase.start, workdir / "storage", GATEWAY, DB_PORT
                 ),
-                "broker": pool.submit(
-                    _timed, spent, "broker", KafkaBroker.start, workdir / "kafka", KAFKA_PORT, host=GATEWAY
-                ),
+                "broker": pool.submit(_timed, spent, "broker", _broker, workdir),
             }
             done_beside = (
                 side.submit(_timed, spent, "beside", _with_catalog, starting["store"], starting["database"], beside)
@@ -370,7 +386,7 @@ class LocalCluster:
         """The Kafka broker stopped (a controlled shutdown) and started again on the same log
         directory, address and port: its topics, records and committed offsets kept."""
         self.broker.stop()
-        self.broker = KafkaBroker.start(self.workdir / "kafka", KAFKA_PORT, host=GATEWAY)
+        self.broker = _broker(self.workdir, self.broker.secured)
 
     # --- a job's view -------------------------------------------------------------------------
 

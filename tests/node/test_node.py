@@ -29,8 +29,16 @@ from harness.browser import row_screenshots
 from kappa_operator.dashboard.definition import kappa_dashboard
 from kappa_operator.dashboard.perses import expression
 from kappa_operator.local.example_data import START
+from kappa_operator.local.kafka import SASL_SSL
 from kappa_operator.local_cluster.addresses import PODS, SERVICES
-from kappa_operator.local_cluster.cluster import JOBS, OPERATOR_LEADER, OPERATOR_NAMESPACE, OPERATOR_PODS, LocalCluster
+from kappa_operator.local_cluster.cluster import (
+    JOBS,
+    KAFKA_USER,
+    OPERATOR_LEADER,
+    OPERATOR_NAMESPACE,
+    OPERATOR_PODS,
+    LocalCluster,
+)
 from kappa_operator.local_cluster.control_plane import ROOT, eventually
 from kappa_operator.local_cluster.images import SPARK_IMAGE
 from kappa_operator.local_cluster.kubernetes import Kubernetes
@@ -44,12 +52,15 @@ from tests.node.objects import (
     archive_job,
     backfill,
     branch_rows,
+    driver_log,
     kubectl,
     phase_of,
     pod,
     pods_of,
+    removed_after,
     running,
 )
+from tests.secured_kafka import secured
 
 
 def ended(kube: Kubernetes, namespace: str, name: str) -> dict[str, Any] | None:
@@ -465,7 +476,13 @@ def test_a_streaming_job_reads_the_kafka_broker_from_its_pods(cluster: LocalClus
     """The broker listens on, and advertises, the node's bridge address: the driver asks it for
     offsets and the executors fetch the records. The history's rows go to two topics as JSON
     (the example's Kafka job parses each value into its history table's schema), and the job's
-    sink commits the attributed plays."""
+    sink commits the attributed plays.
+
+    As a company's broker would have it, impressions are read through the SASL_SSL listener
+    (SCRAM over TLS, the cluster's own CA) with the user's and the CA's Secrets applied with
+    kubectl beside the job; playbacks through PLAINTEXT. The password then appears nowhere but
+    in its Secret. Then the password is rotated to a wrong one: the job restarts with it, and the
+    listener's refusal is one line on the job (no Java trace), naming the source and the fix."""
     catalog = cluster.host_catalog()
     producer = Producer({"bootstrap.servers": cluster.broker.bootstrap, "enable.idempotence": True})
     for topic in ("impressions", "playbacks"):
@@ -474,23 +491,79 @@ def test_a_streaming_job_reads_the_kafka_broker_from_its_pods(cluster: LocalClus
         for row in rows.to_pylist():
             producer.produce(topic, value=json.dumps(row, default=lambda v: v.isoformat()).encode())
     assert producer.flush(60) == 0
+    assert cluster.broker.secured is not None
+    password = cluster.broker.secured.scram[KAFKA_USER]
+    ca = cluster.broker.secured.authority.ca.read_text()
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(kafka_secrets(password, ca)))
     job = cluster.streaming_job(yaml.safe_load((ROOT / "examples" / "kafka-rmi-streamingjob.yaml").read_text()))
+    job = secured(job, "impressions")
     for name, source in job["spec"]["sources"].items():
         source["live"]["bootstrapServers"] = cluster.broker.bootstrap
         source["live"]["startingPosition"] = "earliest"
         source["history"]["table"] = f"ingest.{name}"
+    job["spec"]["sources"]["impressions"]["live"]["bootstrapServers"] = cluster.broker.bootstrap_of(SASL_SSL)
     job["spec"]["triggerInterval"] = "5s"
-    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
-    sink = job["spec"]["sinks"]["attributed_plays"]["table"]
+    name, sink = job["metadata"]["name"], job["spec"]["sinks"]["attributed_plays"]["table"]
+    with removed_after(cluster, ("streamingjob", name), ("secret", "kafka-user"), ("secret", "kafka-ca")):
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
 
-    def committed() -> int | None:
-        if not catalog.table_exists(sink):
-            return None
-        return catalog.load_table(sink).scan().to_arrow().num_rows or None
+        def committed() -> int | None:
+            if not catalog.table_exists(sink):
+                return None
+            return catalog.load_table(sink).scan().to_arrow().num_rows or None
 
-    rows = eventually(committed, "the Kafka job's first commit", timeout=300, every=3)
-    assert 0 < rows <= history.playbacks
-    kubectl(cluster, "delete", "streamingjob", job["metadata"]["name"], "--wait=true", "--timeout=120s")
+        rows = eventually(committed, "the Kafka job's first commit", timeout=300, every=3)
+        assert 0 < rows <= history.playbacks
+        app = json.loads(kubectl(cluster, "get", "sparkapplication", name, "-n", JOBS, "-o", "json"))
+        driver = driver_log(cluster, name)
+        assert "SASL_SSL" in json.dumps(app) and driver, "the job read the secured listener from its pods"
+        assert_nowhere(cluster, password, driver)
+
+        # Rotated to a wrong password: restarted with it (the operator looks at a running job's
+        # Secrets every 30 s), and refused by the listener, said on the job.
+        wrong = "not-the-password-" + password[:4]
+        rotated = time.monotonic()
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump_all(kafka_secrets(wrong, ca)))
+
+        def refused() -> dict[str, Any] | None:
+            status = cluster.kube.plane.admin.get(path_of("StreamingJob", JOBS, name)).body.get("status") or {}
+            return status if "refused the SASL username or password" in str(status.get("message")) else None
+
+        status = eventually(refused, "the listener's refusal on the job", timeout=240, every=2)
+        print(f"rotated to a wrong password -> refusal on the job: {time.monotonic() - rotated:.1f} s")
+        message = status["message"]
+        listener = f"SASL_SSL listener {cluster.broker.bootstrap_of(SASL_SSL)}"
+        assert "source impressions" in message and listener in message, message
+        assert "check the username and password keys" in message, message
+        assert "\tat " not in message and "Traceback" not in message, "one line, no trace"
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "False" and "refused the SASL username or password" in ready["message"]
+        assert_nowhere(cluster, wrong, "")
+
+
+def kafka_secrets(password: str, ca: str) -> list[dict[str, Any]]:
+    """The Secrets COMPANY's block names: the SCRAM user's, and the CA the broker's certificate
+    is signed by."""
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": JOBS}, "stringData": data}
+        for name, data in (("kafka-user", {"username": KAFKA_USER, "password": password}), ("kafka-ca", {"ca.crt": ca}))
+    ]
+
+
+def assert_nowhere(cluster: LocalCluster, value: str, driver: str) -> None:
+    """``value`` (a Secret's) is in none of what the operator and the job write: applications,
+    ConfigMaps, the jobs and their status, Events, the driver's and the operator's logs."""
+    written = {
+        kind: kubectl(cluster, "get", kind, "-n", JOBS, "-o", "json")
+        for kind in ("sparkapplications", "configmaps", "streamingjobs", "events")
+    }
+    written["driver log"] = driver
+    operators = path_of("Pod", OPERATOR_NAMESPACE) + f"?labelSelector={OPERATOR_PODS}"
+    for found in cluster.kube.plane.admin.get(operators).body["items"]:
+        written[f"operator log {found['metadata']['name']}"] = cluster.kube.pod_log(
+            OPERATOR_NAMESPACE, found["metadata"]["name"]
+        )
+    assert [where for where, text in written.items() if value in text] == [], "a Secret's value outside its Secret"
 
 
 def test_a_job_bootstraps_from_its_archive_then_takes_over_the_topics_on_the_node(
