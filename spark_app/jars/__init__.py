@@ -54,8 +54,8 @@ def once(target: Path, name: str, make: Callable[[Path], None]) -> Path:
     """``target``, made once per machine by ``make(partial)``: under the lock ``.<name>.lock``
     beside it (two test workers, a test and `kappa kafka start`, or CI's prebuild and a test: the
     second waits, then finds it made), into ``<target>.partial``, renamed whole when ``make``
-    returns and marked ``.complete``. A killed ``make`` leaves only the partial directory, made
-    anew by the next call."""
+    returns and marked ``.complete``. A failed ``make`` leaves nothing; a killed one only the
+    partial directory, made anew by the next call."""
     done = target / ".complete"
     if not done.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,11 @@ def once(target: Path, name: str, make: Callable[[Path], None]) -> Path:
                 partial = target.with_name(target.name + ".partial")
                 shutil.rmtree(partial, ignore_errors=True)
                 partial.mkdir()
-                make(partial)
+                try:
+                    make(partial)
+                except BaseException:
+                    shutil.rmtree(partial, ignore_errors=True)
+                    raise
                 shutil.rmtree(target, ignore_errors=True)
                 partial.rename(target)  # whole or not at all
                 done.touch()

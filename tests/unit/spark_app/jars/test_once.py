@@ -47,7 +47,7 @@ def test_a_failed_make_leaves_nothing_and_the_next_call_makes_it_anew(tmp_path: 
 
     with pytest.raises(RuntimeError, match="mvn failed"):
         once(target, "thing", broken)
-    assert not target.exists()
+    assert not target.exists() and not (tmp_path / "thing-abc.partial").exists()
 
     once(target, "thing", lambda partial: (partial / "app.jar").write_text("built"))
     assert sorted(p.name for p in target.iterdir()) == [".complete", "app.jar"], "the half-made files are gone"
