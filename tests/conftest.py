@@ -26,6 +26,7 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSeri
 from harness.s3 import MotoS3
 from kappa_operator.local.certificates import Authority
 from kappa_operator.local.kafka import KafkaBroker, Secured
+from kappa_operator.local.schema_registry import SchemaRegistry
 
 KAFKA_USERS = {"SCRAM-SHA-512": {"alice": "alice-pass-7f3a"}, "PLAIN": {"bob": "bob-pass-91c2"}}
 """The session broker's users on its SASL_SSL listener, by mechanism: name -> password."""
@@ -182,3 +183,14 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     broker = KafkaBroker.start(work / "broker", heap="256m", secured=secured)
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistry]:
+    """A real schema registry with Confluent's API (Apicurio Registry, built from Maven Central
+    once per machine: kappa_operator.local.schema_registry; CI prebuilds it, and a test that comes
+    first waits for that build), one per test process, started when a test first asks for it. In
+    memory: each session's starts empty. Tests name their own subjects."""
+    registry = SchemaRegistry.start(Path(tmp_path_factory.mktemp("schema-registry")))
+    yield registry
+    registry.stop()

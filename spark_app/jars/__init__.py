@@ -17,6 +17,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from spark_app.contract.errors import ConfigError
@@ -45,25 +46,43 @@ def bundle_dir(bundle: str) -> Path:
 def resolve(bundle: str) -> list[Path]:
     """The bundle's jars, fetched from Maven Central on first use (needs ``mvn`` then)."""
     target = bundle_dir(bundle)
-    done = target / ".complete"
-    if not done.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target.parent / f".{bundle}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # two test workers, or a test and `kappa kafka start`
-            if not done.exists():
-                _fetch(bundle, target)
+    once(target, bundle, lambda partial: _fetch(bundle, partial))
     return sorted(target.glob("*.jar"))
 
 
-def _fetch(bundle: str, target: Path) -> None:
+def once(target: Path, name: str, make: Callable[[Path], None]) -> Path:
+    """``target``, made once per machine by ``make(partial)``: under the lock ``.<name>.lock``
+    beside it (two test workers, a test and `kappa kafka start`, or CI's prebuild and a test: the
+    second waits, then finds it made), into ``<target>.partial``, renamed whole when ``make``
+    returns and marked ``.complete``. A failed ``make`` leaves nothing; a killed one only the
+    partial directory, made anew by the next call."""
+    done = target / ".complete"
+    if not done.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target.parent / f".{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                partial = target.with_name(target.name + ".partial")
+                shutil.rmtree(partial, ignore_errors=True)
+                partial.mkdir()
+                try:
+                    make(partial)
+                except BaseException:
+                    shutil.rmtree(partial, ignore_errors=True)
+                    raise
+                shutil.rmtree(target, ignore_errors=True)
+                partial.rename(target)  # whole or not at all
+                done.touch()
+    return target
+
+
+def _fetch(bundle: str, partial: Path) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ConfigError(
-            f"the {bundle} jars are not cached in {target} and Maven (`mvn`) is not installed: install "
+            f"the {bundle} jars are not cached in {bundle_dir(bundle)} and Maven (`mvn`) is not installed: install "
             "Maven (Debian: apt-get install maven) so they can be fetched from Maven Central once"
         )
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
     cmd = [mvn, "-q", "-B", "-f", str(pom(bundle)), "dependency:copy-dependencies", f"-DoutputDirectory={partial}"]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
@@ -71,6 +90,3 @@ def _fetch(bundle: str, target: Path) -> None:
         raise ConfigError(
             f"could not fetch the {bundle} jars from Maven Central ({' '.join(cmd)}): " + " / ".join(tail)
         )
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)  # whole or not at all: a killed fetch leaves only .partial
-    (target / ".complete").touch()
