@@ -1,6 +1,6 @@
 """The Kafka benchmark, on a real broker (Apache Kafka 4.1.1, KRaft, ``spark_app/jars``).
 
-Two measurements, each against a baseline run in the same process:
+Four measurements, each against a baseline run in the same process:
 
 * ``throughput``: ``--records`` JSON events in a topic of 2 partitions, read to the end
   (availableNow) and written to Parquet, once through our runtime (a ``kafka`` source of a live
@@ -9,6 +9,15 @@ Two measurements, each against a baseline run in the same process:
   Spark's Kafka source (``from_json`` of the value, the same columns, the same sink). The
   ratio is the direct query's time over ours (>= 0.9: our runtime costs at most 10 %).
   Runs alternate, ``--repeat`` times each; medians are compared.
+* ``avro``: the same records as Avro in the schema registry's wire format (the writer schema
+  registered in a real registry, Apicurio's Confluent API), read by our ``valueFormat: avro``
+  source (the writer's id looked up, one ``from_avro`` branch per registered version, the
+  resolution into the value schema) and by Spark's own ``from_avro`` on the bytes after the
+  five-byte header, given the one writer schema (what a user writes who knows it). Ratio: the
+  direct query's time over ours (>= 0.9).
+* ``secured``: the JSON topic read by our runtime through the broker's SASL_SSL listener
+  (SCRAM-SHA-512 over TLS, the credentials from files as a mounted Secret gives them) and
+  through its PLAINTEXT listener. Ratio: plaintext's time over secured's (>= 0.9).
 * ``archive``: a producer thread writes ``--rate`` events/s for ``--seconds`` while the archive
   (the topic into an exactly-once Iceberg table, ``spark_app.examples.copy``, processingTime
   ``--interval``) runs; per record, the delay from its Kafka timestamp to the commit of the
@@ -70,7 +79,43 @@ def fill(bootstrap: str, topic: str, n: int) -> float:
     return time.monotonic() - started
 
 
-def job_config(bootstrap: str, topic: str, out: Path, sink: dict[str, Any], trigger: dict[str, Any]) -> Any:
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Impression",
+    "namespace": "kappa.bench",
+    "fields": [
+        {"name": "impression_id", "type": "string"},
+        {"name": "profile_id", "type": "long"},
+        {"name": "title_id", "type": "long"},
+        {"name": "event_ts", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    ],
+}
+
+
+def fill_avro(bootstrap: str, topic: str, n: int, schema_id: int) -> float:
+    """``n`` events in the wire format (a zero byte, the id, the record), as a serializer writes them."""
+    import io
+
+    import fastavro
+    from confluent_kafka import Producer
+
+    parsed, header = fastavro.parse_schema(AVRO_SCHEMA), b"\x00" + schema_id.to_bytes(4, "big")
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "batch.size": 1 << 20})
+    started, now = time.monotonic(), datetime.now(UTC)
+    for i in range(n):
+        body = io.BytesIO()
+        record = {"impression_id": f"i{i}", "profile_id": i % 5000, "title_id": i % 300, "event_ts": now}
+        fastavro.schemaless_writer(body, parsed, record)
+        producer.produce(topic, key=str(i).encode(), value=header + body.getvalue())
+        if i % 10_000 == 0:
+            producer.poll(0)
+    assert producer.flush(120) == 0
+    return time.monotonic() - started
+
+
+def job_config(
+    bootstrap: str, topic: str, out: Path, sink: dict[str, Any], trigger: dict[str, Any], **source: Any
+) -> Any:
     from spark_app.contract.config import parse_config
 
     return parse_config(
@@ -88,6 +133,7 @@ def job_config(bootstrap: str, topic: str, out: Path, sink: dict[str, Any], trig
                     "topic": topic,
                     "schemaDdl": f"{VALUE_DDL}, {METADATA}",
                     "options": {"startingOffsets": "earliest"},
+                    **source,
                 }
             },
             "sinks": {"copy": sink},
@@ -97,18 +143,21 @@ def job_config(bootstrap: str, topic: str, out: Path, sink: dict[str, Any], trig
     )
 
 
-def ours(spark: Any, bootstrap: str, topic: str, out: Path) -> tuple[float, int]:
+def ours(spark: Any, bootstrap: str, topic: str, out: Path, **source: Any) -> tuple[float, int]:
     from spark_app.apps.run import run
 
-    cfg = job_config(bootstrap, topic, out, {"kind": "parquet", "path": str(out / "data")}, {"kind": "availableNow"})
+    sink, trigger = {"kind": "parquet", "path": str(out / "data")}, {"kind": "availableNow"}
+    cfg = job_config(bootstrap, topic, out, sink, trigger, **source)
     started = time.monotonic()
     report = run(cfg, spark)
     return time.monotonic() - started, report.input_rows
 
 
-def direct(spark: Any, bootstrap: str, topic: str, out: Path) -> tuple[float, int]:
-    """The query a user would write without us: Spark's Kafka source, from_json, Parquet."""
+def direct(spark: Any, bootstrap: str, topic: str, out: Path, avro: str | None = None) -> tuple[float, int]:
+    """The query a user would write without us: Spark's Kafka source, from_json (or, given the
+    writer's ``avro`` schema, from_avro of the bytes after the header), Parquet."""
     from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
     from pyspark.sql.types import DataType
 
     schema = DataType.fromDDL(VALUE_DDL)
@@ -120,7 +169,10 @@ def direct(spark: Any, bootstrap: str, topic: str, out: Path) -> tuple[float, in
         .option("startingOffsets", "earliest")
         .load()
     )
-    value = F.from_json(F.col("value").cast("string"), schema)
+    if avro is None:
+        value = F.from_json(F.col("value").cast("string"), schema)
+    else:
+        value = from_avro(F.expr("substring(value, 6)"), avro)
     parsed = raw.select(
         value.alias("v"), F.struct(F.col("timestamp"), F.col("topic"), F.col("partition"), F.col("offset")).alias("m")
     ).select(
@@ -169,6 +221,95 @@ def throughput(spark: Any, broker: Any, args: argparse.Namespace, work: Path) ->
         "direct_records_per_s": round(args.records / direct_s),
         "ratio": round(direct_s / ours_s, 3),
         "target_ratio": 0.9,
+    }
+
+
+def alternating(runs: dict[str, Any], repeat: int, records: int, work: Path, label: str) -> dict[str, list[float]]:
+    """Each of ``runs`` (name -> a function of the output directory giving (seconds, rows)),
+    ``repeat`` times, in alternating order."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(repeat):
+        order = list(runs.items()) if i % 2 == 0 else list(reversed(runs.items()))
+        for name, fn in order:
+            seconds, rows = fn(work / f"{label}-{name}-{i}")
+            assert rows == records, f"{label} {name} read {rows} of {records}"
+            times[name].append(seconds)
+            log.info("%s %s run %d: %.1f s (%.0f records/s)", label, name, i, seconds, rows / seconds)
+    return times
+
+
+def avro(spark: Any, broker: Any, registry: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from spark_app.contract.schema_registry import register
+
+    topic = f"bench-avro-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions=2)
+    writer = json.dumps(AVRO_SCHEMA)
+    schema_id = register(registry.url, f"{topic}-value", writer, "bench")
+    produce_s = fill_avro(broker.bootstrap, topic, args.records, schema_id)
+    source = {"valueFormat": "avro", "registry": {"url": registry.url, "subjects": [f"{topic}-value"]}}
+    times = alternating(
+        {
+            "ours": lambda out: ours(spark, broker.bootstrap, topic, out, **source),
+            "from_avro": lambda out: direct(spark, broker.bootstrap, topic, out, avro=writer),
+        },
+        args.repeat,
+        args.records,
+        work,
+        "avro",
+    )
+    ours_s, direct_s = statistics.median(times["ours"]), statistics.median(times["from_avro"])
+    return {
+        "records": args.records,
+        "produce_s": round(produce_s, 1),
+        "ours_s": [round(t, 2) for t in times["ours"]],
+        "from_avro_s": [round(t, 2) for t in times["from_avro"]],
+        "ours_records_per_s": round(args.records / ours_s),
+        "from_avro_records_per_s": round(args.records / direct_s),
+        "ratio": round(direct_s / ours_s, 3),
+        "target_ratio": 0.9,
+    }
+
+
+def secured(spark: Any, broker: Any, args: argparse.Namespace, work: Path, user: tuple[str, str]) -> dict[str, Any]:
+    from kappa_operator.local.kafka import SASL_SSL
+
+    assert broker.secured is not None
+    topic = f"bench-sec-{uuid.uuid4().hex[:8]}"
+    broker.create_topic(topic, partitions=2)
+    fill(broker.bootstrap, topic, args.records)
+    files = work / "secrets"
+    files.mkdir(parents=True, exist_ok=True)
+    for name, value in (("username", user[0]), ("password", user[1])):
+        (files / name).write_text(value)
+    security = {
+        "protocol": "SASL_SSL",
+        "sasl": {
+            "mechanism": "SCRAM-SHA-512",
+            "usernameFile": str(files / "username"),
+            "passwordFile": str(files / "password"),
+        },
+        "tls": {"caFile": str(broker.secured.authority.ca)},
+    }
+    times = alternating(
+        {
+            "secured": lambda out: ours(spark, broker.bootstrap_of(SASL_SSL), topic, out, security=security),
+            "plaintext": lambda out: ours(spark, broker.bootstrap, topic, out),
+        },
+        args.repeat,
+        args.records,
+        work,
+        "secured",
+    )
+    secured_s, plain_s = statistics.median(times["secured"]), statistics.median(times["plaintext"])
+    return {
+        "records": args.records,
+        "secured_s": [round(t, 2) for t in times["secured"]],
+        "plaintext_s": [round(t, 2) for t in times["plaintext"]],
+        "secured_records_per_s": round(args.records / secured_s),
+        "plaintext_records_per_s": round(args.records / plain_s),
+        "ratio": round(plain_s / secured_s, 3),
+        "target_ratio": 0.9,
+        "listener": "SASL_SSL, SCRAM-SHA-512 over TLS 1.3 (the broker's own CA)",
     }
 
 
@@ -251,13 +392,18 @@ def archive(spark: Any, broker: Any, args: argparse.Namespace, work: Path) -> di
 def bench(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql import SparkSession
 
-    from kappa_operator.local.kafka import KafkaBroker
+    from kappa_operator.local.certificates import Authority
+    from kappa_operator.local.kafka import KafkaBroker, Secured
+    from kappa_operator.local.schema_registry import SchemaRegistry
     from spark_app import jars
     from spark_app.apps.session import session_jars
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers: this venv's
     work = Path(args.out)
-    broker = KafkaBroker.start(work / "kafka", heap="1g")
+    user = ("bench", uuid.uuid4().hex)
+    access = Secured(Authority.create(work / "pki"), scram={user[0]: user[1]})
+    broker = KafkaBroker.start(work / "kafka", heap="1g", secured=access)
+    registry = SchemaRegistry.start(work / "registry") if not args.skip_avro else None
     spark = None
     try:
         builder = SparkSession.builder.master(MASTER).appName("kappa-bench-kafka")
@@ -271,6 +417,10 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         result: dict[str, Any] = {}
         if not args.skip_throughput:
             result["throughput"] = throughput(spark, broker, args, work)
+        if registry is not None:
+            result["avro"] = avro(spark, broker, registry, args, work)
+        if not args.skip_secured:
+            result["secured"] = secured(spark, broker, args, work, user)
         if not args.skip_archive:
             result["archive"] = archive(spark, broker, args, work)
         result["total_seconds"] = round(time.monotonic() - started, 1)
@@ -280,6 +430,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if spark is not None:
             spark.stop()
+        if registry is not None:
+            registry.stop()
         broker.stop()
 
 
@@ -292,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=int, default=10, help="the archive's trigger interval (one commit each)")
     p.add_argument("--skip-throughput", action="store_true")
     p.add_argument("--skip-archive", action="store_true")
+    p.add_argument("--skip-avro", action="store_true")
+    p.add_argument("--skip-secured", action="store_true")
     args = p.parse_args(argv)
     return run_measured(args, bench, "kappa-bench-kafka-")
 

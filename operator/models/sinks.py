@@ -49,6 +49,9 @@ class SinkCompaction(CRModel):
     """Files below this size are small."""
 
 
+SINK_AVRO_NEEDS_REGISTRY = "valueFormat avro needs schemaRegistry (a kafka sink's), and only avro takes one"
+
+
 class JobSink(CRModel):
     """One named output of the pipeline."""
 
@@ -63,6 +66,11 @@ class JobSink(CRModel):
                     "message": "a kafka sink needs bootstrapServers, topic and key",
                 },
                 {"rule": "self.kind == 'kafka' || !has(self.security)", "message": "security is for a kafka sink"},
+                {
+                    "rule": "(has(self.valueFormat) && self.valueFormat == 'avro') == has(self.schemaRegistry) && "
+                    "(self.kind == 'kafka' || !has(self.schemaRegistry))",
+                    "message": SINK_AVRO_NEEDS_REGISTRY,
+                },
             ]
         }
     )
@@ -81,6 +89,12 @@ class JobSink(CRModel):
     security: Name | None = None
     """The entry of spec.kafkaSecurity this sink reaches its listener with: SASL and TLS from
     Secrets (kafka). None: PLAINTEXT."""
+    value_format: Literal["json", "avro"] = "json"
+    """Kafka: each value a JSON object, or `avro` in the schema registry's wire format, the
+    output's schema (Spark's Avro form of its columns) registered under `<topic>-value` when
+    the query starts."""
+    schema_registry: Name | None = None
+    """Kafka, valueFormat avro: the entry of spec.schemaRegistries to register in."""
     topic: str | None = Field(default=None, max_length=249)
     """The topic written (kafka). A Backfill writes `<topic>-backfill-<backfill name>` instead,
     never the live topic."""
@@ -106,4 +120,7 @@ class JobSink(CRModel):
             raise ValueError("a kafka sink needs bootstrapServers, topic and key")
         if self.kind != "kafka" and self.security is not None:
             raise ValueError("security is for a kafka sink")
+        avro = self.value_format == "avro"
+        if avro != (self.schema_registry is not None) or (avro and self.kind != "kafka"):
+            raise ValueError(SINK_AVRO_NEEDS_REGISTRY)
         return self

@@ -24,6 +24,21 @@ from kappa_operator.models.common import (
 TABLE = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$"
 
 
+AVRO_NEEDS_REGISTRY = "valueFormat avro needs schemaRegistry (a kafka source's), and only avro takes one"
+
+
+class SchemaRegistrySpec(CRModel):
+    """A schema registry the job's Avro topics are registered in: Confluent's REST API, which
+    Confluent's registry, Karapace and Apicurio Registry (``/apis/ccompat/v7``) serve. A
+    topic's versions are those of subject ``<topic>-value`` (the serializers'
+    TopicNameStrategy); a record naming any other id is decoded with the schema the registry
+    gives for that id."""
+
+    url: str = Field(pattern=r"^https?://[^\s]+$", max_length=HOSTS_MAX)
+    """The API's base URL, e.g. `http://schema-registry:8081` or
+    `http://apicurio:8080/apis/ccompat/v7`."""
+
+
 class LiveSource(CRModel):
     """Where the live job reads a source."""
 
@@ -41,6 +56,11 @@ class LiveSource(CRModel):
                     "message": "kafka needs bootstrapServers and one of topic or topicPattern",
                 },
                 {"rule": "self.kind == 'kafka' || !has(self.security)", "message": "security is for a kafka source"},
+                {
+                    "rule": "(has(self.valueFormat) && self.valueFormat == 'avro') == has(self.schemaRegistry) && "
+                    "(self.kind == 'kafka' || !has(self.schemaRegistry))",
+                    "message": AVRO_NEEDS_REGISTRY,
+                },
             ]
         }
     )
@@ -72,6 +92,15 @@ class LiveSource(CRModel):
     """Kafka: the JSON values' schema as Spark DDL (`id STRING, event_ts TIMESTAMP`). Default:
     the history table's, so the pipeline gets the same columns live and in a backfill. An
     archive job, which creates that table, declares it here."""
+    value_format: Literal["json", "avro"] = "json"
+    """Kafka: `json` values, or `avro` in a schema registry's wire format (a zero byte, the
+    writer schema's id, the Avro record), each record decoded with the schema it names into
+    the value schema's columns; a field a record's schema lacks takes the newest version's
+    default. A compatible new version registered while the job runs is read without a restart
+    of the job."""
+    schema_registry: Name | None = None
+    """Kafka, valueFormat avro: the entry of spec.schemaRegistries the records' schema ids are
+    registered in."""
     max_offsets_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
     """Kafka: at most this many records per micro-batch (Spark's `maxOffsetsPerTrigger`)."""
     fail_on_data_loss: bool = True
@@ -87,6 +116,9 @@ class LiveSource(CRModel):
             raise ValueError("kafka needs bootstrapServers and one of topic or topicPattern")
         if self.kind != "kafka" and self.security is not None:
             raise ValueError("security is for a kafka source")
+        avro = self.value_format == "avro"
+        if avro != (self.schema_registry is not None) or (avro and self.kind != "kafka"):
+            raise ValueError(AVRO_NEEDS_REGISTRY)
         return self
 
 

@@ -38,7 +38,7 @@ from kappa_operator.models.external_calls import ExternalCalls
 from kappa_operator.models.kafka_security import KafkaSecuritySpec
 from kappa_operator.models.packaging import Dependencies, PipelineFrom
 from kappa_operator.models.sinks import JobSink
-from kappa_operator.models.sources import JobSource
+from kappa_operator.models.sources import JobSource, SchemaRegistrySpec
 from kappa_operator.models.streaming_job_status import (
     StreamingJobStatus,
 )
@@ -184,6 +184,11 @@ BOOTSTRAP_NEEDS_KAFKA = (
 
 
 UNKNOWN_SECURITY = "a source's live.security or a sink's security must name an entry of spec.kafkaSecurity"
+UNKNOWN_REGISTRY = (
+    "a source's live.schemaRegistry or a sink's schemaRegistry must name an entry of spec.schemaRegistries"
+)
+SCHEMA_REGISTRIES_MAX = 2
+"""The registry read from and one written to (or the old and the new one of a migration)."""
 KAFKA_SECURITY_MAX = 2
 """One for the cluster read from and one for the cluster written to: a job whose sources and sinks
 share a listener names one block from both."""
@@ -214,6 +219,13 @@ class StreamingJobSpec(CRModel):
                     "self.sinks.all(k, !has(self.sinks[k].security) || "
                     "(has(self.kafkaSecurity) && self.sinks[k].security in self.kafkaSecurity))",
                     "message": UNKNOWN_SECURITY,
+                },
+                {
+                    "rule": "self.sources.all(k, !has(self.sources[k].live.schemaRegistry) || "
+                    "(has(self.schemaRegistries) && self.sources[k].live.schemaRegistry in self.schemaRegistries)) && "
+                    "self.sinks.all(k, !has(self.sinks[k].schemaRegistry) || "
+                    "(has(self.schemaRegistries) && self.sinks[k].schemaRegistry in self.schemaRegistries))",
+                    "message": UNKNOWN_REGISTRY,
                 },
             ]
         }
@@ -278,6 +290,9 @@ class StreamingJobSpec(CRModel):
     external_calls: ExternalCalls | None = None
     """A limit on the calls the pipeline makes outside (`external_calls.limiter()`), for the
     whole job, live and in its Backfills: a backfill must not overwhelm a production service."""
+    schema_registries: dict[Name, SchemaRegistrySpec] = Field(default={}, max_length=SCHEMA_REGISTRIES_MAX)
+    """The schema registries the job's Avro topics are registered in, by name: a source with
+    `live.valueFormat: avro` names one."""
     kafka_security: dict[Name, KafkaSecuritySpec] = Field(default={}, max_length=KAFKA_SECURITY_MAX)
     """How the job's Kafka clients reach secured listeners, by name: a source's `live.security`
     and a Kafka sink's `security` name one. The Secrets are mounted as files in the driver and
@@ -290,7 +305,15 @@ class StreamingJobSpec(CRModel):
     def _security_declared(self) -> StreamingJobSpec:
         if any(n not in self.kafka_security for n in self.security_named):
             raise ValueError(UNKNOWN_SECURITY)
+        named = [s.live.schema_registry for s in self.sources.values()] + [
+            k.schema_registry for k in self.sinks.values()
+        ]
+        if any(n not in (None, *self.schema_registries) for n in named):
+            raise ValueError(UNKNOWN_REGISTRY)
         return self
+
+    def registry_of(self, name: str | None) -> SchemaRegistrySpec | None:
+        return None if name is None else self.schema_registries[name]
 
     def security_of(self, name: str | None) -> KafkaSecuritySpec | None:
         return None if name is None else self.kafka_security[name]

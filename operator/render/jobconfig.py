@@ -21,7 +21,7 @@ from kappa_operator.models.external_calls import backfill_rate
 from kappa_operator.models.kafka_security import KafkaSecuritySpec
 from kappa_operator.models.rewind import Rewind, SinkRestore
 from kappa_operator.models.sinks import JobSink
-from kappa_operator.models.sources import JobSource
+from kappa_operator.models.sources import JobSource, SchemaRegistrySpec
 from kappa_operator.models.streaming_job import CheckpointSpec, StreamingJob, StreamingJobSpec
 from kappa_operator.models.streaming_job_status import RestorePointStatus
 from kappa_operator.render.kafka_security import contract_security
@@ -62,7 +62,12 @@ def external_calls(rate: float | None) -> dict[str, Any]:
     return {} if rate is None else {"externalCalls": {"ratePerSecond": rate}}
 
 
-def _kafka_source(src: JobSource, skip: list[dict[str, Any]], security: KafkaSecuritySpec | None) -> dict[str, Any]:
+def _kafka_source(
+    src: JobSource,
+    skip: list[dict[str, Any]],
+    security: KafkaSecuritySpec | None,
+    registry: SchemaRegistrySpec | None = None,
+) -> dict[str, Any]:
     """A kafka live source as Spark's Kafka source options (where a new query starts: a
     checkpoint's offsets win over them, as in Spark), with the ranges of its topics a cascade
     Rewind said not to process."""
@@ -79,6 +84,10 @@ def _kafka_source(src: JobSource, skip: list[dict[str, Any]], security: KafkaSec
         out["topic"] = live.topic
     else:
         out["topicPattern"] = live.topic_pattern
+    if registry is not None:  # nothing for JSON: those configs and hashes are what they were
+        topics = [t.strip() for t in (live.topic or "").split(",") if t.strip()]
+        subjects = [f"{t}-value" for t in topics]  # a pattern's topics: their ids learned as met
+        out |= {"valueFormat": "avro", "registry": {"url": registry.url, "subjects": subjects}}
     if live.value_schema is not None:
         out["schemaDdl"] = live.value_schema
     else:
@@ -106,7 +115,7 @@ def skipped_offsets(job: StreamingJob) -> list[dict[str, Any]]:
 def _live_source(src: JobSource, skip: list[dict[str, Any]], spec: StreamingJobSpec) -> dict[str, Any]:
     live = src.live
     if live.kind == "kafka":
-        return _kafka_source(src, skip, spec.security_of(live.security))
+        return _kafka_source(src, skip, spec.security_of(live.security), spec.registry_of(live.schema_registry))
     out: dict[str, Any] = {
         "kind": "icebergLive",
         "catalog": live.catalog,
@@ -139,7 +148,7 @@ def rewind_horizon_batches(spec: StreamingJobSpec) -> int:
 
 def _sink(
     sink: JobSink,
-    security: KafkaSecuritySpec | None,
+    spec: StreamingJobSpec,
     branch: str | None = None,
     path_suffix: str = "",
     protect_batches: int = 0,
@@ -156,7 +165,11 @@ def _sink(
             out["branch"] = branch
     elif sink.kind == "kafka":
         topic = str(sink.topic) if backfill is None else backfill_topic(str(sink.topic), backfill)
-        out.update(bootstrapServers=sink.bootstrap_servers, topic=topic, key=sink.key, **_security(security))
+        security = _security(spec.security_of(sink.security))
+        out.update(bootstrapServers=sink.bootstrap_servers, topic=topic, key=sink.key, **security)
+        registry = spec.registry_of(sink.schema_registry)
+        if registry is not None:  # nothing for JSON: those configs and hashes are what they were
+            out |= {"valueFormat": "avro", "registry": {"url": registry.url, "subject": f"{topic}-value"}}
     else:
         out["path"] = f"{sink.path}{path_suffix}"
     return out
@@ -205,10 +218,7 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             "mode": "live",
             "catalogs": _catalogs(job),
             "sources": {n: _live_source(s, skipped_offsets(job), spec) for n, s in spec.sources.items()},
-            "sinks": {
-                n: _sink(s, spec.security_of(s.security), protect_batches=rewind_horizon_batches(spec))
-                for n, s in spec.sinks.items()
-            },
+            "sinks": {n: _sink(s, spec, protect_batches=rewind_horizon_batches(spec)) for n, s in spec.sinks.items()},
             "checkpoint": {"location": live_checkpoint(job), **_external(spec.checkpoints)},
             "trigger": {"kind": "processingTime", "interval": spec.trigger_interval},
             "alignment": {"orderingColumn": spec.ordering_column, **_bootstrap_drift(spec)},
@@ -326,7 +336,7 @@ def backfill_config(bf: Backfill, job: StreamingJob, coordinator_url: str | None
         "sinks": {
             n: _sink(
                 s,
-                jspec.security_of(s.security),
+                jspec,
                 backfill_branch(bf),
                 f"/backfills/{bf.metadata.name}",
                 backfill=bf.metadata.name,

@@ -39,10 +39,12 @@ def volume_name(secret: str) -> str:
 def secret_volumes(specs: Iterable[KafkaSecuritySpec | None]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The pods' volumes and the containers' mounts for every Secret the blocks name, each once.
     ``optional: false``: a Secret that does not exist keeps the pod from starting, and the pod's
-    events say which (``FailedMount``)."""
+    events say which (``FailedMount``). Mode 0444: the files are root's, and Spark's containers
+    run as another user (185) with no fsGroup; read-only for all in the pod, whose only user is
+    the job (0440 was refused to the driver: tests/node)."""
     secrets = dict.fromkeys(name for spec in specs if spec is not None for name in spec.secrets)
     volumes = [
-        {"name": volume_name(s), "secret": {"secretName": s, "defaultMode": 0o440, "optional": False}} for s in secrets
+        {"name": volume_name(s), "secret": {"secretName": s, "defaultMode": 0o444, "optional": False}} for s in secrets
     ]
     mounts = [{"name": volume_name(s), "mountPath": mount_dir(s), "readOnly": True} for s in secrets]
     return volumes, mounts

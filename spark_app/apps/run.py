@@ -60,6 +60,13 @@ from spark_app.sources.frames import (
     watermark_file,
 )
 from spark_app.sources.kafka import records_gone
+from spark_app.sources.kafka_avro import (
+    LEARNED,
+    UndecodableRecordError,
+    UnknownSchemaIdError,
+    new_schema_id,
+    undecodable,
+)
 from spark_app.window.edges import Edges, open_results, resolve
 from spark_app.window.lateness import LatenessVerdict
 
@@ -76,6 +83,7 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     what comes next, with what they hold owned and released by ``RunResources``; the result
     is built once at the end (``finish``)."""
     spark = spark or build_session(cfg)
+    LEARNED.ids.clear()  # the schema ids an earlier run in this process met are not this run's
     log_window(cfg)
     make_importable(cfg.python_path, spark)
     pipeline = load_pipeline(cfg.pipeline)
@@ -104,7 +112,11 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     with RunResources(spark, legs.cfg, calls, fresh=legs.fresh, bootstrapping=legs.boot is not None) as held:
         leg: Leg | None = legs.first()
         while leg is not None:
-            ended = held.run_leg(leg, deadline)
+            try:
+                ended = held.run_leg(leg, deadline)
+            except Exception as exc:
+                leg = legs.with_new_schema(leg, exc, held)  # or raised: not a schema it can learn
+                continue
             leg = legs.next(ended, timed=timeout is not None)
     return finish(legs, held, verdict, ledger, time.monotonic() - started)
 
@@ -187,6 +199,7 @@ class Legs:
     drains: DrainExtensions | None
     extended: tuple[int, ...]
     outputs: dict[str, DataFrame]
+    schema_restarts: int = 0
 
     @classmethod
     def plan(cls, spark: SparkSession, resolved: Resolved) -> Legs:
@@ -207,6 +220,20 @@ class Legs:
             spark, cfg, resolved.pipeline, resolved.edges, resolved.choice, reader_members, fresh, boot, archives,
             drains, extended, outputs,
         )  # fmt: skip
+
+    def with_new_schema(self, leg: Leg, exc: BaseException, held: RunResources) -> Leg:
+        """A query met a record whose schema id it did not know (a version registered while it
+        ran): the same leg again, its queries built with the id (the registry asked again) and
+        started from their checkpoints, where the batch that met it was not committed."""
+        schema_id, where = _learn_schema(exc, self.schema_restarts)
+        LEARNED.ids.add(schema_id)
+        self.schema_restarts += 1
+        held.stop_queries()
+        log.info("%s names schema id %s, new to the query: started again with it from the checkpoint", where, schema_id)
+        self.outputs = outputs_for(
+            self.spark, self.cfg, self.pipeline, self.reader_members, extended_to=self.extended, boot=self.boot
+        )
+        return replace(leg, outputs=self.outputs)
 
     def first(self) -> Leg:
         if self.cfg.mode == "backfill" or self.archives is not None:
@@ -236,6 +263,30 @@ class Legs:
         self.outputs = outputs_for(self.spark, self.cfg, self.pipeline, self.reader_members, extended_to=self.extended)
         reset_rounds(self.cfg, self.outputs)
         return Leg("job", self.cfg, self.outputs)
+
+
+MAX_SCHEMA_RESTARTS = 20
+"""Restarts of a run's queries for schema ids met mid-stream: a bound, so a registry that names
+an id and then cannot serve it is a failure, not a loop."""
+
+
+def _learn_schema(exc: BaseException, restarts: int) -> tuple[int, str]:
+    """The schema id a query stopped at, to be learned; any other failure raised as it should
+    read (an undecodable record's line, not Spark's trace)."""
+    met = new_schema_id(exc)
+    if met is None:
+        said = undecodable(exc)
+        if said is not None:
+            raise UndecodableRecordError(said) from None
+        raise exc
+    schema_id, where = met
+    if schema_id in LEARNED.ids or restarts >= MAX_SCHEMA_RESTARTS:
+        raise UnknownSchemaIdError(
+            f"{where} names schema id {schema_id}, which the schema registry does not have: the record cannot "
+            "be decoded. Nothing from it on was written; register the schema it was written with, or move the "
+            "job past the record (a Rewind with skipOffsets)"
+        ) from None
+    return met
 
 
 class RunResources:
@@ -272,10 +323,13 @@ class RunResources:
             finish_writers(self.writers)
         return current
 
-    def __exit__(self, *exc: object) -> None:
+    def stop_queries(self) -> None:
         for q in self.queries:
             if q.isActive:
                 q.stop()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_queries()
         self.externalized = detach(self.spark, self.externalizer)
         self.called = self.calls.stop()  # after the executors' last counts: the report's final numbers
         if self.listener is not None:

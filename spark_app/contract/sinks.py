@@ -117,6 +117,14 @@ class IcebergSink(AppendingSink):
         return value
 
 
+class SchemaRegistrySink(KappaModel):
+    """Where an Avro sink registers its values' schema (Confluent's API)."""
+
+    url: str = Field(min_length=1, pattern=r"^https?://")
+    subject: str = Field(min_length=1)
+    """TopicNameStrategy: ``<topic>-value``."""
+
+
 class KafkaSink(AppendingSink):
     """A topic, written by Spark's Kafka writer: at least once, with idempotent keys.
 
@@ -138,9 +146,16 @@ class KafkaSink(AppendingSink):
     """Extra options for Spark's Kafka writer (kafka.compression.type, ...)."""
     security: KafkaSecurity | None = None
     """SASL and TLS from files (``spark_app.contract.kafka_security``)."""
+    value_format: Literal["json", "avro"] | None = None
+    """``avro``: each value in the schema registry's wire format, its schema (Spark's Avro form
+    of the output's columns) registered under ``registry.subject`` when the query starts. None:
+    JSON (unset, so a JSON sink's config and its hash are what they were before Avro)."""
+    registry: SchemaRegistrySink | None = None
 
     @model_validator(mode="after")
     def _security_in_one_place(self) -> KafkaSink:
+        if (self.value_format == "avro") != (self.registry is not None):
+            raise ValueError("valueFormat avro needs registry (and only avro takes one)")
         if self.security is not None and (clash := clashing_options(self.options)):
             raise ValueError(f"options {', '.join(clash)} are the security block's to set: give them there")
         return self

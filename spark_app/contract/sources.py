@@ -138,6 +138,17 @@ class OffsetRange(KappaModel):
         return self
 
 
+class SchemaRegistrySource(KappaModel):
+    """Where an Avro source's writer schemas are registered (Confluent's API)."""
+
+    url: str = Field(min_length=1, pattern=r"^https?://")
+    """The API's base, e.g. ``http://registry:8080/apis/ccompat/v7`` (Apicurio's) or
+    ``http://schema-registry:8081`` (Confluent's, Karapace's)."""
+    subjects: list[str] = []
+    """The subjects whose versions are asked for when a query starts (TopicNameStrategy:
+    ``<topic>-value``); an id a record names that none lists is asked for by id."""
+
+
 class KafkaSource(KappaModel):
     """Passthrough to Spark's Kafka source; values deserialized into the history table's schema."""
 
@@ -146,7 +157,10 @@ class KafkaSource(KappaModel):
     topic: str | None = Field(default=None, min_length=1)
     topic_pattern: str | None = Field(default=None, min_length=1)
     """Every topic matching this Java regex (Spark's `subscribePattern`), instead of `topic`."""
-    value_format: Literal["json"] = "json"
+    value_format: Literal["json", "avro"] = "json"
+    """``avro``: the schema registry's wire format (a zero byte, the writer schema's id in four
+    bytes, the Avro record), each record decoded with the schema it names (``registry``)."""
+    registry: SchemaRegistrySource | None = None
     schema_from: str | None = None
     """`catalog:namespace.table` whose schema the values follow (the source's history table)."""
     schema_ddl: str | None = None
@@ -165,6 +179,8 @@ class KafkaSource(KappaModel):
             raise ValueError("give exactly one of schemaFrom (a history table) or schemaDdl")
         if (self.topic is None) == (self.topic_pattern is None):
             raise ValueError("give exactly one of topic or topicPattern")
+        if (self.value_format == "avro") != (self.registry is not None):
+            raise ValueError("valueFormat avro needs registry (and only avro takes one)")
         if self.security is not None and (clash := clashing_options(self.options)):
             raise ValueError(f"options {', '.join(clash)} are the security block's to set: give them there")
         return self

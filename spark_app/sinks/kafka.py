@@ -22,15 +22,18 @@ as this sink's output.
 from __future__ import annotations
 
 import logging
+import re
 
 from pydantic import BaseModel, ConfigDict
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import to_avro
 
 from spark_app.contract.checkpoints.kafka_offsets import end_offsets
 from spark_app.contract.checkpoints.layout import PRODUCED
 from spark_app.contract.kafka_reach import reach
 from spark_app.contract.kafka_security import spark_options
+from spark_app.contract.schema_registry import register
 from spark_app.contract.sinks import KafkaSink
 from spark_app.contract.storage import Location, open_location
 from spark_app.contract.trace import trace
@@ -79,8 +82,11 @@ def _record(checkpoint: Location, entry: Produced) -> None:
     checkpoint.write_bytes(entry_name(entry.batch_id), entry.model_dump_json().encode())
 
 
-def records(df: DataFrame, sink: KafkaSink, query_id: str, batch_id: int) -> DataFrame:
-    """Rows as Kafka records: key = the ``key`` columns, value = the row, both JSON; headers
+def records(
+    df: DataFrame, sink: KafkaSink, query_id: str, batch_id: int, avro: tuple[int, str] | None = None
+) -> DataFrame:
+    """Rows as Kafka records: key = the ``key`` columns, value = the row, both JSON (the value
+    in the registry's wire format when ``avro`` gives the registered id and schema); headers
     name the query and batch (what a consumer dedupes by, what an operator traces)."""
     headers: list[Column] = [
         F.struct(F.lit(QUERY_HEADER).alias("key"), F.lit(query_id).cast("binary").alias("value")),
@@ -88,17 +94,51 @@ def records(df: DataFrame, sink: KafkaSink, query_id: str, batch_id: int) -> Dat
     ]
     return df.select(
         F.to_json(F.struct(*(F.col(c) for c in sink.key)), MICROS_JSON).alias("key"),
-        F.to_json(F.struct(*(F.col(c) for c in df.columns)), MICROS_JSON).alias("value"),
+        value_of(df, avro).alias("value"),
         F.array(*headers).alias("headers"),
     )
+
+
+def value_of(df: DataFrame, avro: tuple[int, str] | None) -> Column:
+    row = F.struct(*(F.col(c) for c in df.columns))
+    if avro is None:
+        return F.to_json(row, MICROS_JSON)
+    schema_id, schema = avro
+    header = F.lit(bytearray(b"\x00" + schema_id.to_bytes(4, "big")))
+    return F.concat(header, to_avro(row, schema))
+
+
+def avro_schema(spark: SparkSession, df: DataFrame, record: str) -> str:
+    """The Avro schema of the output's rows, as Spark's own ``to_avro`` derives it (its
+    ``SchemaConverters``: a nullable column is a union with null, a timestamp is
+    timestamp-micros): what is registered is exactly what is written."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    struct = spark._jsparkSession.parseDataType(df.schema.json())
+    converters = jvm.org.apache.spark.sql.avro.SchemaConverters  # a Scala object: its static forwarders
+    return str(converters.toAvroType(struct, False, record, "kappa").toString())
 
 
 class KafkaBatchWriter:
     def __init__(self, sink_name: str, sink: KafkaSink, checkpoint: str, trace_path: str | None = None) -> None:
         self.sink_name, self.sink, self.checkpoint, self.trace_path = sink_name, sink, checkpoint, trace_path
         self._query_id: str | None = None
+        self._avro: tuple[int, str] | None = None
         if sink.security is not None and sink.security.protocol != "PLAINTEXT":
             reach(sink.bootstrap_servers, sink.security, f"sinks.{sink_name}")  # before the query, in one line
+
+    def registered(self, df: DataFrame) -> tuple[int, str] | None:
+        """An Avro sink's schema, registered once per query (the registry answers the same
+        schema again with its id): the id its values name."""
+        registry = self.sink.registry
+        if registry is None:
+            return None
+        if self._avro is None:
+            record = re.sub(r"\W", "_", self.sink_name) or "record"
+            schema = avro_schema(df.sparkSession, df, record if not record[0].isdigit() else f"_{record}")
+            where = f"sinks.{self.sink_name}"
+            self._avro = (register(registry.url, registry.subject, schema, where), schema)
+        return self._avro
 
     @property
     def query_id(self) -> str:
@@ -124,7 +164,7 @@ class KafkaBatchWriter:
             entry = earlier.model_copy(update={"again_from": now})
         _record(ckpt, entry)  # the intent, before anything lands in the topic
         (
-            records(df, sink, self.query_id, batch_id)
+            records(df, sink, self.query_id, batch_id, self.registered(df))
             .write.format("kafka")
             .option("kafka.bootstrap.servers", sink.bootstrap_servers)
             .option("topic", sink.topic)

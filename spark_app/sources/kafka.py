@@ -18,8 +18,9 @@ ordering by ``__metadata__.ingestion_ts`` means the same thing on both candidate
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import reduce
-from typing import Any, Literal
+from typing import Literal
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -34,6 +35,7 @@ from spark_app.contract.kafka_security import spark_options
 from spark_app.contract.sources import KafkaSource, OffsetRange
 from spark_app.jvm import GATED_KAFKA_CLASS
 from spark_app.sources.iceberg import schema
+from spark_app.sources.kafka_avro import avro_decoder
 
 METADATA_FIELD = "__metadata__"
 """Struct column of ingestion metadata; filled from the Kafka record when it has `ingestion_ts`."""
@@ -141,8 +143,14 @@ def _metadata_column(struct: StructType) -> Column:
     return F.struct(*fields)
 
 
-def deserialize(raw: DataFrame, schema: StructType) -> DataFrame:
-    """Spark Kafka source rows -> the value schema's columns, in its order (PERMISSIVE JSON).
+Decoder = Callable[[DataFrame, StructType], tuple[DataFrame, Column]]
+"""How a value becomes the value schema's struct: the records (with any columns the decoding
+stages first) and the struct's expression (``sources.kafka_avro``)."""
+
+
+def deserialize(raw: DataFrame, schema: StructType, decode: Decoder | None = None) -> DataFrame:
+    """Spark Kafka source rows -> the value schema's columns, in its order (PERMISSIVE JSON, or
+    ``decode``'s format).
 
     A value that is not valid JSON (or a null tombstone) gives nulls for the value's columns,
     never a failed query; `__metadata__` (if it has `ingestion_ts`) still comes from the record.
@@ -150,13 +158,13 @@ def deserialize(raw: DataFrame, schema: StructType) -> DataFrame:
     metadata = _metadata_struct(schema)
     parsed_fields = [f for f in schema.fields if not (metadata is not None and f.name == METADATA_FIELD)]
     value_col = "__kappa_value__"
-    options: dict[str, Any] = {"mode": "PERMISSIVE"}
+    if decode is None:
+        value = F.from_json(F.col("value").cast("string"), StructType(parsed_fields), {"mode": "PERMISSIVE"})
+    else:
+        raw, value = decode(raw, StructType(parsed_fields))
     # Parse once (kept in its own projection: from_json is not cheap, Spark does not duplicate it),
     # then pick fields: getField is safe for any column name (dots, spaces).
-    staged = raw.select(
-        F.from_json(F.col("value").cast("string"), StructType(parsed_fields), options).alias(value_col),
-        *(F.col(c) for c in ("timestamp", *_RECORD_FIELDS)),
-    )
+    staged = raw.select(value.alias(value_col), *(F.col(c) for c in ("timestamp", *_RECORD_FIELDS)))
     columns: list[Column] = []
     for f in schema.fields:
         if metadata is not None and f.name == METADATA_FIELD:
@@ -231,7 +239,7 @@ def kafka_frame(
         if is_missing_kafka_connector(exc):
             raise ConnectorMissingError(connector_missing_message(name, spark.version, exc)) from exc
         raise
-    return deserialize(without(raw, src.skip), value)
+    return deserialize(without(raw, src.skip), value, avro_decoder(src, f"sources.{name}"))
 
 
 def require_topics(name: str, src: KafkaSource) -> None:

@@ -26,6 +26,7 @@ from tests.unit.kappa_operator.models.test_schema_agreement import (
     CASES,
     RW,
     SJ,
+    avro_named,
     kafka_security_named,
     kafka_when_bootstrapped,
     maximal,
@@ -160,6 +161,7 @@ def maximal_manifest(kind: str) -> dict[str, Any]:
         del spec["initialSnapshot"]["time"]  # exactly one of the two: the number has bounds to test
     kafka_when_bootstrapped(spec)
     kafka_security_named(spec)
+    avro_named(spec)
     return {**example(kind), "spec": spec}
 
 

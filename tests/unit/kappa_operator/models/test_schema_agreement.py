@@ -441,6 +441,19 @@ def kafka_security_named(spec: dict[str, Any]) -> None:
             del client["security"]
 
 
+def avro_named(spec: dict[str, Any]) -> None:
+    """A maximal StreamingJob's Kafka sources and sinks use Avro with the first of
+    spec.schemaRegistries; any other takes neither."""
+    first = next(iter(spec.get("schemaRegistries") or {}), None)
+    clients = [s.get("live", {}) for s in spec.get("sources", {}).values()] + list(spec.get("sinks", {}).values())
+    for client in clients:
+        if client.get("kind") == "kafka" and first is not None:
+            client.update(valueFormat="avro", schemaRegistry=first)
+        else:
+            client.pop("schemaRegistry", None)
+            client.pop("valueFormat", None)
+
+
 def maximal(node: dict[str, Any], name: str = "") -> Any:
     """The largest value ``node`` accepts: every optional field set, every string, list and map
     at its bound (map keys too), the longest enum value and integer."""
@@ -505,6 +518,7 @@ def test_a_maximal_manifest_is_accepted_by_both_and_within_the_bound(kind: str) 
         del spec["initialSnapshot"]["batchId"]  # exactly one of the two: the time is the longer
     kafka_when_bootstrapped(spec)
     kafka_security_named(spec)
+    avro_named(spec)
     manifest = {**example(kind), "spec": spec}
     _, errors = admit(crd(kind), manifest)
     assert errors == []

@@ -34,6 +34,7 @@ def test_the_files_are_where_the_secrets_are_mounted() -> None:
     )
     volumes, mounts = secret_volumes([spec])
     assert [v["secret"]["secretName"] for v in volumes] == ["kafka-user", "kafka-ca", "kafka-client"]
+    assert {v["secret"]["defaultMode"] for v in volumes} == {0o444}, "Spark's user (185) is not the files' owner"
     assert all(m["readOnly"] and m["mountPath"].startswith("/etc/kappa/kafka/") for m in mounts)
     assert {m["name"] for m in mounts} == {v["name"] for v in volumes}
     assert "kafka.sasl.jaas.config" in spark_options(sec)

@@ -1,0 +1,216 @@
+"""Avro values in the schema registry's wire format, decoded into the value schema's columns
+with Spark's own ``from_avro``: one branch per writer schema the registry holds when the query
+starts, each record decoded with the schema its id names.
+
+The wire format (Confluent's, which Apicurio's and Karapace's serializers write too): a zero
+byte, the writer schema's id as four big-endian bytes, then the Avro binary record. ``from_avro``
+needs the writer's schema, so the decoding is a ``CASE`` on the id, fixed per query: no Python
+per record, and the JVM decodes at Spark's own speed.
+
+Each writer's record is resolved into the value schema as Avro resolves a writer against a
+reader: a column is the writer's field of that name, cast to the column's type; a field the
+writer lacks (a v1 record read after v2 added it) takes the default the newest registered
+version gives it, else null. A compatible new version is so read without anyone restarting
+anything: a record that names an id the query did not know stops the query with
+``NEW_SCHEMA``, and the driver (``apps.run``) asks the registry for that id, builds the query
+again with it and starts it from its checkpoint, where the batch that met the record was not
+committed.
+
+A record that cannot be decoded (no magic byte, a truncated or corrupt record) and an id the
+registry does not know stop the query at that record, with its topic, partition and offset
+(``UNDECODABLE``, ``UNKNOWN_ID``): nothing past it is written."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro
+from pyspark.sql.types import StructType
+
+from spark_app.contract.errors import KappaError
+from spark_app.contract.schema_registry import RegisteredSchema, schema_by_id, subject_schemas
+from spark_app.contract.sources import KafkaSource
+
+NEW_SCHEMA = "KAPPA_NEW_SCHEMA_ID"
+"""Marks the failure of a record whose schema id the query did not know (``learned``)."""
+UNDECODABLE = "KAPPA_UNDECODABLE"
+"""Marks the failure of a record that does not decode; the rest of the message says which."""
+_NEW = re.compile(NEW_SCHEMA + r" (?P<id>\d+) (?P<where>[^\n]*?)(?: \|\||$)", re.MULTILINE)
+_BAD = re.compile(UNDECODABLE + r" (?P<said>[^\n]*?)(?: \|\||$)", re.MULTILINE)
+_RAW = "__kappa_avro_{}__"
+MAGIC = bytes([0])
+
+
+class UnknownSchemaIdError(KappaError):
+    """A record names a schema id the registry does not have: no run can decode it."""
+
+
+class UndecodableRecordError(KappaError):
+    """A record that is not the wire format, or whose bytes its writer schema cannot decode."""
+
+
+@dataclass
+class Learned:
+    """Schema ids met while the run runs that no subject listed when its query started (a
+    version registered since, or one registered under another subject): asked for by id from
+    then on. One per process, cleared when a run starts (``apps.run``); the restarts of the
+    run's queries keep it."""
+
+    ids: set[int] = field(default_factory=set)
+
+
+LEARNED = Learned()
+
+
+@dataclass(frozen=True)
+class Writers:
+    """The writer schemas one query decodes with (id -> Avro schema, JSON), and the defaults of
+    the newest version's fields (what a record written before a field existed reads)."""
+
+    schemas: Mapping[int, str]
+    defaults: Mapping[str, Any]
+
+
+def known_writers(src: KafkaSource, where: str, learned: Iterable[int] = ()) -> Writers:
+    """Asks the registry once for every version of the source's subjects, and by id for the
+    ``learned`` ones."""
+    assert src.registry is not None
+    url = src.registry.url
+    versions: list[RegisteredSchema] = [v for s in src.registry.subjects for v in subject_schemas(url, s, where)]
+    schemas = {v.id: v.schema for v in versions}
+    for schema_id in sorted(set(learned) - set(schemas)):
+        found = schema_by_id(url, schema_id, where)
+        if found is not None:
+            schemas[schema_id] = found
+    # the reader's defaults: the newest version's (ids grow with registration in every registry)
+    newest = max(versions, key=lambda v: v.version).schema if versions else schemas.get(max(schemas, default=-1))
+    return Writers(schemas, field_defaults(newest) if newest else {})
+
+
+def field_defaults(schema: str) -> dict[str, Any]:
+    """The top-level record's fields that declare a default: name -> default."""
+    parsed = json.loads(schema)
+    return {f["name"]: f["default"] for f in parsed.get("fields", []) if isinstance(f, dict) and "default" in f}
+
+
+def field_names(schema: str) -> set[str]:
+    return {f["name"] for f in json.loads(schema).get("fields", []) if isinstance(f, dict)}
+
+
+def required_fields(schema: str) -> list[str]:
+    """The top-level fields that cannot be null (no union with null): what tells a record that
+    did not decode, which ``from_avro`` in PERMISSIVE mode gives as a struct of nulls."""
+    out = []
+    for f in json.loads(schema).get("fields", []):
+        kind = f.get("type") if isinstance(f, dict) else None
+        if not (isinstance(kind, list) and "null" in kind) and kind != "null":
+            out.append(f["name"])
+    return out
+
+
+def failed_decode(record: Column, schema: str) -> Column:
+    """Whether ``record`` (``from_avro``'s, PERMISSIVE) is a record that did not decode: every
+    field that cannot be null is null. A writer whose fields may all be null cannot tell, and
+    its all-null records are taken as they read."""
+    required = required_fields(schema)
+    if not required:
+        return record.isNull()
+    return record.isNull() | reduce(lambda a, b: a & b, [record.getField(n).isNull() for n in required])
+
+
+def avro_decoder(src: KafkaSource, where: str) -> Any:
+    """The ``deserialize`` decoder of an Avro source (None for JSON): its writers asked of the
+    registry now, as the query is built."""
+    if src.value_format != "avro":
+        return None
+    writers = known_writers(src, where, LEARNED.ids)
+
+    def decode(raw: DataFrame, target: StructType) -> tuple[DataFrame, Column]:
+        return decoded(raw, target, writers, where)
+
+    return decode
+
+
+def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str) -> tuple[DataFrame, Column]:
+    """Stage one decodes each record once, into the column of its writer's id (the others stay
+    null: a ``CASE`` evaluates only the branch it takes); stage two resolves that column into
+    ``target``'s struct, or stops at a record that did not decode. Two projections, so Spark
+    does not repeat ``from_avro`` for each field it reads (it keeps a projection whose costly
+    expression the next one reads more than once)."""
+    value = F.col("value")
+    wire = (F.length(value) >= 5) & (F.substring(value, 1, 1) == F.lit(bytearray(MAGIC)))
+    schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
+    payload = F.expr("substring(value, 6)")
+    staged = raw.select(
+        "*",
+        wire.alias(_RAW.format("wire")),
+        schema_id.alias(_RAW.format("id")),
+        *(
+            F.when(wire & (schema_id == k), from_avro(payload, w, {"mode": "PERMISSIVE"})).alias(_RAW.format(k))
+            for k, w in writers.schemas.items()
+        ),
+    )
+    at = F.concat(
+        F.lit(f"{where}: the record at "),
+        F.col("topic"),
+        F.lit("["),
+        F.col("partition").cast("string"),
+        F.lit("] offset "),
+        F.col("offset").cast("string"),
+    )
+    found_id = F.col(_RAW.format("id")).cast("string")
+    not_wire = F.raise_error(
+        F.concat(
+            F.lit(UNDECODABLE + " "),
+            at,
+            F.lit(" is not in the schema registry's wire format (a zero byte, then a schema id) ||"),
+        )
+    )
+    failed = F.lit(" does not decode with schema id ")
+    bad_record = F.raise_error(F.concat(F.lit(UNDECODABLE + " "), at, failed, found_id, F.lit(", which it names ||")))
+    new_id = F.raise_error(F.concat(F.lit(NEW_SCHEMA + " "), found_id, F.lit(" "), at, F.lit(" ||")))
+    out = F.when(F.col("value").isNull(), F.lit(None)).when(~F.col(_RAW.format("wire")), not_wire)
+    for k, w in writers.schemas.items():
+        raw_k = F.col(_RAW.format(k))
+        out = out.when(
+            F.col(_RAW.format("id")) == k,
+            F.when(failed_decode(raw_k, w), bad_record).otherwise(
+                resolved(raw_k, field_names(w), target, writers.defaults)
+            ),
+        )
+    return staged, out.otherwise(new_id)
+
+
+def resolved(record: Column, has: set[str], target: StructType, defaults: Mapping[str, Any]) -> Column:
+    """The writer's record as ``target``'s struct: its field of each column's name, else the
+    newest version's default, else null; each cast to the column's type."""
+    columns = []
+    for f in target.fields:
+        if f.name in has:
+            source = record.getField(f.name)
+        elif defaults.get(f.name) is not None:
+            source = F.lit(defaults[f.name])
+        else:
+            source = F.lit(None)
+        columns.append(source.cast(f.dataType).alias(f.name))
+    return F.struct(*columns)
+
+
+def new_schema_id(failure: BaseException | str) -> tuple[int, str] | None:
+    """The schema id (and the record's place) a query stopped at for not knowing it, if that is
+    why it stopped."""
+    found = _NEW.search(str(failure))
+    return (int(found["id"]), found["where"]) if found else None
+
+
+def undecodable(failure: BaseException | str) -> str | None:
+    """The one line a query that stopped at an undecodable record says (no Java trace)."""
+    found = _BAD.search(str(failure))
+    return found["said"] if found else None
