@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+from pyspark.sql.types import StructType
 
 from spark_app.jvm import KNOWN_FILES
 
@@ -96,3 +97,14 @@ def known_files(
     known = functools.reduce(getattr, KNOWN_FILES.split("."), spark._jvm)
     jdf = known.parquet(spark._jsparkSession, list(paths), list(sizes), schema_json, dict(options))
     return ClassicDataFrame(jdf, spark)
+
+
+def avro_schema(spark: SparkSession, schema: StructType, record: str) -> str:
+    """The Avro schema of rows of ``schema``, as Spark's own ``to_avro`` derives it (its
+    ``SchemaConverters``: a nullable column is a union with null, a timestamp is
+    timestamp-micros): what an Avro Kafka sink registers is exactly what it writes."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    struct = spark._jsparkSession.parseDataType(schema.json())
+    converters = jvm.org.apache.spark.sql.avro.SchemaConverters  # a Scala object: its static forwarders
+    return str(converters.toAvroType(struct, False, record, "kappa").toString())

@@ -25,7 +25,7 @@ import logging
 import re
 
 from pydantic import BaseModel, ConfigDict
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import to_avro
 
@@ -37,6 +37,7 @@ from spark_app.contract.schema_registry import register
 from spark_app.contract.sinks import KafkaSink
 from spark_app.contract.storage import Location, open_location
 from spark_app.contract.trace import trace
+from spark_app.jvm.calls import avro_schema
 from spark_app.sinks.iceberg.writer import checkpoint_query_id
 
 log = logging.getLogger("kappa.sink")
@@ -108,17 +109,6 @@ def value_of(df: DataFrame, avro: tuple[int, str] | None) -> Column:
     return F.concat(header, to_avro(row, schema))
 
 
-def avro_schema(spark: SparkSession, df: DataFrame, record: str) -> str:
-    """The Avro schema of the output's rows, as Spark's own ``to_avro`` derives it (its
-    ``SchemaConverters``: a nullable column is a union with null, a timestamp is
-    timestamp-micros): what is registered is exactly what is written."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    struct = spark._jsparkSession.parseDataType(df.schema.json())
-    converters = jvm.org.apache.spark.sql.avro.SchemaConverters  # a Scala object: its static forwarders
-    return str(converters.toAvroType(struct, False, record, "kappa").toString())
-
-
 class KafkaBatchWriter:
     def __init__(self, sink_name: str, sink: KafkaSink, checkpoint: str, trace_path: str | None = None) -> None:
         self.sink_name, self.sink, self.checkpoint, self.trace_path = sink_name, sink, checkpoint, trace_path
@@ -135,7 +125,7 @@ class KafkaBatchWriter:
             return None
         if self._avro is None:
             record = re.sub(r"\W", "_", self.sink_name) or "record"
-            schema = avro_schema(df.sparkSession, df, record if not record[0].isdigit() else f"_{record}")
+            schema = avro_schema(df.sparkSession, df.schema, record if not record[0].isdigit() else f"_{record}")
             where = f"sinks.{self.sink_name}"
             self._avro = (register(registry.url, registry.subject, schema, where), schema)
         return self._avro

@@ -18,7 +18,6 @@ ordering by ``__metadata__.ingestion_ts`` means the same thing on both candidate
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from functools import reduce
 from typing import Literal
 
@@ -35,7 +34,7 @@ from spark_app.contract.kafka_security import spark_options
 from spark_app.contract.sources import KafkaSource, OffsetRange
 from spark_app.jvm import GATED_KAFKA_CLASS
 from spark_app.sources.iceberg import schema
-from spark_app.sources.kafka_avro import avro_decoder
+from spark_app.sources.kafka_avro import Decoder, avro_decoder
 
 METADATA_FIELD = "__metadata__"
 """Struct column of ingestion metadata; filled from the Kafka record when it has `ingestion_ts`."""
@@ -141,11 +140,6 @@ def _metadata_column(struct: StructType) -> Column:
             source = F.lit(None)
         fields.append(source.cast(f.dataType).alias(f.name))
     return F.struct(*fields)
-
-
-Decoder = Callable[[DataFrame, StructType], tuple[DataFrame, Column]]
-"""How a value becomes the value schema's struct: the records (with any columns the decoding
-stages first) and the struct's expression (``sources.kafka_avro``)."""
 
 
 def deserialize(raw: DataFrame, schema: StructType, decode: Decoder | None = None) -> DataFrame:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -45,6 +45,9 @@ UNDECODABLE = "KAPPA_UNDECODABLE"
 _NEW = re.compile(NEW_SCHEMA + r" (?P<id>\d+) (?P<where>[^\n]*?)(?: \|\||$)", re.MULTILINE)
 _BAD = re.compile(UNDECODABLE + r" (?P<said>[^\n]*?)(?: \|\||$)", re.MULTILINE)
 _RAW = "__kappa_avro_{}__"
+Decoder = Callable[[DataFrame, StructType], tuple[DataFrame, Column]]
+"""How a value becomes the value schema's struct (``sources.kafka.deserialize``): the records,
+with any columns the decoding stages first, and the struct's expression."""
 MAGIC = bytes([0])
 
 
@@ -125,7 +128,7 @@ def failed_decode(record: Column, schema: str) -> Column:
     return record.isNull() | reduce(lambda a, b: a & b, [record.getField(n).isNull() for n in required])
 
 
-def avro_decoder(src: KafkaSource, where: str) -> Any:
+def avro_decoder(src: KafkaSource, where: str) -> Decoder | None:
     """The ``deserialize`` decoder of an Avro source (None for JSON): its writers asked of the
     registry now, as the query is built."""
     if src.value_format != "avro":
