@@ -536,7 +536,7 @@ def test_a_streaming_job_reads_the_kafka_broker_from_its_pods(cluster: LocalClus
         print(f"rotated to a wrong password -> refusal on the job: {time.monotonic() - rotated:.1f} s")
         message = status["message"]
         listener = f"SASL_SSL listener {cluster.broker.bootstrap_of(SASL_SSL)}"
-        assert "source impressions" in message and listener in message, message
+        assert f"sources.impressions: {listener}: " in message, message
         assert "check the username and password keys" in message, message
         assert "\tat " not in message and "Traceback" not in message, "one line, no trace"
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
