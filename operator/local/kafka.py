@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -35,6 +34,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from kappa_operator.local.processes import stop_group
 from spark_app import jars
 from spark_app.contract.errors import ConfigError
 
@@ -284,13 +284,7 @@ class KafkaBroker:
         if self._stopped:
             return
         self._stopped = True
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
 
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap})

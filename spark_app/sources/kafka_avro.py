@@ -148,18 +148,18 @@ def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str) ->
     does not repeat ``from_avro`` for each field it reads (it keeps a projection whose costly
     expression the next one reads more than once)."""
     value = F.col("value")
-    wire = (F.length(value) >= 5) & (F.substring(value, 1, 1) == F.lit(bytearray(MAGIC)))
-    schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
+    header = F.substring(value, 1, 5)  # the zero byte and the id: compared as bytes, no conversion per record
     payload = F.expr("substring(value, 6)")
     staged = raw.select(
         "*",
-        wire.alias(_RAW.format("wire")),
-        schema_id.alias(_RAW.format("id")),
+        header.alias(_RAW.format("header")),
         *(
-            F.when(wire & (schema_id == k), from_avro(payload, w, {"mode": "PERMISSIVE"})).alias(_RAW.format(k))
+            F.when(header == F.lit(wire_header(k)), from_avro(payload, w, {"mode": "PERMISSIVE"})).alias(_RAW.format(k))
             for k, w in writers.schemas.items()
         ),
     )
+    staged_header = F.col(_RAW.format("header"))
+    wire = (F.length(staged_header) == 5) & (F.substring(staged_header, 1, 1) == F.lit(bytearray(MAGIC)))
     at = F.concat(
         F.lit(f"{where}: the record at "),
         F.col("topic"),
@@ -168,7 +168,7 @@ def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str) ->
         F.lit("] offset "),
         F.col("offset").cast("string"),
     )
-    found_id = F.col(_RAW.format("id")).cast("string")
+    found_id = F.conv(F.hex(F.substring(staged_header, 2, 4)), 16, 10)  # read only in the messages
     not_wire = F.raise_error(
         F.concat(
             F.lit(UNDECODABLE + " "),
@@ -179,16 +179,21 @@ def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str) ->
     failed = F.lit(" does not decode with schema id ")
     bad_record = F.raise_error(F.concat(F.lit(UNDECODABLE + " "), at, failed, found_id, F.lit(", which it names ||")))
     new_id = F.raise_error(F.concat(F.lit(NEW_SCHEMA + " "), found_id, F.lit(" "), at, F.lit(" ||")))
-    out = F.when(F.col("value").isNull(), F.lit(None)).when(~F.col(_RAW.format("wire")), not_wire)
+    out = F.when(F.col("value").isNull(), F.lit(None))
     for k, w in writers.schemas.items():
         raw_k = F.col(_RAW.format(k))
         out = out.when(
-            F.col(_RAW.format("id")) == k,
+            staged_header == F.lit(wire_header(k)),
             F.when(failed_decode(raw_k, w), bad_record).otherwise(
                 resolved(raw_k, field_names(w), target, writers.defaults)
             ),
         )
-    return staged, out.otherwise(new_id)
+    return staged, out.when(~wire, not_wire).otherwise(new_id)
+
+
+def wire_header(schema_id: int) -> bytearray:
+    """The five bytes a record written with ``schema_id`` starts with."""
+    return bytearray(MAGIC + schema_id.to_bytes(4, "big"))
 
 
 def resolved(record: Column, has: set[str], target: StructType, defaults: Mapping[str, Any]) -> Column:

@@ -106,6 +106,22 @@ def handmade_checkpoint(root: Path, offsets: dict[str, dict[str, int]]) -> None:
     (root / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
 
 
+def rewound_to_batch_0(
+    plane: ControlPlane, ns: str, job: dict[str, Any], tmp_path: Path, offsets: dict[str, dict[str, int]]
+) -> dict[str, Any]:
+    """``job`` created with a snapshot of batch 0 that had read to ``offsets``, and a Rewind to
+    it, refused by the retention check: the Rewind's status."""
+    sink = next(iter(job["spec"]["sinks"]))
+    handmade_checkpoint(tmp_path / "ck" / "live" / sink, offsets)
+    assert externalize(open_location(str(tmp_path / "ck" / "live" / sink)), open_location(str(tmp_path / "ext" / sink)))
+    create(plane, job)
+    rewind = example("rmi-rewind.yaml", ns, "rmi-kafka-back", jobRef={"name": "rmi-kafka"}, target={"batchId": 0})
+    create(plane, rewind)
+    s = eventually(lambda: in_phase(plane, "Rewind", ns, "rmi-kafka-back", "Failed"), "the Rewind refused", 60)
+    assert [c["reason"] for c in s["conditions"] if c["type"] == "Failed"] == ["KafkaOffsetsExpired"], s
+    return dict(s)
+
+
 def test_a_rewind_whose_kafka_offsets_are_gone_fails_before_stopping_the_job(
     control_plane: ControlPlane,
     in_process_operator: InProcess,
@@ -126,15 +142,7 @@ def test_a_rewind_whose_kafka_offsets_are_gone_fails_before_stopping_the_job(
         checkpoints={"location": str(tmp_path / "ck"), "externalLocation": str(tmp_path / "ext")},
     )
     job["spec"]["sources"]["impressions"]["live"] = live
-    sink = next(iter(job["spec"]["sinks"]))
-    handmade_checkpoint(tmp_path / "ck" / "live" / sink, {topic: {"0": 5, "1": 3}})
-    assert externalize(open_location(str(tmp_path / "ck" / "live" / sink)), open_location(str(tmp_path / "ext" / sink)))
-    create(plane, job)
-    rewind = example("rmi-rewind.yaml", ns, "rmi-kafka-back", jobRef={"name": "rmi-kafka"}, target={"batchId": 0})
-    create(plane, rewind)
-
-    s = eventually(lambda: in_phase(plane, "Rewind", ns, "rmi-kafka-back", "Failed"), "the Rewind refused", 60)
-    assert [c["reason"] for c in s["conditions"] if c["type"] == "Failed"] == ["KafkaOffsetsExpired"]
+    s = rewound_to_batch_0(plane, ns, job, tmp_path, {topic: {"0": 5, "1": 3}})
     assert f"{topic}[0] from offset 5 (the partition no longer exists)" in s["message"]
     assert f"{topic}[1] from offset 3" in s["message"]
     assert "Nothing was stopped" in s["message"] and "Backfill" in s["message"]
@@ -185,15 +193,7 @@ def test_a_rewind_asks_a_secured_listener_with_the_jobs_secrets_and_finds_the_de
     job["spec"]["sources"]["impressions"]["live"].update(
         bootstrapServers=kafka_broker.bootstrap_of("SASL_SSL"), topic=topic
     )
-    sink = next(iter(job["spec"]["sinks"]))
-    handmade_checkpoint(tmp_path / "ck" / "live" / sink, {topic: {"0": 1, "1": 2}})
-    assert externalize(open_location(str(tmp_path / "ck" / "live" / sink)), open_location(str(tmp_path / "ext" / sink)))
-    create(plane, job)
-    rewind = example("rmi-rewind.yaml", ns, "rmi-kafka-back", jobRef={"name": "rmi-kafka"}, target={"batchId": 0})
-    create(plane, rewind)
-
-    s = eventually(lambda: in_phase(plane, "Rewind", ns, "rmi-kafka-back", "Failed"), "the Rewind refused", 60)
-    assert [c["reason"] for c in s["conditions"] if c["type"] == "Failed"] == ["KafkaOffsetsExpired"], s
+    s = rewound_to_batch_0(plane, ns, job, tmp_path, {topic: {"0": 1, "1": 2}})
     assert f"(2 records): {topic}[0] offsets 1..2." in s["message"], s["message"]
     assert f"{topic}[1]" not in s["message"], "partition 1 still holds offset 2"
     events = plane.admin.get(path_of("Event", ns)).body["items"]

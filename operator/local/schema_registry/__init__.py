@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.request
@@ -25,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kappa_operator.local.kafka import free_port
+from kappa_operator.local.processes import stop_group
 from spark_app import jars
 from spark_app.contract.errors import ConfigError
 
@@ -167,10 +166,4 @@ class SchemaRegistry:
         if self._stopped:
             return
         self._stopped = True
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
