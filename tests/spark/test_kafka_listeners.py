@@ -190,3 +190,11 @@ def test_a_live_job_reads_a_sasl_ssl_topic_and_writes_through_mtls_with_no_secre
     assert {r["impression_id"]: r["user_id"] for r in rows} == {f"i{i}": i for i in range(10)}
     said = str(result.progress) + str(spark.sparkContext.getConf().getAll())
     assert SCRAM_PASSWORD not in said and "BEGIN PRIVATE KEY" not in said
+    # nor in anything the run wrote: the checkpoint, its offsets and commits, the `_kappa`
+    # reports (progress, lag) and the sink's produced-offsets records
+    assert certified.tls is not None and certified.tls.key_file is not None
+    key = Path(certified.tls.key_file).read_text().splitlines()[1]  # a line of the key itself
+    written = {p: p.read_bytes() for p in (tmp_path / "ck").rglob("*") if p.is_file()}
+    assert any("_kappa" in str(p) for p in written), "the live run's reports are among them"
+    leaked = [str(p) for p, data in written.items() if SCRAM_PASSWORD.encode() in data or key.encode() in data]
+    assert leaked == [], "a secret in what the run wrote"
