@@ -182,6 +182,39 @@ def test_the_seam_record_by_record(spark: SparkSession, story: dict[str, Any], t
         assert all((partition, o) in seen for o in around), f"partition {partition}: every record around the switch"
 
 
+def test_a_bootstrap_takes_over_its_topic_through_a_sasl_ssl_listener(
+    spark: SparkSession, story: dict[str, Any], tmp_path: Path
+) -> None:
+    """The same copy bootstrap as above with the topic read through the broker's SASL_SSL
+    listener (SCRAM over TLS, credentials from files as a Secret's mount gives them): the gated
+    Kafka source takes the security block's options as Spark's own does, and the output is the
+    plaintext run's, record for record."""
+    from kappa_operator.local.kafka import SASL_SSL
+    from tests.conftest import KAFKA_USERS
+    from tests.spark.test_kafka_listeners import sasl_ssl
+
+    s: Story = story["story"]
+    ((user, password),) = KAFKA_USERS["SCRAM-SHA-512"].items()
+    security = sasl_ssl(s.broker, tmp_path, "SCRAM-SHA-512", user, password)
+    plain = bootstrap_config(s, tmp_path / "plain", "copy", ("impressions",))
+    raw = bootstrap_config(s, tmp_path / "secured", "copy", ("impressions",)).model_dump(
+        by_alias=True, exclude_none=True, mode="json"
+    )
+    raw["sources"]["impressions"].update(
+        bootstrapServers=s.broker.bootstrap_of(SASL_SSL), security=security.model_dump(by_alias=True, exclude_none=True)
+    )
+    run(plain, spark)
+    run(parse_config(raw), spark)
+    secured_rows = rows_of(spark, tmp_path / "secured" / "out")
+    assert secured_rows == rows_of(spark, tmp_path / "plain" / "out") and secured_rows
+    record = read_record(*record_location(parse_config(raw)))
+    assert record is not None and record.switched, "it switched to the topic, through SASL_SSL"
+
+
+def rows_of(spark: SparkSession, path: Path) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in spark.read.parquet(str(path)).drop("__metadata__").collect())
+
+
 def test_a_driver_killed_at_the_switch_resumes_to_every_record_once(
     spark: SparkSession, story: dict[str, Any], tmp_path: Path
 ) -> None:
