@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import replace
 from urllib.parse import quote, urlsplit
 
 from spark_app.contract.alignment import HELD, GroupView, ReadCount
@@ -159,4 +160,4 @@ class HttpWatermarkProvider:
         log.warning("coordinator unreachable (%s); keeping the last bound, retrying in %.1fs", exc, pause)
         time.sleep(pause)
         # Nothing beyond the last bound: the last view, or held if there never was one.
-        return self._last if self._last is not None else GroupView(HELD)
+        return replace(self._last, stale=True) if self._last is not None else GroupView(HELD, stale=True)

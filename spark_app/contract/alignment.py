@@ -43,6 +43,9 @@ class GroupView:
     """The watermark over members outside the reporter's query (None: there are none): what
     a batch's admission rounds cannot move. ``HELD`` when unknown (an older coordinator, a
     view not asked for a query), which allows no further rounds."""
+    stale: bool = field(default=False, compare=False)
+    """The last view the coordinator gave, kept while it is unreachable: the members' reports
+    since are not in it (this query's own mates' included)."""
 
     def bound(self, drift_us: int) -> int | None:
         return drift_bound(self.global_watermark, drift_us)
@@ -99,6 +102,17 @@ def held_outside(view: GroupView, member: str) -> bool:
     global watermark, within any bound)."""
     query = query_of(member)
     return bool(view.holders) and all(query_of(h) != query for h in view.holders)
+
+
+def waits_for_group(view: GroupView, member: str) -> bool:
+    """Whether a source throttled to nothing under AvailableNow waits (instead of returning its
+    start offset, which ends its query before it read its window): held from outside its query
+    (``held_outside``), or the view is stale. A stale view may name a mate of its own query as
+    the holder although the mate has since read on: the coordinator, unreachable, has not heard
+    (both operator replicas killed under a backfill, tests/node/test_node_failover.py), so the
+    batch would admit nothing. Waiting lasts until the coordinator answers again, or fails the
+    query at ``coordinator.timeout``."""
+    return view.stale or held_outside(view, member)
 
 
 def global_view(members: tuple[str, ...], reported: dict[str, int | None], query: str | None = None) -> GroupView:

@@ -18,7 +18,7 @@ from spark_app.alignment.http import HttpWatermarkProvider
 from spark_app.alignment.local import LocalWatermarkProvider
 from spark_app.alignment.reads import ReadLedger, job_of, ledger_file
 from spark_app.alignment.round_record import QueryRounds
-from spark_app.contract.alignment import GroupView, ReadCount, WatermarkProvider, held_outside, query_of
+from spark_app.contract.alignment import GroupView, ReadCount, WatermarkProvider, query_of, waits_for_group
 from spark_app.contract.errors import (
     IncompleteBackfillError,
     PlanChangedError,
@@ -237,11 +237,12 @@ class BackfillReader(IcebergReader):
             if (
                 decision.end > position
                 or wm is None
+                or position >= len(splits)
                 or not getattr(self, "_available_now", False)
-                or not held_outside(view, self.spec.member)
+                or not waits_for_group(view, self.spec.member)
             ):
                 return decision, view, bound
-            # Held by a member of another query: returning our start offset would end this query.
+            # Held by a member of another query, or a stale view: our start offset would end this query.
             if view.missing and waited >= self._hold_limit():
                 raise IncompleteBackfillError(
                     f"{self.spec.member} waited {waited:.0f}s for alignment group {self.spec.group!r} members that "
@@ -253,7 +254,7 @@ class BackfillReader(IcebergReader):
                 log.info(
                     "%s waits for %s (global %s, bound %s)",
                     self.spec.member,
-                    ", ".join(view.holders),
+                    "the coordinator (unreachable: its last view kept)" if view.stale else ", ".join(view.holders),
                     view.global_watermark,
                     bound,
                 )

@@ -119,15 +119,18 @@ def _free_port() -> int:
 
 def test_the_client_keeps_the_last_bound_while_unreachable_then_fails(tmp_path: Path) -> None:
     never = provider(f"http://127.0.0.1:{_free_port()}", timeout=0.3)
-    assert never.report("a", 1).global_watermark == HELD, "no answer yet: admit nothing"
+    first = never.report("a", 1)
+    assert first.global_watermark == HELD and first.stale, "no answer yet: admit nothing"
     store = GroupStore(tmp_path / "groups.json")
     c = EmbeddedCoordinator(Service(TOKEN, store)).start()
     declare(c.url, members=("a",))
     p = provider(c.url, timeout=0.6)
-    assert p.report("a", 7 * MIN).global_watermark == 7 * MIN
+    answered = p.report("a", 7 * MIN)
+    assert answered.global_watermark == 7 * MIN and not answered.stale
     c.stop()
     started = time.monotonic()
-    assert p.report("a", 8 * MIN).global_watermark == 7 * MIN, "the last bound, nothing beyond it"
+    kept = p.report("a", 8 * MIN)
+    assert kept.global_watermark == 7 * MIN and kept.stale, "the last bound, nothing beyond it, said stale"
     with pytest.raises(CoordinatorUnavailableError, match="unreachable"):
         while time.monotonic() - started < 10:
             p.report("a", 8 * MIN)

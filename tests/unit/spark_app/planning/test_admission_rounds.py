@@ -12,13 +12,14 @@ end it before it read its window."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from spark_app.contract.alignment import HELD, GroupView, global_view, held_outside
+from spark_app.contract.alignment import HELD, GroupView, global_view, held_outside, waits_for_group
 from spark_app.planning.admission import Admission, Limits
 from spark_app.planning.forecast import Member, Simulation, simulate
 from spark_app.planning.rounds import (
@@ -235,6 +236,16 @@ def test_a_source_waits_only_when_no_holder_is_in_its_query() -> None:
     assert not held_outside(GroupView(26 * S, (), ("j/q0/a", "j/q1/c")), "j/q1/b")
     assert held_outside(GroupView(HELD, ("j/q0/a",), ("j/q0/a",)), "j/q1/b"), "a missing member holds too"
     assert not held_outside(GroupView(None), "j/q1/b"), "every member finished"
+
+
+def test_a_stale_view_makes_a_source_wait_even_for_a_holder_of_its_own_query() -> None:
+    """The coordinator unreachable: the kept view names a mate as the holder though the mate
+    read on since; admitting nothing would end an AvailableNow query short of its window."""
+    fresh = GroupView(26 * S, (), ("j/q0/a",))
+    assert not waits_for_group(fresh, "j/q0/c"), "a holder in its own query admits in the same batch"
+    assert waits_for_group(replace(fresh, stale=True), "j/q0/c")
+    assert waits_for_group(fresh, "j/q1/b"), "held from outside: as before"
+    assert replace(fresh, stale=True) == fresh, "staleness is not part of what the view says"
 
 
 def test_sparse_history_takes_a_few_batches_instead_of_one_per_drift() -> None:
