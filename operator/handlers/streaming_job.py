@@ -140,7 +140,7 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     drain = job.status.node_drain if job.status else None
     left = app is None and drain is not None and drain.step == "Moving" and driver_left(owner.namespace, owner.app_name)
     named = job.spec.secrets_in_use
-    secrets = ctx().cluster().secret_versions(owner.namespace, named) if named else None
+    secrets = secret_versions_now(owner.namespace, named) if named else None
     intent = decide_streaming_job(
         job,
         app,

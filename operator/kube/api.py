@@ -312,10 +312,6 @@ class Cluster:
             owner,
         )
 
-    def missing_secrets(self, namespace: str, names: Iterable[str]) -> tuple[str, ...]:
-        """Those of ``names`` that do not exist in ``namespace``."""
-        return tuple(name for name, version in self.secret_versions(namespace, names).items() if version is None)
-
     def secret_versions(self, namespace: str, names: Iterable[str]) -> dict[str, str | None]:
         """Each of ``names``' ``resourceVersion`` in ``namespace`` (None: it does not exist): a
         new one means its values changed. Each is read as metadata only
