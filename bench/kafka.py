@@ -247,12 +247,12 @@ def alternating(runs: dict[str, Any], repeat: int, records: int, work: Path, lab
 
 
 def avro(spark: Any, broker: Any, registry: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from spark_app.contract.schema_registry import register
+    from spark_app.contract.schema_registry import SchemaRegistryAccess, register
 
     topic = f"bench-avro-{uuid.uuid4().hex[:8]}"
     broker.create_topic(topic, partitions=2)
     writer = json.dumps(AVRO_SCHEMA)
-    schema_id = register(registry.url, f"{topic}-value", writer, "bench")
+    schema_id = register(SchemaRegistryAccess(url=registry.url), f"{topic}-value", writer, "bench")
     produce_s = fill_avro(broker.bootstrap, topic, args.records, schema_id)
     source = {"valueFormat": "avro", "registry": {"url": registry.url, "subjects": [f"{topic}-value"]}}
     times = alternating(

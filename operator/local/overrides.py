@@ -213,34 +213,35 @@ SECRET_FILES = ("usernameFile", "passwordFile", "caFile", "certFile", "keyFile")
 
 
 def local_secrets(data: dict[str, Any], root: Path | None) -> list[str]:
-    """Point every Kafka ``security`` block of the JobConfig ``data`` at ``root/<secret>/<key>``
-    instead of the pods' mounts (in place), and say which Secrets were read from where. A job
-    that names Secrets needs ``root``, and every file it names: refused otherwise, naming both."""
-    blocks = [
-        (f"{part}.{name}", entry["security"])
-        for part in ("sources", "sinks")
-        for name, entry in (data.get(part) or {}).items()
-        if entry.get("security")
-    ]
+    """Point every Kafka ``security`` block and schema ``registry`` of the JobConfig ``data`` at
+    ``root/<secret>/<key>`` instead of the pods' mounts (in place), and say which Secrets were
+    read from where. A job that names Secrets needs ``root``, and every file it names: refused
+    otherwise, naming both."""
+    holders = []
+    for part in ("sources", "sinks"):
+        for name, entry in (data.get(part) or {}).items():
+            security = entry.get("security") or {}
+            where = f"{part}.{name}"
+            holders += [(f"{where}.security", security.get("sasl")), (f"{where}.security", security.get("tls"))]
+            holders.append((f"{where}.registry", entry.get("registry")))
     used: dict[str, Path] = {}
-    for where, block in blocks:
-        for files in (block.get("sasl") or {}, block.get("tls") or {}):
-            for key in SECRET_FILES:
-                mounted = files.get(key)
-                if mounted is None or not mounted.startswith(f"{MOUNT_ROOT}/"):
-                    continue
-                secret, _, item = mounted.removeprefix(f"{MOUNT_ROOT}/").partition("/")
-                if root is None:
-                    raise ConfigError(
-                        f"{where}: security names the Secret {secret}: give --secrets-dir DIR with {secret}/{item} "
-                        "in it (one file per key, as Kubernetes mounts a Secret)"
-                    )
-                local = (root / secret / item).resolve()
-                if not local.is_file():
-                    raise ConfigError(
-                        f"{where}: security needs key {item} of the Secret {secret}: no file {local} "
-                        f"(--secrets-dir {root} holds one directory per Secret, one file per key)"
-                    )
-                files[key] = str(local)
-                used[secret] = local.parent
+    for where, files in holders:
+        for key in SECRET_FILES:
+            mounted = (files or {}).get(key)
+            if mounted is None or not mounted.startswith(f"{MOUNT_ROOT}/"):
+                continue
+            secret, _, item = mounted.removeprefix(f"{MOUNT_ROOT}/").partition("/")
+            if root is None:
+                raise ConfigError(
+                    f"{where} names the Secret {secret}: give --secrets-dir DIR with {secret}/{item} "
+                    "in it (one file per key, as Kubernetes mounts a Secret)"
+                )
+            local = (root / secret / item).resolve()
+            if not local.is_file():
+                raise ConfigError(
+                    f"{where} needs key {item} of the Secret {secret}: no file {local} "
+                    f"(--secrets-dir {root} holds one directory per Secret, one file per key)"
+                )
+            files[key] = str(local)
+            used[secret] = local.parent
     return [f"Secret {secret}: from {where}" for secret, where in used.items()]

@@ -20,11 +20,20 @@ from kappa_operator.models.common import (
     Name,
     TimestampStr,
 )
+from kappa_operator.models.kafka_security import KEY, KEY_MAX, CaSpec, SecretName
 
 TABLE = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$"
 
 
 AVRO_NEEDS_REGISTRY = "valueFormat avro needs schemaRegistry (a kafka source's), and only avro takes one"
+
+
+class RegistryBasicAuth(CRModel):
+    """A Secret holding the registry's username and password, each exactly its value."""
+
+    secret_ref: SecretName
+    username_key: str = Field(default="username", pattern=KEY, max_length=KEY_MAX)
+    password_key: str = Field(default="password", pattern=KEY, max_length=KEY_MAX)
 
 
 class SchemaRegistrySpec(CRModel):
@@ -37,6 +46,37 @@ class SchemaRegistrySpec(CRModel):
     url: str = Field(pattern=r"^https?://[^\s]+$", max_length=HOSTS_MAX)
     """The API's base URL, e.g. `http://schema-registry:8081` or
     `http://apicurio:8080/apis/ccompat/v7`."""
+    basic_auth: RegistryBasicAuth | None = None
+    """HTTP basic authentication (Confluent Cloud's API key and secret, a registry behind a
+    proxy that asks for a user): a Secret with the username and the password."""
+    ca: CaSpec | None = None
+    """An `https` registry whose certificate a private CA signed: the CA (PEM). None: the CAs the
+    Spark image trusts."""
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The Secrets it names, each once, in a stable order."""
+        names = [
+            self.basic_auth.secret_ref.name if self.basic_auth else None,
+            self.ca.secret_ref.name if self.ca else None,
+        ]
+        return tuple(dict.fromkeys(n for n in names if n is not None))
+
+
+DEAD_LETTER_TABLE_MAX = 128
+"""Shorter than a sink's table bound: the maximal StreamingJob spec must stay within SPEC_JSON_MAX."""
+
+
+class DeadLetterTableSpec(CRModel):
+    """Where a job's Avro sources put the records they cannot decode (not the wire format, not
+    decodable with the schema they name, or naming an id the registry does not have), instead
+    of stopping the job at them: an Iceberg table of the job's catalogs, created if missing,
+    with columns `source, topic, partition, offset, timestamp, key, value, schema_id, reason`."""
+
+    catalog: Name = "default"
+    """An entry of spec.catalogs."""
+    table: str = Field(pattern=TABLE, max_length=DEAD_LETTER_TABLE_MAX)
+    """`namespace.table`."""
 
 
 class LiveSource(CRModel):

@@ -38,7 +38,7 @@ from kappa_operator.models.external_calls import ExternalCalls
 from kappa_operator.models.kafka_security import KafkaSecuritySpec
 from kappa_operator.models.packaging import Dependencies, PipelineFrom
 from kappa_operator.models.sinks import JobSink
-from kappa_operator.models.sources import JobSource, SchemaRegistrySpec
+from kappa_operator.models.sources import DeadLetterTableSpec, JobSource, SchemaRegistrySpec
 from kappa_operator.models.streaming_job_status import (
     StreamingJobStatus,
 )
@@ -187,6 +187,10 @@ UNKNOWN_SECURITY = "a source's live.security or a sink's security must name an e
 UNKNOWN_REGISTRY = (
     "a source's live.schemaRegistry or a sink's schemaRegistry must name an entry of spec.schemaRegistries"
 )
+DEAD_LETTERS_NEED_AVRO = (
+    "deadLetterTable holds the records an Avro source cannot decode: a source needs live.valueFormat avro "
+    "(else remove deadLetterTable)"
+)
 SCHEMA_REGISTRIES_MAX = 2
 """The registry read from and one written to (or the old and the new one of a migration)."""
 KAFKA_SECURITY_MAX = 2
@@ -226,6 +230,11 @@ class StreamingJobSpec(CRModel):
                     "self.sinks.all(k, !has(self.sinks[k].schemaRegistry) || "
                     "(has(self.schemaRegistries) && self.sinks[k].schemaRegistry in self.schemaRegistries))",
                     "message": UNKNOWN_REGISTRY,
+                },
+                {
+                    "rule": "!has(self.deadLetterTable) || self.sources.exists(k, "
+                    "has(self.sources[k].live.valueFormat) && self.sources[k].live.valueFormat == 'avro')",
+                    "message": DEAD_LETTERS_NEED_AVRO,
                 },
             ]
         }
@@ -293,6 +302,11 @@ class StreamingJobSpec(CRModel):
     schema_registries: dict[Name, SchemaRegistrySpec] = Field(default={}, max_length=SCHEMA_REGISTRIES_MAX)
     """The schema registries the job's Avro topics are registered in, by name: a source with
     `live.valueFormat: avro` names one."""
+    dead_letter_table: DeadLetterTableSpec | None = None
+    """Records of the Avro sources that do not decode are appended here, each with its place and
+    why, and the job goes on; without it the job stops at such a record (its place in one line on
+    the job). The table is read and decoded a second time for it (one more Spark query per Avro
+    source); a Rewind does not rewind it."""
     kafka_security: dict[Name, KafkaSecuritySpec] = Field(default={}, max_length=KAFKA_SECURITY_MAX)
     """How the job's Kafka clients reach secured listeners, by name: a source's `live.security`
     and a Kafka sink's `security` name one. The Secrets are mounted as files in the driver and
@@ -310,6 +324,8 @@ class StreamingJobSpec(CRModel):
         ]
         if any(n not in (None, *self.schema_registries) for n in named):
             raise ValueError(UNKNOWN_REGISTRY)
+        if self.dead_letter_table is not None and not any(s.live.value_format == "avro" for s in self.sources.values()):
+            raise ValueError(DEAD_LETTERS_NEED_AVRO)
         return self
 
     def registry_of(self, name: str | None) -> SchemaRegistrySpec | None:
@@ -330,9 +346,19 @@ class StreamingJobSpec(CRModel):
         return tuple(self.kafka_security[n] for n in self.security_named)
 
     @property
+    def registries_in_use(self) -> tuple[SchemaRegistrySpec, ...]:
+        """The schema registries a source or sink names, each once."""
+        named = [s.live.schema_registry for s in self.sources.values()] + [
+            k.schema_registry for k in self.sinks.values()
+        ]
+        return tuple(self.schema_registries[n] for n in dict.fromkeys(n for n in named if n is not None))
+
+    @property
     def secrets_in_use(self) -> tuple[str, ...]:
-        """The Secrets those blocks name, each once: what the job's pods cannot start without."""
-        return tuple(dict.fromkeys(name for block in self.security_in_use for name in block.secrets))
+        """The Secrets those Kafka blocks and registries name, each once: what the job's pods
+        cannot start without (mounted as files), and what a rotation restarts the job for."""
+        holders = (*self.security_in_use, *self.registries_in_use)
+        return tuple(dict.fromkeys(name for holder in holders for name in holder.secrets))
 
     @model_validator(mode="after")
     def _bootstrap_reads_kafka(self) -> StreamingJobSpec:

@@ -24,7 +24,7 @@ from kappa_operator.models.sinks import JobSink
 from kappa_operator.models.sources import JobSource, SchemaRegistrySpec
 from kappa_operator.models.streaming_job import CheckpointSpec, StreamingJob, StreamingJobSpec
 from kappa_operator.models.streaming_job_status import RestorePointStatus
-from kappa_operator.render.kafka_security import contract_security
+from kappa_operator.render.kafka_security import contract_security, registry_files
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.durations import duration_ms
 from spark_app.contract.snapshot_requests import REQUESTS_FILE
@@ -87,7 +87,10 @@ def _kafka_source(
     if registry is not None:  # nothing for JSON: those configs and hashes are what they were
         topics = [t.strip() for t in (live.topic or "").split(",") if t.strip()]
         subjects = [f"{t}-value" for t in topics]  # a pattern's topics: their ids learned as met
-        out |= {"valueFormat": "avro", "registry": {"url": registry.url, "subjects": subjects}}
+        out |= {
+            "valueFormat": "avro",
+            "registry": {"url": registry.url, "subjects": subjects, **registry_files(registry)},
+        }
     if live.value_schema is not None:
         out["schemaDdl"] = live.value_schema
     else:
@@ -169,7 +172,8 @@ def _sink(
         out.update(bootstrapServers=sink.bootstrap_servers, topic=topic, key=sink.key, **security)
         registry = spec.registry_of(sink.schema_registry)
         if registry is not None:  # nothing for JSON: those configs and hashes are what they were
-            out |= {"valueFormat": "avro", "registry": {"url": registry.url, "subject": f"{topic}-value"}}
+            access = {"url": registry.url, "subject": f"{topic}-value", **registry_files(registry)}
+            out |= {"valueFormat": "avro", "registry": access}
     else:
         out["path"] = f"{sink.path}{path_suffix}"
     return out
@@ -227,9 +231,17 @@ def streaming_job_config(job: StreamingJob) -> JobConfig:
             **_bootstrap(spec),
             **pipeline_code(spec),
             **external_calls(spec.external_calls.rate_per_second if spec.external_calls else None),
+            **dead_letters(spec),
         },
         origin=f"(StreamingJob {job.metadata.namespace}/{job.metadata.name})",
     )
+
+
+def dead_letters(spec: StreamingJobSpec) -> dict[str, Any]:
+    """The JobConfig's ``deadLetters`` (nothing without a table, so those configs and their
+    hashes are what they were)."""
+    table = spec.dead_letter_table
+    return {} if table is None else {"deadLetters": {"catalog": table.catalog, "table": table.table}}
 
 
 def _bootstrap(spec: StreamingJobSpec) -> dict[str, Any]:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from kappa_operator.models.kafka_security import KafkaSecuritySpec
+from kappa_operator.models.sources import SchemaRegistrySpec
 from spark_app.contract.errors import KappaError
 from spark_app.contract.kafka_security import KafkaSecurity, SaslFiles, TlsFiles, client_config
 
@@ -36,7 +37,14 @@ def volume_name(secret: str) -> str:
     return f"{name[: VOLUME_NAME_MAX - 9].rstrip('-')}-{digest}"
 
 
-def secret_volumes(specs: Iterable[KafkaSecuritySpec | None]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+class NamesSecrets(Protocol):
+    """A Kafka block or a schema registry: what names Secrets the pods mount."""
+
+    @property
+    def secrets(self) -> tuple[str, ...]: ...
+
+
+def secret_volumes(specs: Iterable[NamesSecrets | None]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The pods' volumes and the containers' mounts for every Secret the blocks name, each once.
     ``optional: false``: a Secret that does not exist keeps the pod from starting, and the pod's
     events say which (``FailedMount``). Mode 0444: the files are root's, and Spark's containers
@@ -71,6 +79,19 @@ def contract_security(spec: KafkaSecuritySpec | None) -> KafkaSecurity | None:
             key_file=None if client is None else f"{mount_dir(client.secret_ref.name)}/{client.key_key}",
         )
     return KafkaSecurity(protocol=spec.protocol, sasl=sasl, tls=tls)
+
+
+def registry_files(spec: SchemaRegistrySpec) -> dict[str, str]:
+    """The JobConfig's registry files: where the pods find its credentials and CA (nothing
+    without them, so those configs and their hashes are what they were)."""
+    out = {}
+    if spec.basic_auth is not None:
+        where = mount_dir(spec.basic_auth.secret_ref.name)
+        out["usernameFile"] = f"{where}/{spec.basic_auth.username_key}"
+        out["passwordFile"] = f"{where}/{spec.basic_auth.password_key}"
+    if spec.ca is not None:
+        out["caFile"] = f"{mount_dir(spec.ca.secret_ref.name)}/{spec.ca.key}"
+    return out
 
 
 def operator_settings(spec: KafkaSecuritySpec | None, values: Callable[[str], Mapping[str, str]]) -> dict[str, str]:

@@ -160,7 +160,7 @@ def job_launch(
     (with a Backfill's overrides), service account and credentials."""
     spec = job.spec
     env_from = tuple(e.model_dump(by_alias=True, exclude_none=True) for e in spec.env_from)
-    secret_vols, secret_mounts = secret_volumes(spec.security_in_use)
+    secret_vols, secret_mounts = secret_volumes((*spec.security_in_use, *spec.registries_in_use))
     pods_executor = overridden(spec.executor, executor)
     assert isinstance(pods_executor, ExecutorResources)
     return Launch(

@@ -29,7 +29,7 @@ def start_query(
 ) -> StreamingQuery:
     """``writers``: gets the query's Iceberg sink writer, whose pipelined commits the caller
     finishes (``IcebergBatchWriter.finish``) once the query ended."""
-    sink = cfg.sinks[name]
+    sink = cfg.sink_config(name)
     if cfg.mode == "backfill" and cfg.window is not None:
         df = restrict_to_window(df, sink.time_column, micros(cfg.window.start), micros(cfg.window.end))
     checkpoint = f"{cfg.checkpoint.location.rstrip('/')}/{name}"

@@ -23,6 +23,7 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spark_app.contract.base import Duration, KappaModel, Timestamp
+from spark_app.contract.dead_letters import DeadLetterConfig, output_name, source_of
 from spark_app.contract.durations import check_positive, format_duration
 from spark_app.contract.errors import ConfigError
 from spark_app.contract.publish_defaults import DEFAULT_MIN_MATCH_RATIO
@@ -327,6 +328,9 @@ class JobConfig(KappaModel):
     """Put on the driver's ``sys.path`` before the pipeline is imported and shipped to the
     executors (``spark_app.apps.pipeline_code``): directories (a ConfigMap's mount: its modules,
     and each .zip/.egg in it) and .py/.zip/.egg files or URIs (`kappa run`'s pyFiles)."""
+    dead_letters: DeadLetterConfig | None = None
+    """Live jobs with Avro sources: records that do not decode go here instead of stopping the
+    job (``spark_app.contract.dead_letters``)."""
 
     @model_validator(mode="after")
     def _read_rate_backfill_only(self) -> JobConfig:
@@ -392,6 +396,8 @@ class JobConfig(KappaModel):
                 raise ValueError(f"sinks.{name}.catalog {sink.catalog!r} is not in catalogs ({known})")
         if self.bootstrap is not None:
             self._check_bootstrap(self.bootstrap)
+        if self.dead_letters is not None:
+            self._check_dead_letters(self.dead_letters)
         if self.trigger and self.trigger.kind == "processingTime" and self.mode == "backfill":
             raise ValueError("a backfill ends by itself: trigger.kind must be availableNow")
         return self
@@ -414,6 +420,32 @@ class JobConfig(KappaModel):
             if archive.catalog not in self.catalogs:
                 known = ", ".join(sorted(self.catalogs)) or "none defined"
                 raise ValueError(f"bootstrap.archives.{name}.catalog {archive.catalog!r} is not in catalogs ({known})")
+
+    def _check_dead_letters(self, dead: DeadLetterConfig) -> None:
+        if self.mode != "live" or not self.avro_sources:
+            raise ValueError(
+                "deadLetters is only meaningful for a live job with a kafka source of valueFormat avro (the "
+                "records it cannot decode go there): remove deadLetters, or read an Avro topic"
+            )
+        if dead.catalog not in self.catalogs:
+            known = ", ".join(sorted(self.catalogs)) or "none defined"
+            raise ValueError(f"deadLetters.catalog {dead.catalog!r} is not in catalogs ({known})")
+
+    @property
+    def avro_sources(self) -> tuple[str, ...]:
+        """The Kafka sources whose values are Avro in the registry's wire format."""
+        return tuple(n for n, s in self.sources.items() if isinstance(s, KafkaSource) and s.value_format == "avro")
+
+    @property
+    def dead_letter_outputs(self) -> tuple[str, ...]:
+        """The dead-letter queries' output names, one per Avro source (none without a table)."""
+        return () if self.dead_letters is None else tuple(output_name(n) for n in self.avro_sources)
+
+    def sink_config(self, output: str) -> SinkConfig:
+        """What the query of ``output`` writes to: a sink, or the dead-letter table."""
+        if source_of(output) is not None and self.dead_letters is not None:
+            return self.dead_letters.sink()
+        return self.sinks[output]
 
     @property
     def round_budget(self) -> int:
@@ -442,7 +474,7 @@ class JobConfig(KappaModel):
 
     def sink_branch(self, sink: str) -> str:
         """Where a sink's snapshots go: its branch, else main live and `backfill-<name>` in a backfill."""
-        cfg = self.sinks[sink]
+        cfg = self.sink_config(sink)
         given = getattr(cfg, "branch", None)
         return given or (f"backfill-{self.name}" if self.mode == "backfill" else "main")
 

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from spark_app.contract.base import Duration, KappaModel
 from spark_app.contract.kafka_security import KafkaSecurity, clashing_options
+from spark_app.contract.schema_registry import SchemaRegistryAccess
 
 
 class SinkBase(KappaModel):
@@ -117,10 +118,9 @@ class IcebergSink(AppendingSink):
         return value
 
 
-class SchemaRegistrySink(KappaModel):
+class SchemaRegistrySink(SchemaRegistryAccess):
     """Where an Avro sink registers its values' schema (Confluent's API)."""
 
-    url: str = Field(min_length=1, pattern=r"^https?://")
     subject: str = Field(min_length=1)
     """TopicNameStrategy: ``<topic>-value``."""
 

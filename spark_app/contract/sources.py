@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from spark_app.contract.base import Duration, KappaModel, Timestamp
 from spark_app.contract.kafka_security import KafkaSecurity, clashing_options
+from spark_app.contract.schema_registry import SchemaRegistryAccess
 
 
 class SplitConfig(KappaModel):
@@ -138,12 +139,9 @@ class OffsetRange(KappaModel):
         return self
 
 
-class SchemaRegistrySource(KappaModel):
+class SchemaRegistrySource(SchemaRegistryAccess):
     """Where an Avro source's writer schemas are registered (Confluent's API)."""
 
-    url: str = Field(min_length=1, pattern=r"^https?://")
-    """The API's base, e.g. ``http://registry:8080/apis/ccompat/v7`` (Apicurio's) or
-    ``http://schema-registry:8081`` (Confluent's, Karapace's)."""
     subjects: list[str] = []
     """The subjects whose versions are asked for when a query starts (TopicNameStrategy:
     ``<topic>-value``); an id a record names that none lists is asked for by id."""

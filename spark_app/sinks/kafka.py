@@ -127,7 +127,7 @@ class KafkaBatchWriter:
             record = re.sub(r"\W", "_", self.sink_name) or "record"
             schema = avro_schema(df.sparkSession, df.schema, record if not record[0].isdigit() else f"_{record}")
             where = f"sinks.{self.sink_name}"
-            self._avro = (register(registry.url, registry.subject, schema, where), schema)
+            self._avro = (register(registry, registry.subject, schema, where), schema)
         return self._avro
 
     @property

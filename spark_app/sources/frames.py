@@ -149,4 +149,25 @@ def outputs_for(
                 f"missing {missing}, unknown {extra}; name the sinks after the pipeline's outputs"
             )
         outputs[sink] = result[sink]
-    return outputs
+    return outputs | dead_letter_outputs(spark, cfg, boot)
+
+
+def dead_letter_outputs(
+    spark: SparkSession, cfg: JobConfig, boot: tuple[BootstrapRecord, BootstrapLeg] | None = None
+) -> dict[str, DataFrame]:
+    """One dead-letter query per Avro source when the job names a dead-letter table. A
+    bootstrapped job's start when its topics are read (after its archive leg), from where each
+    archive ended, as the topics' own reads do."""
+    if not cfg.dead_letter_outputs or (boot is not None and boot[1] == "archive"):
+        return {}
+    from spark_app.bootstrap.seam import starting_offsets
+    from spark_app.contract.dead_letters import output_name
+    from spark_app.sources.dead_letters import dead_letter_frame
+
+    out = {}
+    for name in cfg.avro_sources:
+        src = cfg.sources[name]
+        assert isinstance(src, KafkaSource)
+        start = None if boot is None else starting_offsets(boot[0].offsets[name])
+        out[output_name(name)] = dead_letter_frame(spark, cfg, name, src, start)
+    return out

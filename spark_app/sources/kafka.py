@@ -142,20 +142,33 @@ def _metadata_column(struct: StructType) -> Column:
     return F.struct(*fields)
 
 
+def decoded_fields(schema: StructType) -> StructType:
+    """The value schema's columns a record's value gives (all but ``__metadata__``, which comes
+    from the record itself)."""
+    metadata = _metadata_struct(schema)
+    return StructType([f for f in schema.fields if not (metadata is not None and f.name == METADATA_FIELD)])
+
+
 def deserialize(raw: DataFrame, schema: StructType, decode: Decoder | None = None) -> DataFrame:
     """Spark Kafka source rows -> the value schema's columns, in its order (PERMISSIVE JSON, or
     ``decode``'s format).
 
     A value that is not valid JSON (or a null tombstone) gives nulls for the value's columns,
     never a failed query; `__metadata__` (if it has `ingestion_ts`) still comes from the record.
+    A record ``decode`` gives a reason for (a dead letter) is left out: its own query writes it
+    to the dead-letter table (``sources.dead_letters``).
     """
     metadata = _metadata_struct(schema)
-    parsed_fields = [f for f in schema.fields if not (metadata is not None and f.name == METADATA_FIELD)]
+    parsed_fields = decoded_fields(schema).fields
     value_col = "__kappa_value__"
+    reason = None
     if decode is None:
         value = F.from_json(F.col("value").cast("string"), StructType(parsed_fields), {"mode": "PERMISSIVE"})
     else:
-        raw, value = decode(raw, StructType(parsed_fields))
+        got = decode(raw, StructType(parsed_fields))
+        raw, value, reason = got.staged, got.value, got.reason
+    if reason is not None:
+        raw = raw.where(reason.isNull())
     # Parse once (kept in its own projection: from_json is not cheap, Spark does not duplicate it),
     # then pick fields: getField is safe for any column name (dots, spaces).
     staged = raw.select(value.alias(value_col), *(F.col(c) for c in ("timestamp", *_RECORD_FIELDS)))
@@ -213,6 +226,20 @@ def kafka_frame(
     ``gate``: read through ``dev.kappa.source.GatedKafkaSource`` (a bootstrapped job's topic,
     which reads nothing until its archive is read), from ``starting_offsets`` (Spark's JSON)."""
     value = value_schema(cfg, src, name=name)
+    raw = kafka_records(spark, name, src, gate, starting_offsets)
+    decoder = avro_decoder(src, f"sources.{name}", dead_letters=cfg.dead_letters is not None)
+    return deserialize(without(raw, src.skip), value, decoder)
+
+
+def kafka_records(
+    spark: SparkSession,
+    name: str,
+    src: KafkaSource,
+    gate: Literal["open", "closed"] | None = None,
+    starting_offsets: str | None = None,
+) -> DataFrame:
+    """Source `name`'s topic as Spark's Kafka source gives it (key, value, topic, partition,
+    offset, timestamp, headers), its listener and topics checked first."""
     if src.security is not None and src.security.protocol != "PLAINTEXT":
         reach(src.bootstrap_servers, src.security, f"sources.{name}")  # a refusal in one line, before Spark's trace
     require_topics(name, src)
@@ -228,12 +255,11 @@ def kafka_frame(
     if starting_offsets is not None:
         reader = reader.option("startingOffsets", starting_offsets)
     try:
-        raw = reader.load()
+        return reader.load()
     except Exception as exc:
         if is_missing_kafka_connector(exc):
             raise ConnectorMissingError(connector_missing_message(name, spark.version, exc)) from exc
         raise
-    return deserialize(without(raw, src.skip), value, avro_decoder(src, f"sources.{name}"))
 
 
 def require_topics(name: str, src: KafkaSource) -> None:

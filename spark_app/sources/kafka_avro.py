@@ -45,9 +45,8 @@ UNDECODABLE = "KAPPA_UNDECODABLE"
 _NEW = re.compile(NEW_SCHEMA + r" (?P<id>\d+) (?P<where>[^\n]*?)(?: \|\||$)", re.MULTILINE)
 _BAD = re.compile(UNDECODABLE + r" (?P<said>[^\n]*?)(?: \|\||$)", re.MULTILINE)
 _RAW = "__kappa_avro_{}__"
-Decoder = Callable[[DataFrame, StructType], tuple[DataFrame, Column]]
-"""How a value becomes the value schema's struct (``sources.kafka.deserialize``): the records,
-with any columns the decoding stages first, and the struct's expression."""
+Decoder = Callable[[DataFrame, StructType], "Decoded"]
+"""How a value becomes the value schema's struct (``sources.kafka.deserialize``)."""
 MAGIC = bytes([0])
 
 
@@ -79,22 +78,24 @@ class Writers:
 
     schemas: Mapping[int, str]
     defaults: Mapping[str, Any]
+    unknown: frozenset[int] = frozenset()
+    """Ids met and asked for that the registry does not have."""
 
 
 def known_writers(src: KafkaSource, where: str, learned: Iterable[int] = ()) -> Writers:
     """Asks the registry once for every version of the source's subjects, and by id for the
     ``learned`` ones."""
     assert src.registry is not None
-    url = src.registry.url
-    versions: list[RegisteredSchema] = [v for s in src.registry.subjects for v in subject_schemas(url, s, where)]
+    registry = src.registry
+    versions: list[RegisteredSchema] = [v for s in registry.subjects for v in subject_schemas(registry, s, where)]
     schemas = {v.id: v.schema for v in versions}
     for schema_id in sorted(set(learned) - set(schemas)):
-        found = schema_by_id(url, schema_id, where)
+        found = schema_by_id(registry, schema_id, where)
         if found is not None:
             schemas[schema_id] = found
     # the reader's defaults: the newest version's (ids grow with registration in every registry)
     newest = max(versions, key=lambda v: v.version).schema if versions else schemas.get(max(schemas, default=-1))
-    return Writers(schemas, field_defaults(newest) if newest else {})
+    return Writers(schemas, field_defaults(newest) if newest else {}, frozenset(set(learned) - set(schemas)))
 
 
 def field_defaults(schema: str) -> dict[str, Any]:
@@ -128,25 +129,44 @@ def failed_decode(record: Column, schema: str) -> Column:
     return record.isNull() | reduce(lambda a, b: a & b, [record.getField(n).isNull() for n in required])
 
 
-def avro_decoder(src: KafkaSource, where: str) -> Decoder | None:
+def avro_decoder(src: KafkaSource, where: str, dead_letters: bool = False) -> Decoder | None:
     """The ``deserialize`` decoder of an Avro source (None for JSON): its writers asked of the
-    registry now, as the query is built."""
+    registry now, as the query is built. ``dead_letters``: a record that does not decode is
+    given a reason instead of stopping the query (``Decoded.reason``)."""
     if src.value_format != "avro":
         return None
     writers = known_writers(src, where, LEARNED.ids)
 
-    def decode(raw: DataFrame, target: StructType) -> tuple[DataFrame, Column]:
-        return decoded(raw, target, writers, where)
+    def decode(raw: DataFrame, target: StructType) -> Decoded:
+        return decoded(raw, target, writers, where, dead_letters)
 
     return decode
 
 
-def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str) -> tuple[DataFrame, Column]:
+@dataclass(frozen=True)
+class Decoded:
+    """The records with what the decoding staged (``staged``), the value schema's struct of each
+    (``value``) and, when undecodable records are dead-lettered, why a record did not decode
+    (``reason``: null for one that did; the struct is then null)."""
+
+    staged: DataFrame
+    value: Column
+    reason: Column | None = None
+    new_id: Column | None = None
+    """With ``reason``: stops the query at a record whose id it did not know (else null). The
+    dead-letter query evaluates it too, so it never reads past a record the driver is about to
+    learn is a dead letter (an id the registry turns out not to have)."""
+
+
+def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str, dead_letters: bool = False) -> Decoded:
     """Stage one decodes each record once, into the column of its writer's id (the others stay
     null: a ``CASE`` evaluates only the branch it takes); stage two resolves that column into
-    ``target``'s struct, or stops at a record that did not decode. Two projections, so Spark
-    does not repeat ``from_avro`` for each field it reads (it keeps a projection whose costly
-    expression the next one reads more than once)."""
+    ``target``'s struct, or stops at a record that did not decode (``dead_letters``: gives its
+    reason instead). Two projections, so Spark does not repeat ``from_avro`` for each field it
+    reads (it keeps a projection whose costly expression the next one reads more than once).
+    An id the query did not know stops the query either way: the driver learns it and starts
+    the query again (``apps.run``); an id learned that the registry does not have is a dead
+    letter, or the driver's ``UnknownSchemaIdError``."""
     value = F.col("value")
     header = F.substring(value, 1, 5)  # the zero byte and the id: compared as bytes, no conversion per record
     payload = F.expr("substring(value, 6)")
@@ -169,26 +189,33 @@ def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str) ->
         F.col("offset").cast("string"),
     )
     found_id = F.conv(F.hex(F.substring(staged_header, 2, 4)), 16, 10)  # read only in the messages
-    not_wire = F.raise_error(
-        F.concat(
-            F.lit(UNDECODABLE + " "),
-            at,
-            F.lit(" is not in the schema registry's wire format (a zero byte, then a schema id) ||"),
-        )
-    )
-    failed = F.lit(" does not decode with schema id ")
-    bad_record = F.raise_error(F.concat(F.lit(UNDECODABLE + " "), at, failed, found_id, F.lit(", which it names ||")))
+    not_wire = F.concat(at, F.lit(" is not in the schema registry's wire format (a zero byte, then a schema id)"))
+    bad_record = F.concat(at, F.lit(" does not decode with schema id "), found_id, F.lit(", which it names"))
+    unknown = F.concat(at, F.lit(" names schema id "), found_id, F.lit(", which the schema registry does not have"))
     new_id = F.raise_error(F.concat(F.lit(NEW_SCHEMA + " "), found_id, F.lit(" "), at, F.lit(" ||")))
+
+    def refused(said: Column) -> Column:
+        return F.raise_error(F.concat(F.lit(UNDECODABLE + " "), said, F.lit(" ||")))
+
     out = F.when(F.col("value").isNull(), F.lit(None))
+    reason = F.when(F.col("value").isNull(), F.lit(None))
     for k, w in writers.schemas.items():
         raw_k = F.col(_RAW.format(k))
-        out = out.when(
-            staged_header == F.lit(wire_header(k)),
-            F.when(failed_decode(raw_k, w), bad_record).otherwise(
-                resolved(raw_k, field_names(w), target, writers.defaults)
-            ),
-        )
-    return staged, out.when(~wire, not_wire).otherwise(new_id)
+        mine = staged_header == F.lit(wire_header(k))
+        fits = resolved(raw_k, field_names(w), target, writers.defaults)
+        if dead_letters:
+            out = out.when(mine, F.when(failed_decode(raw_k, w), F.lit(None)).otherwise(fits))
+            reason = reason.when(mine, F.when(failed_decode(raw_k, w), bad_record))
+        else:
+            out = out.when(mine, F.when(failed_decode(raw_k, w), refused(bad_record)).otherwise(fits))
+    if not dead_letters:
+        return Decoded(staged, out.when(~wire, refused(not_wire)).otherwise(new_id))
+    gone = [F.lit(wire_header(k)) for k in sorted(writers.unknown)]
+    registry_lacks = staged_header.isin(*gone) if gone else F.lit(False)
+    out = out.when(~wire | registry_lacks, F.lit(None)).otherwise(new_id)
+    reason = reason.when(~wire, not_wire).when(registry_lacks, unknown)
+    known = staged_header.isin(*(F.lit(wire_header(k)) for k in writers.schemas)) if writers.schemas else F.lit(False)
+    return Decoded(staged, out, reason, F.when(wire & ~known & ~registry_lacks, new_id))
 
 
 def wire_header(schema_id: int) -> bytearray:

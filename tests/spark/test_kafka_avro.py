@@ -40,6 +40,35 @@ V2 = {**V1, "fields": [*V1["fields"], {"name": "country", "type": "string", "def
 COLUMNS = "impression_id STRING, user_id BIGINT, country STRING"
 
 
+UNDECODABLE = [
+    ("not the wire format", "is not in the schema registry's wire format"),
+    ("does not decode", "does not decode with schema id"),
+    ("an id the registry does not have", "names schema id 99999, which the schema registry does not have"),
+]
+"""The records no run can decode, and what the line naming each says."""
+
+
+def undecodable_record(case: str, v1_id: int) -> tuple[bytes, int | None]:
+    """The record of ``case`` (its value, and the schema id its header names)."""
+    return {
+        "not the wire format": (b'{"impression_id": "json"}', None),
+        "does not decode": (b"\x00" + v1_id.to_bytes(4, "big") + b"\xff\xff\xff", v1_id),
+        "an id the registry does not have": (b"\x00" + (99999).to_bytes(4, "big") + b"\x02a\x02", 99999),
+    }[case]
+
+
+def topic_with_a_bad_record(broker: KafkaBroker, registry: SchemaRegistry, case: str) -> tuple[str, bytes, int | None]:
+    """i0..i2 (v1), the record of ``case`` at offset 3, i4..i6: the topic, the record's value
+    and the id it names."""
+    topic = topic_of(broker)
+    produce(broker, registry, topic, V1, v1_rows(0, 3))
+    v1_id = SchemaRegistryClient({"url": registry.url}).get_latest_version(f"{topic}-value").schema_id
+    bad, bad_id = undecodable_record(case, v1_id)
+    produce_raw(broker, topic, bad)
+    produce(broker, registry, topic, V1, v1_rows(4, 3))
+    return topic, bad, bad_id
+
+
 def topic_of(broker: KafkaBroker) -> str:
     name = f"avro-{uuid.uuid4().hex[:8]}"
     broker.create_topic(name)
@@ -174,14 +203,7 @@ def test_a_compatible_version_registered_while_the_job_runs_is_read_without_a_re
     ), got
 
 
-@pytest.mark.parametrize(
-    ("case", "said"),
-    [
-        ("not the wire format", "is not in the schema registry's wire format"),
-        ("does not decode", "does not decode with schema id"),
-        ("an id the registry does not have", "names schema id 99999, which the schema registry does not have"),
-    ],
-)
+@pytest.mark.parametrize(("case", "said"), UNDECODABLE)
 def test_a_record_that_cannot_be_decoded_stops_the_query_at_its_offset_in_one_line(
     spark: SparkSession,
     kafka_broker: KafkaBroker,
@@ -190,16 +212,7 @@ def test_a_record_that_cannot_be_decoded_stops_the_query_at_its_offset_in_one_li
     case: str,
     said: str,
 ) -> None:
-    topic = topic_of(kafka_broker)
-    produce(kafka_broker, schema_registry, topic, V1, v1_rows(0, 3))
-    v1_id = SchemaRegistryClient({"url": schema_registry.url}).get_latest_version(f"{topic}-value").schema_id
-    bad = {
-        "not the wire format": b'{"impression_id": "json"}',
-        "does not decode": b"\x00" + v1_id.to_bytes(4, "big") + b"\xff\xff\xff",
-        "an id the registry does not have": b"\x00" + (99999).to_bytes(4, "big") + b"\x02a\x02",
-    }[case]
-    produce_raw(kafka_broker, topic, bad)
-    produce(kafka_broker, schema_registry, topic, V1, v1_rows(4, 3))
+    topic, _, _ = topic_with_a_bad_record(kafka_broker, schema_registry, case)
     cfg = config(
         topic, schema_registry.url, tmp_path, bootstrap=kafka_broker.bootstrap, options={"maxOffsetsPerTrigger": "3"}
     )
@@ -211,6 +224,42 @@ def test_a_record_that_cannot_be_decoded_stops_the_query_at_its_offset_in_one_li
     assert line.startswith(f"sources.impressions: the record at {topic}[0] offset 3 "), line
     assert said in line and "\n" not in line and "org.apache" not in line, line
     assert set(rows_in(spark, tmp_path)) == {"i0", "i1", "i2"}, "nothing from the record on"
+
+
+@pytest.mark.parametrize(("case", "said"), UNDECODABLE)
+def test_with_a_dead_letter_table_a_record_that_cannot_be_decoded_goes_there_and_the_job_goes_on(
+    spark: SparkSession,
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistry,
+    tmp_path: Path,
+    case: str,
+    said: str,
+) -> None:
+    """The same three records, the job naming a dead-letter table: each is a row there (its
+    place, its bytes, the id it names, why), every other record is in the sink, and a second run
+    from the checkpoints adds nothing to either (exactly once)."""
+    from pyiceberg.catalog import load_catalog
+
+    topic, bad, bad_id = topic_with_a_bad_record(kafka_broker, schema_registry, case)
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/w"}
+    raw = config(
+        topic, schema_registry.url, tmp_path, bootstrap=kafka_broker.bootstrap, options={"maxOffsetsPerTrigger": "3"}
+    ).model_dump(by_alias=True, exclude_none=True, mode="json")
+    raw |= {"catalogs": {"default": props}, "deadLetters": {"table": "ops.dead_letters"}}
+    cfg = parse_config(raw)
+
+    run(cfg, spark)
+    produce(kafka_broker, schema_registry, topic, V1, v1_rows(7, 1))
+    run(cfg, spark)  # from the checkpoints: only the new record
+
+    assert set(rows_in(spark, tmp_path)) == {f"i{i}" for i in (0, 1, 2, 4, 5, 6, 7)}
+    letters = load_catalog("default", **props).load_table("ops.dead_letters").scan().to_arrow().to_pylist()
+    assert len(letters) == 1, letters
+    (letter,) = letters
+    assert (letter["source"], letter["topic"], letter["partition"], letter["offset"]) == ("impressions", topic, 0, 3)
+    assert letter["value"] == bad and letter["schema_id"] == bad_id and letter["key"] is None
+    assert letter["reason"].startswith(f"sources.impressions: the record at {topic}[0] offset 3 "), letter
+    assert said in letter["reason"] and "\n" not in letter["reason"], letter["reason"]
 
 
 def test_a_registry_that_does_not_answer_is_retried_then_said_naming_it(
@@ -275,3 +324,121 @@ def test_the_kafka_sink_writes_the_wire_format_registering_its_schema(
         got[row["impression_id"]] = (row["user_id"], row["country"])
     consumer.close()
     assert got == {f"i{i}": (i, f"c{i}") for i in range(6)}
+
+
+class GuardedRegistry:
+    """The real registry behind a gate that asks for HTTP basic credentials, as a registry
+    behind an authenticating proxy (or Confluent Cloud's API keys) asks: a request with the
+    right pair is passed through to Apicurio unchanged, any other is answered 401. Apicurio's
+    own authentication needs an OIDC server (Keycloak), which these tests do not run."""
+
+    def __init__(self, upstream: str, user: str, password: str) -> None:
+        import base64
+        import http.server
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.refused = 0
+        guard = self
+
+        class Gate(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _pass(self, method: str) -> None:
+                if self.headers.get("Authorization") != expected:
+                    guard.refused += 1
+                    body = b'{"error_code": 401, "message": "Unauthorized"}'
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="registry"')
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                data = self.rfile.read(length) if length else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("accept", "content-type")}
+                request = urllib.request.Request(upstream + self.path, data=data, headers=headers, method=method)
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as answer:
+                        status, body = answer.status, answer.read()
+                except urllib.error.HTTPError as exc:
+                    status, body = exc.code, exc.read()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._pass("GET")
+
+            def do_POST(self) -> None:
+                self._pass("POST")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gate)
+        root = urllib.parse.urlsplit(upstream)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}{root.path}"
+        upstream = f"{root.scheme}://{root.netloc}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("given", ["right", "wrong", "none"])
+def test_a_registry_that_asks_for_credentials_gets_them_from_the_secrets_files(
+    spark: SparkSession,
+    kafka_broker: KafkaBroker,
+    schema_registry: SchemaRegistry,
+    tmp_path: Path,
+    given: str,
+) -> None:
+    """The source asks for its schemas and the Kafka sink registers its own through a registry
+    that wants a user: with the Secret's files both work; a wrong password or none is one line
+    naming the registry and the fix, the password in no message, nothing written."""
+    password = f"pw-{uuid.uuid4().hex}"
+    guarded = GuardedRegistry(schema_registry.url, "kappa-job", password)
+    try:
+        (tmp_path / "secret").mkdir()
+        (tmp_path / "secret" / "username").write_text("kappa-job")
+        (tmp_path / "secret" / "password").write_text(password if given == "right" else "not-it")
+        secret = tmp_path / "secret"
+        files = {"usernameFile": str(secret / "username"), "passwordFile": str(secret / "password")}
+        files = files if given != "none" else {}
+        source, sink = topic_of(kafka_broker), topic_of(kafka_broker)
+        produce(kafka_broker, schema_registry, source, V1, v1_rows(0, 4))
+        raw = config(source, guarded.url, tmp_path, bootstrap=kafka_broker.bootstrap).model_dump(
+            by_alias=True, exclude_none=True, mode="json"
+        )
+        raw["sources"]["impressions"]["registry"] |= files
+        raw["sinks"]["avro"] = {
+            "kind": "kafka",
+            "bootstrapServers": kafka_broker.bootstrap,
+            "topic": sink,
+            "key": ["impression_id"],
+            "valueFormat": "avro",
+            "registry": {"url": guarded.url, "subject": f"{sink}-value", **files},
+        }
+        raw["pipelineArgs"] = {"outputs": "copy,avro"}
+        cfg = parse_config(raw)
+        if given == "right":
+            run(cfg, spark)
+            assert set(rows_in(spark, tmp_path)) == {f"i{i}" for i in range(4)}
+            client = SchemaRegistryClient({"url": schema_registry.url})
+            assert client.get_latest_version(f"{sink}-value").schema_id > 0, "registered through the gate"
+            return
+        from spark_app.contract.errors import ConfigError
+
+        with pytest.raises(ConfigError) as failed:
+            run(cfg, spark)
+        line = str(failed.value)
+        said = "refused the credentials given (401" if given == "wrong" else "refused no credentials (401"
+        assert line.startswith(f"sources.impressions: the schema registry at {guarded.url} {said}"), line
+        assert "basicAuth" in line and password not in line and "not-it" not in line and "\n" not in line, line
+        assert rows_in(spark, tmp_path) == {} and guarded.refused >= 1
+    finally:
+        guarded.close()

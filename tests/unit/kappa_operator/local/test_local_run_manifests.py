@@ -335,7 +335,7 @@ def test_secrets_dir_gives_kappa_run_the_files_the_pods_get_from_the_mounted_sec
     ]
 
     with pytest.raises(
-        ConfigError, match=r"sources.impressions: security names the Secret kafka-user: give --secrets-dir"
+        ConfigError, match=r"sources.impressions.security names the Secret kafka-user: give --secrets-dir"
     ):
         runtime_config(rendered, RunOptions())
     (secrets / "kafka-ca" / "ca.crt").unlink()
@@ -343,3 +343,25 @@ def test_secrets_dir_gives_kappa_run_the_files_the_pods_get_from_the_mounted_sec
         ConfigError, match=r"security needs key ca.crt of the Secret kafka-ca: no file .*kafka-ca/ca.crt"
     ):
         runtime_config(rendered, RunOptions(secrets_dir=secrets))
+
+
+def test_secrets_dir_gives_kappa_run_the_registrys_credentials_too(tmp_path: Path) -> None:
+    data = yaml.safe_load((EXAMPLES / "kafka-rmi-streamingjob.yaml").read_text())
+    data["spec"]["schemaRegistries"] = {
+        "company": {"url": "http://registry:8081", "basicAuth": {"secretRef": {"name": "registry-key"}}}
+    }
+    data["spec"]["sources"]["impressions"]["live"] |= {"valueFormat": "avro", "schemaRegistry": "company"}
+    job, _ = localize(StreamingJob.model_validate(data), tmp_path)
+    rendered = streaming_job_config(job)
+    secrets = tmp_path / "secrets" / "registry-key"
+    secrets.mkdir(parents=True)
+    (secrets / "username").write_text("u")
+    with pytest.raises(ConfigError, match=r"impressions.registry needs key password of the Secret registry-key"):
+        runtime_config(rendered, RunOptions(secrets_dir=tmp_path / "secrets"))
+    (secrets / "password").write_text("p")
+
+    cfg, notes = runtime_config(rendered, RunOptions(secrets_dir=tmp_path / "secrets"))
+
+    registry = cfg.sources["impressions"].registry  # type: ignore[union-attr]
+    assert registry is not None and registry.password_file == str((secrets / "password").resolve())
+    assert f"Secret registry-key: from {secrets.resolve()}" in notes

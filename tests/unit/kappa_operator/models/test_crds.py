@@ -341,6 +341,12 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("sj-spark-conf-int", SJ, {"spec.sparkConf": {"spark.x": 1}}, "spec.sparkConf[spark.x] in body must be of type"),
     ("sj-pipeline-args-nested", SJ, {"spec.pipelineArgs": {"n": {"a": 1}}}, "spec.pipelineArgs[n] in body must be of"),
     ("sj-no-spec", SJ, {"spec": DELETE}, "spec: Required value"),
+    (
+        "sj-dead-letters-without-avro",
+        SJ,
+        {"spec.deadLetterTable": {"table": "ops.dead"}},
+        "deadLetterTable holds the records an Avro source cannot decode",
+    ),
 ]
 
 
@@ -368,6 +374,21 @@ ACCEPTED: list[tuple[str, str, dict[str, Any]]] = [
         {
             "spec.target": {"beforeSkippedOffsets": True},
             "spec.skipOffsets": [{"topic": "t", "partitions": [{"partition": 0, "start": 3, "end": 9}]}],
+        },
+    ),
+    (
+        "sj-avro-dead-letters",
+        SJ,
+        {
+            "spec.schemaRegistries": {"company": {"url": "http://registry:8081"}},
+            LIVE_IMPRESSIONS: {
+                "kind": "kafka",
+                "bootstrapServers": "k:9092",
+                "topic": "t",
+                "valueFormat": "avro",
+                "schemaRegistry": "company",
+            },
+            "spec.deadLetterTable": {"table": "ops.dead"},
         },
     ),
     ("sj-pipeline-args", SJ, {"spec.pipelineArgs": {"lateness": "45 minutes", "key": "impression_id"}}),

@@ -466,7 +466,13 @@ def maximal(node: dict[str, Any], name: str = "") -> Any:
             return TIMESTAMPS.get(name, TIMESTAMPS["start"])
         if "duration(" in rules:
             return LONGEST["duration"]
-        return LONGEST[_pattern_kind(node["pattern"])] if "pattern" in node else x(node["maxLength"])
+        if "pattern" not in node:
+            return x(node["maxLength"])
+        kind = _pattern_kind(node["pattern"])
+        if kind == "table" and node["maxLength"] < len(LONGEST["table"]):  # a shorter bound (deadLetterTable's)
+            half = (node["maxLength"] - 1) // 2
+            return x(half, "t") + "." + x(node["maxLength"] - 1 - half, "t")
+        return LONGEST[kind]
     if typ == "integer":
         bounds = [node.get("maximum", 0), node.get("minimum", 0)]
         return max(bounds, key=lambda v: len(str(v)))

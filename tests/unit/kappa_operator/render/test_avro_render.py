@@ -78,3 +78,58 @@ def test_avro_without_its_registry_is_refused_naming_the_field(edit: Any, said: 
     edit(data)
     with pytest.raises(ValueError, match=said):
         StreamingJob.model_validate(data)
+
+
+def test_a_dead_letter_table_reaches_the_job_config_with_one_query_per_avro_source() -> None:
+    data = avro(kafka_rmi(deadLetterTable={"table": "ops.rmi_dead_letters"}))
+    cfg = streaming_job_config(StreamingJob.model_validate(data))
+    assert cfg.dead_letters is not None and (cfg.dead_letters.catalog, cfg.dead_letters.table) == (
+        "default",
+        "ops.rmi_dead_letters",
+    )
+    assert cfg.dead_letter_outputs == ("_dead_letters/impressions",), "playbacks is JSON: it has none"
+    sink = cfg.sink_config("_dead_letters/impressions")
+    assert sink.kind == "iceberg" and cfg.sink_branch("_dead_letters/impressions") == "main"
+    assert "deadLetters" not in streaming_job_config(StreamingJob.model_validate(avro(kafka_rmi()))).to_json()
+
+
+def test_a_dead_letter_table_without_an_avro_source_or_with_an_unknown_catalog_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="deadLetterTable holds the records an Avro source cannot decode"):
+        StreamingJob.model_validate(kafka_rmi(deadLetterTable={"table": "ops.dead"}))
+    job = StreamingJob.model_validate(avro(kafka_rmi(deadLetterTable={"catalog": "ops", "table": "ops.dead"})))
+    with pytest.raises(Exception, match=r"deadLetters.catalog 'ops' is not in catalogs \(default\)"):
+        streaming_job_config(job)
+
+
+def test_a_registry_that_asks_for_credentials_gets_its_secrets_mounted_and_named_as_files() -> None:
+    from kappa_operator.render.spark_application import job_launch
+
+    data = avro(kafka_rmi())
+    data["spec"]["schemaRegistries"] = {
+        "company": {
+            "url": "https://registry.example:8081",
+            "basicAuth": {"secretRef": {"name": "registry-key"}},
+            "ca": {"secretRef": {"name": "registry-ca"}},
+        }
+    }
+    job = StreamingJob.model_validate(data)
+    cfg = streaming_job_config(job)
+    src, sink = cfg.sources["impressions"], cfg.sinks["attributed_plays"]
+    assert isinstance(src, KafkaSource) and src.registry is not None
+    assert isinstance(sink, KafkaSink) and sink.registry is not None
+    for access in (src.registry, sink.registry):
+        assert (access.username_file, access.password_file, access.ca_file) == (
+            "/etc/kappa/kafka/registry-key/username",
+            "/etc/kappa/kafka/registry-key/password",
+            "/etc/kappa/kafka/registry-ca/ca.crt",
+        )
+    assert job.spec.secrets_in_use == ("registry-key", "registry-ca"), "a rotation of either restarts the job"
+    volumes, mounts = job_launch(job, {}).kafka_secrets
+    assert [v["secret"]["secretName"] for v in volumes] == ["registry-key", "registry-ca"]
+    assert len(mounts) == 2
+    assert "password" not in cfg.to_json().replace("passwordFile", "").replace("/password", "")
+
+
+def test_a_registry_without_credentials_renders_as_before() -> None:
+    text = streaming_job_config(StreamingJob.model_validate(avro(kafka_rmi()))).to_json()
+    assert "usernameFile" not in text and "caFile" not in text
