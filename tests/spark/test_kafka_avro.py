@@ -442,3 +442,97 @@ def test_a_registry_that_asks_for_credentials_gets_them_from_the_secrets_files(
         assert rows_in(spark, tmp_path) == {} and guarded.refused >= 1
     finally:
         guarded.close()
+
+
+EV1 = {
+    "type": "record",
+    "name": "Impression",
+    "namespace": "kappa.test.events",
+    "fields": [
+        {"name": "impression_id", "type": "string"},
+        {"name": "event_ts", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+    ],
+}
+EV2 = {**EV1, "fields": [*EV1["fields"], {"name": "country", "type": "string", "default": "unknown"}]}
+EVENT_COLUMNS = "impression_id STRING, event_ts TIMESTAMP, country STRING"
+
+
+def events(start: int, n: int, country: bool = False) -> list[dict[str, Any]]:
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime(2026, 11, 1, 12, tzinfo=UTC)
+    return [
+        {"impression_id": f"e{i}", "event_ts": t0 + timedelta(minutes=i), **({"country": f"c{i}"} if country else {})}
+        for i in range(start, start + n)
+    ]
+
+
+def test_the_archive_and_the_bootstrap_keep_working_on_an_avro_topic(
+    spark: SparkSession, kafka_broker: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    """An Avro topic archived into Iceberg by the archive job (its records decoded, with their
+    place), then a v2 registered and more records produced; a job bootstrapped from the archive
+    takes over the topic where the archive ends: every record once, the v1 ones from the archive,
+    the v2 ones decoded from Kafka with their new field."""
+    from datetime import UTC, datetime
+
+    from pyiceberg.catalog import load_catalog
+
+    from spark_app.contract.reports.bootstrap import read_record, record_location
+    from tests.spark.test_kafka_archive import METADATA
+
+    topic = topic_of(kafka_broker)
+    produce(kafka_broker, schema_registry, topic, EV1, events(0, 30))
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/w"}
+    registry = {"url": schema_registry.url, "subjects": [f"{topic}-value"]}
+    source = {
+        "kind": "kafka",
+        "bootstrapServers": kafka_broker.bootstrap,
+        "topic": topic,
+        "valueFormat": "avro",
+        "registry": registry,
+        "options": {"startingOffsets": "earliest"},
+    }
+    archive = parse_config(
+        {
+            "name": "avro-archive",
+            "pipeline": "spark_app.examples.copy:pipeline",
+            "mode": "live",
+            "catalogs": {"default": props},
+            "sources": {"impressions": {**source, "schemaDdl": f"{EVENT_COLUMNS}, {METADATA}"}},
+            "sinks": {"copy": {"kind": "iceberg", "table": "archive.impressions", "partitionBy": ["hour(event_ts)"]}},
+            "checkpoint": {"location": str(tmp_path / "archive-ck")},
+            "trigger": {"kind": "availableNow"},
+        }
+    )
+    run(archive, spark)
+    archived = load_catalog("default", **props).load_table("archive.impressions").scan().to_arrow().to_pylist()
+    assert sorted(r["impression_id"] for r in archived) == sorted(f"e{i}" for i in range(30))
+    assert all(r["country"] is None and r["__metadata__"]["topic"] == topic for r in archived)
+
+    produce(kafka_broker, schema_registry, topic, EV2, events(30, 20, country=True))
+    boot = parse_config(
+        {
+            "name": "avro-boot",
+            "pipeline": "spark_app.examples.copy:pipeline",
+            "mode": "live",
+            "catalogs": {"default": props},
+            "sources": {"impressions": {**source, "schemaFrom": "default:archive.impressions"}},
+            "sinks": {"copy": {"kind": "parquet", "path": str(tmp_path / "rows")}},
+            "checkpoint": {"location": str(tmp_path / "ck")},
+            "trigger": {"kind": "availableNow"},
+            "alignment": {"maxDrift": "10m"},
+            "bootstrap": {
+                "from": datetime(2026, 11, 1, tzinfo=UTC).isoformat(),
+                "archives": {"impressions": {"kind": "icebergBackfill", "table": "archive.impressions"}},
+            },
+        }
+    )
+    run(boot, spark)
+
+    out = spark.read.parquet(str(tmp_path / "rows")).collect()
+    got = {r["impression_id"]: (r["country"], r["__metadata__"]["offset"]) for r in out}
+    assert len(out) == len(got) == 50, "every record once"
+    assert {k: v[0] for k, v in got.items()} == {f"e{i}": (None if i < 30 else f"c{i}") for i in range(50)}
+    record = read_record(*record_location(boot))
+    assert record is not None and record.switched and record.offsets["impressions"] == {topic: {0: 30}}
