@@ -50,6 +50,7 @@ class SinkCompaction(CRModel):
 
 
 SINK_AVRO_NEEDS_REGISTRY = "valueFormat avro needs schemaRegistry (a kafka sink's), and only avro takes one"
+SINK_AVRO_KEYS_NEED_AVRO_VALUES = "keyFormat avro needs valueFormat avro (the key registered in the same registry)"
 
 
 class JobSink(CRModel):
@@ -70,6 +71,11 @@ class JobSink(CRModel):
                     "rule": "(has(self.valueFormat) && self.valueFormat == 'avro') == has(self.schemaRegistry) && "
                     "(self.kind == 'kafka' || !has(self.schemaRegistry))",
                     "message": SINK_AVRO_NEEDS_REGISTRY,
+                },
+                {
+                    "rule": "!has(self.keyFormat) || self.keyFormat != 'avro' || "
+                    "(has(self.valueFormat) && self.valueFormat == 'avro')",
+                    "message": SINK_AVRO_KEYS_NEED_AVRO_VALUES,
                 },
             ]
         }
@@ -93,6 +99,9 @@ class JobSink(CRModel):
     """Kafka: each value a JSON object, or `avro` in the schema registry's wire format, the
     output's schema (Spark's Avro form of its columns) registered under `<topic>-value` when
     the query starts."""
+    key_format: Literal["json", "avro"] = "json"
+    """Kafka, valueFormat avro: `avro` writes each key (the `key` columns) in the wire format
+    too, its schema registered under `<topic>-key`. `json`: a JSON object of the key columns."""
     schema_registry: Name | None = None
     """Kafka, valueFormat avro: the entry of spec.schemaRegistries to register in."""
     topic: str | None = Field(default=None, max_length=249)
@@ -123,4 +132,6 @@ class JobSink(CRModel):
         avro = self.value_format == "avro"
         if avro != (self.schema_registry is not None) or (avro and self.kind != "kafka"):
             raise ValueError(SINK_AVRO_NEEDS_REGISTRY)
+        if self.key_format == "avro" and not avro:
+            raise ValueError(SINK_AVRO_KEYS_NEED_AVRO_VALUES)
         return self

@@ -26,6 +26,7 @@ TABLE = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$"
 
 
 AVRO_NEEDS_REGISTRY = "valueFormat avro needs schemaRegistry (a kafka source's), and only avro takes one"
+AVRO_KEYS_NEED_AVRO_VALUES = "keyFormat avro needs valueFormat avro (keys are read from the same registry)"
 
 
 class RegistryBasicAuth(CRModel):
@@ -101,6 +102,11 @@ class LiveSource(CRModel):
                     "(self.kind == 'kafka' || !has(self.schemaRegistry))",
                     "message": AVRO_NEEDS_REGISTRY,
                 },
+                {
+                    "rule": "!has(self.keyFormat) || self.keyFormat != 'avro' || "
+                    "(has(self.valueFormat) && self.valueFormat == 'avro')",
+                    "message": AVRO_KEYS_NEED_AVRO_VALUES,
+                },
             ]
         }
     )
@@ -138,6 +144,10 @@ class LiveSource(CRModel):
     the value schema's columns; a field a record's schema lacks takes the newest version's
     default. A compatible new version registered while the job runs is read without a restart
     of the job."""
+    key_format: Literal["json", "avro"] = "json"
+    """Kafka, valueFormat avro: `avro` reads each key too (wire format, subject `<topic>-key`):
+    a column the value's writer lacks takes the key's field of that name. `json`: keys are not
+    read."""
     schema_registry: Name | None = None
     """Kafka, valueFormat avro: the entry of spec.schemaRegistries the records' schema ids are
     registered in."""
@@ -159,6 +169,8 @@ class LiveSource(CRModel):
         avro = self.value_format == "avro"
         if avro != (self.schema_registry is not None) or (avro and self.kind != "kafka"):
             raise ValueError(AVRO_NEEDS_REGISTRY)
+        if self.key_format == "avro" and not avro:
+            raise ValueError(AVRO_KEYS_NEED_AVRO_VALUES)
         return self
 
 

@@ -87,9 +87,11 @@ def _kafka_source(
     if registry is not None:  # nothing for JSON: those configs and hashes are what they were
         topics = [t.strip() for t in (live.topic or "").split(",") if t.strip()]
         subjects = [f"{t}-value" for t in topics]  # a pattern's topics: their ids learned as met
+        keys = {"keySubjects": [f"{t}-key" for t in topics]} if live.key_format == "avro" else {}
+        out |= {"keyFormat": "avro"} if keys else {}
         out |= {
             "valueFormat": "avro",
-            "registry": {"url": registry.url, "subjects": subjects, **registry_files(registry)},
+            "registry": {"url": registry.url, "subjects": subjects, **keys, **registry_files(registry)},
         }
     if live.value_schema is not None:
         out["schemaDdl"] = live.value_schema
@@ -173,6 +175,9 @@ def _sink(
         registry = spec.registry_of(sink.schema_registry)
         if registry is not None:  # nothing for JSON: those configs and hashes are what they were
             access = {"url": registry.url, "subject": f"{topic}-value", **registry_files(registry)}
+            if sink.key_format == "avro":
+                access["keySubject"] = f"{topic}-key"
+                out["keyFormat"] = "avro"
             out |= {"valueFormat": "avro", "registry": access}
     else:
         out["path"] = f"{sink.path}{path_suffix}"

@@ -123,6 +123,8 @@ class SchemaRegistrySink(SchemaRegistryAccess):
 
     subject: str = Field(min_length=1)
     """TopicNameStrategy: ``<topic>-value``."""
+    key_subject: str | None = None
+    """``keyFormat: avro``: ``<topic>-key``."""
 
 
 class KafkaSink(AppendingSink):
@@ -151,11 +153,16 @@ class KafkaSink(AppendingSink):
     of the output's columns) registered under ``registry.subject`` when the query starts. None:
     JSON (unset, so a JSON sink's config and its hash are what they were before Avro)."""
     registry: SchemaRegistrySink | None = None
+    key_format: Literal["json", "avro"] | None = None
+    """``avro``: each key (the ``key`` columns) in the wire format, its schema registered under
+    ``registry.keySubject``. None: a JSON object of the key columns."""
 
     @model_validator(mode="after")
     def _security_in_one_place(self) -> KafkaSink:
         if (self.value_format == "avro") != (self.registry is not None):
             raise ValueError("valueFormat avro needs registry (and only avro takes one)")
+        if (self.key_format == "avro") != (self.registry is not None and self.registry.key_subject is not None):
+            raise ValueError("keyFormat avro needs valueFormat avro and registry.keySubject (and only it takes one)")
         if self.security is not None and (clash := clashing_options(self.options)):
             raise ValueError(f"options {', '.join(clash)} are the security block's to set: give them there")
         return self

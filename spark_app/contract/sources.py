@@ -145,6 +145,8 @@ class SchemaRegistrySource(SchemaRegistryAccess):
     subjects: list[str] = []
     """The subjects whose versions are asked for when a query starts (TopicNameStrategy:
     ``<topic>-value``); an id a record names that none lists is asked for by id."""
+    key_subjects: list[str] = []
+    """``keyFormat: avro``: the keys' subjects (``<topic>-key``)."""
 
 
 class KafkaSource(KappaModel):
@@ -159,6 +161,10 @@ class KafkaSource(KappaModel):
     """``avro``: the schema registry's wire format (a zero byte, the writer schema's id in four
     bytes, the Avro record), each record decoded with the schema it names (``registry``)."""
     registry: SchemaRegistrySource | None = None
+    key_format: Literal["json", "avro"] | None = None
+    """``avro``: each key in the wire format too, decoded with the schema it names; a column the
+    value's writer lacks takes the key's field of that name. None: keys are not read (unset, so
+    the config and its hash are what they were before)."""
     schema_from: str | None = None
     """`catalog:namespace.table` whose schema the values follow (the source's history table)."""
     schema_ddl: str | None = None
@@ -179,6 +185,8 @@ class KafkaSource(KappaModel):
             raise ValueError("give exactly one of topic or topicPattern")
         if (self.value_format == "avro") != (self.registry is not None):
             raise ValueError("valueFormat avro needs registry (and only avro takes one)")
+        if self.key_format == "avro" and self.value_format != "avro":
+            raise ValueError("keyFormat avro needs valueFormat avro (Avro keys are read with Avro values)")
         if self.security is not None and (clash := clashing_options(self.options)):
             raise ValueError(f"options {', '.join(clash)} are the security block's to set: give them there")
         return self

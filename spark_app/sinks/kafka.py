@@ -84,24 +84,33 @@ def _record(checkpoint: Location, entry: Produced) -> None:
 
 
 def records(
-    df: DataFrame, sink: KafkaSink, query_id: str, batch_id: int, avro: tuple[int, str] | None = None
+    df: DataFrame,
+    sink: KafkaSink,
+    query_id: str,
+    batch_id: int,
+    avro: tuple[int, str] | None = None,
+    avro_key: tuple[int, str] | None = None,
 ) -> DataFrame:
-    """Rows as Kafka records: key = the ``key`` columns, value = the row, both JSON (the value
-    in the registry's wire format when ``avro`` gives the registered id and schema); headers
-    name the query and batch (what a consumer dedupes by, what an operator traces)."""
+    """Rows as Kafka records: key = the ``key`` columns, value = the row, both JSON (each in
+    the registry's wire format when ``avro``/``avro_key`` give the registered id and schema);
+    headers name the query and batch (what a consumer dedupes by, what an operator traces)."""
     headers: list[Column] = [
         F.struct(F.lit(QUERY_HEADER).alias("key"), F.lit(query_id).cast("binary").alias("value")),
         F.struct(F.lit(BATCH_HEADER).alias("key"), F.lit(str(batch_id)).cast("binary").alias("value")),
     ]
     return df.select(
-        F.to_json(F.struct(*(F.col(c) for c in sink.key)), MICROS_JSON).alias("key"),
+        wire_or_json(F.struct(*(F.col(c) for c in sink.key)), avro_key).alias("key"),
         value_of(df, avro).alias("value"),
         F.array(*headers).alias("headers"),
     )
 
 
 def value_of(df: DataFrame, avro: tuple[int, str] | None) -> Column:
-    row = F.struct(*(F.col(c) for c in df.columns))
+    return wire_or_json(F.struct(*(F.col(c) for c in df.columns)), avro)
+
+
+def wire_or_json(row: Column, avro: tuple[int, str] | None) -> Column:
+    """``row`` as JSON, or in the registry's wire format with the registered ``(id, schema)``."""
     if avro is None:
         return F.to_json(row, MICROS_JSON)
     schema_id, schema = avro
@@ -114,6 +123,7 @@ class KafkaBatchWriter:
         self.sink_name, self.sink, self.checkpoint, self.trace_path = sink_name, sink, checkpoint, trace_path
         self._query_id: str | None = None
         self._avro: tuple[int, str] | None = None
+        self._avro_key: tuple[int, str] | None = None
         if sink.security is not None and sink.security.protocol != "PLAINTEXT":
             reach(sink.bootstrap_servers, sink.security, f"sinks.{sink_name}")  # before the query, in one line
 
@@ -125,9 +135,13 @@ class KafkaBatchWriter:
             return None
         if self._avro is None:
             record = re.sub(r"\W", "_", self.sink_name) or "record"
-            schema = avro_schema(df.sparkSession, df.schema, record if not record[0].isdigit() else f"_{record}")
+            record = record if not record[0].isdigit() else f"_{record}"
             where = f"sinks.{self.sink_name}"
+            schema = avro_schema(df.sparkSession, df.schema, record)
             self._avro = (register(registry, registry.subject, schema, where), schema)
+            if registry.key_subject is not None:  # the key columns' own record, under <topic>-key
+                key_schema = avro_schema(df.sparkSession, df.select(*self.sink.key).schema, f"{record}_key")
+                self._avro_key = (register(registry, registry.key_subject, key_schema, where), key_schema)
         return self._avro
 
     @property
@@ -154,7 +168,7 @@ class KafkaBatchWriter:
             entry = earlier.model_copy(update={"again_from": now})
         _record(ckpt, entry)  # the intent, before anything lands in the topic
         (
-            records(df, sink, self.query_id, batch_id, self.registered(df))
+            records(df, sink, self.query_id, batch_id, self.registered(df), self._avro_key)
             .write.format("kafka")
             .option("kafka.bootstrap.servers", sink.bootstrap_servers)
             .option("topic", sink.topic)

@@ -82,12 +82,13 @@ class Writers:
     """Ids met and asked for that the registry does not have."""
 
 
-def known_writers(src: KafkaSource, where: str, learned: Iterable[int] = ()) -> Writers:
-    """Asks the registry once for every version of the source's subjects, and by id for the
-    ``learned`` ones."""
+def known_writers(src: KafkaSource, where: str, learned: Iterable[int] = (), keys: bool = False) -> Writers:
+    """Asks the registry once for every version of the source's subjects (its keys' with
+    ``keys``), and by id for the ``learned`` ones."""
     assert src.registry is not None
     registry = src.registry
-    versions: list[RegisteredSchema] = [v for s in registry.subjects for v in subject_schemas(registry, s, where)]
+    subjects = registry.key_subjects if keys else registry.subjects
+    versions: list[RegisteredSchema] = [v for s in subjects for v in subject_schemas(registry, s, where)]
     schemas = {v.id: v.schema for v in versions}
     for schema_id in sorted(set(learned) - set(schemas)):
         found = schema_by_id(registry, schema_id, where)
@@ -136,9 +137,19 @@ def avro_decoder(src: KafkaSource, where: str, dead_letters: bool = False) -> De
     if src.value_format != "avro":
         return None
     writers = known_writers(src, where, LEARNED.ids)
+    key_writers = known_writers(src, where, LEARNED.ids, keys=True) if src.key_format == "avro" else None
 
     def decode(raw: DataFrame, target: StructType) -> Decoded:
-        return decoded(raw, target, writers, where, dead_letters)
+        value = decoded(raw, target, writers, where, dead_letters)
+        if key_writers is None:
+            return value
+        key = decoded(value.staged, target, key_writers, where, dead_letters, column="key")
+        return Decoded(
+            key.staged,
+            with_key(value.value, key.value, target),
+            None if value.reason is None else F.coalesce(value.reason, key.reason),
+            None if value.new_id is None else F.coalesce(value.new_id, key.new_id),
+        )
 
     return decode
 
@@ -158,7 +169,14 @@ class Decoded:
     learn is a dead letter (an id the registry turns out not to have)."""
 
 
-def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str, dead_letters: bool = False) -> Decoded:
+def decoded(
+    raw: DataFrame,
+    target: StructType,
+    writers: Writers,
+    where: str,
+    dead_letters: bool = False,
+    column: str = "value",
+) -> Decoded:
     """Stage one decodes each record once, into the column of its writer's id (the others stay
     null: a ``CASE`` evaluates only the branch it takes); stage two resolves that column into
     ``target``'s struct, or stops at a record that did not decode (``dead_letters``: gives its
@@ -166,22 +184,27 @@ def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str, de
     reads (it keeps a projection whose costly expression the next one reads more than once).
     An id the query did not know stops the query either way: the driver learns it and starts
     the query again (``apps.run``); an id learned that the registry does not have is a dead
-    letter, or the driver's ``UnknownSchemaIdError``."""
-    value = F.col("value")
+    letter, or the driver's ``UnknownSchemaIdError``. ``column``: ``value``, or ``key`` (the
+    same, for a record's key; a null key is no key)."""
+    value = F.col(column)
     header = F.substring(value, 1, 5)  # the zero byte and the id: compared as bytes, no conversion per record
-    payload = F.expr("substring(value, 6)")
+    payload = F.expr(f"substring({column}, 6)")
+
+    def staged_name(k: int | str) -> str:
+        return _RAW.format(f"{column}_{k}")
+
     staged = raw.select(
         "*",
-        header.alias(_RAW.format("header")),
+        header.alias(staged_name("header")),
         *(
-            F.when(header == F.lit(wire_header(k)), from_avro(payload, w, {"mode": "PERMISSIVE"})).alias(_RAW.format(k))
+            F.when(header == F.lit(wire_header(k)), from_avro(payload, w, {"mode": "PERMISSIVE"})).alias(staged_name(k))
             for k, w in writers.schemas.items()
         ),
     )
-    staged_header = F.col(_RAW.format("header"))
+    staged_header = F.col(staged_name("header"))
     wire = (F.length(staged_header) == 5) & (F.substring(staged_header, 1, 1) == F.lit(bytearray(MAGIC)))
     at = F.concat(
-        F.lit(f"{where}: the record at "),
+        F.lit(f"{where}: the {'record' if column == 'value' else 'key of the record'} at "),
         F.col("topic"),
         F.lit("["),
         F.col("partition").cast("string"),
@@ -197,10 +220,10 @@ def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str, de
     def refused(said: Column) -> Column:
         return F.raise_error(F.concat(F.lit(UNDECODABLE + " "), said, F.lit(" ||")))
 
-    out = F.when(F.col("value").isNull(), F.lit(None))
-    reason = F.when(F.col("value").isNull(), F.lit(None))
+    out = F.when(value.isNull(), F.lit(None))
+    reason = F.when(value.isNull(), F.lit(None))
     for k, w in writers.schemas.items():
-        raw_k = F.col(_RAW.format(k))
+        raw_k = F.col(staged_name(k))
         mine = staged_header == F.lit(wire_header(k))
         fits = resolved(raw_k, field_names(w), target, writers.defaults)
         if dead_letters:
@@ -216,6 +239,15 @@ def decoded(raw: DataFrame, target: StructType, writers: Writers, where: str, de
     reason = reason.when(~wire, not_wire).when(registry_lacks, unknown)
     known = staged_header.isin(*(F.lit(wire_header(k)) for k in writers.schemas)) if writers.schemas else F.lit(False)
     return Decoded(staged, out, reason, F.when(wire & ~known & ~registry_lacks, new_id))
+
+
+def with_key(value: Column, key: Column, target: StructType) -> Column:
+    """The value's struct with each column the value left null taken from the key's (a field
+    only the key carries, as producers that key by an id they leave out of the value write).
+    The key is looked at first, for every record: a key that does not decode stops the query
+    (or is a dead letter) even when the value has every column."""
+    merged = F.struct(*(F.coalesce(value.getField(f.name), key.getField(f.name)).alias(f.name) for f in target.fields))
+    return F.when(key.isNull(), value).when(value.isNull(), F.lit(None)).otherwise(merged)
 
 
 def wire_header(schema_id: int) -> bytearray:

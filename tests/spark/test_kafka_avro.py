@@ -536,3 +536,102 @@ def test_the_archive_and_the_bootstrap_keep_working_on_an_avro_topic(
     assert {k: v[0] for k, v in got.items()} == {f"e{i}": (None if i < 30 else f"c{i}") for i in range(50)}
     record = read_record(*record_location(boot))
     assert record is not None and record.switched and record.offsets["impressions"] == {topic: {0: 30}}
+
+
+def test_avro_keys_are_read_into_the_columns_the_value_lacks_and_written_registering_their_schema(
+    spark: SparkSession, kafka_broker: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path
+) -> None:
+    """Producers that key by the user and leave it out of the value: the source reads each key
+    with the schema it names (subject ``<topic>-key``) and the value's missing column takes the
+    key's field. The Kafka sink writes its ``key`` columns as an Avro key registered under
+    ``<topic>-key``, which Confluent's deserializer reads back."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+
+    key_schema = {"type": "record", "name": "UserKey", "namespace": "kappa.test", "fields": [V1["fields"][1]]}
+    value_schema = {**V1, "name": "KeyedImpression", "fields": [V1["fields"][0]]}
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    keys = AvroSerializer(client, json.dumps(key_schema))
+    values = AvroSerializer(client, json.dumps(value_schema))
+    source, sink = topic_of(kafka_broker), topic_of(kafka_broker)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(5):
+        producer.produce(
+            source,
+            key=keys({"user_id": 100 + i}, SerializationContext(source, MessageField.KEY)),
+            value=values({"impression_id": f"k{i}"}, SerializationContext(source, MessageField.VALUE)),
+        )
+    assert producer.flush(30) == 0
+    raw = config(source, schema_registry.url, tmp_path, bootstrap=kafka_broker.bootstrap).model_dump(
+        by_alias=True, exclude_none=True, mode="json"
+    )
+    raw["sources"]["impressions"]["keyFormat"] = "avro"
+    raw["sources"]["impressions"]["registry"]["keySubjects"] = [f"{source}-key"]
+    raw["sinks"]["avro"] = {
+        "kind": "kafka",
+        "bootstrapServers": kafka_broker.bootstrap,
+        "topic": sink,
+        "key": ["impression_id"],
+        "valueFormat": "avro",
+        "keyFormat": "avro",
+        "registry": {"url": schema_registry.url, "subject": f"{sink}-value", "keySubject": f"{sink}-key"},
+    }
+    raw["pipelineArgs"] = {"outputs": "copy,avro"}
+    run(parse_config(raw), spark)
+
+    assert rows_in(spark, tmp_path) == {f"k{i}": (100 + i, None) for i in range(5)}, "user_id from each key"
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_broker.bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([sink])
+    deserialize, got = AvroDeserializer(client), {}
+    deadline = time.monotonic() + 60
+    while len(got) < 5 and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is None or message.error():
+            continue
+        key = deserialize(message.key(), SerializationContext(sink, MessageField.KEY))
+        value = deserialize(message.value(), SerializationContext(sink, MessageField.VALUE))
+        got[key["impression_id"]] = value["user_id"]
+    consumer.close()
+    assert got == {f"k{i}": 100 + i for i in range(5)}
+    assert client.get_latest_version(f"{sink}-key").schema.schema_str.count("impression_id") == 1
+
+
+@pytest.mark.parametrize("dead_letters", [False, True])
+def test_a_key_that_does_not_decode_stops_the_job_or_is_a_dead_letter(
+    spark: SparkSession, kafka_broker: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path, dead_letters: bool
+) -> None:
+    from pyiceberg.catalog import load_catalog
+
+    key_schema = {"type": "record", "name": "UserKey", "namespace": "kappa.test", "fields": [V1["fields"][1]]}
+    client = SchemaRegistryClient({"url": schema_registry.url})
+    keys, values = AvroSerializer(client, json.dumps(key_schema)), AvroSerializer(client, json.dumps(V1))
+    topic = topic_of(kafka_broker)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i, key in enumerate([None, b"plain-text-key", None]):
+        ctx = SerializationContext(topic, MessageField.KEY)
+        producer.produce(
+            topic,
+            key=key if key is not None else keys({"user_id": i}, ctx),
+            value=values({"impression_id": f"i{i}", "user_id": i}, SerializationContext(topic, MessageField.VALUE)),
+        )
+    assert producer.flush(30) == 0
+    raw = config(topic, schema_registry.url, tmp_path, bootstrap=kafka_broker.bootstrap).model_dump(
+        by_alias=True, exclude_none=True, mode="json"
+    )
+    raw["sources"]["impressions"]["keyFormat"] = "avro"
+    raw["sources"]["impressions"]["registry"]["keySubjects"] = [f"{topic}-key"]
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/w"}
+    if dead_letters:
+        raw |= {"catalogs": {"default": props}, "deadLetters": {"table": "ops.dead_letters"}}
+        run(parse_config(raw), spark)
+        assert set(rows_in(spark, tmp_path)) == {"i0", "i2"}
+        (letter,) = load_catalog("default", **props).load_table("ops.dead_letters").scan().to_arrow().to_pylist()
+        assert letter["offset"] == 1 and letter["key"] == b"plain-text-key", letter
+        assert letter["reason"].startswith(f"sources.impressions: the key of the record at {topic}[0] offset 1 ")
+        return
+    with pytest.raises(UndecodableRecordError) as failed:
+        run(parse_config(raw), spark)
+    line = str(failed.value)
+    assert line.startswith(f"sources.impressions: the key of the record at {topic}[0] offset 1 is not in the"), line

@@ -342,6 +342,12 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("sj-pipeline-args-nested", SJ, {"spec.pipelineArgs": {"n": {"a": 1}}}, "spec.pipelineArgs[n] in body must be of"),
     ("sj-no-spec", SJ, {"spec": DELETE}, "spec: Required value"),
     (
+        "sj-avro-keys-without-avro-values",
+        SJ,
+        {LIVE_IMPRESSIONS: {"kind": "kafka", "bootstrapServers": "k:9092", "topic": "t", "keyFormat": "avro"}},
+        "keyFormat avro needs valueFormat avro",
+    ),
+    (
         "sj-dead-letters-without-avro",
         SJ,
         {"spec.deadLetterTable": {"table": "ops.dead"}},
@@ -386,6 +392,7 @@ ACCEPTED: list[tuple[str, str, dict[str, Any]]] = [
                 "bootstrapServers": "k:9092",
                 "topic": "t",
                 "valueFormat": "avro",
+                "keyFormat": "avro",
                 "schemaRegistry": "company",
             },
             "spec.deadLetterTable": {"table": "ops.dead"},

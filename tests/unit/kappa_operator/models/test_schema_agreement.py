@@ -452,6 +452,7 @@ def avro_named(spec: dict[str, Any]) -> None:
         else:
             client.pop("schemaRegistry", None)
             client.pop("valueFormat", None)
+            client.pop("keyFormat", None)
 
 
 def maximal(node: dict[str, Any], name: str = "") -> Any:

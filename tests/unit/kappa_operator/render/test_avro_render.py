@@ -133,3 +133,30 @@ def test_a_registry_that_asks_for_credentials_gets_its_secrets_mounted_and_named
 def test_a_registry_without_credentials_renders_as_before() -> None:
     text = streaming_job_config(StreamingJob.model_validate(avro(kafka_rmi()))).to_json()
     assert "usernameFile" not in text and "caFile" not in text
+
+
+def test_avro_keys_render_their_topics_key_subjects() -> None:
+    data = avro(kafka_rmi())
+    data["spec"]["sources"]["impressions"]["live"]["keyFormat"] = "avro"
+    data["spec"]["sinks"]["attributed_plays"]["keyFormat"] = "avro"
+    cfg = streaming_job_config(StreamingJob.model_validate(data))
+    src, sink = cfg.sources["impressions"], cfg.sinks["attributed_plays"]
+    assert isinstance(src, KafkaSource) and src.key_format == "avro" and src.registry is not None
+    assert src.registry.key_subjects == ["impressions-key"]
+    assert isinstance(sink, KafkaSink) and sink.key_format == "avro" and sink.registry is not None
+    assert sink.registry.key_subject == "plays-key"
+    assert "keyFormat" not in streaming_job_config(StreamingJob.model_validate(avro(kafka_rmi()))).to_json()
+
+
+@pytest.mark.parametrize("part", ["source", "sink"])
+def test_avro_keys_without_avro_values_are_refused_naming_the_field(part: str) -> None:
+    data = kafka_rmi()
+    if part == "source":
+        data["spec"]["sources"]["impressions"]["live"]["keyFormat"] = "avro"
+    else:
+        data["spec"]["sinks"]["attributed_plays"] = {
+            "kind": "kafka", "bootstrapServers": "kafka:9092", "topic": "plays", "key": ["playback_id"],
+            "keyFormat": "avro",
+        }  # fmt: skip
+    with pytest.raises(ValueError, match="keyFormat avro needs valueFormat avro"):
+        StreamingJob.model_validate(data)
