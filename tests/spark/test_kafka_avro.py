@@ -69,6 +69,24 @@ def topic_with_a_bad_record(broker: KafkaBroker, registry: SchemaRegistry, case:
     return topic, bad, bad_id
 
 
+def records_of(broker: KafkaBroker, topic: str, n: int) -> list[tuple[bytes, bytes]]:
+    """The first ``n`` records of ``topic`` as (key, value) bytes, waiting up to a minute."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([topic])
+    out: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + 60
+    while len(out) < n and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is not None and not message.error():
+            out.append((message.key(), message.value()))
+    consumer.close()
+    return out
+
+
 def topic_of(broker: KafkaBroker) -> str:
     name = f"avro-{uuid.uuid4().hex[:8]}"
     broker.create_topic(name)
@@ -281,7 +299,6 @@ def test_the_kafka_sink_writes_the_wire_format_registering_its_schema(
 ) -> None:
     """Avro in, Avro out: the sink registers its output's schema under ``<topic>-value`` and
     every value names it; Confluent's deserializer reads them back with the registry alone."""
-    from confluent_kafka import Consumer
     from confluent_kafka.schema_registry.avro import AvroDeserializer
 
     source, sink = topic_of(kafka_broker), topic_of(kafka_broker)
@@ -308,21 +325,11 @@ def test_the_kafka_sink_writes_the_wire_format_registering_its_schema(
         "user_id",
         "country",
     ]
-    consumer = Consumer(
-        {"bootstrap.servers": kafka_broker.bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([sink])
-    deserialize, got = AvroDeserializer(client), {}
-    deadline = time.monotonic() + 60
-    while len(got) < 6 and time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is None or message.error():
-            continue
-        value = message.value()
+    got = {}
+    for _, value in records_of(kafka_broker, sink, 6):
         assert value[:1] == b"\x00" and int.from_bytes(value[1:5], "big") == registered.schema_id
-        row = deserialize(value, SerializationContext(sink, MessageField.VALUE))
+        row = AvroDeserializer(client)(value, SerializationContext(sink, MessageField.VALUE))
         got[row["impression_id"]] = (row["user_id"], row["country"])
-    consumer.close()
     assert got == {f"i{i}": (i, f"c{i}") for i in range(6)}
 
 
@@ -545,7 +552,6 @@ def test_avro_keys_are_read_into_the_columns_the_value_lacks_and_written_registe
     with the schema it names (subject ``<topic>-key``) and the value's missing column takes the
     key's field. The Kafka sink writes its ``key`` columns as an Avro key registered under
     ``<topic>-key``, which Confluent's deserializer reads back."""
-    from confluent_kafka import Consumer
     from confluent_kafka.schema_registry.avro import AvroDeserializer
 
     key_schema = {"type": "record", "name": "UserKey", "namespace": "kappa.test", "fields": [V1["fields"][1]]}
@@ -580,20 +586,10 @@ def test_avro_keys_are_read_into_the_columns_the_value_lacks_and_written_registe
     run(parse_config(raw), spark)
 
     assert rows_in(spark, tmp_path) == {f"k{i}": (100 + i, None) for i in range(5)}, "user_id from each key"
-    consumer = Consumer(
-        {"bootstrap.servers": kafka_broker.bootstrap, "group.id": uuid.uuid4().hex, "auto.offset.reset": "earliest"}
-    )
-    consumer.subscribe([sink])
     deserialize, got = AvroDeserializer(client), {}
-    deadline = time.monotonic() + 60
-    while len(got) < 5 and time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is None or message.error():
-            continue
-        key = deserialize(message.key(), SerializationContext(sink, MessageField.KEY))
-        value = deserialize(message.value(), SerializationContext(sink, MessageField.VALUE))
-        got[key["impression_id"]] = value["user_id"]
-    consumer.close()
+    for key_bytes, value_bytes in records_of(kafka_broker, sink, 5):
+        key = deserialize(key_bytes, SerializationContext(sink, MessageField.KEY))
+        got[key["impression_id"]] = deserialize(value_bytes, SerializationContext(sink, MessageField.VALUE))["user_id"]
     assert got == {f"k{i}": 100 + i for i in range(5)}
     assert client.get_latest_version(f"{sink}-key").schema.schema_str.count("impression_id") == 1
 
