@@ -32,7 +32,7 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 from spark_app.contract.errors import KappaError
 from spark_app.contract.schema_registry import RegisteredSchema, schema_by_id, subject_schemas
@@ -105,8 +105,9 @@ def field_defaults(schema: str) -> dict[str, Any]:
     return {f["name"]: f["default"] for f in parsed.get("fields", []) if isinstance(f, dict) and "default" in f}
 
 
-def field_names(schema: str) -> set[str]:
-    return {f["name"] for f in json.loads(schema).get("fields", []) if isinstance(f, dict)}
+def field_names(schema: str) -> list[str]:
+    """The top-level record's field names, in the writer's order (the order ``from_avro`` gives)."""
+    return [f["name"] for f in json.loads(schema).get("fields", []) if isinstance(f, dict)]
 
 
 def required_fields(schema: str) -> list[str]:
@@ -255,9 +256,15 @@ def wire_header(schema_id: int) -> bytearray:
     return bytearray(MAGIC + schema_id.to_bytes(4, "big"))
 
 
-def resolved(record: Column, has: set[str], target: StructType, defaults: Mapping[str, Any]) -> Column:
+def resolved(record: Column, has: list[str], target: StructType, defaults: Mapping[str, Any]) -> Column:
     """The writer's record as ``target``'s struct: its field of each column's name, else the
-    newest version's default, else null; each cast to the column's type."""
+    newest version's default, else null; each cast to the column's type. A writer whose fields
+    are the columns, in their order (the common case: one version, the pipeline's schema), is
+    one struct cast, which Spark drops where the types already agree: no struct is rebuilt per
+    record. Its columns are nullable, as the struct built field by field makes them (a cast
+    to a column that may not be null is refused by Spark's analyzer)."""
+    if has == target.fieldNames():
+        return record.cast(StructType([StructField(f.name, f.dataType, True, f.metadata) for f in target.fields]))
     columns = []
     for f in target.fields:
         if f.name in has:

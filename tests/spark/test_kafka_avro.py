@@ -631,3 +631,24 @@ def test_a_key_that_does_not_decode_stops_the_job_or_is_a_dead_letter(
         run(parse_config(raw), spark)
     line = str(failed.value)
     assert line.startswith(f"sources.impressions: the key of the record at {topic}[0] offset 1 is not in the"), line
+
+
+@pytest.mark.parametrize("writer_order", [["id", "n"], ["n", "id"]], ids=["columns-order", "other-order"])
+def test_a_writer_resolves_into_columns_that_may_not_be_null(spark: SparkSession, writer_order: list[str]) -> None:
+    """A value schema from an Iceberg table has required columns; a writer whose fields are the
+    columns in their order is one struct cast (the fast path), any other field by field: both
+    give the same rows, nullable, and neither is refused by the analyzer."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from spark_app.sources.kafka_avro import resolved
+
+    target = StructType([StructField("id", StringType(), False), StructField("n", LongType(), False)])
+    record = F.struct(*(F.col(c) for c in writer_order))
+    frame = spark.createDataFrame([("a", 1), (None, 2)], "id string, n int")
+    out = frame.select(resolved(record, writer_order, target, {}).alias("v")).select("v.*")
+    assert [tuple(r) for r in out.collect()] == [("a", 1), (None, 2)]
+    assert [(f.name, f.dataType, f.nullable) for f in out.schema.fields] == [
+        ("id", StringType(), True),
+        ("n", LongType(), True),
+    ]
