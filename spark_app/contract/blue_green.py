@@ -1,0 +1,141 @@
+"""Where a blue/green upgrade hands over (pure): the contract both halves decide it by.
+
+Blue is the running version, green the new one, built from history by the new code and
+trailing blue's input (``docs/design/blue-green.md``). The hand-over rests on two rules:
+
+* **One input seam.** At the switch both versions have read exactly the same input: per sink
+  query and per source, the offsets of blue's final durable batch. Green never reads past
+  blue's durable position (``trail_cap``), and the switch checks both ended there
+  (``off_seam``).
+* **One event-time boundary.** ``B`` = the smallest (watermark - lookahead) over the sinks and
+  both versions' final batches, floored to the second (``boundary``). Every result with a time
+  before ``B`` was emitted by both versions from that input and none will be again (later
+  input below the watermark is dropped by stateful operators), so main keeps blue's rows
+  before ``B`` and takes green's from ``B`` on: each result once, none missing.
+
+The operator decides from these when green has caught up (``caught_up``) and which window of
+output it compares (``compare_window``); the switch application computes ``B`` from the
+checkpoints. Blue's durable position is its newest batch that Spark logged as done, or that
+its sink recorded for commit (``durable_batch``): a batch with offsets and neither may run
+again with other input after a restart, so it is not a position.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from spark_app.contract.checkpoints.layout import OffsetLogEntry
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Position:
+    """A sink query's input at one batch: the offsets Spark logged for it, per source."""
+
+    batch_id: int
+    watermark_ms: int | None
+    """``batchWatermarkMs`` the batch ran with: every result below it is final."""
+    offsets: Mapping[str, Any]
+    """Source (as the offset log names it) -> its end offset, parsed (None: the source had none)."""
+
+
+@dataclass(frozen=True)
+class FinalBatch:
+    """One version's last batch of one sink query at the switch, with its pipeline's
+    lookahead (how far after the watermark a result may still be emitted)."""
+
+    version: str
+    """``blue`` or ``green``: for the messages."""
+    sink: str
+    position: Position
+    lookahead: timedelta = timedelta(0)
+
+
+class NoWatermarkError(ValueError):
+    """A version's final batch has no watermark: no event-time boundary can be found for it."""
+
+
+def durable_batch(with_offsets: Iterable[int], committed: Iterable[int], recorded: Iterable[int] = ()) -> int | None:
+    """The newest batch whose output is durable: logged as done by Spark (``commits/N``) or
+    recorded for commit by the sink (the pending-commit log), and with its offsets logged."""
+    logged = set(with_offsets)
+    done = [b for b in (*committed, *recorded) if b in logged]
+    return max(done, default=None)
+
+
+def position(batch_id: int, entry: OffsetLogEntry) -> Position:
+    """Batch ``batch_id``'s offset log entry as a position."""
+    return Position(
+        batch_id,
+        entry.watermark_ms,
+        {name: None if raw is None else json.loads(raw) for name, raw in entry.sources},
+    )
+
+
+def trail_cap(blue: Position) -> dict[str, Any]:
+    """The offsets green may read up to, per source: blue's durable ones (a source blue had
+    none of yet is not capped at anything green could read, so it reads none of it)."""
+    return dict(blue.offsets)
+
+
+def off_seam(blue: Position, green: Position) -> list[str]:
+    """The sources where the two versions' final batches ended at different offsets (empty: at
+    the seam). A source only one version names is off the seam: the inputs differ."""
+    names = sorted(set(blue.offsets) | set(green.offsets))
+    return [n for n in names if blue.offsets.get(n, _MISSING) != green.offsets.get(n, _MISSING)]
+
+
+def _instant(ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+def boundary(finals: Iterable[FinalBatch]) -> datetime:
+    """``B``: the smallest (watermark - lookahead) over every sink's final batch of both
+    versions, floored to the second. Results before it are final in both, so main keeps blue's
+    before it and takes green's from it on."""
+    candidates = []
+    for f in finals:
+        if f.position.watermark_ms is None:
+            raise NoWatermarkError(
+                f"sink query {f.sink} of {f.version} has no event-time watermark at batch {f.position.batch_id} "
+                "(its pipeline has no withWatermark), so no boundary can be found for it; "
+                "use upgrade.mode last-state or snapshot for this job"
+            )
+        candidates.append(_instant(f.position.watermark_ms) - f.lookahead)
+    if not candidates:
+        raise ValueError("no final batch to take a boundary from: the job has no sink query")
+    return min(candidates).replace(microsecond=0)
+
+
+def caught_up(green: datetime, blue: datetime, trigger: timedelta, lateness_added: timedelta) -> bool:
+    """Whether green's watermark is close enough behind blue's to compare and switch: within
+    two trigger intervals (green reads what blue read one trigger later), plus however much
+    more lateness the new version allows (its watermark trails its input by that much more)."""
+    return green >= blue - 2 * trigger - max(lateness_added, timedelta(0))
+
+
+def compare_window(
+    watermarks: Mapping[str, tuple[datetime, datetime]],
+    lookahead: timedelta,
+    overlap: timedelta,
+    complete_from: datetime,
+) -> tuple[datetime, datetime] | None:
+    """The event-time window both versions' output is compared over: it ends at ``C``, the
+    smallest over sinks of the lower of blue's and green's watermark less the larger
+    lookahead, floored to the minute (every result in it is final in both), and starts
+    ``overlap`` earlier, not before green's output is complete (its warm-up ends at
+    ``complete_from``). None: no such window yet (green's complete output starts after ``C``).
+
+    ``watermarks``: sink -> (blue's, green's)."""
+    if not watermarks:
+        raise ValueError("no sink to compare")
+    end = min(min(pair) for pair in watermarks.values()) - lookahead
+    end = end.replace(second=0, microsecond=0)
+    start = max(end - overlap, complete_from)
+    return (start, end) if start < end else None
