@@ -237,9 +237,14 @@ def kafka_records(
     src: KafkaSource,
     gate: Literal["open", "closed"] | None = None,
     starting_offsets: str | None = None,
+    trail: str | None = None,
 ) -> DataFrame:
     """Source `name`'s topic as Spark's Kafka source gives it (key, value, topic, partition,
-    offset, timestamp, headers), its listener and topics checked first."""
+    offset, timestamp, headers), its listener and topics checked first. ``trail``: a
+    blue/green upgrade's green reads through the gate no further than the offsets in that file
+    (``spark_app.bluegreen.trail``; a gate is needed)."""
+    if trail is not None and gate is None:
+        raise ValueError("a trail caps a gated Kafka source: give gate='open' with it")
     if src.security is not None and src.security.protocol != "PLAINTEXT":
         reach(src.bootstrap_servers, src.security, f"sources.{name}")  # a refusal in one line, before Spark's trace
     require_topics(name, src)
@@ -252,6 +257,8 @@ def kafka_records(
     )
     if gate is not None:
         reader = reader.option("kappa.gate", gate)
+    if trail is not None:
+        reader = reader.option("kappa.trail", trail)
     if starting_offsets is not None:
         reader = reader.option("startingOffsets", starting_offsets)
     try:

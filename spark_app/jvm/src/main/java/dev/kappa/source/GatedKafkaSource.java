@@ -1,10 +1,18 @@
 package dev.kappa.source;
 
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
 import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataInputStream;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
@@ -41,6 +49,12 @@ public final class GatedKafkaSource implements TableProvider, DataSourceRegister
   static final String KAFKA = "org.apache.spark.sql.kafka010.KafkaSourceProvider";
   /** "open" or "closed" (the default: a gate opens only when told). */
   static final String GATE = "kappa.gate";
+  /**
+   * A blue/green upgrade's green: the file (any Hadoop filesystem URI) holding the running
+   * version's durable offsets, {@code {"topic": {"partition": offset}}}, which an open gate never
+   * reads past ({@link TrailCap}); no file yet: nothing new is read.
+   */
+  static final String TRAIL = "kappa.trail";
 
   /** Found when first used, not when built: Spark may instantiate a provider just to list it. */
   private static TableProvider kafka() {
@@ -66,24 +80,29 @@ public final class GatedKafkaSource implements TableProvider, DataSourceRegister
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     boolean open = "open".equalsIgnoreCase(properties.getOrDefault(GATE, "closed"));
+    String trail = properties.get(TRAIL);
     Map<String, String> rest = new HashMap<>(properties);
     rest.remove(GATE);
-    return new GatedTable(kafka().getTable(schema, partitioning, rest), open);
+    rest.remove(TRAIL);
+    return new GatedTable(kafka().getTable(schema, partitioning, rest), open, trail);
   }
 
   static CaseInsensitiveStringMap withoutGate(CaseInsensitiveStringMap options) {
     Map<String, String> rest = new HashMap<>(options.asCaseSensitiveMap());
     rest.remove(GATE);
+    rest.remove(TRAIL);
     return new CaseInsensitiveStringMap(rest);
   }
 
   static final class GatedTable implements Table, SupportsRead {
     private final SupportsRead inner;
     private final boolean open;
+    private final String trail;
 
-    GatedTable(Table inner, boolean open) {
+    GatedTable(Table inner, boolean open, String trail) {
       this.inner = (SupportsRead) inner;
       this.open = open;
+      this.trail = trail;
     }
 
     @Override
@@ -105,17 +124,19 @@ public final class GatedKafkaSource implements TableProvider, DataSourceRegister
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
       ScanBuilder builder = inner.newScanBuilder(withoutGate(options));
-      return () -> new GatedScan(builder.build(), open);
+      return () -> new GatedScan(builder.build(), open, trail);
     }
   }
 
   static final class GatedScan implements Scan {
     private final Scan inner;
     private final boolean open;
+    private final String trail;
 
-    GatedScan(Scan inner, boolean open) {
+    GatedScan(Scan inner, boolean open, String trail) {
       this.inner = inner;
       this.open = open;
+      this.trail = trail;
     }
 
     @Override
@@ -140,19 +161,41 @@ public final class GatedKafkaSource implements TableProvider, DataSourceRegister
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-      return new GatedStream(inner.toMicroBatchStream(checkpointLocation), open);
+      return new GatedStream(inner.toMicroBatchStream(checkpointLocation), open, trail);
     }
   }
 
-  /** Every call to Spark's Kafka stream, but no offset moves while the gate is closed. */
+  /**
+   * Every call to Spark's Kafka stream, but no offset moves while the gate is closed, and none
+   * past the trail's (when it has one).
+   */
   static final class GatedStream
       implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow, ReportsSourceMetrics {
     private final MicroBatchStream inner;
     private final boolean open;
+    private final String trail;
 
-    GatedStream(MicroBatchStream inner, boolean open) {
+    GatedStream(MicroBatchStream inner, boolean open, String trail) {
       this.inner = inner;
       this.open = open;
+      this.trail = trail;
+    }
+
+    /** The trail file's offsets as written, or null while there is none. */
+    private String trailed() {
+      Path path = new Path(trail);
+      Configuration conf = SparkSession.active().sessionState().newHadoopConf();
+      try {
+        FileSystem fs = path.getFileSystem(conf);
+        if (!fs.exists(path)) {
+          return null;
+        }
+        try (FSDataInputStream in = fs.open(path)) {
+          return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+        }
+      } catch (IOException e) {
+        throw new UncheckedIOException("reading the blue/green trail " + trail, e);
+      }
     }
 
     @Override
@@ -175,10 +218,15 @@ public final class GatedKafkaSource implements TableProvider, DataSourceRegister
       if (!open) {
         return start;
       }
-      if (inner instanceof SupportsAdmissionControl) {
-        return ((SupportsAdmissionControl) inner).latestOffset(start, limit);
+      Offset latest =
+          inner instanceof SupportsAdmissionControl
+              ? ((SupportsAdmissionControl) inner).latestOffset(start, limit)
+              : inner.latestOffset();
+      if (trail == null || latest == null) {
+        return latest;
       }
-      return inner.latestOffset();
+      String capped = TrailCap.cap(latest.json(), start == null ? null : start.json(), trailed());
+      return inner.deserializeOffset(capped);
     }
 
     @Override
