@@ -6,11 +6,17 @@ never reads past blue, so once blue stops, green can reach exactly where blue en
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from spark_app.bluegreen.position import durable_position
 from spark_app.contract.blue_green import Position
-from spark_app.contract.storage import Location
+from spark_app.contract.storage import REPORT_DIR, Location
+
+log = logging.getLogger("kappa.bluegreen")
 
 KafkaOffsets = dict[str, dict[str, int]]
 """Spark's Kafka offset JSON: topic -> partition (as a string) -> the next offset to read."""
@@ -36,3 +42,62 @@ def kafka_cap(position: Position, topics: Iterable[str]) -> KafkaOffsets:
 def write_trail(location: Location, rel: str, cap: Mapping[str, Any]) -> None:
     """The cap, replaced whole (a reader never sees half of it)."""
     location.write_bytes(rel, json.dumps(cap, sort_keys=True).encode())
+
+
+def trail_name(sink: str) -> str:
+    """Green's trail file of a sink query, under its checkpoint base."""
+    return f"{REPORT_DIR}/trail-{sink}.json"
+
+
+@dataclass(frozen=True)
+class BlueQuery:
+    """Where one of blue's sink queries keeps its checkpoint, and its sink's pending-commit log
+    (an Iceberg sink's)."""
+
+    checkpoint: Location
+    pending: Location | None = None
+
+
+class Trailer:
+    """Green's driver, while it runs: blue's durable position of each sink query, written as
+    the trail of green's query for the same sink, every ``interval_s`` (a trigger's interval:
+    green is never further behind blue than what one look adds). Blue only moves forward, so a
+    trail is only ever raised."""
+
+    def __init__(
+        self, blue: Mapping[str, BlueQuery], green: Location, topics: Iterable[str], interval_s: float = 10.0
+    ) -> None:
+        self.blue, self.green, self.topics = dict(blue), green, sorted(set(topics))
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def once(self) -> dict[str, KafkaOffsets]:
+        """One look: the caps written, per sink (a sink blue has no durable batch of yet keeps
+        no trail, so green reads nothing of its topics)."""
+        written = {}
+        for sink, query in sorted(self.blue.items()):
+            found = durable_position(query.checkpoint, query.pending)
+            if found is None:
+                continue
+            cap = kafka_cap(found, self.topics)
+            write_trail(self.green, trail_name(sink), cap)
+            written[sink] = cap
+        return written
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="kappa-bluegreen-trail", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval_s + 30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.once()
+            except Exception:  # a storage hiccup: green waits one more look, it never reads ahead
+                log.warning("reading blue's position failed; the trail stays where it was", exc_info=True)
+            self._stop.wait(self.interval_s)
