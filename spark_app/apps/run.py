@@ -36,6 +36,7 @@ from spark_app.apps.query_shape import Closing
 from spark_app.apps.result import RunResult
 from spark_app.apps.session import PROGRESS_RETENTION, build_session, progress_retention
 from spark_app.apps.window_end import DrainExtensions, next_read, record_finality
+from spark_app.bluegreen.trail import trailer_of
 from spark_app.bootstrap.legs import BootstrapLeg, archive_config
 from spark_app.bootstrap.steps import start as start_bootstrap
 from spark_app.bootstrap.steps import switch as switch_bootstrap
@@ -307,8 +308,12 @@ class RunResources:
             log.warning("job %s: %s", cfg.name, notice)
         self.externalizer: Any = None
         self.listener = ProgressListener(ProgressReporter(cfg, self.gone)) if cfg.mode == "live" else None
+        self.trailer = trailer_of(cfg)
 
     def __enter__(self) -> RunResources:
+        if self.trailer is not None:  # green's first look before its first batch: it never reads ahead
+            self.trailer.once()
+            self.trailer.start()
         self.externalizer = attach(self.spark, self.cfg)
         if self.listener is not None:
             self.spark.streams.addListener(self.listener)
@@ -330,6 +335,8 @@ class RunResources:
 
     def __exit__(self, *exc: object) -> None:
         self.stop_queries()
+        if self.trailer is not None:
+            self.trailer.stop()
         self.externalized = detach(self.spark, self.externalizer)
         self.called = self.calls.stop()  # after the executors' last counts: the report's final numbers
         if self.listener is not None:

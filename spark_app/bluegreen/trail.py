@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from spark_app.bluegreen.position import durable_position
-from spark_app.contract.blue_green import Position
-from spark_app.contract.storage import REPORT_DIR, Location
+from spark_app.contract.blue_green import Position, trail_rel
+from spark_app.contract.config import JobConfig
+from spark_app.contract.sinks import IcebergSink
+from spark_app.contract.sources import KafkaSource
+from spark_app.contract.storage import Location, open_location
+from spark_app.sinks.iceberg.pending import pending_location
 
 log = logging.getLogger("kappa.bluegreen")
 
@@ -22,16 +26,17 @@ KafkaOffsets = dict[str, dict[str, int]]
 """Spark's Kafka offset JSON: topic -> partition (as a string) -> the next offset to read."""
 
 
-def kafka_cap(position: Position, topics: Iterable[str]) -> KafkaOffsets:
-    """Blue's durable offsets of ``topics`` (the green source's), from each of blue's sources
-    that reads them; a topic two of blue's sources read is capped at the lower of the two."""
-    wanted = set(topics)
+def kafka_cap(position: Position, topics: Iterable[str] | None) -> KafkaOffsets:
+    """Blue's durable offsets of ``topics`` (green's sources'; None: every topic, for a source
+    that subscribes by pattern), from each of blue's sources that reads them; a topic two of
+    blue's sources read is capped at the lower of the two."""
+    wanted = None if topics is None else set(topics)
     out: KafkaOffsets = {}
     for offsets in position.offsets.values():
         if not isinstance(offsets, Mapping):
             continue
         for topic, partitions in offsets.items():
-            if topic not in wanted or not isinstance(partitions, Mapping):
+            if (wanted is not None and topic not in wanted) or not isinstance(partitions, Mapping):
                 continue
             for partition, offset in partitions.items():
                 have = out.setdefault(topic, {}).get(str(partition))
@@ -42,11 +47,6 @@ def kafka_cap(position: Position, topics: Iterable[str]) -> KafkaOffsets:
 def write_trail(location: Location, rel: str, cap: Mapping[str, Any]) -> None:
     """The cap, replaced whole (a reader never sees half of it)."""
     location.write_bytes(rel, json.dumps(cap, sort_keys=True).encode())
-
-
-def trail_name(sink: str) -> str:
-    """Green's trail file of a sink query, under its checkpoint base."""
-    return f"{REPORT_DIR}/trail-{sink}.json"
 
 
 @dataclass(frozen=True)
@@ -65,9 +65,10 @@ class Trailer:
     trail is only ever raised."""
 
     def __init__(
-        self, blue: Mapping[str, BlueQuery], green: Location, topics: Iterable[str], interval_s: float = 10.0
+        self, blue: Mapping[str, BlueQuery], green: Location, topics: Iterable[str] | None, interval_s: float = 10.0
     ) -> None:
-        self.blue, self.green, self.topics = dict(blue), green, sorted(set(topics))
+        self.blue, self.green = dict(blue), green
+        self.topics = None if topics is None else sorted(set(topics))
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -81,7 +82,7 @@ class Trailer:
             if found is None:
                 continue
             cap = kafka_cap(found, self.topics)
-            write_trail(self.green, trail_name(sink), cap)
+            write_trail(self.green, trail_rel(sink), cap)
             written[sink] = cap
         return written
 
@@ -101,3 +102,24 @@ class Trailer:
             except Exception:  # a storage hiccup: green waits one more look, it never reads ahead
                 log.warning("reading blue's position failed; the trail stays where it was", exc_info=True)
             self._stop.wait(self.interval_s)
+
+
+def trailer_of(cfg: JobConfig) -> Trailer | None:
+    """The trailer of a green run (None for any other run): blue's query of each sink, green's
+    checkpoint base, the topics green reads, one look per trigger interval."""
+    if cfg.green is None:
+        return None
+    blue = cfg.green.blue_checkpoint.rstrip("/")
+    queries = {
+        sink: BlueQuery(
+            open_location(f"{blue}/{sink}"),
+            pending_location(f"{blue}/{sink}", sink) if isinstance(config, IcebergSink) else None,
+        )
+        for sink, config in cfg.sinks.items()
+    }
+    kafka = [src for src in cfg.sources.values() if isinstance(src, KafkaSource)]
+    patterned = any(src.topic is None for src in kafka)
+    topics = None if patterned else [t.strip() for src in kafka for t in (src.topic or "").split(",") if t.strip()]
+    trigger = cfg.effective_trigger
+    interval = trigger.interval.total_seconds() if trigger.kind == "processingTime" else 5.0
+    return Trailer(queries, open_location(cfg.checkpoint.location), topics, interval)

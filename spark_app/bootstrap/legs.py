@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_app.bootstrap.seam import starting_offsets
+from spark_app.contract.blue_green import trail_file
 from spark_app.contract.config import JobConfig, TriggerConfig, Window
 from spark_app.contract.errors import KappaError
 from spark_app.contract.reports.bootstrap import BootstrapRecord
@@ -86,6 +87,7 @@ def hybrid_frames(
         topic = kafka_frame(
             spark, cfg, name, src, gate="closed" if leg == "archive" else "open",
             starting_offsets=starting_offsets(record.offsets[name]),
+            trail=trail_file(cfg.checkpoint.location, sink) if cfg.green is not None else None,
         )  # fmt: skip
         frames[name] = history.unionByName(topic.select(*history.columns))  # a projection applies to both
     return frames

@@ -28,7 +28,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import Field
+
+from spark_app.contract.base import KappaModel
 from spark_app.contract.checkpoints.layout import OffsetLogEntry
+from spark_app.contract.storage import REPORT_DIR
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MISSING = object()
@@ -55,6 +59,24 @@ class FinalBatch:
     sink: str
     position: Position
     lookahead: timedelta = timedelta(0)
+
+
+class GreenConfig(KappaModel):
+    """A run that is a blue/green upgrade's green: a bootstrapped job whose topics it reads no
+    further than the running version (blue) durably has, sink query by sink query."""
+
+    blue_checkpoint: str = Field(min_length=1)
+    """Blue's checkpoint base: its query for sink ``s`` checkpoints at ``<blueCheckpoint>/<s>``."""
+
+
+def trail_rel(sink: str) -> str:
+    """Green's trail of ``sink``'s query, under green's checkpoint base, beside its reports."""
+    return f"{REPORT_DIR}/trail-{sink}.json"
+
+
+def trail_file(green_checkpoint: str, sink: str) -> str:
+    """Where green's query for ``sink`` reads its cap."""
+    return f"{green_checkpoint.rstrip('/')}/{trail_rel(sink)}"
 
 
 class NoWatermarkError(ValueError):

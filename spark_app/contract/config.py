@@ -23,6 +23,7 @@ import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from spark_app.contract.base import Duration, KappaModel, Timestamp
+from spark_app.contract.blue_green import GreenConfig
 from spark_app.contract.dead_letters import DeadLetterConfig, output_name, source_of
 from spark_app.contract.durations import check_positive, format_duration
 from spark_app.contract.errors import ConfigError
@@ -331,6 +332,9 @@ class JobConfig(KappaModel):
     dead_letters: DeadLetterConfig | None = None
     """Live jobs with Avro sources: records that do not decode go here instead of stopping the
     job (``spark_app.contract.dead_letters``)."""
+    green: GreenConfig | None = None
+    """A blue/green upgrade's new version: a bootstrapped job that trails the running one
+    (``spark_app.contract.blue_green``)."""
 
     @model_validator(mode="after")
     def _read_rate_backfill_only(self) -> JobConfig:
@@ -398,6 +402,11 @@ class JobConfig(KappaModel):
             self._check_bootstrap(self.bootstrap)
         if self.dead_letters is not None:
             self._check_dead_letters(self.dead_letters)
+        if self.green is not None and self.bootstrap is None:
+            raise ValueError(
+                "green trails the running version's topics after reading their history: it needs bootstrap (its "
+                "sources are Kafka topics with an archive)"
+            )
         if self.trigger and self.trigger.kind == "processingTime" and self.mode == "backfill":
             raise ValueError("a backfill ends by itself: trigger.kind must be availableNow")
         return self

@@ -220,13 +220,14 @@ def kafka_frame(
     src: KafkaSource,
     gate: Literal["open", "closed"] | None = None,
     starting_offsets: str | None = None,
+    trail: str | None = None,
 ) -> DataFrame:
     """The live Kafka candidate of source `name`, with the value schema's columns.
 
     ``gate``: read through ``dev.kappa.source.GatedKafkaSource`` (a bootstrapped job's topic,
     which reads nothing until its archive is read), from ``starting_offsets`` (Spark's JSON)."""
     value = value_schema(cfg, src, name=name)
-    raw = kafka_records(spark, name, src, gate, starting_offsets)
+    raw = kafka_records(spark, name, src, gate, starting_offsets, trail)
     decoder = avro_decoder(src, f"sources.{name}", dead_letters=cfg.dead_letters is not None)
     return deserialize(without(raw, src.skip), value, decoder)
 

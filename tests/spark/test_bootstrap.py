@@ -259,3 +259,70 @@ def test_a_bootstrap_from_past_the_archive_is_refused_before_anything_is_written
     assert not (tmp_path / "late" / "out").exists(), "nothing written to the sink"
     location, name = record_location(cfg)
     assert read_record(location, name) is None, "no bootstrap record: a corrected spec starts afresh"
+
+
+def test_green_reads_its_topic_no_further_than_blue_durably_has(
+    spark: SparkSession, story: dict[str, Any], tmp_path: Path
+) -> None:
+    """A blue/green upgrade's green (a bootstrapped job with ``green.blueCheckpoint``): the
+    archive, then the topic only up to where blue's checkpoint durably stands; once blue is
+    further, green goes on from where it stopped, each record once."""
+    from spark_app.bluegreen.position import durable_position
+    from spark_app.bluegreen.trail import kafka_cap
+    from spark_app.contract.blue_green import GreenConfig
+    from spark_app.contract.storage import open_location
+
+    s: Story = story["story"]
+    topic = s.topic["impressions"]
+    blue = parse_config(
+        {
+            "name": "blue-copy",
+            "pipeline": "spark_app.examples.copy:pipeline",
+            "mode": "live",
+            "catalogs": s.catalogs(),
+            "sources": {
+                "impressions": s.kafka(
+                    "impressions", {"maxOffsetsPerTrigger": "100"}, schemaFrom="default:archive.impressions"
+                )
+            },
+            "sinks": {"copy": {"kind": "parquet", "path": str(tmp_path / "blue" / "out")}},
+            "checkpoint": {"location": str(tmp_path / "blue" / "ckpt")},
+            "trigger": {"kind": "availableNow"},
+        }
+    )
+    run(blue, spark)
+    query = tmp_path / "blue" / "ckpt" / "copy"
+    batches = sorted(int(p.name) for p in (query / "commits").iterdir() if p.name.isdigit())
+    assert len(batches) >= 5, batches
+    held = tmp_path / "held"  # blue as it stood two batches before its end
+    held.mkdir()
+    for b in batches[-2:]:
+        for log in ("offsets", "commits"):
+            (query / log / str(b)).rename(held / f"{log}-{b}")
+    blue_at = durable_position(open_location(str(query)))
+    assert blue_at is not None and blue_at.batch_id == batches[-3]
+    cap = kafka_cap(blue_at, [topic])[topic]
+
+    green = bootstrap_config(s, tmp_path / "green", "copy", ("impressions",))
+    green = green.model_copy(update={"green": GreenConfig(blue_checkpoint=str(tmp_path / "blue" / "ckpt"))})
+    run(green, spark)
+    record = read_record(*record_location(green))
+    assert record is not None and record.switched
+    switch_at = record.offsets["impressions"][topic]
+
+    def read_from_kafka() -> set[tuple[int, int]]:
+        out = spark.read.parquet(str(tmp_path / "green" / "out"))
+        out = out.select("__metadata__.partition", "__metadata__.offset")
+        return {(r[0], r[1]) for r in out.collect() if r[1] >= switch_at[r[0]]}
+
+    expected = {(int(p), o) for p, end in cap.items() for o in range(switch_at[int(p)], end)}
+    assert expected, "blue was past the archive's end: green has some of the topic to read"
+    assert read_from_kafka() == expected, "green read the topic up to blue's durable offsets, no further"
+
+    for b in batches[-2:]:  # blue moves on to its end
+        for log in ("offsets", "commits"):
+            (held / f"{log}-{b}").rename(query / log / str(b))
+    run(green, spark)
+    total = len(story["early"]["impressions"]) + len(story["late"]["impressions"])
+    rows = spark.read.parquet(str(tmp_path / "green" / "out")).select("__metadata__.partition", "__metadata__.offset")
+    assert rows.count() == rows.distinct().count() == total, "every record of the topic once"

@@ -21,7 +21,8 @@ def test_the_cap_takes_blues_offsets_of_the_green_sources_topics_the_lower_of_tw
 def test_the_trailer_writes_each_sinks_cap_once_blue_has_a_durable_batch(tmp_path: Path) -> None:
     import json
 
-    from spark_app.bluegreen.trail import BlueQuery, Trailer, trail_name
+    from spark_app.bluegreen.trail import BlueQuery, Trailer
+    from spark_app.contract.blue_green import trail_rel
     from spark_app.contract.storage import open_location
 
     blue_ckpt = tmp_path / "blue" / "attributed"
@@ -30,12 +31,12 @@ def test_the_trailer_writes_each_sinks_cap_once_blue_has_a_durable_batch(tmp_pat
     green = open_location(str(tmp_path / "green"))
     trailer = Trailer({"attributed": BlueQuery(open_location(str(blue_ckpt)))}, green, ["plays"])
     assert trailer.once() == {}  # no durable batch: no trail, green reads nothing
-    assert not (tmp_path / "green" / trail_name("attributed")).exists()
+    assert not (tmp_path / "green" / trail_rel("attributed")).exists()
 
     meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1})
     (blue_ckpt / "offsets" / "0").write_text(f'v1\n{meta}\n{{"plays":{{"0":12,"1":3}}}}')
     (blue_ckpt / "offsets" / "1").write_text(f'v1\n{meta}\n{{"plays":{{"0":20,"1":9}}}}')
     (blue_ckpt / "commits" / "0").write_text("v1\n{}")
     assert trailer.once() == {"attributed": {"plays": {"0": 12, "1": 3}}}
-    written = json.loads((tmp_path / "green" / trail_name("attributed")).read_text())
+    written = json.loads((tmp_path / "green" / trail_rel("attributed")).read_text())
     assert written == {"plays": {"0": 12, "1": 3}}
