@@ -9,30 +9,17 @@ comparison is then reported, not required)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
-from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
+from spark_app.bluegreen.tables import GreenBranch
 from spark_app.contract.reports.publish import TableReport
 from spark_app.sinks.iceberg.publish import compare
 from spark_app.sinks.iceberg.window import TimeWindow
 
 SHOWN_KEYS = 10
-
-
-@dataclass(frozen=True)
-class SinkCompare:
-    """One Iceberg sink's part of the comparison."""
-
-    sink: str
-    load: Callable[[], Table]
-    catalog_properties: dict[str, str]
-    time_column: str
-    branch: str
-    key: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -58,7 +45,7 @@ class Compared:
 
 
 def compare_versions(
-    spark: SparkSession, sinks: list[SinkCompare], start: datetime, end: datetime, min_match_ratio: float
+    spark: SparkSession, sinks: list[GreenBranch], start: datetime, end: datetime, min_match_ratio: float
 ) -> Compared:
     if not 0.0 <= min_match_ratio <= 1.0:
         raise ValueError(f"min_match_ratio must be in [0, 1], got {min_match_ratio}")

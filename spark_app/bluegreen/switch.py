@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
+from spark_app.bluegreen.tables import GreenBranch
 from spark_app.contract.blue_green import FinalBatch, boundary, off_seam
 from spark_app.contract.errors import KappaError
 from spark_app.contract.storage import REPORT_DIR, Location
@@ -49,18 +48,12 @@ class OffSeamError(KappaError):
 
 @dataclass(frozen=True)
 class SinkSwitch:
-    """One Iceberg sink's part of the switch."""
+    """One Iceberg sink's part of the switch: its table, and where each version ended."""
 
-    sink: str
-    load: Callable[[], Table]
-    catalog_properties: dict[str, str]
-    time_column: str
-    branch: str
-    """Green's branch of the table."""
+    table: GreenBranch
     blue: FinalBatch
     green: FinalBatch
     green_query_id: str
-    key: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -82,7 +75,7 @@ def settled_boundary(record: Location, sinks: list[SinkSwitch]) -> datetime:
         off = off_seam(s.blue.position, s.green.position)
         if off:
             raise OffSeamError(
-                f"sinks.{s.sink}: green's batch {s.green.position.batch_id} did not end where blue's batch "
+                f"sinks.{s.table.sink}: green's batch {s.green.position.batch_id} did not end where blue's batch "
                 f"{s.blue.position.batch_id} did (sources {', '.join(off)}); nothing was switched: green runs on to "
                 "blue's end first"
             )
@@ -90,7 +83,8 @@ def settled_boundary(record: Location, sinks: list[SinkSwitch]) -> datetime:
     body = {
         "boundary": b.isoformat(),
         "sinks": {
-            s.sink: {"blueBatch": s.blue.position.batch_id, "greenBatch": s.green.position.batch_id} for s in sinks
+            s.table.sink: {"blueBatch": s.blue.position.batch_id, "greenBatch": s.green.position.batch_id}
+            for s in sinks
         },
     }
     record.write_bytes(SWITCH_RECORD, json.dumps(body, sort_keys=True).encode())
@@ -103,18 +97,18 @@ def switch(spark: SparkSession, record: Location, sinks: list[SinkSwitch], label
     b = settled_boundary(record, sinks)
     out = []
     for s in sinks:
-        table = s.load()
-        if s.branch not in table.metadata.refs:
+        t = s.table
+        if t.branch not in t.load().metadata.refs:
             # switched and its branch removed by an earlier run: main holds green's rows already
-            out.append(Switched(s.sink, 0, 0, None))
+            out.append(Switched(t.sink, 0, 0, None))
             continue
         result: PublishResult = publish(
             spark,
-            s.load,
-            s.catalog_properties,
-            s.branch,
-            TimeWindow(s.time_column, b, END_OF_TIME),
-            key=s.key,
+            t.load,
+            t.catalog_properties,
+            t.branch,
+            TimeWindow(t.time_column, b, END_OF_TIME),
+            key=t.key,
             min_match_ratio=0.0,  # the versions differ from B on by design: green's rows are taken
             properties={
                 BLUE_GREEN: label,
@@ -123,14 +117,14 @@ def switch(spark: SparkSession, record: Location, sinks: list[SinkSwitch], label
                 BATCH_ID: str(s.green.position.batch_id),
             },
         )
-        s.load().manage_snapshots().remove_branch(s.branch).commit()
+        t.load().manage_snapshots().remove_branch(t.branch).commit()
         log.info(
             "switched %s at %s: -%d +%d rows (snapshot %s)",
-            s.sink,
+            t.sink,
             b.isoformat(),
             result.rows_removed,
             result.rows_added,
             result.snapshot_id,
         )
-        out.append(Switched(s.sink, result.rows_removed, result.rows_added, result.snapshot_id))
+        out.append(Switched(t.sink, result.rows_removed, result.rows_added, result.snapshot_id))
     return out

@@ -70,6 +70,7 @@ class Trailer:
         self.blue, self.green = dict(blue), green
         self.topics = None if topics is None else sorted(set(topics))
         self.interval_s = interval_s
+        self._written: dict[str, KafkaOffsets] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -82,7 +83,9 @@ class Trailer:
             if found is None:
                 continue
             cap = kafka_cap(found, self.topics)
-            write_trail(self.green, trail_rel(sink), cap)
+            if self._written.get(sink) != cap:  # one write per move of blue's, not per look
+                write_trail(self.green, trail_rel(sink), cap)
+                self._written[sink] = cap
             written[sink] = cap
         return written
 

@@ -5,7 +5,7 @@ trailing blue's input (``docs/design/blue-green.md``). The hand-over rests on tw
 
 * **One input seam.** At the switch both versions have read exactly the same input: per sink
   query and per source, the offsets of blue's final durable batch. Green never reads past
-  blue's durable position (``trail_cap``), and the switch checks both ended there
+  blue's durable position (``spark_app.bluegreen.trail``), and the switch checks both ended there
   (``off_seam``).
 * **One event-time boundary.** ``B`` = the smallest (watermark - lookahead) over the sinks and
   both versions' final batches, floored to the second (``boundary``). Every result with a time
@@ -98,12 +98,6 @@ def position(batch_id: int, entry: OffsetLogEntry) -> Position:
         entry.watermark_ms,
         {name: None if raw is None else json.loads(raw) for name, raw in entry.sources},
     )
-
-
-def trail_cap(blue: Position) -> dict[str, Any]:
-    """The offsets green may read up to, per source: blue's durable ones (a source blue had
-    none of yet is not capped at anything green could read, so it reads none of it)."""
-    return dict(blue.offsets)
 
 
 def off_seam(blue: Position, green: Position) -> list[str]:

@@ -13,7 +13,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import NestedField, StringType, TimestamptzType
 from pyspark.sql import SparkSession
 
-from spark_app.bluegreen.compare import SinkCompare, compare_versions
+from spark_app.bluegreen.compare import compare_versions
+from spark_app.bluegreen.tables import GreenBranch
 
 T0 = datetime(2026, 12, 4, 10, tzinfo=UTC)
 SCHEMA = Schema(
@@ -47,9 +48,9 @@ def test_equal_output_passes_a_changed_one_is_refused_or_reported(spark: SparkSe
     table.delete(delete_filter="ts >= '2026-12-04T10:00:00+00:00'", branch="v2")
     catalog.load_table("marts.plays").append(rows(range(0, 20), frozenset({7})), branch="v2")  # k7 differs
 
-    def sink(branch: str) -> SinkCompare:
+    def sink(branch: str) -> GreenBranch:
         load = lambda: catalog.load_table("marts.plays")  # noqa: E731
-        return SinkCompare("plays", load, dict(catalog.properties), "ts", branch, ["key"])
+        return GreenBranch("plays", load, dict(catalog.properties), "ts", branch, ["key"])
 
     start, end = T0 + timedelta(minutes=5), T0 + timedelta(minutes=15)
     same = compare_versions(spark, [sink("same")], start, end, 0.999)

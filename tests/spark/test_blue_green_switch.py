@@ -16,6 +16,7 @@ from pyiceberg.types import NestedField, StringType, TimestamptzType
 from pyspark.sql import SparkSession
 
 from spark_app.bluegreen.switch import BOUNDARY, SWITCH_RECORD, OffSeamError, SinkSwitch, switch
+from spark_app.bluegreen.tables import GreenBranch
 from spark_app.contract.blue_green import FinalBatch, Position
 from spark_app.contract.storage import open_location
 
@@ -52,15 +53,17 @@ def test_green_takes_main_from_the_boundary_on_in_one_snapshot(spark: SparkSessi
     before = {s.snapshot_id for s in catalog.load_table("marts.plays").snapshots()}
 
     sink = SinkSwitch(
-        sink="plays",
-        load=lambda: catalog.load_table("marts.plays"),
-        catalog_properties=dict(catalog.properties),
-        time_column="ts",
-        branch="green-rmi-g2",
+        table=GreenBranch(
+            sink="plays",
+            load=lambda: catalog.load_table("marts.plays"),
+            catalog_properties=dict(catalog.properties),
+            time_column="ts",
+            branch="green-rmi-g2",
+            key=["key"],
+        ),
         blue=final("blue", 10, AT_SEAM),  # blue's watermark 10:10:30
         green=final("green", 13, AT_SEAM, batch=9),
         green_query_id="q-green",
-        key=["key"],
     )
     record = open_location(str(tmp_path / "green"))
     (done,) = switch(spark, record, [sink], "default/rmi g2")
@@ -89,11 +92,7 @@ def test_versions_off_the_seam_switch_nothing(spark: SparkSession, tmp_path: Pat
     table.append(rows(range(0, 3), "blue"))
     table.manage_snapshots().create_branch(table.current_snapshot().snapshot_id, "g").commit()
     sink = SinkSwitch(
-        "plays",
-        lambda: catalog.load_table("marts.plays"),
-        dict(catalog.properties),
-        "ts",
-        "g",
+        GreenBranch("plays", lambda: catalog.load_table("marts.plays"), dict(catalog.properties), "ts", "g"),
         final("blue", 2, AT_SEAM),
         final("green", 2, {"0": {"plays": {"0": 118}}}),
         "q-green",

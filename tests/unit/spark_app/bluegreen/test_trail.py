@@ -40,3 +40,9 @@ def test_the_trailer_writes_each_sinks_cap_once_blue_has_a_durable_batch(tmp_pat
     assert trailer.once() == {"attributed": {"plays": {"0": 12, "1": 3}}}
     written = json.loads((tmp_path / "green" / trail_rel("attributed")).read_text())
     assert written == {"plays": {"0": 12, "1": 3}}
+    (tmp_path / "green" / trail_rel("attributed")).unlink()
+    assert trailer.once() == {"attributed": {"plays": {"0": 12, "1": 3}}}
+    assert not (tmp_path / "green" / trail_rel("attributed")).exists(), "blue did not move: nothing written"
+    (blue_ckpt / "commits" / "1").write_text("v1\n{}")
+    assert trailer.once() == {"attributed": {"plays": {"0": 20, "1": 9}}}
+    assert json.loads((tmp_path / "green" / trail_rel("attributed")).read_text()) == {"plays": {"0": 20, "1": 9}}

@@ -18,7 +18,6 @@ from spark_app.contract.blue_green import (
     durable_batch,
     off_seam,
     position,
-    trail_cap,
 )
 from spark_app.contract.checkpoints.layout import parse_offsets
 
@@ -53,7 +52,9 @@ def test_the_durable_batch_is_the_newest_done_or_recorded_with_its_offsets_logge
 def test_a_position_parses_each_sources_offsets_and_keeps_a_source_without_one() -> None:
     p = position(7, parse_offsets(entry(T0, KAFKA_AT_42, "-")))
     assert p == Position(7, ms(T0), {"0": {"impressions": {"0": 42, "1": 17}}, "1": None})
-    assert trail_cap(p) == {"0": {"impressions": {"0": 42, "1": 17}}, "1": None}
+    from spark_app.bluegreen.trail import kafka_cap
+
+    assert kafka_cap(p, None) == {"impressions": {"0": 42, "1": 17}}  # green's cap: blue's offsets, by topic
 
 
 def test_the_seam_compares_offsets_as_values_not_as_text() -> None:
