@@ -1,13 +1,15 @@
-"""``python -m spark_app [run|publish|restore|plan] --config job.json``: what the operator's
+"""``python -m spark_app [run|publish|restore|plan|compare|switch|discard] --config job.json``: what the operator's
 SparkApplications run: the job's query (``run``, the default; a backfill config with
 ``publish`` then validates its branches against main and publishes in the same driver,
 ``spark_app.apps.publish.run_and_publish``), a finished backfill's validation and publish alone
 (``publish``: the separate application the operator still renders where a completed backfill
 left no publish report), a Rewind's restore and sink undo (``restore``, driver-only: no
 SparkSession), or a Backfill's plan from Iceberg metadata and the pipeline's analyzed plan
-(``plan``: no Spark job runs; ``--no-spark`` plans without a SparkSession).
-Exit codes: 0 done (Published, Restored, Planned; a ``run`` whose publish was Refused too: the
-application completed, and its report says Refused for the operator to end the Backfill on), 3
+(``plan``: no Spark job runs; ``--no-spark`` plans without a SparkSession), and a blue/green
+upgrade's steps on green's config (``compare``, ``switch``, ``discard``: ``apps.blue_green``).
+Exit codes: 0 done (Published, Restored, Planned, a blue/green step with its report; a ``run``
+whose publish was Refused too: the application completed, and its report says Refused for the
+operator to end the Backfill on), 3
 refused or failed with a report, 2 a config error (``EXIT_REFUSED``: not restarted), 1 the job
 failed (a ``run`` whose publish failed too: restarted, it resumes and publishes again)."""
 
@@ -19,6 +21,7 @@ import logging
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from spark_app.contract.config import load_config
 from spark_app.contract.errors import EXIT_FAILED, EXIT_REFUSED, KappaError
@@ -47,9 +50,15 @@ def last_words(message: str) -> None:
         pass  # not in a pod: stderr said it
 
 
+STEPS = ("run", "publish", "restore", "plan", "compare", "switch", "discard")
+STEP_DONE = ("Matched", "Refused", "Switched", "NotAtSeam", "Discarded")
+"""A blue/green step whose report is in one of these states exits 0; Failed raised (1). A
+step's Refused or NotAtSeam completed its work: the report is the verdict the operator acts on."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_app", description=__doc__)
-    parser.add_argument("command", nargs="?", choices=("run", "publish", "restore", "plan"), default="run")
+    parser.add_argument("command", nargs="?", choices=STEPS, default="run")
     parser.add_argument("--config", required=True, help="JobConfig as JSON or YAML")
     parser.add_argument("--timeout", type=float, help="stop a processingTime run after this many seconds")
     parser.add_argument(
@@ -70,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             restored = run_restore(cfg)
             print(restored.model_dump_json(indent=2))
             return 0 if restored.state == "Restored" else 3
+        if args.command == "discard":
+            from spark_app.apps.blue_green import run_discard
+
+            return _said(run_discard(cfg))
         if args.command == "plan" and args.no_spark:
             from spark_app.planning.run import run_plan
 
@@ -95,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
                 planned = run_plan(cfg, spark)
                 print(planned.model_dump_json(indent=2))
                 return 0 if planned.state == "Planned" else 3
+            if args.command in ("compare", "switch"):
+                from spark_app.apps.blue_green import run_compare, run_switch
+
+                return _said((run_compare if args.command == "compare" else run_switch)(cfg, spark))
             if args.command == "publish":
                 published = run_publish(cfg, spark)
                 print(published.model_dump_json(indent=2))
@@ -115,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         said["publish"] = {"state": publish.state, "error": publish.error}
     print(json.dumps(said, indent=2))
     return 0
+
+
+def _said(report: Any) -> int:
+    """A blue/green step's report, printed; its exit code."""
+    print(report.model_dump_json(indent=2))
+    return 0 if report.state in STEP_DONE else 3
 
 
 if __name__ == "__main__":

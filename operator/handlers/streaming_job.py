@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import kopf
@@ -28,7 +29,9 @@ from kappa_operator.handlers.context import (
 from kappa_operator.handlers.nodes import driver_drained, driver_left
 from kappa_operator.models.common import GROUP, VERSION
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job_status import BLUE_GREEN_ACTIVE, UpgradeStatus
 from kappa_operator.observe.restore_points import initial_points
+from kappa_operator.reconcile.blue_green_steps import COMMAND, GreenSeen
 from kappa_operator.reconcile.initial_snapshot import InitialSeen, initial_pending, restore_app_name, restore_map_name
 from kappa_operator.reconcile.job_intent import JobIntent
 from kappa_operator.reconcile.phases import ENDED, app_state, now_rfc3339
@@ -36,9 +39,11 @@ from kappa_operator.reconcile.snapshot_requests import Answers
 from kappa_operator.reconcile.streaming_job import decide_streaming_job, owner_of
 from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, PAUSED_ANNOTATION, initial_restore_config
 from kappa_operator.render.spark_application import Owner
+from spark_app.contract.reports.blue_green import read_seam, read_step_report
+from spark_app.contract.reports.progress import read_reports
 from spark_app.contract.reports.restore import read_report
 from spark_app.contract.snapshot_requests import read_answer
-from spark_app.contract.storage import open_location
+from spark_app.contract.storage import REPORT_DIR, open_location
 
 KIND = "StreamingJob"
 LOOK_TICK = 5.0
@@ -77,10 +82,30 @@ def act(intent: JobIntent, job: StreamingJob, body: Any) -> None:
     if intent.create_app is not None:
         c.create_app(intent.create_app, owner)
         crash_point("exit-after-create-app")
+    act_blue_green(intent, owner)
     post_events(body, intent.events)
     observe(KIND, body, intent.status)
     if not records_intent:
         record(KIND, body, intent.status)
+
+
+def act_blue_green(intent: JobIntent, owner: Owner) -> None:
+    """A blueGreen upgrade's objects: removals first (the step application is one name, one
+    at a time), then what the step creates; each safe to repeat (a 404 is done, a 409 on an
+    object of ours is done)."""
+    c = ctx().cluster()
+    if intent.delete_green:
+        c.delete_app(owner.namespace, owner.green_app_name, owner)
+    if intent.delete_step:
+        c.delete_app(owner.namespace, owner.step_app_name, owner)
+    for name in intent.delete_maps:
+        c.delete_config_map(owner.namespace, name, owner)
+    for made in (intent.green, intent.step_app):
+        if made is not None:
+            c.apply_config_map(made[0], owner)
+            c.create_app(made[1], owner)
+    if intent.step_app is not None:
+        crash_point("exit-after-create-step-app")
 
 
 @kopf.on.resume(GROUP, VERSION, "streamingjobs")
@@ -141,6 +166,8 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
     left = app is None and drain is not None and drain.step == "Moving" and driver_left(owner.namespace, owner.app_name)
     named = job.spec.secrets_in_use
     secrets = secret_versions_now(owner.namespace, named) if named else None
+    up = job.status.upgrade if job.status else None
+    green = green_seen(job, owner, up) if up is not None and up.step in BLUE_GREEN_ACTIVE else None
     intent = decide_streaming_job(
         job,
         app,
@@ -150,8 +177,43 @@ def _reconcile(namespace: str, name: str, uid: str | None = None) -> None:
         drained=drained,
         driver_left=left,
         secrets=secrets,
+        green=green,
     )
     act(intent, job, body)
+
+
+def green_seen(job: StreamingJob, owner: Owner, up: UpgradeStatus) -> GreenSeen:
+    """What a blueGreen step needs, each read only in the step that uses it: the green and
+    step applications (the watch's copy), a step's report once its application ended, the
+    versions' progress reports while green catches up, green's seam report while it drains
+    (a few hundred bytes each, under ``_kappa/``), and whether a stopped driver's pod is gone."""
+    c, ns = ctx().cluster(), owner.namespace
+    # a failed green with its driver's last words (read once: the next step removes it)
+    green_app = with_driver_words(c.get_app(ns, owner.green_app_name, owner), ns, None)
+    step_app = c.get_app(ns, owner.step_app_name, owner)
+    seen = GreenSeen(green_app=green_app, step_app=step_app)
+    green = open_location(up.green_checkpoint or "", READ_TIMEOUTS) if up.green_checkpoint else None
+    if green is None:
+        return seen
+    command = COMMAND.get(up.step)
+    if command is not None and app_state(step_app) in ENDED:
+        seen = replace(seen, step_report=read_step_report(green, command))
+    if up.step == "CatchingUp" and up.blue_checkpoint:
+        sinks = sorted(job.spec.sinks)
+        blue = open_location(f"{up.blue_checkpoint.rstrip('/')}/{REPORT_DIR}", READ_TIMEOUTS)
+        mine = open_location(f"{up.green_checkpoint.rstrip('/')}/{REPORT_DIR}", READ_TIMEOUTS)  # type: ignore[union-attr]
+        seen = replace(
+            seen,
+            green_reports={r.sink: r for r in read_reports(mine, sinks)},
+            blue_reports={r.sink: r for r in read_reports(blue, sinks)},
+        )
+    if up.step == "Draining":
+        seen = replace(seen, seam=read_seam(green))
+    if up.step == "StoppingBlue":
+        seen = replace(seen, blue_driver_left=driver_left(ns, owner.app_name))
+    if up.step == "Switching" and green_app is None:
+        seen = replace(seen, green_driver_left=driver_left(ns, owner.green_app_name))
+    return seen
 
 
 def initial_seen(job: StreamingJob, owner: Owner) -> InitialSeen:
@@ -198,7 +260,7 @@ def waiting(status: dict[str, Any] | None) -> bool:
     status = status or {}
     if status.get("phase") == "BackingOff" or status.get("retries") or status.get("missingSecrets"):
         return True
-    if ((status.get("upgrade") or {}).get("step")) in ("Snapshotting", "Starting"):
+    if ((status.get("upgrade") or {}).get("step")) in ("Snapshotting", "Starting", *BLUE_GREEN_ACTIVE):
         return True
     if status.get("nodeDrain"):
         return True
@@ -269,6 +331,9 @@ def delete_job(body: kopf.Body, **_: Any) -> None:
     c, owner = ctx().cluster(), Owner(KIND, meta["name"], meta["namespace"], meta.get("uid"))
     stopped = c.delete_app(owner.namespace, owner.app_name, owner)
     c.delete_config_map(owner.namespace, owner.config_map_name, owner)
+    for app in (owner.green_app_name, owner.step_app_name):  # a blueGreen upgrade in flight
+        if c.delete_app(owner.namespace, app, owner):
+            c.delete_config_map(owner.namespace, f"{app}-jobconfig", owner)
     if stopped:
         msg = f"deleted SparkApplication {owner.app_name} and its ConfigMap"
         post_event(body, "Normal", "Deleted", msg)

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from kubernetes.client.exceptions import ApiException
+
 if TYPE_CHECKING:
     from kappa_operator.kube.api import Cluster
 
@@ -288,6 +290,11 @@ class EventRecorder:
                 continue
             try:
                 self._write(occurrence)
+            except ApiException as exc:
+                if exc.status == 403 and "being terminated" in str(exc.body):  # no RBAC gap: the namespace is going
+                    log.info("not posting the event %s: its namespace is being deleted", _describe(occurrence))
+                else:
+                    log.warning("could not post the event %s", _describe(occurrence), exc_info=True)
             except Exception:  # Events are auxiliary: never the reason a handler fails
                 log.warning("could not post the event %s", _describe(occurrence), exc_info=True)
             finally:

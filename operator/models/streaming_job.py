@@ -42,6 +42,7 @@ from kappa_operator.models.sources import DeadLetterTableSpec, JobSource, Schema
 from kappa_operator.models.streaming_job_status import (
     StreamingJobStatus,
 )
+from spark_app.contract.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 
 CatalogProperties = Annotated[dict[PropertyKey, Setting], Field(max_length=CATALOG_PROPERTIES_MAX)]
 
@@ -105,11 +106,14 @@ class UpgradeSpec(CRModel):
     """What a spec change of a running job does (the Flink Kubernetes Operator's
     ``upgradeMode``), and whether a failed upgrade rolls back."""
 
-    mode: Literal["stateless", "last-state", "snapshot"] = "last-state"
+    mode: Literal["stateless", "last-state", "snapshot", "blueGreen"] = "last-state"
     """`last-state`: restart from the job's checkpoint (state kept). `stateless`: start on an
     empty checkpoint (state dropped; sources start at startingPosition). `snapshot`: take a
     snapshot first (needs checkpoints.externalLocation), then upgrade as last-state; a
-    rollback restores that snapshot."""
+    rollback restores that snapshot. `blueGreen`: run the new spec beside the old one, its
+    state rebuilt from the sources' history into a branch of each sink, compare, then switch
+    each sink's main at one event time in one snapshot (Kafka sources, Iceberg sinks with
+    timeColumn; docs/upgrades.md)."""
     rollback: bool = False
     """Run the last spec that reached RUNNING again when an upgraded application fails or
     does not run within readyTimeout (the edited spec stays as written; status says so)."""
@@ -118,6 +122,19 @@ class UpgradeSpec(CRModel):
     snapshot_timeout: PositiveDurationStr = "10m"
     """How long the snapshot before an upgrade may take (mode snapshot); past it the upgrade
     is not made and the job keeps running the previous spec."""
+    overlap: PositiveDurationStr = "30m"
+    """blueGreen: the event time over which both versions' output is compared before the
+    switch. The new version reads the sources' history from three overlaps before the running
+    version's watermark (the wall clock before it reports one):
+    one is its warm-up (state built, output not compared), one covers the watermark delay, one
+    is compared. Set it above the pipeline's lateness and look-back."""
+    catch_up: PositiveDurationStr = "1h"
+    """blueGreen: how long the new version has from its start to reach the running one's
+    watermark; past it, it is removed and the running one goes on."""
+    min_match_ratio: float = Field(default=DEFAULT_MIN_MATCH_RATIO, ge=0, le=1)
+    """blueGreen: the share of the compared rows that must be equal in both versions; below it
+    the new version is removed. 0: the output is meant to change (compared, reported, not
+    required)."""
 
 
 class SnapshotRef(CRModel):
@@ -183,6 +200,12 @@ BOOTSTRAP_NEEDS_KAFKA = (
 )
 
 
+BLUE_GREEN_NEEDS = (
+    "upgrade.mode blueGreen needs every sink to be kind iceberg with timeColumn (kafka and parquet sinks cannot "
+    "switch atomically) and every source's live.kind kafka (the new version trails the running one's offsets)"
+)
+
+
 UNKNOWN_SECURITY = "a source's live.security or a sink's security must name an entry of spec.kafkaSecurity"
 UNKNOWN_REGISTRY = (
     "a source's live.schemaRegistry or a sink's schemaRegistry must name an entry of spec.schemaRegistries"
@@ -208,6 +231,12 @@ class StreamingJobSpec(CRModel):
                     "rule": "!has(self.upgrade) || !has(self.upgrade.mode) || self.upgrade.mode != 'snapshot' || "
                     "has(self.checkpoints.externalLocation)",
                     "message": "upgrade.mode snapshot needs checkpoints.externalLocation (where snapshots go)",
+                },
+                {
+                    "rule": "!has(self.upgrade) || !has(self.upgrade.mode) || self.upgrade.mode != 'blueGreen' || "
+                    "(self.sinks.all(k, self.sinks[k].kind == 'iceberg' && has(self.sinks[k].timeColumn)) && "
+                    "self.sources.all(k, self.sources[k].live.kind == 'kafka'))",
+                    "message": BLUE_GREEN_NEEDS,
                 },
                 {
                     "rule": "!has(self.snapshotTriggerNonce) || has(self.checkpoints.externalLocation)",
@@ -364,6 +393,31 @@ class StreamingJobSpec(CRModel):
     def _bootstrap_reads_kafka(self) -> StreamingJobSpec:
         if self.bootstrap is not None and any(s.live.kind != "kafka" for s in self.sources.values()):
             raise ValueError(BOOTSTRAP_NEEDS_KAFKA)
+        return self
+
+    @model_validator(mode="after")
+    def _blue_green_parts(self) -> StreamingJobSpec:
+        if self.upgrade.mode != "blueGreen":
+            return self
+        for name, sink in self.sinks.items():
+            if sink.kind != "iceberg":
+                raise ValueError(
+                    f"upgrade.mode blueGreen: sinks.{name} is a {sink.kind} sink: only an Iceberg sink can switch at "
+                    "one event-time boundary in one snapshot (a topic's records or a directory's files cannot be "
+                    "taken back); use upgrade.mode last-state or snapshot for this job"
+                )
+            if sink.time_column is None:
+                raise ValueError(
+                    f"upgrade.mode blueGreen: sinks.{name} needs timeColumn (the switch replaces its rows from one "
+                    "event time on)"
+                )
+        for name, src in self.sources.items():
+            if src.live.kind != "kafka":
+                raise ValueError(
+                    f"upgrade.mode blueGreen: sources.{name} is live.kind {src.live.kind}: the new version trails "
+                    "the running one's Kafka offsets to hand over at one input position; use upgrade.mode "
+                    "last-state or snapshot for this job"
+                )
         return self
 
     @model_validator(mode="after")

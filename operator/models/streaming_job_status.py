@@ -115,6 +115,65 @@ class TakenSnapshot(CRModel):
     error: str | None = None
 
 
+UpgradeStep = Literal[
+    "Snapshotting",
+    "Starting",
+    "SnapshotFailed",
+    "RolledBack",
+    "GreenStarting",
+    "CatchingUp",
+    "Comparing",
+    "StoppingBlue",
+    "Draining",
+    "Switching",
+    "Promoting",
+    "Discarding",
+    "GreenRemoved",
+    "Refused",
+]
+BLUE_GREEN_ACTIVE = (
+    "GreenStarting",
+    "CatchingUp",
+    "Comparing",
+    "StoppingBlue",
+    "Draining",
+    "Switching",
+    "Promoting",
+    "Discarding",
+)
+"""The blueGreen steps in flight: the upgrade's dispatch decides the job while one is recorded."""
+
+SWITCH_UNDER_WAY = ("StoppingBlue", "Draining", "Switching", "Promoting")
+"""The blueGreen steps from blue's stop to green running as the job: main is being handed over
+and only forward is safe (a suspend or a Rewind waits for them)."""
+
+
+class UpgradeTable(CRModel):
+    """One sink table in a blueGreen upgrade: the comparison of blue's rows (main) with
+    green's (its branch) over the compared window, and what the switch did."""
+
+    table: str
+    match_ratio: float | None = None
+    main_rows: int | None = None
+    branch_rows: int | None = None
+    matched: int | None = None
+    differing_keys: list[str] = []
+    """Up to 10 keys (JSON) found on one side only or with other values."""
+    new_columns: list[str] = []
+    """Columns the new version added to the table (null in the old version's rows; not compared)."""
+    rows_removed: int | None = None
+    """The switch: blue's rows from the boundary on, removed from main."""
+    rows_added: int | None = None
+    """The switch: green's rows from the boundary on, added to main."""
+    snapshot_id: int | None = None
+    """The switch's one snapshot on main."""
+
+
+class UpgradeStepAt(CRModel):
+    step: str
+    at: str
+
+
 class UpgradeStatus(CRModel):
     """The last spec change of a running job (recorded before any of its steps)."""
 
@@ -124,14 +183,44 @@ class UpgradeStatus(CRModel):
     """The config the application ran before."""
     to_hash: str
     """The config of the edited spec."""
-    step: Literal["Snapshotting", "Starting", "SnapshotFailed", "RolledBack"]
+    step: UpgradeStep
     """`Snapshotting`: waiting for the snapshot before the upgrade (the previous spec runs);
     `Starting`: the new application is started, not yet RUNNING (a rollback may follow);
     `SnapshotFailed`: no snapshot within snapshotTimeout, the previous spec keeps running;
-    `RolledBack`: the new spec failed, the last stable one runs again."""
+    `RolledBack`: the new spec failed, the last stable one runs again. blueGreen:
+    `GreenStarting` (the new version's application created), `CatchingUp` (it reads history,
+    then trails the running version), `Comparing`, `StoppingBlue`, `Draining` (green reaches
+    where blue stopped), `Switching` (main cut at the boundary), `Promoting` (green's spec runs
+    as the job on green's checkpoint), `Discarding` (green and its branches removed; blue runs),
+    `GreenRemoved` and `Refused` (ended: the running version goes on; `reason` says why)."""
     started_at: str
     snapshot_nonce: str | None = None
     """The snapshot taken before it (mode snapshot): `status.snapshots[].nonce`."""
+    generation: int | None = None
+    """blueGreen: the generation green runs (its application, checkpoint and branch are named by it)."""
+    branch: str | None = None
+    """blueGreen: green's branch of every sink table."""
+    green_checkpoint: str | None = None
+    blue_checkpoint: str | None = None
+    history_from: str | None = None
+    """blueGreen: the event time green reads the sources' history from."""
+    green_watermark: str | None = None
+    blue_watermark: str | None = None
+    """blueGreen: the lowest watermark over the sinks of each version, last looked at."""
+    compare_start: str | None = None
+    compare_end: str | None = None
+    """blueGreen: the event-time window the comparison read."""
+    boundary: str | None = None
+    """blueGreen: the switch's event time: main keeps blue's rows before it, green's from it on."""
+    tables: list[UpgradeTable] = []
+    reason: str | None = None
+    """blueGreen, GreenRemoved or Refused: why (the running version goes on)."""
+    step_attempts: int = 0
+    """blueGreen: runs of the current step's application that failed (each step is safe to repeat)."""
+    held: str | None = None
+    """blueGreen: a suspend or a Rewind that waits for the switch under way (said once)."""
+    steps: list[UpgradeStepAt] = []
+    """blueGreen: each step with the time it was entered."""
 
 
 class NodeDrainStatus(CRModel):

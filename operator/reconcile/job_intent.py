@@ -33,6 +33,16 @@ class JobIntent:
     """Delete the restore application (it restored the initial snapshot)."""
     disruption_budget: dict[str, Any] | None = None
     """Create this PodDisruptionBudget of the driver, if absent (``reconcile.node_drain``)."""
+    green: tuple[dict[str, Any], dict[str, Any]] | None = None
+    """Apply this ConfigMap and create this application: a blueGreen upgrade's green."""
+    delete_green: bool = False
+    """Delete the blueGreen upgrade's green application."""
+    step_app: tuple[dict[str, Any], dict[str, Any]] | None = None
+    """Apply this ConfigMap and create this application: a blueGreen upgrade's step."""
+    delete_step: bool = False
+    """Delete the blueGreen upgrade's step application."""
+    delete_maps: tuple[str, ...] = ()
+    """Delete these ConfigMaps of the job (a finished blueGreen upgrade's)."""
 
 
 ENDED_LIVE = ("FAILED", "SUBMISSION_FAILED", "COMPLETED")

@@ -26,6 +26,7 @@ from kappa_operator.models.common import Condition
 from kappa_operator.models.rewind import SKIP_PARTITIONS_MAX, PartitionRange, Rewind, SinkRestore, TopicRanges
 from kappa_operator.models.sources import LiveSource
 from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job_status import SWITCH_UNDER_WAY
 from kappa_operator.reconcile.conditions import Verdict, run_once, set_conditions
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.phases import ENDED, app_message, app_state
@@ -173,6 +174,13 @@ def _pending(rw: Rewind, seen: Observed, status: _Status) -> RewindIntent:
     if job is None:
         msg = f"StreamingJob {rw.spec.job_ref.name} not found in {rw.metadata.namespace}; waiting for it"
         return RewindIntent(status=status("Pending", msg, "JobNotFound"))
+    up = job.status.upgrade if job.status else None
+    if up is not None and up.step in SWITCH_UNDER_WAY:
+        msg = (
+            f"waiting for StreamingJob {job.metadata.name}'s blueGreen upgrade to finish its switch (step {up.step}): "
+            "the restore points are then chosen on the checkpoint the job runs on"
+        )
+        return RewindIntent(status=status("Pending", msg, "UpgradeInProgress"))
     if isinstance(seen.chosen, str):
         msg = f"no restorable point: {seen.chosen}"
         return RewindIntent(
@@ -202,6 +210,17 @@ def _pending(rw: Rewind, seen: Observed, status: _Status) -> RewindIntent:
 def _stopping(rw: Rewind, seen: Observed, status: _Status) -> RewindIntent:
     if seen.job is None:
         return _failed(status, "JobDeleted", f"StreamingJob {rw.spec.job_ref.name} was deleted during the rewind")
+    up = seen.job.status.upgrade if seen.job.status else None
+    if up is not None and up.step == "Promoting":  # it began switching as this Rewind stopped it
+        why = (
+            f"StreamingJob {rw.spec.job_ref.name} switched to green's checkpoint while this Rewind stopped it: the "
+            f"restore points chosen are blue's; it stays stopped: delete this Rewind (it resumes on green's) and "
+            "create it again"
+        )
+        return _failed(status, "UpgradedMeanwhile", why)
+    if up is not None and up.step in SWITCH_UNDER_WAY:
+        msg = f"waiting for {rw.spec.job_ref.name}'s blueGreen switch to finish (step {up.step}): only forward is safe"
+        return RewindIntent(status=status("Stopping", msg), commands=(Pause(paused_by(rw)),))
     if seen.app is not None:  # the job's handler deletes it once it sees the annotation
         return RewindIntent(
             status=status("Stopping", f"waiting for SparkApplication {seen.job.metadata.name} to stop"),

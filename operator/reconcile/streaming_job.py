@@ -16,7 +16,17 @@ from dataclasses import replace
 from typing import Any
 
 from kappa_operator.models.common import Condition, instant
-from kappa_operator.models.streaming_job import StreamingJob
+from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec
+from kappa_operator.models.streaming_job_status import BLUE_GREEN_ACTIVE
+from kappa_operator.reconcile.blue_green_steps import (
+    GreenSeen,
+    Step,
+    blue_starting,
+    blue_to_resume,
+    decide_step,
+    finished,
+)
+from kappa_operator.reconcile.blue_green_steps import start as start_blue_green
 from kappa_operator.reconcile.bootstrap import added_to_running, bootstrapping, bootstrapping_message
 from kappa_operator.reconcile.conditions import Verdict, live, set_conditions
 from kappa_operator.reconcile.events import Event
@@ -47,8 +57,9 @@ from kappa_operator.reconcile.upgrades import (
 from kappa_operator.render.disruption_budget import driver_disruption_budget
 from kappa_operator.render.jobconfig import (
     PAUSED_ANNOTATION,
-    config_hash,
+    job_hash,
     live_checkpoint,
+    running_hash_of,
     streaming_job_config,
 )
 from kappa_operator.render.spark_application import (
@@ -78,8 +89,11 @@ def decide_streaming_job(
     drained: DrainedDriver | None = None,
     driver_left: bool = False,
     secrets: SecretsSeen | None = None,
+    green: GreenSeen | None = None,
 ) -> JobIntent:
-    """``answers``: the driver's answers to the open snapshot requests (read by the handler).
+    """``green``: what the handler read for a blueGreen upgrade's step in flight
+    (``reconcile.blue_green_steps``).
+    ``answers``: the driver's answers to the open snapshot requests (read by the handler).
     ``secrets``: the versions of the Secrets its Kafka security names (read by the handler, as
     metadata only; ``reconcile.kafka_secrets``).
     ``drained``: the running driver's pod, when its node is cordoned (read by the handler while
@@ -90,7 +104,7 @@ def decide_streaming_job(
     ``spec.initialSnapshot`` (while one is due)."""
     job = effective(job)
     requests = book(job, answers, now)
-    intent = _decide(job, app, now, requests, restarts, initial, drained, driver_left, secrets)
+    intent = _decide(job, app, now, requests, restarts, initial, drained, driver_left, secrets, green)
     return _with_requests(intent, job, requests)
 
 
@@ -115,6 +129,7 @@ def _decide(
     drained: DrainedDriver | None,
     driver_left: bool = False,
     secrets: SecretsSeen | None = None,
+    green: GreenSeen | None = None,
 ) -> JobIntent:
     owner = owner_of(job)
     missing_secrets = missing(secrets)
@@ -153,9 +168,17 @@ def _decide(
             status=status("Failed", False, "InvalidSpec", msg, None),
             events=(Event("Warning", "InvalidSpec", msg),) if changed else (),
         )
-    digest = config_hash(cfg, versions)
+    digest = job_hash(job, cfg, versions)
     base.update(configHash=digest, checkpointLocation=live_checkpoint(job))
-    running_hash = ((app or {}).get("metadata", {}).get("annotations") or {}).get("kappa.dev/config-hash")
+    carried = ((app or {}).get("metadata", {}).get("annotations") or {}).get("kappa.dev/config-hash")
+    running_hash = running_hash_of(job, cfg, carried, running_versions)
+    up = job.status.upgrade if job.status else None
+    if up is not None and up.step in BLUE_GREEN_ACTIVE:
+        # A blueGreen step in flight decides first: blue may be stopped on purpose, green must
+        # not be left behind by a suspend or a Rewind (they wait until the upgrade ends).
+        decided = decide_step(Step(job, up, owner, app, green or GreenSeen(), now, digest, status))
+        if decided is not None:
+            return decided
 
     paused = job.metadata.annotations.get(PAUSED_ANNOTATION)
     if paused:
@@ -207,12 +230,34 @@ def _decide(
 
     if app is None:
         waiting = waits_for_old_driver(job, driver_left)
-        return waiting if waiting is not None else _create(job, owner, cfg, digest, requests, status, versions)
+        if waiting is not None:
+            return waiting
+        resumed = blue_to_resume(job, digest, versions)
+        if resumed is None:
+            return _create(job, owner, cfg, digest, requests, status, versions)
+        blue, blue_digest = resumed
+        created = _create(blue, owner, streaming_job_config(blue), blue_digest, requests, status, versions)
+        said = (
+            f"resumed on the spec that last ran (config {blue_digest}): its checkpoint holds that spec's state; "
+            f"the edit (config {digest}) upgrades blueGreen once it runs"
+        )
+        return replace(
+            created,
+            status={**created.status, "configHash": blue_digest, "message": said},
+            events=(*created.events, Event("Normal", "ResumedOnBlue", said)),
+        )
 
     changed_secrets = rotated(running_versions, versions)
-    if running_hash != digest and changed_secrets and running_hash == config_hash(cfg, running_versions):
+    if running_hash != digest and changed_secrets and running_hash == job_hash(job, cfg, running_versions):
         return restart_for(changed_secrets, running_versions, versions, status)  # the spec is the same
-    if running_hash != digest:
+    blue_green = job.spec.upgrade.mode == "blueGreen"
+    if running_hash != digest and blue_green and blue_starting(job, app, running_hash, now):
+        base["configHash"] = running_hash  # resumed on blue's spec: shown as it starts, upgraded once it runs
+    elif running_hash != digest and blue_green:
+        stable = job.status.last_stable_spec if job.status else None
+        blue = StreamingJobSpec.model_validate_json(stable) if stable else None
+        return start_blue_green(job, blue, app, running_hash, digest, now, status, live_checkpoint(job), owner)
+    elif running_hash != digest:
         return upgrade(job, app, running_hash, digest, now, requests, status, versions)
 
     state = app_state(app) or ""
@@ -253,6 +298,11 @@ def _decide(
         if up is not None and up.step == "Starting" and up.to_hash == digest:
             fields["upgrade"] = None
             events += (Event("Normal", "Upgraded", f"config {up.from_hash} -> {digest} runs ({up.mode})"),)
+        if up is not None and up.step == "Promoting" and state == "RUNNING":
+            fields["upgrade"] = None
+            said = f"config {up.from_hash} -> {up.to_hash} runs on green's checkpoint, switched at {up.boundary}"
+            events += (Event("Normal", "Upgraded", f"{said} (blueGreen)"),)
+            return JobIntent(status=fields, events=events, delete_maps=finished(owner))
         moved = job.status.node_drain if job.status else None
         if moved is not None and moved.step == "Moving" and state == "RUNNING":
             fields["nodeDrain"] = None

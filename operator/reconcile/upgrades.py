@@ -29,7 +29,7 @@ from kappa_operator.reconcile.phases import app_state
 from kappa_operator.reconcile.snapshot_requests import Book
 from kappa_operator.render.jobconfig import (
     CHECKPOINT_ANNOTATION,
-    config_hash,
+    job_hash,
     streaming_job_config,
 )
 
@@ -164,7 +164,7 @@ def upgrade(
     if move is not None:  # the config to come runs on the new checkpoint: that is its hash
         annotations = {**job.metadata.annotations, CHECKPOINT_ANNOTATION: move}
         moved = job.model_copy(update={"metadata": job.metadata.model_copy(update={"annotations": annotations})})
-        digest = config_hash(streaming_job_config(moved), secret_versions)
+        digest = job_hash(moved, streaming_job_config(moved), secret_versions)
     how = {
         "last-state": "restarting from the checkpoint",
         "stateless": "starting on an empty checkpoint (state dropped)",

@@ -254,6 +254,12 @@ def _bootstrap(spec: StreamingJobSpec) -> dict[str, Any]:
     the job reads it (same table, ordering column, filter and columns)."""
     if spec.bootstrap is None:
         return {}
+    return {"bootstrap": {"from": spec.bootstrap.start, "archives": archives_of(spec)}}
+
+
+def archives_of(spec: StreamingJobSpec) -> dict[str, Any]:
+    """Each source's history as its topic's archive (a bootstrap's, or a blueGreen upgrade's
+    green, which bootstraps whether or not the job did)."""
     archives = {}
     for name, src in spec.sources.items():
         history = src.history
@@ -265,7 +271,7 @@ def _bootstrap(spec: StreamingJobSpec) -> dict[str, Any]:
         if src.columns is not None:
             archive["columns"] = src.columns
         archives[name] = archive
-    return {"bootstrap": {"from": spec.bootstrap.start, "archives": archives}}
+    return archives
 
 
 def _bootstrap_drift(spec: StreamingJobSpec) -> dict[str, Any]:
@@ -412,11 +418,33 @@ def initial_restore_config(job: StreamingJob, points: list[RestorePointStatus]) 
     return parse_config(live, origin=f"(StreamingJob {job.metadata.namespace}/{job.metadata.name} initialSnapshot)")
 
 
-def config_hash(cfg: JobConfig, secret_versions: Mapping[str, str] | None = None) -> str:
+def config_hash(cfg: JobConfig, secret_versions: Mapping[str, str] | None = None, image: str | None = None) -> str:
     """What a running application was started with: a different hash means restart it.
     ``secret_versions``: the ``resourceVersion`` of each Secret its Kafka security mounts, so a
-    rotated password restarts it too (none: the hash a job without Secrets always had)."""
+    rotated password restarts it too (none: the hash a job without Secrets always had).
+    ``image``: a StreamingJob's image, which carries its code (a new image is an upgrade)."""
     text = cfg.to_json()
     if secret_versions:
         text += json.dumps(dict(sorted(secret_versions.items())))
+    if image:
+        text += f"\nimage {image}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def job_hash(job: StreamingJob, cfg: JobConfig, secret_versions: Mapping[str, str] | None = None) -> str:
+    """A StreamingJob application's hash: its config, its Secrets' versions and its image."""
+    return config_hash(cfg, secret_versions, job.spec.image)
+
+
+def running_hash_of(
+    job: StreamingJob, cfg: JobConfig, running: str | None, secret_versions: Mapping[str, str] | None
+) -> str | None:
+    """The hash an application carries, read as ``job_hash``'s: an application created before
+    the image was hashed carries its config's hash alone; when that is the config's hash now
+    and the spec that last ran (``status.lastStableSpec``) had the same image, it runs the
+    current spec, and is not restarted for the operator's upgrade."""
+    if running is None or running != config_hash(cfg, secret_versions):
+        return running
+    stable = job.status.last_stable_spec if job.status else None
+    ran_image = json.loads(stable).get("image") if stable else job.spec.image
+    return job_hash(job, cfg, secret_versions) if ran_image == job.spec.image else running

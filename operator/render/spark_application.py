@@ -88,6 +88,16 @@ class Owner:
         return f"{self.app_name}-jobconfig"
 
     @property
+    def green_app_name(self) -> str:
+        """A blueGreen upgrade's new version, beside the job's application (``reconcile.blue_green``)."""
+        return child_name("Green", self.app_name)
+
+    @property
+    def step_app_name(self) -> str:
+        """A blueGreen upgrade's step application (compare, switch or discard), one at a time."""
+        return child_name("BlueGreen", self.app_name)
+
+    @property
     def control_map_name(self) -> str:
         """A live job's control ConfigMap: the operator's snapshot requests to its driver."""
         return f"{self.app_name}-control"
@@ -255,15 +265,18 @@ def control_map(owner: Owner, nonces: list[str]) -> dict[str, Any]:
     }
 
 
-def config_map(owner: Owner, cfg: JobConfig, extra: dict[str, str] | None = None) -> dict[str, Any]:
+def config_map(
+    owner: Owner, cfg: JobConfig, extra: dict[str, str] | None = None, name: str | None = None
+) -> dict[str, Any]:
     """``extra``: more data keys (a Backfill keeps its StreamingJob's spec here, so it can
     finish after that job is deleted). The JobConfig as the pods run it: Spark's metrics
-    served by the driver (``driver_metrics``)."""
+    served by the driver (``driver_metrics``). ``name``: another of the owner's ConfigMaps
+    than its application's (a blueGreen upgrade's green and step applications')."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": owner.config_map_name,
+            "name": name or owner.config_map_name,
             "namespace": owner.namespace,
             "labels": owner.labels,
             "ownerReferences": [owner.reference()],
@@ -313,20 +326,25 @@ def spark_application(
     command: str = "run",
     control: bool = False,
     secret_versions: Mapping[str, str] | None = None,
+    name: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    config_map_name: str | None = None,
 ) -> dict[str, Any]:
     """``command``: ``run`` (the query; a backfill's with ``publish`` in its JobConfig then
     validates and publishes in the same driver), ``publish`` (a finished backfill's validation
     and publish alone, under ``Owner.publish_app_name``; it reads the same ConfigMap), ``plan`` (a
     Backfill's plan, ``Owner.plan_app_name``, same ConfigMap) or ``restore`` (a Rewind's
     restore, its owner's only application). ``control``: mount the owner's control ConfigMap
-    into the driver (a live job: its snapshot requests, ``spark_app.contract.snapshot_requests``)."""
+    into the driver (a live job: its snapshot requests, ``spark_app.contract.snapshot_requests``).
+    ``name``, ``labels``, ``config_map_name``: a blueGreen upgrade's green and step applications,
+    each with its own name, role label and ConfigMap (``render.blue_green``)."""
     annotations = {"kappa.dev/config-hash": config_hash}
     if secret_versions:
         annotations[SECRET_VERSIONS_ANNOTATION] = json.dumps(dict(sorted(secret_versions.items())))
-    name = {"publish": owner.publish_app_name, "plan": owner.plan_app_name}.get(command, owner.app_name)
+    name = name or {"publish": owner.publish_app_name, "plan": owner.plan_app_name}.get(command, owner.app_name)
     mount = [{"name": "jobconfig", "mountPath": CONFIG_PATH.rsplit("/", 1)[0]}]
     code_volumes, code_mounts = pipeline_volume(launch.pipeline_config_map)
-    labels = {**owner.labels, "kappa.dev/config-hash": config_hash}
+    labels = {**owner.labels, **(labels or {}), "kappa.dev/config-hash": config_hash}
     control_volumes, control_mounts = control_volume(owner.control_map_name if control else None)
     secret_vols, secret_mounts = launch.kafka_secrets
     driver = pod_spec(
@@ -364,7 +382,7 @@ def spark_application(
             "sparkConf": spark_conf(cfg),
             "restartPolicy": launch.restart,
             "volumes": [
-                {"name": "jobconfig", "configMap": {"name": owner.config_map_name}},
+                {"name": "jobconfig", "configMap": {"name": config_map_name or owner.config_map_name}},
                 *code_volumes,
                 *control_volumes,
                 *secret_vols,

@@ -57,6 +57,7 @@ def start_query(
             checkpoint,
             cfg.trace_path,
             pipelined=pipelined,
+            add_columns=cfg.green is not None,
         )
         if writers is not None:
             writers.append(batch_writer)

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from spark_app.apps.query_shape import Closing
 from spark_app.apps.result import RunResult
 from spark_app.apps.session import PROGRESS_RETENTION, build_session, progress_retention
 from spark_app.apps.window_end import DrainExtensions, next_read, record_finality
+from spark_app.bluegreen.position import durable_position
 from spark_app.bluegreen.trail import trailer_of
 from spark_app.bootstrap.legs import BootstrapLeg, archive_config
 from spark_app.bootstrap.steps import start as start_bootstrap
@@ -48,6 +50,7 @@ from spark_app.contract.offsets import BackfillOffset
 from spark_app.contract.reports.bootstrap import BootstrapRecord
 from spark_app.contract.reports.progress import ProgressReporter
 from spark_app.contract.reports.run import write_report as write_run_report
+from spark_app.contract.storage import open_location
 from spark_app.external_calls import ExternalCallsReport
 from spark_app.external_calls import serve as serve_external_calls
 from spark_app.jvm.calls import analyzed_plan
@@ -68,7 +71,7 @@ from spark_app.sources.kafka_avro import (
     new_schema_id,
     undecodable,
 )
-from spark_app.window.edges import Edges, open_results, resolve
+from spark_app.window.edges import Edges, open_results, output_horizon, resolve
 from spark_app.window.lateness import LatenessVerdict
 
 log = logging.getLogger(__name__)
@@ -110,7 +113,11 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     ledger = start_reads(legs.cfg)
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
-    with RunResources(spark, legs.cfg, calls, fresh=legs.fresh, bootstrapping=legs.boot is not None) as held:
+    # a live run reports its look-ahead with its progress: a blue/green switch needs each version's
+    lookahead = output_horizon(legs.cfg, legs.outputs).lookahead if legs.cfg.mode == "live" else None
+    with RunResources(
+        spark, legs.cfg, calls, fresh=legs.fresh, bootstrapping=legs.boot is not None, lookahead=lookahead
+    ) as held:
         leg: Leg | None = legs.first()
         while leg is not None:
             try:
@@ -120,6 +127,20 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
                 continue
             leg = legs.next(ended, timed=timeout is not None)
     return finish(legs, held, verdict, ledger, time.monotonic() - started)
+
+
+def checkpoint_watermarks(cfg: JobConfig) -> dict[str, datetime]:
+    """Each sink query's watermark at its newest durable batch (a restart's starting point in
+    event time; none before a batch with a watermark was done)."""
+    out = {}
+    for sink in cfg.sinks:
+        try:
+            at = durable_position(open_location(f"{cfg.checkpoint.location.rstrip('/')}/{sink}"))
+        except (OSError, ValueError):  # no checkpoint yet, or an entry cut short: no seed
+            continue
+        if at is not None and at.watermark_ms is not None and at.watermark_ms > 0:
+            out[sink] = datetime.fromtimestamp(at.watermark_ms / 1000, UTC)
+    return out
 
 
 def log_window(cfg: JobConfig) -> None:
@@ -297,7 +318,15 @@ class RunResources:
     service. What releasing them reports (the snapshots taken, the calls made) stays here for
     the result."""
 
-    def __init__(self, spark: SparkSession, cfg: JobConfig, calls: Any, fresh: bool, bootstrapping: bool) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        cfg: JobConfig,
+        calls: Any,
+        fresh: bool,
+        bootstrapping: bool,
+        lookahead: timedelta | None = None,
+    ) -> None:
         self.spark, self.cfg, self.calls = spark, cfg, calls
         self.queries: list[StreamingQuery] = []
         self.writers: list[IcebergBatchWriter] = []
@@ -307,7 +336,12 @@ class RunResources:
         for notice in self.gone:
             log.warning("job %s: %s", cfg.name, notice)
         self.externalizer: Any = None
-        self.listener = ProgressListener(ProgressReporter(cfg, self.gone)) if cfg.mode == "live" else None
+        seconds = None if lookahead is None else lookahead.total_seconds()
+        self.listener = (
+            ProgressListener(ProgressReporter(cfg, self.gone, seconds, checkpoint_watermarks(cfg)))
+            if cfg.mode == "live"
+            else None
+        )
         self.trailer = trailer_of(cfg)
 
     def __enter__(self) -> RunResources:

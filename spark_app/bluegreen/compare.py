@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 from spark_app.bluegreen.tables import GreenBranch
 from spark_app.contract.reports.publish import TableReport
 from spark_app.sinks.iceberg.publish import compare
+from spark_app.sinks.iceberg.table import added_columns
 from spark_app.sinks.iceberg.window import TimeWindow
 
 SHOWN_KEYS = 10
@@ -52,7 +53,9 @@ def compare_versions(
     tables = []
     for s in sinks:
         table = s.load()
-        c = compare(spark, table, s.catalog_properties, s.branch, TimeWindow(s.time_column, start, end), s.key)
+        added = added_columns(table, s.branch)  # null in blue's rows by design: reported, not compared
+        window = TimeWindow(s.time_column, start, end)
+        c = compare(spark, table, s.catalog_properties, s.branch, window, s.key, leave_out=added)
         tables.append(
             TableReport(
                 table=".".join(table.name()),
@@ -62,6 +65,7 @@ def compare_versions(
                 branch_rows=c.branch_rows,
                 matched=c.matched,
                 differing_keys=[json.dumps(k, default=str, sort_keys=True) for k in c.differing[:SHOWN_KEYS]],
+                new_columns=added,
             )
         )
     return Compared(tables, all(t.match_ratio >= min_match_ratio for t in tables), min_match_ratio)

@@ -66,11 +66,30 @@ class Switched:
     snapshot_id: int | None
 
 
+def recorded_boundary(record: Location) -> datetime | None:
+    """``B`` as the switch record holds it (None: no switch decided one yet)."""
+    if record.stat(SWITCH_RECORD) is None:
+        return None
+    return datetime.fromisoformat(json.loads(record.read_bytes(SWITCH_RECORD))["boundary"])
+
+
+def recorded_green_batches(record: Location) -> dict[str, int]:
+    """Green's final batch per sink as the first run of the switch found it, before it settled
+    the pending logs (a rerun finds the settled batches no longer pending, so an older one
+    durable in the checkpoint: the switch snapshot must name the batch green ended on, or the
+    promoted green would commit that batch a second time)."""
+    if record.stat(SWITCH_RECORD) is None:
+        return {}
+    sinks = json.loads(record.read_bytes(SWITCH_RECORD)).get("sinks", {})
+    return {sink: int(v["greenBatch"]) for sink, v in sinks.items()}
+
+
 def settled_boundary(record: Location, sinks: list[SinkSwitch]) -> datetime:
     """``B``, from the switch record when an earlier run wrote it, else decided now and
     recorded before anything is committed. Refuses a sink whose versions are off the seam."""
-    if record.stat(SWITCH_RECORD) is not None:
-        return datetime.fromisoformat(json.loads(record.read_bytes(SWITCH_RECORD))["boundary"])
+    recorded = recorded_boundary(record)
+    if recorded is not None:
+        return recorded
     for s in sinks:
         off = off_seam(s.blue.position, s.green.position)
         if off:

@@ -10,38 +10,19 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from spark_app.bluegreen.position import durable_position
-from spark_app.contract.blue_green import Position, trail_rel
+from spark_app.contract.blue_green import KafkaOffsets, Position, kafka_offsets, off_seam, trail_rel
 from spark_app.contract.config import JobConfig
+from spark_app.contract.reports.blue_green import SEAM_REL, SeamReport, SinkSeam
 from spark_app.contract.sinks import IcebergSink
 from spark_app.contract.sources import KafkaSource
 from spark_app.contract.storage import Location, open_location
 from spark_app.sinks.iceberg.pending import pending_location
 
 log = logging.getLogger("kappa.bluegreen")
-
-KafkaOffsets = dict[str, dict[str, int]]
-"""Spark's Kafka offset JSON: topic -> partition (as a string) -> the next offset to read."""
-
-
-def kafka_cap(position: Position, topics: Iterable[str] | None) -> KafkaOffsets:
-    """Blue's durable offsets of ``topics`` (green's sources'; None: every topic, for a source
-    that subscribes by pattern), from each of blue's sources that reads them; a topic two of
-    blue's sources read is capped at the lower of the two."""
-    wanted = None if topics is None else set(topics)
-    out: KafkaOffsets = {}
-    for offsets in position.offsets.values():
-        if not isinstance(offsets, Mapping):
-            continue
-        for topic, partitions in offsets.items():
-            if (wanted is not None and topic not in wanted) or not isinstance(partitions, Mapping):
-                continue
-            for partition, offset in partitions.items():
-                have = out.setdefault(topic, {}).get(str(partition))
-                out[topic][str(partition)] = int(offset) if have is None else min(have, int(offset))
-    return out
 
 
 def write_trail(location: Location, rel: str, cap: Mapping[str, Any]) -> None:
@@ -50,8 +31,8 @@ def write_trail(location: Location, rel: str, cap: Mapping[str, Any]) -> None:
 
 
 @dataclass(frozen=True)
-class BlueQuery:
-    """Where one of blue's sink queries keeps its checkpoint, and its sink's pending-commit log
+class SinkQuery:
+    """Where one version's sink query keeps its checkpoint, and its sink's pending-commit log
     (an Iceberg sink's)."""
 
     checkpoint: Location
@@ -65,9 +46,18 @@ class Trailer:
     trail is only ever raised."""
 
     def __init__(
-        self, blue: Mapping[str, BlueQuery], green: Location, topics: Iterable[str] | None, interval_s: float = 10.0
+        self,
+        blue: Mapping[str, SinkQuery],
+        green: Location,
+        topics: Iterable[str] | None,
+        interval_s: float = 10.0,
+        green_queries: Mapping[str, SinkQuery] | None = None,
     ) -> None:
+        """``green_queries``: green's own sink queries; each look then also writes the seam
+        report (``SeamReport``): whether green stands where blue does, which the operator waits
+        for once blue stopped."""
         self.blue, self.green = dict(blue), green
+        self.green_queries = dict(green_queries or {})
         self.topics = None if topics is None else sorted(set(topics))
         self.interval_s = interval_s
         self._written: dict[str, KafkaOffsets] = {}
@@ -78,25 +68,46 @@ class Trailer:
         """One look: the caps written, per sink (a sink blue has no durable batch of yet keeps
         no trail, so green reads nothing of its topics)."""
         written = {}
+        seams = {}
         for sink, query in sorted(self.blue.items()):
             found = durable_position(query.checkpoint, query.pending)
+            if sink in self.green_queries:
+                seams[sink] = self._seam(sink, found)
             if found is None:
                 continue
-            cap = kafka_cap(found, self.topics)
+            cap = kafka_offsets(found, self.topics)
             if self._written.get(sink) != cap:  # one write per move of blue's, not per look
                 write_trail(self.green, trail_rel(sink), cap)
                 self._written[sink] = cap
             written[sink] = cap
+        if self.green_queries:
+            report = SeamReport(at=datetime.now(UTC), sinks=seams)
+            self.green.write_bytes(SEAM_REL, report.model_dump_json().encode())
         return written
+
+    def _seam(self, sink: str, blue: Position | None) -> SinkSeam:
+        green_query = self.green_queries[sink]
+        green = durable_position(green_query.checkpoint, green_query.pending)
+        at_seam = blue is not None and green is not None and not off_seam(blue, green)
+        return SinkSeam(
+            blue_batch=None if blue is None else blue.batch_id,
+            green_batch=None if green is None else green.batch_id,
+            at_seam=at_seam,
+        )
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="kappa-bluegreen-trail", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop looking, after one last look: the seam report then says where green ended."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval_s + 30)
+        try:
+            self.once()
+        except Exception:
+            log.warning("the last look at blue's position failed", exc_info=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -112,17 +123,20 @@ def trailer_of(cfg: JobConfig) -> Trailer | None:
     checkpoint base, the topics green reads, one look per trigger interval."""
     if cfg.green is None:
         return None
-    blue = cfg.green.blue_checkpoint.rstrip("/")
-    queries = {
-        sink: BlueQuery(
-            open_location(f"{blue}/{sink}"),
-            pending_location(f"{blue}/{sink}", sink) if isinstance(config, IcebergSink) else None,
-        )
-        for sink, config in cfg.sinks.items()
-    }
+
+    def queries(base: str) -> dict[str, SinkQuery]:
+        return {
+            sink: SinkQuery(
+                open_location(f"{base}/{sink}"),
+                pending_location(f"{base}/{sink}", sink) if isinstance(config, IcebergSink) else None,
+            )
+            for sink, config in cfg.sinks.items()
+        }
+
+    blue, green = cfg.green.blue_checkpoint.rstrip("/"), cfg.checkpoint.location.rstrip("/")
     kafka = [src for src in cfg.sources.values() if isinstance(src, KafkaSource)]
     patterned = any(src.topic is None for src in kafka)
     topics = None if patterned else [t.strip() for src in kafka for t in (src.topic or "").split(",") if t.strip()]
     trigger = cfg.effective_trigger
     interval = trigger.interval.total_seconds() if trigger.kind == "processingTime" else 5.0
-    return Trailer(queries, open_location(cfg.checkpoint.location), topics, interval)
+    return Trailer(queries(blue), open_location(green), topics, interval, green_queries=queries(green))

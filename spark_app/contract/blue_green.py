@@ -28,14 +28,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from spark_app.contract.base import KappaModel
 from spark_app.contract.checkpoints.layout import OffsetLogEntry
+from spark_app.contract.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 from spark_app.contract.storage import REPORT_DIR
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -61,17 +61,48 @@ class FinalBatch:
     lookahead: timedelta = timedelta(0)
 
 
+class CompareWindow(KappaModel):
+    """The event-time window the comparison step reads, decided by the operator
+    (``compare_window``) and recorded in the upgrade's status before the step starts."""
+
+    start: datetime
+    end: datetime
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CompareWindow:
+        if self.start >= self.end:
+            raise ValueError(f"green.compareWindow: start {self.start} must be before end {self.end}")
+        return self
+
+
 class GreenConfig(KappaModel):
     """A run that is a blue/green upgrade's green: a bootstrapped job whose topics it reads no
-    further than the running version (blue) durably has, sink query by sink query."""
+    further than the running version (blue) durably has, sink query by sink query. The step
+    applications (``python -m spark_app compare|switch|discard``) run on the same config: green's
+    checkpoint, its sinks' branch, blue's checkpoint."""
 
     blue_checkpoint: str = Field(min_length=1)
     """Blue's checkpoint base: its query for sink ``s`` checkpoints at ``<blueCheckpoint>/<s>``."""
+    upgrade: str = ""
+    """The upgrade, as ``<namespace>/<job> g<generation>``: in the switch snapshots' properties."""
+    compare_window: CompareWindow | None = None
+    """The ``compare`` step's window (set for that step only)."""
+    min_match_ratio: float = Field(default=DEFAULT_MIN_MATCH_RATIO, ge=0, le=1)
+    """``upgrade.minMatchRatio``: below it the comparison refuses the switch; 0 reports only."""
 
 
 def trail_rel(sink: str) -> str:
     """Green's trail of ``sink``'s query, under green's checkpoint base, beside its reports."""
     return f"{REPORT_DIR}/trail-{sink}.json"
+
+
+STEP_REPORTS = {"compare": "compare-report.json", "switch": "switch-report.json", "discard": "discard-report.json"}
+"""Each step application's report, in green's ``_kappa/``: one name per step, so the operator
+never reads an earlier step's report as this one's."""
+
+
+def step_report_rel(step: str) -> str:
+    return f"{REPORT_DIR}/{STEP_REPORTS[step]}"
 
 
 def trail_file(green_checkpoint: str, sink: str) -> str:
@@ -100,11 +131,42 @@ def position(batch_id: int, entry: OffsetLogEntry) -> Position:
     )
 
 
+KafkaOffsets = dict[str, dict[str, int]]
+"""Spark's Kafka offset JSON: topic -> partition (as a string) -> the next offset to read."""
+
+
+def kafka_offsets(at: Position, topics: Iterable[str] | None = None) -> KafkaOffsets:
+    """The Kafka offsets in a position, by topic, whichever source read them (None: every
+    topic). A topic two sources read is taken at the lower offset. Other sources' offsets (an
+    archive's) are not Kafka's and are left out: a bootstrapped green has them, blue does not."""
+    wanted = None if topics is None else set(topics)
+    out: KafkaOffsets = {}
+    for offsets in at.offsets.values():
+        if not isinstance(offsets, Mapping):
+            continue
+        for topic, partitions in offsets.items():
+            if (wanted is not None and topic not in wanted) or not isinstance(partitions, Mapping):
+                continue
+            if not all(str(p).isdigit() and isinstance(o, int) for p, o in partitions.items()):
+                continue  # not a topic's partitions: some other source's nested offset
+            for partition, offset in partitions.items():
+                have = out.setdefault(topic, {}).get(str(partition))
+                out[topic][str(partition)] = int(offset) if have is None else min(have, int(offset))
+    return out
+
+
 def off_seam(blue: Position, green: Position) -> list[str]:
-    """The sources where the two versions' final batches ended at different offsets (empty: at
-    the seam). A source only one version names is off the seam: the inputs differ."""
-    names = sorted(set(blue.offsets) | set(green.offsets))
-    return [n for n in names if blue.offsets.get(n, _MISSING) != green.offsets.get(n, _MISSING)]
+    """The topics where the two versions' final batches ended at different Kafka offsets
+    (empty: at the seam). Compared by topic and partition, not by the sources' places in the
+    offset log: green reads each topic behind an archive, so its log has more sources. A topic
+    only one version read is off the seam (green never reached the topic, or the inputs differ)."""
+    a, b = kafka_offsets(blue), kafka_offsets(green)
+    if not a and not b:
+        raise ValueError(
+            "neither version's final batch read Kafka: the seam is defined on Kafka offsets "
+            "(upgrade.mode blueGreen needs the job's sources to be Kafka topics)"
+        )
+    return sorted(t for t in set(a) | set(b) if a.get(t) != b.get(t))
 
 
 def _instant(ms: int) -> datetime:

@@ -17,8 +17,14 @@ TIME_COLUMN = "playback_ts"
 
 
 def pipeline(
-    sources: dict[str, DataFrame], lateness: str = "30 minutes", attribution_window: str = "30 minutes"
+    sources: dict[str, DataFrame],
+    lateness: str = "30 minutes",
+    attribution_window: str = "30 minutes",
+    time_to_play: str = "false",
 ) -> dict[str, DataFrame]:
+    """``time_to_play: "true"``: also the seconds from the impression to the play
+    (``time_to_play_s``), a column a later version of the app adds (the blue/green upgrade's
+    example; pipelineArgs are strings)."""
     impressions = (
         sources["impressions"]
         .withWatermark("event_ts", lateness)
@@ -42,8 +48,8 @@ def pipeline(
         ),
         "inner",
     )
-    return {
-        OUTPUT: joined.select(
-            "playback_id", "impression_id", "profile_id", "title_id", "impression_ts", "playback_ts", "duration_s"
-        )
-    }
+    columns = ["playback_id", "impression_id", "profile_id", "title_id", "impression_ts", "playback_ts", "duration_s"]
+    out = joined.select(*columns)
+    if str(time_to_play).lower() == "true":
+        out = out.withColumn("time_to_play_s", F.col("playback_ts").cast("long") - F.col("impression_ts").cast("long"))
+    return {OUTPUT: out}

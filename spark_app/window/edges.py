@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -90,6 +91,26 @@ class Edges:
         return not any(n.startswith("not yet final") for n in self.notices)
 
 
+def plans_horizon(cfg: JobConfig, plans: Iterable[str]) -> tuple[timedelta | None, StateHorizon]:
+    """The watermark delay (``alignment.lateness``, else the plans' smallest) and the state
+    horizon of the pipeline's outputs: what it declares merged with what its plans show."""
+    plans = list(plans)
+    delay = cfg.alignment.lateness
+    if delay is None:
+        found = [d for p in plans for d in watermark_delays(p)]
+        delay = min(found) if found else None
+    horizon = declared_horizon(cfg.pipeline, cfg.pipeline_args)
+    for p in plans:
+        horizon = horizon.merge(plan_horizon(p)).merge(dedup_horizon(p, delay))
+    return delay, horizon
+
+
+def output_horizon(cfg: JobConfig, outputs: dict[str, DataFrame]) -> StateHorizon:
+    """A live run's horizon, from its outputs' analyzed plans: its progress reports carry the
+    look-ahead, which a blue/green switch needs of each version (``contract.blue_green``)."""
+    return plans_horizon(cfg, (analyzed_plan(df) for df in outputs.values()))[1]
+
+
 def resolve(cfg: JobConfig, frames: dict[str, dict[str, DataFrame]], outputs: dict[str, DataFrame]) -> Edges:
     """Decide the edges from a first build of the pipeline (``frames`` per sink)."""
     assert cfg.window is not None
@@ -97,13 +118,7 @@ def resolve(cfg: JobConfig, frames: dict[str, dict[str, DataFrame]], outputs: di
     read_any = {s for names in used.values() for s in names}
     unused = tuple(sorted(set(cfg.sources) - read_any))
     plans = {sink: analyzed_plan(df) for sink, df in outputs.items()}
-    delay = cfg.alignment.lateness
-    if delay is None:
-        found = [d for p in plans.values() for d in watermark_delays(p)]
-        delay = min(found) if found else None
-    horizon = declared_horizon(cfg.pipeline, cfg.pipeline_args)
-    for p in plans.values():
-        horizon = horizon.merge(plan_horizon(p)).merge(dedup_horizon(p, delay))
+    delay, horizon = plans_horizon(cfg, plans.values())
     emits = any(emits_on_watermark(p) for p in plans.values())
     window = cfg.window
     drained = window.drain if window.drain is not None else drain(delay, horizon, emits)

@@ -182,8 +182,15 @@ def test_backfill_lifecycle(
     assert (s["readBytes"], s["readFiles"]) == (11_000_000, 6)
     assert s["readBytesPerSecond"] > 0 and s["readRate"].endswith("files/s"), s
     assert op.context.metrics is not None
-    scraped = generate_latest(op.context.metrics.registry).decode()
-    assert f'kappa_backfill_progress_ratio{{backfill="rmi-outage",namespace="{ns}"}} 0.5' in scraped
+    registry = op.context.metrics.registry
+    ratio = f'kappa_backfill_progress_ratio{{backfill="rmi-outage",namespace="{ns}"}} 0.5'
+
+    # the gauge is set just after the status write that the test saw: wait for it, not a race
+    def scrape() -> str | None:
+        text = generate_latest(registry).decode()
+        return text if ratio in text else None
+
+    scraped = eventually(scrape, "kappa_backfill_progress_ratio 0.5")
     assert f'kappa_alignment_global_watermark_seconds{{group="{group}"}}' in scraped
     assert 'kappa_operator_backfills{phase="Running"} 1.0' in scraped
     assert 'kappa_operator_reconciles_total{kind="Backfill"}' in scraped

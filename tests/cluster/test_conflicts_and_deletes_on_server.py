@@ -131,7 +131,7 @@ def test_defect_1_a_409_on_someone_elses_object_is_an_error_never_adoption(
     s = eventually(conflict, "NameConflict in the Backfill's status")
     assert "belongs to ConfigMap theirs" in s["message"] and "rename this Backfill" in s["message"]
     assert s["retries"] >= 1 and conditions(s)["Reconciling"] == "True"
-    eventually(lambda: said(plane, ns, "rmi-outage", "NameConflict"), "an Event", 10)
+    eventually(lambda: said(plane, ns, "rmi-outage", "NameConflict"), "an Event", 30)
     app = get(plane, APP, ns, BF_APP)
     assert app is not None and app["spec"]["image"] == "theirs", "never adopted, never rewritten"
     assert (s.get("progress") or "0%") == "0%", "another's RUNNING application is not our progress"
@@ -151,7 +151,7 @@ def test_defect_3_a_job_the_pipeline_refuses_says_so_on_the_object(
     s = eventually(lambda: in_phase(plane, SJ, ns, "rmi", "Failed"), "Failed with the reason")
     assert "hour(" in s["message"] and conditions(s)["Ready"] == "False"
     assert [c["reason"] for c in s["conditions"] if c["type"] == "Ready"] == ["InvalidSpec"]
-    eventually(lambda: said(plane, ns, "rmi", "InvalidSpec"), "an Event", 10)
+    eventually(lambda: said(plane, ns, "rmi", "InvalidSpec"), "an Event", 30)
     assert absent(plane, APP, ns, "rmi")
     # fixed by an edit: handled afresh
     fix = {"spec": {"sinks": {"attributed_plays": {"partitionBy": ["hour(playback_ts)"]}}}}
@@ -181,7 +181,7 @@ def test_defect_3_a_publish_report_on_unreachable_storage_shows_its_retries(
     assert s["phase"] == "Running" and s["lastError"] and "attempt" in s["message"]
     assert absent(plane, APP, ns, f"{BF_APP}-publish"), "no publish application on a report it could not read"
     assert conditions(s)["Reconciling"] == "True" and conditions(s)["Succeeded"] == "False"
-    eventually(lambda: said(plane, ns, "rmi-outage", "RetryingAfterError"), "an Event", 10)
+    eventually(lambda: said(plane, ns, "rmi-outage", "RetryingAfterError"), "an Event", 30)
 
     # and kopf's own line about the failed handler (its timer, deciding again) is an Event too,
     # not only a log line
@@ -189,7 +189,7 @@ def test_defect_3_a_publish_report_on_unreachable_storage_shows_its_retries(
         logged = [e for e in events(plane, ns, "rmi-outage") if e["reason"] == "Logging"]
         return any("failed" in str(e["message"]) for e in logged)
 
-    eventually(kopf_failure_posted, "kopf's failure as an Event", 10)
+    eventually(kopf_failure_posted, "kopf's failure as an Event", 30)
 
 
 def test_defect_7_and_issue_27_8_a_running_backfill_whose_job_is_deleted_says_so_and_finishes(
@@ -387,5 +387,5 @@ def test_defect_3_a_rewind_whose_snapshot_store_is_unreachable_says_so(
     s = eventually(retried, "a retry count on the Rewind", 90)
     assert s["phase"] == "Pending" and s["lastError"] and "attempt" in s["message"]
     assert conditions(s)["Reconciling"] == "True"
-    eventually(lambda: said(plane, ns, name, "RetryingAfterError"), "an Event", 10)
+    eventually(lambda: said(plane, ns, name, "RetryingAfterError"), "an Event", 30)
     assert status(plane, SJ, ns, "rmi").get("phase") != "Rewinding", "nothing was stopped"

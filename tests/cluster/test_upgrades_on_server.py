@@ -21,7 +21,7 @@ from spark_app.checkpoints.driver import CheckpointExternalizer
 from spark_app.contract.checkpoints.snapshots import externalize, list_snapshots
 from spark_app.contract.config import parse_config
 from spark_app.contract.storage import open_location
-from tests.cluster.spark_operator import SparkPlayer, create, example, get, spark_state, status
+from tests.cluster.spark_operator import SparkPlayer, absent, create, example, get, spark_state, status
 
 pytestmark = pytest.mark.usefixtures("never_forbidden")
 
@@ -164,3 +164,174 @@ def test_a_new_job_starts_from_a_named_snapshot_of_another_job(
     assert [m.batch_id for m in list_snapshots(open_location(str(old_ext / sink)))] == [0, 1, 2], "copied only"
     eventually(lambda: get(plane, APP, ns, "rmi-from-restore") is None, "the restore application removed")
     assert events(plane, ns, "InitialSnapshotRestored")
+
+
+def blue_green_job(ns: str, name: str, where: Path) -> dict[str, Any]:
+    """The Kafka rmi example as a blueGreen job (blue reads Kafka from the start; green
+    bootstraps from the topics' archives all the same)."""
+    job = example(
+        "kafka-rmi-bootstrap-streamingjob.yaml",
+        ns,
+        name,
+        checkpoints={"location": str(where)},
+        upgrade={"mode": "blueGreen", "overlap": "10m", "catchUp": "30m"},
+    )
+    job["spec"].pop("bootstrap")
+    return job
+
+
+def step_report(green: Path, step: str, state: str, **fields: Any) -> None:
+    """What the step application's driver leaves (``spark_app.apps.blue_green``), with its own writer."""
+    from datetime import UTC, datetime
+
+    from spark_app.contract.reports.blue_green import StepReport, write_step_report
+
+    now = datetime.now(UTC)
+    write_step_report(str(green), StepReport(step=step, state=state, started_at=now, finished_at=now, **fields))  # type: ignore[arg-type]
+
+
+def step_app_runs(plane: ControlPlane, ns: str, name: str, command: str) -> dict[str, Any]:
+    """The step application of ``command``, once the operator created it (a previous step's first removed)."""
+
+    def created() -> dict[str, Any] | None:
+        app = get(plane, APP, ns, name)
+        return app if app is not None and app["spec"]["arguments"][0] == command else None
+
+    return dict(eventually(created, f"the {command} application", timeout=60))
+
+
+def step_of(plane: ControlPlane, ns: str, name: str, step: str) -> dict[str, Any] | None:
+    up = status(plane, SJ, ns, name).get("upgrade") or {}
+    return up if up.get("step") == step else None
+
+
+def test_a_blue_green_upgrade_goes_step_by_step_to_green_on_its_own_checkpoint(
+    control_plane: ControlPlane, watched: str, tmp_path: Path
+) -> None:
+    """The object sequence on the real API server, the drivers played with their own report
+    writers: green beside blue, the compare application, blue stopped, green stopped, the
+    switch application, then the job's own application on green's checkpoint."""
+    from datetime import UTC, datetime
+
+    from spark_app.contract.reports.blue_green import SEAM_REL, SeamReport, SinkSeam
+    from spark_app.contract.reports.progress import ProgressReport, report_name
+    from spark_app.contract.reports.publish import TableReport
+    from spark_app.contract.storage import REPORT_DIR
+
+    plane, ns, name = control_plane, watched, "rmi-bg"
+    create(plane, blue_green_job(ns, name, tmp_path))
+    running(plane, ns, name)
+    blue_uid = get(plane, APP, ns, name)["metadata"]["uid"]  # type: ignore[index]
+    edit(plane, ns, name, {"image": "ghcr.io/kappa-dev/kappa-spark:0.2.0"})
+
+    green_app = eventually(lambda: get(plane, APP, ns, f"{name}-green"), "green's application")
+    assert green_app["metadata"]["ownerReferences"][0]["kind"] == SJ
+    up = eventually(lambda: step_of(plane, ns, name, "GreenStarting"), "GreenStarting")
+    green = Path(up["greenCheckpoint"])
+    assert green == tmp_path / "green-g2" and up["branch"] == f"green-{name}-g2"
+    cfg = json.loads(get(plane, "ConfigMap", ns, f"{name}-green-jobconfig")["data"]["job.json"])  # type: ignore[index]
+    assert cfg["green"]["blueCheckpoint"] == f"{tmp_path}/live" and cfg["checkpoint"]["location"] == str(green)
+    spark_state(plane, ns, f"{name}-green", "RUNNING")
+    eventually(lambda: step_of(plane, ns, name, "CatchingUp"), "CatchingUp")
+
+    sink = "attributed_plays"
+    now = datetime.now(UTC)
+    for base in (tmp_path / "live", green):  # each driver's progress, as its listener writes it
+        (base / REPORT_DIR).mkdir(parents=True, exist_ok=True)
+        report = ProgressReport(sink=sink, batch_id=5, at=now, watermark=now, lookahead_s=0.0)
+        (base / REPORT_DIR / report_name(sink)).write_text(report.model_dump_json())
+    up = eventually(lambda: step_of(plane, ns, name, "Comparing"), "Comparing", timeout=60)
+    assert up["compareStart"] < up["compareEnd"]
+    compare = step_app_runs(plane, ns, f"{name}-bluegreen", "compare")
+    assert compare["metadata"]["labels"]["kappa.dev/role"] == "step"
+    table = TableReport(table="marts.attributed_plays_kafka_new", branch=up["branch"], match_ratio=1.0,
+                        main_rows=4, branch_rows=4, matched=4)  # fmt: skip
+    step_report(green, "compare", "Matched", tables=[table])
+    spark_state(plane, ns, f"{name}-bluegreen", "COMPLETED")
+    eventually(lambda: absent(plane, APP, ns, name), "blue stopped")
+    eventually(lambda: step_of(plane, ns, name, "Draining"), "Draining (no driver pod left)")
+
+    def seam() -> dict[str, Any] | None:  # green's Trailer looks every trigger
+        at_seam = SeamReport(at=datetime.now(UTC), sinks={sink: SinkSeam(blue_batch=5, green_batch=7, at_seam=True)})
+        (green / SEAM_REL).write_text(at_seam.model_dump_json())
+        return step_of(plane, ns, name, "Switching")
+
+    eventually(seam, "Switching", timeout=60)
+    eventually(lambda: absent(plane, APP, ns, f"{name}-green"), "green stopped")
+    step_app_runs(plane, ns, f"{name}-bluegreen", "switch")
+    from spark_app.contract.reports.blue_green import SwitchedTable
+
+    switched = SwitchedTable(sink=sink, table=table.table, rows_removed=2, rows_added=3, snapshot_id=41)
+    step_report(green, "switch", "Switched", switched=[switched], boundary=now)
+    spark_state(plane, ns, f"{name}-bluegreen", "COMPLETED")
+
+    promoted = eventually(lambda: get(plane, APP, ns, name), "the job's application on green's checkpoint", timeout=60)
+    assert promoted["metadata"]["uid"] != blue_uid
+    body = get(plane, SJ, ns, name)
+    assert body is not None and body["metadata"]["annotations"][CHECKPOINT_ANNOTATION] == str(green)
+    rendered = json.loads(get(plane, "ConfigMap", ns, f"{name}-jobconfig")["data"]["job.json"])  # type: ignore[index]
+    assert rendered["checkpoint"]["location"] == str(green) and "branch" not in rendered["sinks"][sink]
+    spark_state(plane, ns, name, "RUNNING")
+    eventually(lambda: "upgrade" not in status(plane, SJ, ns, name), "the upgrade ended")
+    for reason in ("GreenStarted", "GreenRunning", "CaughtUp", "Compared", "BlueStopped", "Switched", "Upgraded"):
+        assert any(e["involvedObject"]["name"] == name for e in events(plane, ns, reason)), reason
+    eventually(lambda: absent(plane, "ConfigMap", ns, f"{name}-green-jobconfig"), "green's ConfigMap removed")
+    assert absent(plane, APP, ns, f"{name}-bluegreen")
+
+
+def green_beside_blue(plane: ControlPlane, ns: str, name: str, where: Path, change: dict[str, Any]) -> dict[str, Any]:
+    """Blue running, then ``change`` applied: returns blue's application once green's exists."""
+    create(plane, blue_green_job(ns, name, where))
+    running(plane, ns, name)
+    blue = get(plane, APP, ns, name)
+    assert blue is not None
+    edit(plane, ns, name, change)
+    eventually(lambda: get(plane, APP, ns, f"{name}-green"), "green's application")
+    return blue
+
+
+def test_a_green_that_fails_to_submit_is_removed_and_blue_never_stops(
+    control_plane: ControlPlane, watched: str, tmp_path: Path
+) -> None:
+    plane, ns, name = control_plane, watched, "rmi-bg-fail"
+    blue = green_beside_blue(plane, ns, name, tmp_path, {"pipeline": "spark_app.examples.rmi_v3:pipeline"})
+    blue_uid = blue["metadata"]["uid"]
+    spark_state(plane, ns, f"{name}-green", "SUBMISSION_FAILED", "No module named 'spark_app.examples.rmi_v3'")
+    up = eventually(lambda: step_of(plane, ns, name, "Discarding"), "Discarding")
+    assert "rmi_v3" in up["reason"]
+    step_app_runs(plane, ns, f"{name}-bluegreen", "discard")
+    eventually(lambda: absent(plane, APP, ns, f"{name}-green"), "green removed")
+    step_report(tmp_path / "green-g2", "discard", "Discarded", removed=[])
+    spark_state(plane, ns, f"{name}-bluegreen", "COMPLETED")
+    eventually(lambda: step_of(plane, ns, name, "GreenRemoved"), "GreenRemoved")
+    s = status(plane, SJ, ns, name)
+    assert s["rolledBackGeneration"] == 2 and s["phase"] == "Running"
+    assert get(plane, APP, ns, name)["metadata"]["uid"] == blue_uid, "blue's application never stopped"  # type: ignore[index]
+    assert events(plane, ns, "GreenRemoved")[0]["type"] == "Warning"
+
+
+def test_a_suspend_before_the_switch_removes_green_then_blue_resumes_and_upgrades_again(
+    control_plane: ControlPlane, watched: str, tmp_path: Path
+) -> None:
+    """Suspended while green starts: green goes first, then blue; resumed, blue's spec runs on
+    blue's checkpoint (the new code does not restore its state) and the edit upgrades again."""
+    plane, ns, name = control_plane, watched, "rmi-bg-suspend"
+    blue = green_beside_blue(plane, ns, name, tmp_path, {"image": "ghcr.io/kappa-dev/kappa-spark:0.2.0"})
+    edit(plane, ns, name, {"suspend": True})
+    up = eventually(lambda: step_of(plane, ns, name, "Discarding"), "Discarding")
+    assert "spec.suspend" in up["reason"]
+    assert get(plane, APP, ns, name) is not None, "blue runs until green is gone"
+    step_app_runs(plane, ns, f"{name}-bluegreen", "discard")
+    eventually(lambda: absent(plane, APP, ns, f"{name}-green"), "green removed")
+    step_report(tmp_path / "green-g2", "discard", "Discarded", removed=[])
+    spark_state(plane, ns, f"{name}-bluegreen", "COMPLETED")
+    eventually(lambda: absent(plane, APP, ns, name), "blue stopped as asked")
+    eventually(lambda: status(plane, SJ, ns, name).get("phase") == "Suspended", "Suspended")
+
+    edit(plane, ns, name, {"suspend": False})
+    resumed = eventually(lambda: get(plane, APP, ns, name), "the job's application again")
+    assert resumed["spec"]["image"] == blue["spec"]["image"], "the spec that last ran, on its own checkpoint"
+    assert events(plane, ns, "ResumedOnBlue")
+    spark_state(plane, ns, name, "RUNNING")
+    eventually(lambda: step_of(plane, ns, name, "GreenStarting"), "the edit upgrades blue/green again")
+    assert get(plane, APP, ns, f"{name}-green")["spec"]["image"] == "ghcr.io/kappa-dev/kappa-spark:0.2.0"  # type: ignore[index]

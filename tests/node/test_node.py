@@ -610,6 +610,188 @@ def test_a_job_bootstraps_from_its_archive_then_takes_over_the_topics_on_the_nod
     kubectl(cluster, "delete", "streamingjob", name, "--wait=true", "--timeout=120s")
 
 
+# --- a blue/green upgrade --------------------------------------------------------------------
+
+
+def produce_later(cluster: LocalCluster, shift: timedelta, suffix: str) -> int:
+    """The history's records again, ``shift`` later in event time with ids of their own: what
+    arrives while the upgrade runs. Returns how many."""
+    catalog = cluster.host_catalog()
+    producer = Producer({"bootstrap.servers": cluster.broker.bootstrap, "enable.idempotence": True})
+    count = 0
+    for topic, ids in (("impressions", ("impression_id",)), ("playbacks", ("playback_id",))):
+        rows = catalog.load_table(f"ingest.{topic}").scan().to_arrow().drop_columns(["__metadata__"])
+        for row in rows.to_pylist():
+            row["event_ts"] = row["event_ts"] + shift
+            for column in ids:
+                row[column] = f"{row[column]}{suffix}"
+            producer.produce(topic, value=json.dumps(row, default=lambda v: v.isoformat()).encode())
+            count += 1
+    assert producer.flush(60) == 0
+    return count
+
+
+def test_a_blue_green_upgrade_applied_with_kubectl_switches_main_once_on_the_node(
+    cluster: LocalCluster, history: GeneratedStats
+) -> None:
+    """Issue 64 on the node: rmi v1 on Kafka (the topics and their archives from the tests
+    above), then `kubectl apply` of v2 (a new column, a narrower attribution window) while
+    records go on arriving. Green, the compare and switch applications run as pods; the job
+    ends on green's checkpoint writing main. Main then holds each attribution once: v1's rows
+    before the switch's boundary, v2's (with the new column) from it on. The time from the
+    apply to the switch is printed per step (bench/RESULTS.md)."""
+    catalog = cluster.host_catalog()
+    example = yaml.safe_load((ROOT / "examples" / "kafka-rmi-bootstrap-streamingjob.yaml").read_text())
+    example["metadata"]["name"] = name = "rmi-bluegreen"  # first: the checkpoint's location is named after it
+    job = cluster.streaming_job(example, executors=0)
+    spec = job["spec"]
+    spec.pop("bootstrap")
+    for source in spec["sources"].values():
+        source["live"]["bootstrapServers"] = cluster.broker.bootstrap
+        source["live"]["startingPosition"] = "earliest"
+    spec["sinks"]["attributed_plays"]["table"] = table = "marts.rmi_bluegreen"
+    spec["pipelineArgs"] = {"lateness": "30 minutes"}
+    spec["triggerInterval"] = "5s"
+    # green reads 2 hours of history (3 overlaps before blue's watermark) and compares 40 minutes
+    spec["upgrade"] = {"mode": "blueGreen", "overlap": "40m", "catchUp": "20m", "minMatchRatio": 0}
+    key = spec["sinks"]["attributed_plays"]["key"]
+    status_path = path_of("StreamingJob", JOBS, name)
+
+    def status() -> dict[str, Any]:
+        return dict(cluster.kube.plane.admin.get(status_path).body.get("status") or {})
+
+    with removed_after(cluster, ("streamingjob", name)):
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+
+        def blue_read_all() -> bool:
+            marks = [p.get("watermark") for p in status().get("progress") or []]
+            return bool(marks) and all(m and m >= "2026-11-01T13:29" for m in marks)
+
+        eventually(blue_read_all, "blue read the topics (its watermark at the history's end)", timeout=420, every=3)
+        v2 = json.loads(json.dumps(job))
+        v2["spec"]["pipelineArgs"] = {
+            "lateness": "30 minutes",
+            "attribution_window": "20 minutes",
+            "time_to_play": "true",
+        }
+        applied = time.monotonic()
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(v2))
+        later = produce_later(cluster, timedelta(hours=2), "-later")  # records go on arriving
+
+        def upgraded() -> dict[str, Any] | None:
+            s = status()
+            up = s.get("upgrade") or {}
+            assert up.get("step") not in ("GreenRemoved", "Refused"), up
+            return (
+                s if not up and s.get("lastStableHash") == s.get("configHash") and s.get("phase") == "Running" else None
+            )
+
+        seen_steps: list[dict[str, Any]] = []
+        faults: dict[str, str] = {}
+        """What was killed, each once: green's driver pod while it catches up, the leading
+        operator's pod during the switch."""
+
+        def inject(step: str | None) -> None:
+            if step == "CatchingUp" and "green driver" not in faults:
+                found = running(cluster, JOBS, f"sparkoperator.k8s.io/app-name={name}-green,spark-role=driver")
+                if found:  # the Spark operator runs it again (OnFailure), on green's checkpoint
+                    pod_name = found[0]["metadata"]["name"]
+                    kubectl(
+                        cluster, "delete", "pod", pod_name, "-n", JOBS, "--grace-period=0", "--force", "--wait=false"
+                    )
+                    faults["green driver"] = pod_name
+            if step == "Switching" and "operator" not in faults:
+                found = pods_of(cluster, OPERATOR_NAMESPACE, OPERATOR_LEADER)
+                if found:  # the other replica leads and repeats the recorded step
+                    pod_name = found[0]["metadata"]["name"]
+                    kubectl(cluster, "delete", "pod", pod_name, "-n", OPERATOR_NAMESPACE, "--wait=false")
+                    faults["operator"] = pod_name
+
+        green_attempts = [0]
+        """The most runs of green's driver its application counted (the Spark operator's rerun)."""
+
+        def switched_and_promoted() -> dict[str, Any] | None:
+            up = status().get("upgrade") or {}
+            if up.get("steps"):
+                seen_steps[:] = up["steps"]
+            inject(up.get("step"))
+            green = cluster.kube.plane.admin.get(path_of("SparkApplication", JOBS, f"{name}-green"))
+            if green.status == 200:  # from GreenStarting to Switching
+                attempts = int((green.body.get("status") or {}).get("executionAttempts") or 0)
+                green_attempts[0] = max(green_attempts[0], attempts)
+            return upgraded()
+
+        final = eventually(switched_and_promoted, "the upgrade switched and promoted", timeout=1200, every=1)
+        took = time.monotonic() - applied
+        print(f"blue/green: kubectl apply of v2 -> promoted: {took:.0f} s; faults {faults}; steps {seen_steps}")
+        assert set(faults) == {"green driver", "operator"}, f"both faults injected: {faults}"
+        assert green_attempts[0] >= 2, f"green's driver ran again after its pod was deleted: {green_attempts}"
+        assert [s["step"] for s in seen_steps][:7] == [
+            "GreenStarting", "CatchingUp", "Comparing", "StoppingBlue", "Draining", "Switching", "Promoting",
+        ], seen_steps  # fmt: skip
+        assert final["checkpointLocation"].endswith(f"/checkpoints/{name}/green-g2")
+        reasons = {e["reason"] for e in json.loads(kubectl(cluster, "get", "events", "-n", JOBS, "-o", "json"))["items"]
+                   if e["involvedObject"]["name"] == name}  # fmt: skip
+        assert {"GreenStarted", "CaughtUp", "Compared", "BlueStopped", "Switched", "Upgraded"} <= reasons, reasons
+
+        t = catalog.load_table(table)
+        switch = next(
+            s for s in t.snapshots() if s.summary is not None and "kappa.boundary" in s.summary.additional_properties
+        )
+        boundary = switch.summary.additional_properties["kappa.boundary"]  # type: ignore[union-attr]
+
+        def all_later_in_main() -> bool:
+            rows = catalog.load_table(table).scan().to_arrow().to_pylist()
+            return any(str(r["playback_id"]).endswith("-later") for r in rows) and len(rows) > 0
+
+        eventually(all_later_in_main, "the promoted job writing main", timeout=300, every=3)
+        rows = catalog.load_table(table).scan().to_arrow().to_pylist()
+        keys = [tuple(r[k] for k in key) for r in rows]
+        assert len(keys) == len(set(keys)), "each attribution once in main"
+        from datetime import datetime as _dt
+
+        b = _dt.fromisoformat(boundary)
+        before = [r for r in rows if r["playback_ts"] < b]
+        after = [r for r in rows if r["playback_ts"] >= b]
+        assert before and after, (len(before), len(after), boundary)
+        assert all(r["time_to_play_s"] is None for r in before), "v1's rows before the boundary"
+        assert all(r["time_to_play_s"] is not None for r in after), "v2's rows from it on"
+        assert all(r["time_to_play_s"] <= 20 * 60 for r in after), "v2's attribution window"
+        assert "green-rmi-bluegreen-g2" not in t.metadata.refs, "green's branch removed"
+        assert later > 0
+
+        # v3's output differs beyond its minMatchRatio, then v4 cannot start: each time green is
+        # removed with the reason on the job, and the running version (v2) never stops writing
+        serving = json.loads(kubectl(cluster, "get", "sparkapplication", name, "-n", JOBS, "-o", "json"))
+        for generation, edit, said in (
+            (3, {"pipelineArgs": {**v2["spec"]["pipelineArgs"], "attribution_window": "3 minutes"},
+                 "upgrade": {**spec["upgrade"], "minMatchRatio": 0.999}}, f"{table}: "),
+            (4, {"pipeline": "spark_app.examples.rmi_v4:pipeline"}, "rmi_v4"),
+        ):  # fmt: skip
+            failing = json.loads(json.dumps(v2))
+            failing["spec"].update(edit)
+            kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(failing))
+
+            def removed(g: int = generation) -> dict[str, Any] | None:
+                up = status().get("upgrade") or {}
+                return up if up.get("step") == "GreenRemoved" and up.get("generation") == g else None
+
+            up = eventually(removed, f"green g{generation} removed", timeout=600, every=2)
+            assert said in up["reason"], up["reason"]
+            assert status().get("rolledBackGeneration") == generation
+            assert not kubectl(cluster, "get", "sparkapplication", f"{name}-green", "-n", JOBS, "--ignore-not-found")
+            assert f"green-{name}-g{generation}" not in catalog.load_table(table).metadata.refs, "its branch removed"
+            now = json.loads(kubectl(cluster, "get", "sparkapplication", name, "-n", JOBS, "-o", "json"))
+            assert now["metadata"]["uid"] == serving["metadata"]["uid"], "the running version was never stopped"
+        commits = len(catalog.load_table(table).snapshots())
+        produce_later(cluster, timedelta(hours=4), "-after")
+        eventually(
+            lambda: len(catalog.load_table(table).snapshots()) > commits,
+            "the running version writing main",
+            timeout=300,
+        )
+
+
 # --- a Rewind of the StreamingJob ------------------------------------------------------------
 
 

@@ -32,11 +32,12 @@ class Driver:
     """A job run as its own driver process (``python -m spark_app``), as on a cluster: it can
     be killed, by a fault the sink injects, and started again on the same checkpoint."""
 
-    def __init__(self, cfg: JobConfig, tmp: Path) -> None:
-        path = tmp / "job.json"
+    def __init__(self, cfg: JobConfig, tmp: Path, command: str = "run") -> None:
+        stem = "" if command == "run" else f"{command}-"
+        path = tmp / f"{stem}job.json"
         path.write_text(cfg.to_json())
-        self.log = tmp / "driver.log"
-        self.cmd = [sys.executable, "-m", "spark_app", "--config", str(path)]
+        self.log = tmp / f"{stem}driver.log"
+        self.cmd = [sys.executable, "-m", "spark_app", command, "--config", str(path)]
 
     def run(self, **env: str) -> subprocess.CompletedProcess[bytes]:
         """Run to its end (or its kill); its own process group, since a fault kills the group."""

@@ -11,8 +11,8 @@ from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
 from kappa_operator.local.kafka import KafkaBroker
-from spark_app.bluegreen.trail import kafka_cap, write_trail
-from spark_app.contract.blue_green import Position
+from spark_app.bluegreen.trail import write_trail
+from spark_app.contract.blue_green import Position, kafka_offsets
 from spark_app.contract.sources import KafkaSource
 from spark_app.contract.storage import open_location
 from spark_app.sources.kafka import kafka_records
@@ -61,9 +61,9 @@ def test_green_reads_no_further_than_the_trail_says(
 
     blue = Position(4, 0, {"0": {topic: {"0": 10, "1": 5}}, "1": {"other": {"0": 99}}})
     location = open_location(str(trail.parent))
-    write_trail(location, trail.name, kafka_cap(blue, [topic]))
+    write_trail(location, trail.name, kafka_offsets(blue, [topic]))
     assert read_once(spark, src, trail, ckpt) == [(0, o) for o in range(10)] + [(1, o) for o in range(5)]
 
     blue = Position(9, 0, {"0": {topic: {"0": 30, "1": 30}}})
-    write_trail(location, trail.name, kafka_cap(blue, [topic]))
+    write_trail(location, trail.name, kafka_offsets(blue, [topic]))
     assert read_once(spark, src, trail, ckpt) == [(p, o) for p in (0, 1) for o in range(30)]

@@ -268,8 +268,7 @@ def test_green_reads_its_topic_no_further_than_blue_durably_has(
     archive, then the topic only up to where blue's checkpoint durably stands; once blue is
     further, green goes on from where it stopped, each record once."""
     from spark_app.bluegreen.position import durable_position
-    from spark_app.bluegreen.trail import kafka_cap
-    from spark_app.contract.blue_green import GreenConfig
+    from spark_app.contract.blue_green import GreenConfig, kafka_offsets
     from spark_app.contract.storage import open_location
 
     s: Story = story["story"]
@@ -301,7 +300,7 @@ def test_green_reads_its_topic_no_further_than_blue_durably_has(
             (query / log / str(b)).rename(held / f"{log}-{b}")
     blue_at = durable_position(open_location(str(query)))
     assert blue_at is not None and blue_at.batch_id == batches[-3]
-    cap = kafka_cap(blue_at, [topic])[topic]
+    cap = kafka_offsets(blue_at, [topic])[topic]
 
     green = bootstrap_config(s, tmp_path / "green", "copy", ("impressions",))
     green = green.model_copy(update={"green": GreenConfig(blue_checkpoint=str(tmp_path / "blue" / "ckpt"))})
@@ -326,3 +325,100 @@ def test_green_reads_its_topic_no_further_than_blue_durably_has(
     total = len(story["early"]["impressions"]) + len(story["late"]["impressions"])
     rows = spark.read.parquet(str(tmp_path / "green" / "out")).select("__metadata__.partition", "__metadata__.offset")
     assert rows.count() == rows.distinct().count() == total, "every record of the topic once"
+
+
+def test_a_blue_green_upgrade_compares_then_switches_main_at_one_boundary(
+    spark: SparkSession, story: dict[str, Any], tmp_path: Path
+) -> None:
+    """The step applications on green's config (``python -m spark_app compare|switch|discard``):
+    blue (rmi v1) wrote main from Kafka; green (v2: a narrower attribution window, so its output
+    differs) rebuilt it from the archives into a branch, trailing blue to the same offsets. The
+    comparison reports the difference and refuses it under a ratio; with ratio 0 it reports
+    only. The switch then cuts main at one boundary in one snapshot: blue's rows before it,
+    green's from it on, each key once; run again it commits nothing."""
+    from pyiceberg.catalog import load_catalog
+
+    from spark_app.__main__ import main
+    from spark_app.apps.blue_green import run_compare, run_switch
+    from spark_app.contract.blue_green import CompareWindow, GreenConfig
+
+    s: Story = story["story"]
+    table, branch, key = "marts.bluegreen_plays", "green-rmi-g2", ["playback_id", "impression_id"]
+    sink = {"kind": "iceberg", "table": table, "timeColumn": rmi.TIME_COLUMN, "key": key}
+    blue = parse_config(
+        {
+            "name": "rmi",
+            "pipeline": "spark_app.examples.rmi:pipeline",
+            "pipelineArgs": {"lateness": "20 minutes"},
+            "mode": "live",
+            "catalogs": s.catalogs(),
+            "sources": {
+                n: s.kafka(n, {"maxOffsetsPerTrigger": "500"}, schemaFrom=f"default:archive.{n}") for n in TOPICS
+            },
+            "sinks": {rmi.OUTPUT: sink},
+            "checkpoint": {"location": str(tmp_path / "blue")},
+            "trigger": {"kind": "availableNow"},
+            "sparkConf": {"spark.sql.shuffle.partitions": "2"},
+        }
+    )
+    run(blue, spark)
+    v2 = bootstrap_config(s, tmp_path / "green").model_dump(by_alias=True, exclude_none=True)
+    v2.update(
+        name="rmi",
+        pipelineArgs={"lateness": "20 minutes", "attribution_window": "20 minutes"},
+        sinks={rmi.OUTPUT: {**sink, "branch": branch}},
+        checkpoint={"location": str(tmp_path / "green")},
+        green={"blueCheckpoint": str(tmp_path / "blue"), "upgrade": "default/rmi g2", "minMatchRatio": 0},
+    )
+    green = parse_config(v2)
+    run(green, spark)
+
+    catalog = load_catalog("default", **s.props, type="sql")
+
+    def rows(ref: str) -> dict[tuple[str, str], dict[str, Any]]:
+        got = catalog.load_table(table).scan(snapshot_id=catalog.load_table(table).snapshot_by_name(ref).snapshot_id)
+        out = {(r["playback_id"], r["impression_id"]): r for r in got.to_arrow().to_pylist()}
+        assert len(out) == got.to_arrow().num_rows, f"{ref}: each key once"
+        return out
+
+    blue_rows, green_rows = rows("main"), rows(branch)
+    assert blue_rows and green_rows and blue_rows != green_rows, "v2 attributes differently"
+
+    assert isinstance(green.green, GreenConfig)
+    window = CompareWindow(start=T0 + timedelta(minutes=30), end=T0 + timedelta(minutes=60))
+    reported = run_compare(
+        green.model_copy(update={"green": green.green.model_copy(update={"compare_window": window})}), spark
+    )
+    assert reported.state == "Matched", reported  # ratio 0: the output is meant to change
+    (t,) = reported.tables
+    assert t.table == table and t.match_ratio < 1 and t.differing_keys
+    strict = green.green.model_copy(update={"compare_window": window, "min_match_ratio": 0.999})
+    refused = run_compare(green.model_copy(update={"green": strict}), spark)
+    assert refused.state == "Refused" and refused.error is not None and table in refused.error
+
+    before = {snap.snapshot_id for snap in catalog.load_table(table).snapshots()}
+    switched = run_switch(green, spark)
+    assert switched.state == "Switched", switched
+    b = switched.boundary
+    assert b is not None and T0 < b < T0 + timedelta(minutes=90)
+    assert not switched.notices, "both versions reported their look-ahead"
+    main_rows = rows("main")
+    time_of = rmi.TIME_COLUMN
+    assert {k: r for k, r in main_rows.items() if r[time_of] < b} == {
+        k: r for k, r in blue_rows.items() if r[time_of] < b
+    }, "blue's rows before the boundary"
+    assert {k: r for k, r in main_rows.items() if r[time_of] >= b} == {
+        k: r for k, r in green_rows.items() if r[time_of] >= b
+    }, "green's rows from the boundary on"
+    after = catalog.load_table(table)
+    new = [snap for snap in after.snapshots() if snap.snapshot_id not in before]
+    assert [snap.snapshot_id for snap in new] == [switched.switched[0].snapshot_id], "one snapshot on main"
+    assert branch not in after.metadata.refs, "green's branch removed"
+
+    again = run_switch(green, spark)
+    assert again.state == "Switched" and again.boundary == b and again.switched[0].earlier
+    assert len(catalog.load_table(table).snapshots()) == len(after.snapshots()), "a rerun commits nothing"
+
+    config = tmp_path / "green.json"
+    config.write_text(green.model_dump_json(by_alias=True))
+    assert main(["discard", "--config", str(config)]) == 0  # the branch is gone already: nothing to remove

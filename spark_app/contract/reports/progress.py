@@ -78,6 +78,10 @@ class ProgressReport(BaseModel):
     """The query's event-time watermark (None: it has none, or none yet)."""
     partitions: list[PartitionLag] = []
     """Kafka sources' partitions (none for other sources)."""
+    lookahead_s: float | None = None
+    """The pipeline's look-ahead (how long after the watermark a result may still be emitted),
+    from its plan: a blue/green switch's boundary subtracts it (None: a driver from before it
+    was reported)."""
     notices: list[str] = []
     """What the driver found wrong at the job's first start and cannot undo (records a topic's
     retention removed before the job read them): the operator's ``RecordsLost`` condition."""
@@ -174,9 +178,20 @@ class ProgressReporter:
     at most every ``HEARTBEAT_S``), on the listener's thread (a write is one small object: it
     never holds a batch)."""
 
-    def __init__(self, cfg: JobConfig, notices: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        cfg: JobConfig,
+        notices: Sequence[str] = (),
+        lookahead_s: float | None = None,
+        watermarks: Mapping[str, datetime] | None = None,
+    ) -> None:
+        """``watermarks``: per sink, the watermark its checkpoint holds (a restarted query):
+        reported until the query's first batch, so a job restarted with nothing new to read
+        still says where it is in event time (Spark reports none while a query is idle)."""
         self.cfg = cfg
         self.notices = list(notices)
+        self.lookahead_s = lookahead_s
+        self.watermarks = dict(watermarks or {})
         self.queries = {f"{cfg.name}-{sink}": sink for sink in cfg.sinks}
         self.location, _ = located(cfg, None, "")
         self.last: dict[str, float] = {}
@@ -191,8 +206,7 @@ class ProgressReporter:
         if sink is None:
             return
         report = from_progress(sink, progress, datetime.now(UTC))
-        if self.notices:
-            report = report.model_copy(update={"notices": self.notices})
+        report = report.model_copy(update={"notices": self.notices, "lookahead_s": self.lookahead_s})
         with self._lock:
             if report.batch_id is not None and report.batch_id < self.newest.get(sink, -1):
                 return  # an event delivered late: the newer batch's report stands
@@ -211,7 +225,14 @@ class ProgressReporter:
             now = datetime.now(UTC)
             last = self.pending.get(sink) or self.written.get(sink)
             if last is None:  # nothing to read from the start: alive all the same
-                last = ProgressReport(sink=sink, batch_id=None, at=now, notices=self.notices)
+                last = ProgressReport(
+                    sink=sink,
+                    batch_id=None,
+                    at=now,
+                    notices=self.notices,
+                    lookahead_s=self.lookahead_s,
+                    watermark=self.watermarks.get(sink),
+                )
             self.pending[sink] = last.model_copy(update={"heartbeat_at": now})
             due = time.monotonic() - self.last.get(sink, float("-inf")) >= HEARTBEAT_S
         if due:

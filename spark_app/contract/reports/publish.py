@@ -36,6 +36,8 @@ class TableReport(BaseModel):
     differing_keys: list[str] = []
     """Up to 10 keys (JSON) not matched on one side or the other."""
     not_final: list[str] = []
+    new_columns: list[str] = []
+    """A blue/green comparison: the columns the new version added (not compared)."""
 
 
 class PublishReport(BaseModel):

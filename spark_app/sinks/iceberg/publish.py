@@ -23,7 +23,7 @@ import logging
 import os
 import signal
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
@@ -92,11 +92,13 @@ def compare(
     branch: str,
     window: TimeWindow,
     key: list[str],
+    leave_out: Collection[str] = (),
 ) -> Comparison:
     """Branch vs main over the window, by Spark. A missing branch raises rather than comparing
-    as empty: an empty side would read as "1.0" against an empty main, or as a plain low ratio."""
+    as empty: an empty side would read as "1.0" against an empty main, or as a plain low ratio.
+    ``leave_out``: columns not compared (a new version's added columns, null in main's rows)."""
     side = branch_head(table, branch, window)
-    return compare_snapshots(spark, table, catalog_properties, window, _head(table, "main"), side, key)
+    return compare_snapshots(spark, table, catalog_properties, window, _head(table, "main"), side, key, leave_out)
 
 
 def _check_ratio(min_match_ratio: float | None) -> None:

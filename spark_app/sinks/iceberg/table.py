@@ -4,11 +4,19 @@ partitioning. Spark timestamps become Iceberg ``timestamptz`` (instants, UTC).""
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import re
+from collections.abc import Callable
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -25,6 +33,8 @@ from pyiceberg.transforms import (
 
 from spark_app.catalogs import missing_table_message, sql_catalog_names
 from spark_app.contract.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 _CALL = re.compile(r"^(?P<fn>\w+)\((?:(?P<n>\d+),)?(?P<col>\w+)\)$")
 _UNARY: dict[str, Transform] = {
@@ -96,6 +106,8 @@ def load_or_create(catalog: Catalog, identifier: str, arrow_schema: pa.Schema, p
     except NoSuchTableError:
         pass
     found = sql_catalog_names(catalog, identifier)
+    if found is not None and catalog.name in found[1]:
+        return catalog.load_table(identifier)  # created under this name since the load: another writer's
     if found is not None and found[1]:
         raise ConfigError(
             f"sink: {missing_table_message(catalog, identifier)}. Not creating it: that would start a second, "
@@ -125,3 +137,39 @@ def ensure_main_snapshot(table: Table) -> Table:
     with tx.update_snapshot(snapshot_properties={"kappa.init": "empty main, so branches can exist"}).fast_append():
         pass
     return tx.commit_transaction()
+
+
+ADDED_COLUMNS = "kappa.added-columns."
+"""Table property ``kappa.added-columns.<branch>``: the columns a blue/green upgrade's green
+added to the table (JSON list), which its comparison with blue's rows leaves out."""
+ADD_RETRIES = 5
+
+
+def added_columns(table: Table, branch: str) -> list[str]:
+    return list(json.loads(table.properties.get(ADDED_COLUMNS + branch, "[]")))
+
+
+def add_new_columns(table: Table, arrow_schema: pa.Schema, branch: str, reload: Callable[[], Table]) -> Table:
+    """The output's columns the table lacks, added as optional columns (a blue/green upgrade's
+    new version may add a column: its rows carry it, the old version's read it as null) and
+    recorded for ``branch``. Only additions: a changed type is refused by Iceberg, as it should."""
+    for attempt in range(ADD_RETRIES):
+        have = set(table.schema().column_names)
+        missing = [f for f in arrow_schema if f.name not in have]
+        if not missing:
+            return table
+        names = sorted({*added_columns(table, branch), *(f.name for f in missing)})
+        try:
+            with table.transaction() as tx:
+                with tx.update_schema() as update:
+                    update.union_by_name(utc_schema(pa.schema(missing)))
+                tx.set_properties({ADDED_COLUMNS + branch: json.dumps(names)})
+        except CommitFailedException:  # another writer committed meanwhile: look again
+            if attempt == ADD_RETRIES - 1:
+                raise
+            table = reload()
+            continue
+        added = ", ".join(f.name for f in missing)
+        log.info("%s: added column(s) %s for branch %s", ".".join(table.name()), added, branch)
+        return reload()
+    return table

@@ -9,7 +9,7 @@ Nulls compare equal to nulls (a null-keyed row matches a null-keyed row)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,11 +191,13 @@ def compare_snapshots(
     reference: int | None,
     candidate: int | None,
     key: list[str],
+    leave_out: Collection[str] = (),
 ) -> Comparison:
-    """``candidate``'s window against ``reference``'s (``main_rows`` counts the reference)."""
+    """``candidate``'s window against ``reference``'s (``main_rows`` counts the reference),
+    without the ``leave_out`` columns."""
     return compare_frames(
-        window_frame(spark, table, reference, window, catalog_properties),
-        window_frame(spark, table, candidate, window, catalog_properties),
+        window_frame(spark, table, reference, window, catalog_properties).drop(*leave_out),
+        window_frame(spark, table, candidate, window, catalog_properties).drop(*leave_out),
         key,
     )
 

@@ -35,7 +35,7 @@ from spark_app.sinks.iceberg.commit import (
     find_batch,
 )
 from spark_app.sinks.iceberg.pending import Committer, Pending, PendingLog, pending_location
-from spark_app.sinks.iceberg.table import ensure_main_snapshot, load_or_create
+from spark_app.sinks.iceberg.table import add_new_columns, ensure_main_snapshot, load_or_create
 
 log = logging.getLogger("kappa.sink")
 
@@ -85,6 +85,7 @@ class IcebergBatchWriter:
         pipelined: bool = False,
         query_id: str | None = None,
         before_commit: Callable[[], None] | None = None,
+        add_columns: bool = False,
     ) -> None:
         """``pipelined``: commit on a thread of its own while Spark runs the next batch (the
         runtime's default, ``IcebergSink.pipelinedCommit``); then ``finish`` ends the run.
@@ -93,6 +94,8 @@ class IcebergBatchWriter:
         files are written; if it raises, they are removed and nothing is committed (a bounded
         run's proof, observed on the write)."""
         self.before_commit = before_commit
+        self.add_columns = add_columns
+        """A blue/green upgrade's green: output columns the table lacks are added to it."""
         self.job, self.sink_name, self.sink, self.branch = job, sink_name, sink, branch
         self.catalog_name, self.properties = sink.catalog, catalog.properties()
         self.checkpoint, self.trace_path = checkpoint, trace_path
@@ -188,6 +191,8 @@ class IcebergBatchWriter:
         catalog = catalog_for(self.catalog_name, self.properties)
         schema = to_arrow_schema(df.schema, timezone="UTC")
         table = load_or_create(catalog, self.sink.table, schema, self.sink.partition_by)
+        if self.add_columns:
+            table = add_new_columns(table, schema, self.branch, self.table)
         if self.branch != "main":
             table = ensure_main_snapshot(table)
         if self.committer is not None and self.committer.queued(batch_id):

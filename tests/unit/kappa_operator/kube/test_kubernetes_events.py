@@ -11,6 +11,7 @@ from typing import Any
 
 import kopf
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from kappa_operator.kube.events import (
     COMBINED,
@@ -157,8 +158,13 @@ class FakeCluster:
         self.calls: list[tuple[str, str, Any]] = []
         self.gone: set[str] = set()
         self.fail_create = 0
+        self.terminating = False
 
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        if self.terminating:  # what the API server answers in a namespace being deleted
+            refused = ApiException(status=403, reason="Forbidden")
+            refused.body = f"unable to create new content in namespace {namespace} because it is being terminated"
+            raise refused
         if self.fail_create:
             self.fail_create -= 1
             raise RuntimeError("API server unavailable")
@@ -247,6 +253,19 @@ def test_a_failed_create_is_logged_and_the_next_one_tried_afresh(
     recorder.event(body(), "Warning", "NameConflict", "taken")
     assert recorder.flush()
     assert [(verb, e["count"]) for verb, _, e in cluster.calls] == [("create", 1)], "not a patch of nothing"
+
+
+def test_a_namespace_being_deleted_is_no_warning(
+    recorded: tuple[EventRecorder, FakeCluster, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its 403 is the API server refusing new objects there, not a gap in the chart's RBAC."""
+    recorder, cluster, _ = recorded
+    cluster.terminating = True
+    with caplog.at_level(logging.INFO, "kappa.operator"):
+        recorder.event(body(), "Normal", "Stopped", "deleted")
+        assert recorder.flush()
+    assert [r.levelname for r in caplog.records] == ["INFO"], caplog.text
+    assert "its namespace is being deleted" in caplog.text
 
 
 def test_no_event_about_an_event(recorded: tuple[EventRecorder, FakeCluster, Clock]) -> None:

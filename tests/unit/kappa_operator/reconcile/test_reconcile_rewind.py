@@ -147,6 +147,34 @@ def test_stopping_waits_for_the_application_then_restores() -> None:
     assert stopped.status["phase"] == "Restoring" and not stopped.commands
 
 
+def upgrading(step: str) -> StreamingJob:
+    """The job with a blueGreen upgrade recorded at ``step``."""
+    data = job().model_dump(by_alias=True, exclude_none=True)
+    data["status"] = {
+        "phase": "Upgrading",
+        "upgrade": {"mode": "blueGreen", "step": step, "toHash": "h2", "startedAt": NOW},
+    }
+    return StreamingJob.model_validate(data)
+
+
+def test_a_rewind_waits_for_a_blue_green_switch_under_way_and_gives_an_earlier_step_up() -> None:
+    for step in ("StoppingBlue", "Draining", "Switching", "Promoting"):
+        waiting = decide_rewind(rewind(), Observed(job=upgrading(step), app=None, chosen=(POINT,)), NOW)
+        assert waiting.status["phase"] == "Pending" and not waiting.commands, f"nothing paused during {step}"
+        assert waiting.status["conditions"][-1]["reason"] == "UpgradeInProgress" and step in waiting.status["message"]
+    comparing = decide_rewind(rewind(), Observed(job=upgrading("Comparing"), app=APP, chosen=(POINT,)), NOW)
+    assert comparing.commands == (Pause("rewind/rmi-before-outage"),), "paused: the job gives its upgrade up"
+
+
+def test_a_rewind_stopping_a_job_that_began_its_switch_waits_or_fails_by_name() -> None:
+    held = decide_rewind(rewind("Stopping"), Observed(job=upgrading("Draining"), app=None), NOW)
+    assert held.status["phase"] == "Stopping" and held.commands == (Pause("rewind/rmi-before-outage"),)
+    assert "only forward is safe" in held.status["message"]
+    switched = decide_rewind(rewind("Stopping"), Observed(job=upgrading("Promoting"), app=None), NOW)
+    assert switched.status["phase"] == "Failed" and "restore points chosen are blue's" in switched.status["message"]
+    assert [e.reason for e in switched.events] == ["UpgradedMeanwhile"]
+
+
 def test_restoring_renders_the_restore_application_with_the_jobs_config_and_waits_for_it() -> None:
     rw = rewind("Restoring")
     plan = decide_rewind(rw, Observed(job=job(), app=None), NOW)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -225,11 +226,28 @@ def test_a_spec_edit_with_a_rotated_secret_is_an_upgrade_and_takes_the_new_versi
     assert [e.reason for e in plan.events] == ["SpecChanged"]
 
 
-def test_a_job_without_secrets_keeps_the_hash_it_always_had() -> None:
+def test_a_job_without_secrets_is_hashed_by_its_config_and_image() -> None:
     from kappa_operator.render.jobconfig import config_hash, streaming_job_config
 
     plan = decide_streaming_job(job(), None, NOW)
     assert plan.create_app is not None
     annotations = plan.create_app["metadata"]["annotations"]
-    assert annotations == {"kappa.dev/config-hash": config_hash(streaming_job_config(job()))}
+    cfg = streaming_job_config(job())
+    assert annotations == {"kappa.dev/config-hash": config_hash(cfg, None, job().spec.image)}
     assert "secretVersions" not in plan.status
+
+
+def test_a_new_image_is_an_upgrade_and_an_application_hashed_before_images_is_not_restarted() -> None:
+    from kappa_operator.render.jobconfig import config_hash, streaming_job_config
+
+    plan = decide_streaming_job(job(), None, NOW)
+    assert plan.create_app is not None
+    legacy = copy.deepcopy(plan.create_app)  # as an operator before image hashing made it
+    legacy["metadata"]["annotations"]["kappa.dev/config-hash"] = config_hash(streaming_job_config(job()))
+    legacy["status"] = {"applicationState": {"state": "RUNNING"}}
+    ran = job().spec.model_dump_json(by_alias=True, exclude_none=True)
+    status = {**plan.status, "phase": "Running", "applicationState": "RUNNING", "lastStableSpec": ran}
+    same = decide_streaming_job(with_status(job(), status), legacy, NOW)
+    assert not same.delete_app and "upgrade" not in same.status, "the same spec: not restarted"
+    upgraded = decide_streaming_job(with_status(job(image="kappa-spark:0.2.0"), status), legacy, NOW)
+    assert upgraded.delete_app and upgraded.status["upgrade"]["step"] == "Starting", "a new image is an upgrade"

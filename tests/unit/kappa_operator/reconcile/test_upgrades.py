@@ -18,7 +18,7 @@ from kappa_operator.models.streaming_job_status import RestorePointStatus
 from kappa_operator.reconcile.initial_snapshot import InitialSeen
 from kappa_operator.reconcile.job_intent import JobIntent
 from kappa_operator.reconcile.streaming_job import decide_streaming_job
-from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, config_hash, streaming_job_config
+from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, job_hash, streaming_job_config
 from spark_app.contract.reports.restore import RestoreReport
 from spark_app.contract.snapshot_requests import Answer
 
@@ -85,7 +85,8 @@ def conditions(status: dict[str, Any]) -> dict[str, str]:
 def test_running_records_the_last_stable_spec() -> None:
     data = manifest()
     status, _ = running(data)
-    assert status["phase"] == "Running" and status["lastStableHash"] == config_hash(streaming_job_config(job(data)))
+    stable = job_hash(job(data), streaming_job_config(job(data)))
+    assert status["phase"] == "Running" and status["lastStableHash"] == stable
     assert json.loads(status["lastStableSpec"])["pipeline"] == data["spec"]["pipeline"]
 
 
@@ -102,7 +103,7 @@ def test_last_state_restarts_from_the_same_checkpoint_and_reports_the_upgrade() 
     assert streaming_job_config(job(data, status, 2)).checkpoint.location.endswith("/live"), "state kept"
     done = decide_streaming_job(job(data, merged(status, created), 2), app_of(created), at(3))
     assert done.status["upgrade"] is None and [e.reason for e in done.events][-1] == "Upgraded"
-    assert done.status["lastStableHash"] == config_hash(streaming_job_config(edited))
+    assert done.status["lastStableHash"] == job_hash(edited, streaming_job_config(edited))
 
 
 def test_stateless_starts_on_an_empty_checkpoint() -> None:
@@ -159,7 +160,7 @@ def test_snapshot_then_upgrade_waits_for_the_snapshot() -> None:
     status, app = running(data)
     data["spec"]["pipelineArgs"] = {"lateness": "45 minutes"}
     edited = job(data, status, generation=2)
-    nonce = f"upgrade-{config_hash(streaming_job_config(edited))}"
+    nonce = f"upgrade-{job_hash(edited, streaming_job_config(edited))}"
     plan = decide_streaming_job(edited, app, at(1))
     assert not plan.delete_app, "the previous spec runs until the snapshot is taken"
     assert plan.status["phase"] == "Upgrading" and plan.status["upgrade"]["step"] == "Snapshotting"
@@ -208,7 +209,7 @@ def upgraded(data: dict[str, Any], mode: str = "last-state") -> tuple[dict[str, 
 
 def test_a_failed_upgrade_rolls_back_to_the_last_stable_spec() -> None:
     data = manifest()
-    stable_hash = config_hash(streaming_job_config(job(data)))
+    stable_hash = job_hash(job(data), streaming_job_config(job(data)))
     edited, status, new_app = upgraded(data)
     new_app["status"]["applicationState"] = {"state": "FAILED", "errorMessage": "ImportError: no module lateness"}
     plan = decide_streaming_job(job(edited, status, 2), new_app, at(4))

@@ -52,17 +52,24 @@ def test_the_durable_batch_is_the_newest_done_or_recorded_with_its_offsets_logge
 def test_a_position_parses_each_sources_offsets_and_keeps_a_source_without_one() -> None:
     p = position(7, parse_offsets(entry(T0, KAFKA_AT_42, "-")))
     assert p == Position(7, ms(T0), {"0": {"impressions": {"0": 42, "1": 17}}, "1": None})
-    from spark_app.bluegreen.trail import kafka_cap
+    from spark_app.contract.blue_green import kafka_offsets
 
-    assert kafka_cap(p, None) == {"impressions": {"0": 42, "1": 17}}  # green's cap: blue's offsets, by topic
+    assert kafka_offsets(p, None) == {"impressions": {"0": 42, "1": 17}}  # green's cap: blue's offsets, by topic
 
 
-def test_the_seam_compares_offsets_as_values_not_as_text() -> None:
+ARCHIVE = '{"snapshot":7,"position":{"split":3,"row":0},"complete":true}'
+
+
+def test_the_seam_compares_kafka_offsets_by_topic_as_values_not_as_text() -> None:
     blue = position(7, parse_offsets(entry(T0, KAFKA_AT_42)))
     assert off_seam(blue, position(9, parse_offsets(entry(T0, KAFKA_REORDERED)))) == []
-    assert off_seam(blue, position(9, parse_offsets(entry(T0, KAFKA_AT_43)))) == ["0"]
-    # a source only one version reads: the inputs differ
-    assert off_seam(blue, position(9, parse_offsets(entry(T0, KAFKA_AT_42, "-")))) == ["1"]
+    assert off_seam(blue, position(9, parse_offsets(entry(T0, KAFKA_AT_43)))) == ["impressions"]
+    # green reads the topic behind its archive: more sources in its log, the same Kafka offsets
+    assert off_seam(blue, position(9, parse_offsets(entry(T0, ARCHIVE, KAFKA_AT_42)))) == []
+    # green still in its archive: it never reached the topic
+    assert off_seam(blue, position(9, parse_offsets(entry(T0, ARCHIVE, "-")))) == ["impressions"]
+    with pytest.raises(ValueError, match="Kafka"):
+        off_seam(position(1, parse_offsets(entry(T0, ARCHIVE))), position(1, parse_offsets(entry(T0, ARCHIVE))))
 
 
 def final(version: str, sink: str, watermark: datetime | None, lookahead: timedelta = timedelta(0)) -> FinalBatch:
