@@ -52,6 +52,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.source_throughput import MASTER, SPARK_CONF, machine, measured_parser, run_measured
+from spark_app.examples.event_tables import KAFKA_ARCHIVE_METADATA_DDL, KAFKA_VALUE_DDL
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 11, 1, 10, tzinfo=UTC)
@@ -64,11 +65,8 @@ PROFILES = {
     "default": {"impressions_per_hour": 50_000},
     "dense": {"impressions_per_hour": 1_000_000},  # bench/backfill.py's: the density users have (issue 15)
 }
-VALUES = {
-    "impressions": "impression_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP",
-    "playbacks": "playback_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP, duration_s INT",
-}
-KAFKA_METADATA = "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
+VALUES = KAFKA_VALUE_DDL
+KAFKA_METADATA = KAFKA_ARCHIVE_METADATA_DDL
 TABLE = "marts.rmi_bluegreen_bench"
 LATENESS = "30 minutes"
 """Both versions' (green's bootstrap needs maxDrift 10m + a split's span under it): their

@@ -53,10 +53,11 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.source_throughput import MASTER, SPARK_CONF, machine, measured_parser, run_measured
+from spark_app.examples.event_tables import KAFKA_ARCHIVE_METADATA_DDL, KAFKA_VALUE_DDL
 
 log = logging.getLogger("bench.kafka")
-VALUE_DDL = "impression_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP"
-METADATA = "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
+VALUE_DDL = KAFKA_VALUE_DDL["impressions"]
+METADATA = KAFKA_ARCHIVE_METADATA_DDL
 
 
 def event(i: int, at: datetime) -> bytes:

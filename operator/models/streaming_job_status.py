@@ -131,21 +131,16 @@ UpgradeStep = Literal[
     "GreenRemoved",
     "Refused",
 ]
-BLUE_GREEN_ACTIVE = (
-    "GreenStarting",
-    "CatchingUp",
-    "Comparing",
-    "StoppingBlue",
-    "Draining",
-    "Switching",
-    "Promoting",
-    "Discarding",
-)
-"""The blueGreen steps in flight: the upgrade's dispatch decides the job while one is recorded."""
+BEFORE_THE_SWITCH = ("GreenStarting", "CatchingUp", "Comparing")
+"""The blueGreen steps where blue still writes main alone: the upgrade can be given up (green
+removed) with nothing to undo."""
 
 SWITCH_UNDER_WAY = ("StoppingBlue", "Draining", "Switching", "Promoting")
 """The blueGreen steps from blue's stop to green running as the job: main is being handed over
 and only forward is safe (a suspend or a Rewind waits for them)."""
+
+BLUE_GREEN_ACTIVE = (*BEFORE_THE_SWITCH, *SWITCH_UNDER_WAY, "Discarding")
+"""The blueGreen steps in flight: the upgrade's dispatch decides the job while one is recorded."""
 
 
 class UpgradeTable(CRModel):

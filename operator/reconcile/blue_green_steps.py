@@ -21,7 +21,7 @@ from typing import Any
 
 from kappa_operator.models.common import as_timedelta, instant, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec
-from kappa_operator.models.streaming_job_status import SWITCH_UNDER_WAY, UpgradeStatus
+from kappa_operator.models.streaming_job_status import BEFORE_THE_SWITCH, SWITCH_UNDER_WAY, UpgradeStatus
 from kappa_operator.reconcile.blue_green import green_branch, green_checkpoint, refused
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
@@ -430,10 +430,6 @@ STEPS = {
     "Discarding": discarding,
 }
 """Promoting is decided by the job's own path once the promoted application exists."""
-
-
-BEFORE_THE_SWITCH = ("GreenStarting", "CatchingUp", "Comparing")
-"""Steps where blue still writes main alone: the upgrade can be given up with nothing to undo."""
 
 
 def halted_by(job: StreamingJob) -> str | None:

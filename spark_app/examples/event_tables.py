@@ -80,6 +80,26 @@ PLAYBACKS_ARROW_SCHEMA = pa.schema(
 )
 
 
+_SQL_TYPES = {pa.string(): "STRING", pa.int64(): "BIGINT", pa.int32(): "INT", ARROW_TIMESTAMP: "TIMESTAMP"}
+
+
+def value_ddl(schema: pa.Schema) -> str:
+    """A table's columns (less ``__metadata__``) as a Kafka source's ``valueSchema``: what its
+    rows look like as the JSON values of a topic, for the tests and benches that put the
+    generated history on topics (one definition, not a copy per caller)."""
+    return ", ".join(f"{f.name} {_SQL_TYPES[f.type]}" for f in schema if f.name != "__metadata__")
+
+
+KAFKA_VALUE_DDL = {"impressions": value_ddl(IMPRESSIONS_ARROW_SCHEMA), "playbacks": value_ddl(PLAYBACKS_ARROW_SCHEMA)}
+"""Each generated table's value columns as a topic carries them, by topic name."""
+
+KAFKA_ARCHIVE_METADATA_DDL = (
+    "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
+)
+"""The struct a Kafka archive's rows carry: when the record arrived and where it was (a source
+declares it after the value columns; the archive job writes it)."""
+
+
 def hour_spec(schema: Schema) -> PartitionSpec:
     # hour(event_ts): each commit writes one file per touched hour, like a real ingestion job.
     return PartitionSpec(

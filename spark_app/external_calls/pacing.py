@@ -14,7 +14,8 @@ seconds the tokens usable are at most ``rate * W + 2 * max_lease + rate * grace`
 inside the window and its grace, plus one lease at each edge (one spent at the last moment of a
 slot ending just before the window, one spent at once at the start of a slot beginning at its
 end). With ``max_lease`` and ``grace`` at ``LEASE_S`` and ``GRACE_S`` seconds of the rate, that
-is 9% over 1 s and under 2% over 5 s (``tests/unit/spark_app/external_calls/test_external_calls.py`` checks the bound on random
+is 9% over 1 s and under 2% over 5 s (the unit tests,
+``tests/unit/spark_app/external_calls/test_external_calls.py``, check the bound on random
 schedules). Idle time earns no credit: a service the job left alone for an hour does not get
 an hour of calls at once.
 

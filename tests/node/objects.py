@@ -14,6 +14,7 @@ from kappa_operator.local_cluster.addresses import NodeAddress
 from kappa_operator.local_cluster.cluster import JOBS, LocalCluster
 from kappa_operator.local_cluster.control_plane import ROOT
 from kappa_operator.local_cluster.rest import path_of
+from spark_app.examples.event_tables import KAFKA_ARCHIVE_METADATA_DDL, KAFKA_VALUE_DDL
 from spark_app.sinks.iceberg.commit import BATCH_ID, QUERY_ID
 
 NODES = [NodeAddress(i).name for i in (1, 2, 3)]
@@ -117,11 +118,8 @@ def archive_job(cluster: LocalCluster, topic: str, value_schema: str) -> dict[st
     return job
 
 
-KAFKA_METADATA = "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
-VALUES = {
-    "impressions": "impression_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP",
-    "playbacks": "playback_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP, duration_s INT",
-}
+KAFKA_METADATA = KAFKA_ARCHIVE_METADATA_DDL
+VALUES = KAFKA_VALUE_DDL
 
 
 def pod(namespace: str, name: str, image: str, script: str, **spec: Any) -> dict[str, Any]:

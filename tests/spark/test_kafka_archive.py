@@ -28,6 +28,7 @@ from spark_app.apps.run import run
 from spark_app.contract.config import JobConfig, parse_config
 from spark_app.contract.sources import KafkaSource
 from spark_app.examples import rmi
+from spark_app.examples.event_tables import KAFKA_ARCHIVE_METADATA_DDL
 from spark_app.examples.generator import GeneratorConfig, generate
 from spark_app.sinks.iceberg.writer import FAULT_ENV
 from spark_app.sources.kafka import kafka_frame
@@ -36,7 +37,7 @@ from tests.spark.conftest import T0, Driver
 pytestmark = pytest.mark.spark
 
 TOPICS = ("impressions", "playbacks")
-METADATA = "__metadata__ STRUCT<ingestion_ts: TIMESTAMP, topic: STRING, partition: INT, offset: BIGINT>"
+METADATA = KAFKA_ARCHIVE_METADATA_DDL
 VALUES = {
     "impressions": "impression_id STRING, profile_id BIGINT, title_id BIGINT, event_ts TIMESTAMP",
     "playbacks": "playback_id STRING, profile_id BIGINT, title_id BIGINT, duration_s DOUBLE, event_ts TIMESTAMP",
