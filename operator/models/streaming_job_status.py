@@ -214,6 +214,13 @@ class UpgradeStatus(CRModel):
     """blueGreen: runs of the current step's application that failed (each step is safe to repeat)."""
     held: str | None = None
     """blueGreen: a suspend or a Rewind that waits for the switch under way (said once)."""
+    retry_at: str | None = None
+    """blueGreen: when a failed step application is run again (a backoff, so a short outage of
+    the catalog or the store does not use up the step's attempts in seconds)."""
+    green_spec: str | None = None
+    """blueGreen: the spec green runs (JSON), recorded at its start. From blue's stop until green
+    runs as the job, the job runs this spec whatever the spec says meanwhile: an edit then
+    waits, and upgrades from it once it runs (v3's code never starts on v2's checkpoint)."""
     steps: list[UpgradeStepAt] = []
     """blueGreen: each step with the time it was entered."""
 

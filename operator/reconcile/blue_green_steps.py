@@ -27,7 +27,7 @@ from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.phases import app_message, app_state
 from kappa_operator.render.blue_green import STEP, green_objects, step_objects
-from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, job_hash, streaming_job_config
+from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, job_hash, live_checkpoint, streaming_job_config
 from kappa_operator.render.spark_application import Owner
 from spark_app.contract.blue_green import caught_up, compare_window
 from spark_app.contract.reports.blue_green import SeamReport, StepReport
@@ -37,6 +37,13 @@ STEP_ATTEMPTS = 3
 """A step application that failed this many times in a row: compare and discard give up (the
 upgrade is discarded, or left for a person with the reason); a switch, forward only, goes on."""
 COMMAND = {"Comparing": "compare", "Switching": "switch", "Discarding": "discard"}
+STEP_BACKOFF = timedelta(seconds=30)
+"""The wait before a failed step application runs again, doubled each time (at most 5 min)."""
+
+
+def step_backoff(attempts: int) -> timedelta:
+    """How long after its ``attempts``-th failure a step application runs again."""
+    return min(STEP_BACKOFF * 2 ** max(attempts - 1, 0), timedelta(minutes=5))
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ def start(
         why = refused(blue, job.spec)
     base = {"mode": "blueGreen", "fromHash": running_hash, "toHash": digest, "startedAt": now}
     if why is not None:
-        record = {**base, "step": "Refused", "reason": why, "steps": [{"step": "Refused", "at": now}]}
+        record = fresh_record({**base, "step": "Refused", "reason": why, "steps": [{"step": "Refused", "at": now}]})
         fields = status("Running", state == "RUNNING", "UpgradeRefused", why, state)
         return JobIntent(
             status={**fields, "upgrade": record, "rolledBackGeneration": job.metadata.generation},
@@ -134,6 +141,7 @@ def start(
             "greenCheckpoint": green_checkpoint(job),
             "blueCheckpoint": blue_checkpoint,
             "historyFrom": rfc3339(history_from),
+            "greenSpec": job.spec.model_dump_json(by_alias=True, exclude_none=True),
             "steps": [{"step": "GreenStarting", "at": now}],
         }
     )
@@ -143,10 +151,18 @@ def start(
     )
     fields = status("Upgrading", True, "BlueGreen", msg, state)
     return JobIntent(
-        status={**fields, "upgrade": up.model_dump(by_alias=True, exclude_none=True)},
+        status={**fields, "upgrade": fresh_record(up)},
         green=green_objects(job, owner, up, digest),
         events=(Event("Normal", "GreenStarted", msg),),
     )
+
+
+def fresh_record(up: UpgradeStatus | dict[str, Any]) -> dict[str, Any]:
+    """A new upgrade's record with every field, the unset ones null: the status is written as a
+    merge patch, where an absent key keeps the previous upgrade's value (its reason, boundary,
+    held stop) and a null removes it."""
+    model = up if isinstance(up, UpgradeStatus) else UpgradeStatus.model_validate(up)
+    return model.model_dump(by_alias=True)
 
 
 def discard(s: Step, reason: str) -> JobIntent:
@@ -196,6 +212,14 @@ def _lowest(reports: Mapping[str, ProgressReport], sinks: list[str]) -> datetime
     return min(m for m in marks if m is not None)
 
 
+def lateness_added(green: ProgressReport, blue: ProgressReport) -> timedelta:
+    """How much more green's watermark trails its input than blue's (a v2 that waits longer for
+    late rows): zero when either driver did not say."""
+    if green.lateness_s is None or blue.lateness_s is None:
+        return timedelta(0)
+    return timedelta(seconds=max(green.lateness_s - blue.lateness_s, 0.0))
+
+
 def catching_up(s: Step) -> JobIntent | None:
     if s.seen.green_app is None:
         return s.intent(
@@ -216,7 +240,12 @@ def catching_up(s: Step) -> JobIntent | None:
         return JobIntent()
     trigger = as_timedelta(s.job.spec.trigger_interval)
     if not all(
-        caught_up(s.seen.green_reports[k].watermark, s.seen.blue_reports[k].watermark, trigger, timedelta(0))  # type: ignore[arg-type]
+        caught_up(
+            s.seen.green_reports[k].watermark,  # type: ignore[arg-type]
+            s.seen.blue_reports[k].watermark,  # type: ignore[arg-type]
+            trigger,
+            lateness_added(s.seen.green_reports[k], s.seen.blue_reports[k]),
+        )
         for k in sinks
     ):
         return JobIntent()
@@ -262,6 +291,8 @@ def _step_ended(s: Step, command: str) -> tuple[JobIntent | None, StepReport | N
     if app is not None and ((app.get("metadata") or {}).get("labels") or {}).get(STEP) != command:
         return s.intent(None, f"removing the previous step's application before {command}", delete_step=True), None
     if app is None:
+        if s.up.retry_at is not None and instant(s.now) < instant(s.up.retry_at):
+            return JobIntent(), None  # the backoff after a failed run
         return s.intent(
             None,
             f"running {command} ({s.owner.step_app_name})",
@@ -274,11 +305,12 @@ def _step_ended(s: Step, command: str) -> tuple[JobIntent | None, StepReport | N
     if report is None or report.state == "Failed":
         attempts = s.up.step_attempts + 1
         why = report.error if report is not None and report.error else app_message(app) or f"application {state}"
+        retry_at = rfc3339(instant(s.now) + step_backoff(attempts))
         return s.intent(
             None,
-            f"{command} failed ({attempts} of {STEP_ATTEMPTS}): {why}",
+            f"{command} failed ({attempts} of {STEP_ATTEMPTS}): {why}; run again at {retry_at}",
             delete_step=True,
-            fields={"stepAttempts": attempts},
+            fields={"stepAttempts": attempts, "retryAt": retry_at},
         ), None
     return None, report
 
@@ -406,7 +438,15 @@ def discarding(s: Step) -> JobIntent | None:
     if s.seen.green_app is not None:
         return s.intent(None, f"removing {s.owner.green_app_name}", delete_green=True)
     if s.up.step_attempts >= STEP_ATTEMPTS:
-        return JobIntent()  # said; a person removes the branches (status names them)
+        tables = ", ".join(sorted(sink.table for sink in s.job.spec.sinks.values()))
+        msg = (
+            f"green removed; its branch {s.up.branch} could not be removed from {tables} "
+            f"({s.up.step_attempts} attempts failed): remove it with the catalog's tools; {s.up.reason}"
+        )
+        return s.intent(
+            "GreenRemoved", msg, (Event("Warning", "UpgradeAbandoned", msg),), delete_step=True,
+            delete_maps=finished(s.owner),
+        )  # fmt: skip
     acted, report = _step_ended(s, "discard")
     if report is None:
         return acted
@@ -449,12 +489,16 @@ def decide_step(s: Step) -> JobIntent | None:
     stops as asked, on blue's spec: green's state is not what blue's checkpoint holds). Once
     blue is stopping the switch goes forward, and the stop waits for it, said once."""
     if s.up.step == "Promoting":
-        return None
+        return promoting(s)
     halt = halted_by(s.job)
     if halt is not None and s.up.step in BEFORE_THE_SWITCH:
         return discard(s, f"{halt} asks the job to stop; apply the new spec again to upgrade once it runs")
     if s.up.to_hash != s.digest and s.up.step in BEFORE_THE_SWITCH:
         return discard(s, f"the spec was edited again (config {s.digest}); the new edit upgrades once green is removed")
+    blue_state = app_state(s.blue_app)
+    if blue_state in ENDED_LIVE and s.up.step in BEFORE_THE_SWITCH:
+        why = app_message(s.blue_app) or blue_state
+        return discard(s, f"blue's application {s.owner.app_name} ended {blue_state} ({why}); it starts again first")
     decided = STEPS[s.up.step](s)
     if halt is None or s.up.held == halt or s.up.step not in SWITCH_UNDER_WAY:
         return decided
@@ -466,6 +510,29 @@ def decide_step(s: Step) -> JobIntent | None:
         return replace(decided, status=said.status, events=(*decided.events, *said.events))
     upgrade = {**decided.status.get("upgrade", {}), "held": halt}
     return replace(decided, status={**decided.status, "upgrade": upgrade}, events=(*decided.events, *said.events))
+
+
+def promoting(s: Step) -> JobIntent | None:
+    """Green's checkpoint is the job's once the switch is recorded; the annotation that says so
+    is written just after, so a leader that died between the two writes it again before the
+    job's path creates anything (on blue's checkpoint, green's code would run on blue's state).
+    None then: the job's path creates the application on green's spec (``effective``) and, once
+    it runs, ends the upgrade. A job stopped meanwhile (a suspend, a Rewind) ends it at once,
+    green's spec recorded as the one that last ran: it resumes on it, on green's checkpoint."""
+    want = s.up.green_checkpoint
+    if want and live_checkpoint(s.job) != want:
+        return JobIntent(move_checkpoint=want, delete_step=True)
+    halt = halted_by(s.job)
+    if halt is None or not s.up.green_spec:
+        return None
+    said = f"config {s.up.from_hash} -> {s.up.to_hash} switched at {s.up.boundary}; {halt} stops it"
+    said += " on green's checkpoint, where it starts again on green's spec"
+    return JobIntent(
+        status={"upgrade": None, "lastStableSpec": s.up.green_spec, "lastStableHash": s.up.to_hash},
+        events=(Event("Normal", "Upgraded", f"{said} (blueGreen)"),),
+        delete_step=True,
+        delete_maps=finished(s.owner),
+    )
 
 
 def blue_to_resume(job: StreamingJob, digest: str, versions: Mapping[str, str]) -> tuple[StreamingJob, str] | None:

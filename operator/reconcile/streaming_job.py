@@ -48,6 +48,7 @@ from kappa_operator.reconcile.restarts import (
 )
 from kappa_operator.reconcile.snapshot_requests import Answers, Book, book
 from kappa_operator.reconcile.upgrades import (
+    edit_waiting,
     effective,
     roll_back,
     rollback_due,
@@ -102,10 +103,23 @@ def decide_streaming_job(
     ``restarts``: False for ``kappa run``, whose local run ends by design (availableNow) and
     is shown as it ended, never restarted. ``initial``: what the handler saw of the restore of
     ``spec.initialSnapshot`` (while one is due)."""
-    job = effective(job)
-    requests = book(job, answers, now)
-    intent = _decide(job, app, now, requests, restarts, initial, drained, driver_left, secrets, green)
-    return _with_requests(intent, job, requests)
+    ran = effective(job)
+    requests = book(ran, answers, now)
+    intent = _decide(ran, app, now, requests, restarts, initial, drained, driver_left, secrets, green)
+    return _with_requests(_said_waiting(intent, job, edit_waiting(job, ran)), ran, requests)
+
+
+def _said_waiting(intent: JobIntent, job: StreamingJob, waits: str | None) -> JobIntent:
+    """The status message (and, the first time, an Event) saying an edit waits for a switch."""
+    if waits is None:
+        return intent
+    shown = job.status.message if job.status is not None else None
+    message = intent.status.get("message") or shown or ""
+    if waits in message:
+        return intent
+    events = intent.events if shown and waits in shown else (*intent.events, Event("Normal", "EditWaits", waits))
+    said = f"{message}; {waits}" if message else waits
+    return replace(intent, status={**intent.status, "message": said}, events=events)
 
 
 def _with_requests(intent: JobIntent, job: StreamingJob, requests: Book) -> JobIntent:
@@ -302,7 +316,7 @@ def _decide(
             fields["upgrade"] = None
             said = f"config {up.from_hash} -> {up.to_hash} runs on green's checkpoint, switched at {up.boundary}"
             events += (Event("Normal", "Upgraded", f"{said} (blueGreen)"),)
-            return JobIntent(status=fields, events=events, delete_maps=finished(owner))
+            return JobIntent(status=fields, events=events, delete_maps=finished(owner), delete_step=True)
         moved = job.status.node_drain if job.status else None
         if moved is not None and moved.step == "Moving" and state == "RUNNING":
             fields["nodeDrain"] = None

@@ -22,7 +22,7 @@ from typing import Any
 
 from kappa_operator.models.common import API_VERSION, as_timedelta, instant, rfc3339
 from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec
-from kappa_operator.models.streaming_job_status import TakenSnapshot
+from kappa_operator.models.streaming_job_status import SWITCH_UNDER_WAY, TakenSnapshot
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
 from kappa_operator.reconcile.phases import app_state
@@ -35,12 +35,32 @@ from kappa_operator.render.jobconfig import (
 
 
 def effective(job: StreamingJob) -> StreamingJob:
-    """The job with the spec it runs: the last stable one while its current generation is
-    rolled back, else its own."""
+    """The job with the spec it runs: green's from a blueGreen switch's start (blue stopping)
+    until green runs as the job, whatever was edited meanwhile (its ``suspend`` is the job's:
+    a stop waits for the switch, then applies); the last stable one while its current
+    generation is rolled back; else its own."""
     status = job.status
+    up = status.upgrade if status is not None else None
+    if up is not None and up.step in SWITCH_UNDER_WAY and up.green_spec:
+        green = StreamingJobSpec.model_validate_json(up.green_spec)
+        return job.model_copy(update={"spec": green.model_copy(update={"suspend": job.spec.suspend})})
     if status is None or status.rolled_back_generation != job.metadata.generation or not status.last_stable_spec:
         return job
     return job.model_copy(update={"spec": StreamingJobSpec.model_validate_json(status.last_stable_spec)})
+
+
+def edit_waiting(job: StreamingJob, ran: StreamingJob) -> str | None:
+    """What the status says of an edit made while a blueGreen switch is under way (``effective``
+    runs green's spec until green runs as the job), or None when there is none."""
+    if ran.spec == job.spec:
+        return None
+    up = job.status.upgrade if job.status is not None else None
+    if up is None or up.step not in SWITCH_UNDER_WAY:
+        return None
+    return (
+        f"the edit of generation {job.metadata.generation} waits for the switch under way (step {up.step}): "
+        "it upgrades from green's spec once green runs as the job"
+    )
 
 
 def stateless_location(job: StreamingJob) -> str:

@@ -114,10 +114,11 @@ def run(cfg: JobConfig, spark: SparkSession | None = None, timeout: float | None
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     # a live run reports its look-ahead with its progress: a blue/green switch needs each version's
-    lookahead = output_horizon(legs.cfg, legs.outputs).lookahead if legs.cfg.mode == "live" else None
+    delay, horizon = output_horizon(legs.cfg, legs.outputs) if legs.cfg.mode == "live" else (None, None)
     with RunResources(
-        spark, legs.cfg, calls, fresh=legs.fresh, bootstrapping=legs.boot is not None, lookahead=lookahead
-    ) as held:
+        spark, legs.cfg, calls, fresh=legs.fresh, bootstrapping=legs.boot is not None,
+        lookahead=horizon.lookahead if horizon is not None else None, lateness=delay,
+    ) as held:  # fmt: skip
         leg: Leg | None = legs.first()
         while leg is not None:
             try:
@@ -326,6 +327,7 @@ class RunResources:
         fresh: bool,
         bootstrapping: bool,
         lookahead: timedelta | None = None,
+        lateness: timedelta | None = None,
     ) -> None:
         self.spark, self.cfg, self.calls = spark, cfg, calls
         self.queries: list[StreamingQuery] = []
@@ -337,8 +339,9 @@ class RunResources:
             log.warning("job %s: %s", cfg.name, notice)
         self.externalizer: Any = None
         seconds = None if lookahead is None else lookahead.total_seconds()
+        late_s = None if lateness is None else lateness.total_seconds()
         self.listener = (
-            ProgressListener(ProgressReporter(cfg, self.gone, seconds, checkpoint_watermarks(cfg)))
+            ProgressListener(ProgressReporter(cfg, self.gone, seconds, checkpoint_watermarks(cfg), late_s))
             if cfg.mode == "live"
             else None
         )

@@ -105,10 +105,11 @@ def plans_horizon(cfg: JobConfig, plans: Iterable[str]) -> tuple[timedelta | Non
     return delay, horizon
 
 
-def output_horizon(cfg: JobConfig, outputs: dict[str, DataFrame]) -> StateHorizon:
-    """A live run's horizon, from its outputs' analyzed plans: its progress reports carry the
-    look-ahead, which a blue/green switch needs of each version (``contract.blue_green``)."""
-    return plans_horizon(cfg, (analyzed_plan(df) for df in outputs.values()))[1]
+def output_horizon(cfg: JobConfig, outputs: dict[str, DataFrame]) -> tuple[timedelta | None, StateHorizon]:
+    """A live run's watermark delay and horizon, from its outputs' analyzed plans: its progress
+    reports carry both, which a blue/green upgrade needs of each version (``contract.blue_green``:
+    the look-ahead for the compared window and the boundary, the delay for the catch-up)."""
+    return plans_horizon(cfg, (analyzed_plan(df) for df in outputs.values()))
 
 
 def resolve(cfg: JobConfig, frames: dict[str, dict[str, DataFrame]], outputs: dict[str, DataFrame]) -> Edges:

@@ -78,6 +78,10 @@ class ProgressReport(BaseModel):
     """The query's event-time watermark (None: it has none, or none yet)."""
     partitions: list[PartitionLag] = []
     """Kafka sources' partitions (none for other sources)."""
+    lateness_s: float | None = None
+    """The pipeline's watermark delay (how far its watermark trails the newest event time), from
+    its plan: a blue/green catch-up allows green the lateness it adds over blue (None: a
+    driver from before it was reported, or no watermark)."""
     lookahead_s: float | None = None
     """The pipeline's look-ahead (how long after the watermark a result may still be emitted),
     from its plan: a blue/green switch's boundary subtracts it (None: a driver from before it
@@ -184,6 +188,7 @@ class ProgressReporter:
         notices: Sequence[str] = (),
         lookahead_s: float | None = None,
         watermarks: Mapping[str, datetime] | None = None,
+        lateness_s: float | None = None,
     ) -> None:
         """``watermarks``: per sink, the watermark its checkpoint holds (a restarted query):
         reported until the query's first batch, so a job restarted with nothing new to read
@@ -191,6 +196,7 @@ class ProgressReporter:
         self.cfg = cfg
         self.notices = list(notices)
         self.lookahead_s = lookahead_s
+        self.lateness_s = lateness_s
         self.watermarks = dict(watermarks or {})
         self.queries = {f"{cfg.name}-{sink}": sink for sink in cfg.sinks}
         self.location, _ = located(cfg, None, "")
@@ -206,7 +212,9 @@ class ProgressReporter:
         if sink is None:
             return
         report = from_progress(sink, progress, datetime.now(UTC))
-        report = report.model_copy(update={"notices": self.notices, "lookahead_s": self.lookahead_s})
+        report = report.model_copy(
+            update={"notices": self.notices, "lookahead_s": self.lookahead_s, "lateness_s": self.lateness_s}
+        )
         with self._lock:
             if report.batch_id is not None and report.batch_id < self.newest.get(sink, -1):
                 return  # an event delivered late: the newer batch's report stands
@@ -231,6 +239,7 @@ class ProgressReporter:
                     at=now,
                     notices=self.notices,
                     lookahead_s=self.lookahead_s,
+                    lateness_s=self.lateness_s,
                     watermark=self.watermarks.get(sink),
                 )
             self.pending[sink] = last.model_copy(update={"heartbeat_at": now})

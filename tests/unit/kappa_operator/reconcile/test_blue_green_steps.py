@@ -72,9 +72,9 @@ def v2(data: dict[str, Any]) -> dict[str, Any]:
     return edited
 
 
-def progress(minutes: float) -> dict[str, ProgressReport]:
+def progress(minutes: float, lateness_s: float | None = None) -> dict[str, ProgressReport]:
     wm = T0 + timedelta(minutes=minutes)
-    return {SINK: ProgressReport(sink=SINK, batch_id=3, at=wm, watermark=wm, lookahead_s=0.0)}
+    return {SINK: ProgressReport(sink=SINK, batch_id=3, at=wm, watermark=wm, lookahead_s=0.0, lateness_s=lateness_s)}
 
 
 def report(step: str, state: str, **fields: Any) -> StepReport:
@@ -342,6 +342,116 @@ def test_a_rewind_during_the_switch_waits_for_it_and_says_so_once() -> None:
     plan = w.decide(11, GreenSeen(green_app=green, seam=seam))
     assert w.step == "Switching" and plan.delete_green, "the switch goes forward"
     assert "StopWaits" not in [e.reason for e in plan.events], "said once"
-    w.status["upgrade"]["step"] = "Promoting"
-    assert w.decide(12, None, app=None).create_app is None, "the Rewind's pause holds the promoted job"
+    w.status["upgrade"]["step"] = "Promoting"  # recorded; the checkpoint's annotation not yet moved
+    repaired = w.decide(12, None, app=None)
+    assert repaired.move_checkpoint == GREEN and repaired.create_app is None, "the annotation first"
+    ended = w.decide(12, None, app=None)
+    assert ended.create_app is None, "the Rewind's pause holds the promoted job"
+    assert "upgrade" not in w.status and w.status["lastStableHash"] == w.status["configHash"], "green's spec ran last"
+    assert [e.reason for e in ended.events] == ["Upgraded"]
+    assert w.decide(12.1, None, app=None).create_app is None
     assert w.status["phase"] == "Rewinding"
+
+
+def draining(w: Walk) -> dict[str, Any]:
+    """``w`` recorded at Draining (blue stopped); green's application, running."""
+    w.status["upgrade"]["step"] = "Draining"
+    w.status["upgrade"]["steps"].append({"step": "Draining", "at": at(9)})
+    w.blue_app = None
+    return {"metadata": {}, "status": {"applicationState": {"state": "RUNNING"}}}
+
+
+def test_an_edit_during_the_switch_waits_and_upgrades_from_greens_spec_once_green_runs() -> None:
+    """Blue is stopped: only forward is safe. The promoted application runs green's spec (v3's
+    code never starts on v2's checkpoint), then v3 upgrades blue/green from it."""
+    w = Walk()
+    w.decide(1)
+    green_spec = w.status["upgrade"]["greenSpec"]
+    green = draining(w)
+    w.data["spec"]["pipelineArgs"] = {"lateness": "2 hours", "attribution_window": "25 minutes"}
+    w.generation = 3
+    said = w.decide(9.5, GreenSeen(green_app=green))
+    assert w.step == "Draining", "not abandoned"
+    assert "the edit of generation 3 waits for the switch under way (step Draining)" in w.status["message"]
+    assert [e.reason for e in said.events] == ["EditWaits"]
+    assert w.decide(9.6, GreenSeen(green_app=green)) == JobIntent(), "said once"
+    w.status["upgrade"]["step"] = "Promoting"
+    w.data["metadata"]["annotations"][CHECKPOINT_ANNOTATION] = GREEN
+    created = w.decide(12, None, app=None)
+    assert created.create_app is not None and created.config_map is not None
+    promoted = json.loads(created.config_map["data"]["job.json"])
+    assert promoted["checkpoint"]["location"] == GREEN
+    assert promoted["pipelineArgs"]["attribution_window"] == "20 minutes", "green's spec, not the edit"
+    w.decide(13, None, app=with_state(created.create_app, "RUNNING"))
+    assert "upgrade" not in w.status and json.loads(w.status["lastStableSpec"]) == json.loads(green_spec)
+    w.decide(14, None, app=with_state(created.create_app, "RUNNING"))
+    assert w.step == "GreenStarting" and w.status["upgrade"]["generation"] == 3, "the edit upgrades from green's"
+    assert "25 minutes" in w.status["upgrade"]["greenSpec"]
+
+
+def test_the_promotion_moves_the_checkpoint_again_when_the_leader_died_before_it() -> None:
+    w = Walk()
+    w.decide(1)
+    w.status["upgrade"]["step"] = "Promoting"  # recorded; the annotation never written
+    w.blue_app = None
+    repaired = w.decide(12, None, app=None)
+    assert repaired.move_checkpoint == GREEN and repaired.create_app is None and repaired.delete_step
+    created = w.decide(12.1, None, app=None)
+    assert created.config_map is not None
+    assert json.loads(created.config_map["data"]["job.json"])["checkpoint"]["location"] == GREEN
+
+
+def test_a_blue_that_fails_before_the_switch_gives_the_upgrade_up() -> None:
+    w = Walk()
+    w.decide(1)
+    w.status["upgrade"]["step"] = "CatchingUp"
+    w.blue_app = with_state(w.blue, "FAILED", "executor lost")
+    plan = w.decide(3, GreenSeen(green_app={"metadata": {}}))
+    assert w.step == "Discarding" and plan.delete_green and not plan.delete_app
+    assert "ended FAILED (executor lost)" in w.status["upgrade"]["reason"]
+
+
+def test_a_failed_step_runs_again_after_a_backoff_and_a_discard_gives_up_naming_the_branch() -> None:
+    w = Walk()
+    w.decide(1)
+    w.status["upgrade"].update(step="Discarding", reason="green's output differs")
+    plan = w.decide(2, GreenSeen())
+    assert plan.step_app is not None
+    failed = with_state(plan.step_app[1], "FAILED", "catalog unreachable")
+    w.decide(3, GreenSeen(step_app=failed))
+    assert w.status["upgrade"]["stepAttempts"] == 1 and w.status["upgrade"]["retryAt"] == at(3.5)
+    assert w.decide(3.2, GreenSeen()) == JobIntent(), "the backoff"
+    assert w.decide(3.5, GreenSeen()).step_app is not None
+    w.decide(4, GreenSeen(step_app=failed))
+    assert w.status["upgrade"]["retryAt"] == at(5), "doubled"
+    w.decide(6, GreenSeen(step_app=failed))
+    plan = w.decide(20, GreenSeen())
+    assert w.step == "GreenRemoved" and plan.step_app is None
+    assert "green-rmi-kafka-new-g2 could not be removed from marts.attributed_plays_kafka_new" in w.status["message"]
+    assert [e.reason for e in plan.events] == ["UpgradeAbandoned"]
+
+
+def test_a_new_upgrade_keeps_nothing_of_the_last_ones_record() -> None:
+    w = Walk()
+    w.decide(1)
+    w.status["upgrade"].update(step="GreenRemoved", reason="differs", held="spec.suspend", boundary=at(0))
+    w.data["spec"]["pipelineArgs"] = {"lateness": "2 hours", "attribution_window": "25 minutes"}
+    w.generation = 3
+    w.decide(2)
+    up = w.status["upgrade"]
+    assert up["step"] == "GreenStarting" and up["generation"] == 3
+    assert not {"reason", "held", "boundary"} & set(up), up
+
+
+def test_a_green_that_waits_longer_for_late_rows_is_caught_up_by_the_lateness_it_adds() -> None:
+    """v2 waits 2 hours for late rows, v1 30 minutes: green's watermark trails its input 90
+    minutes more than blue's, and is caught up there (else it never would be)."""
+    w = Walk()
+    w.decide(1)
+    w.status["upgrade"]["step"] = "CatchingUp"
+    green = {"metadata": {}, "status": {"applicationState": {"state": "RUNNING"}}}
+    behind = GreenSeen(green_app=green, green_reports=progress(25, 7200.0), blue_reports=progress(120, 1800.0))
+    assert w.decide(5, behind) == JobIntent(), "more behind than the lateness added"
+    level = GreenSeen(green_app=green, green_reports=progress(31, 7200.0), blue_reports=progress(120, 1800.0))
+    w.decide(6, level)
+    assert w.step == "Comparing"

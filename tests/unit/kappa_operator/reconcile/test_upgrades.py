@@ -58,11 +58,20 @@ def app_of(plan: JobIntent, state: str = "RUNNING", error: str | None = None) ->
 
 
 def merged(status: dict[str, Any] | None, plan: JobIntent) -> dict[str, Any]:
-    """The status after the plan's merge patch (None removes a field)."""
-    out = dict(status or {})
-    for k, v in plan.status.items():
+    """The status after the plan's merge patch, as the API server applies it (RFC 7386: objects
+    merged key by key at every depth, None removes a field, a list replaces the list)."""
+    return merge_patch(status or {}, plan.status)
+
+
+def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    out = dict(target)
+    for k, v in patch.items():
         if v is None:
             out.pop(k, None)
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge_patch(out[k], v)
+        elif isinstance(v, dict):
+            out[k] = merge_patch({}, v)
         else:
             out[k] = v
     return out

@@ -55,9 +55,10 @@ def config(tmp_path: Path) -> JobConfig:
 
 def test_an_idle_restarted_query_reports_its_checkpoints_watermark(tmp_path: Path) -> None:
     cfg = config(tmp_path)
-    reporter = ProgressReporter(cfg, watermarks={"copy": WM})
+    reporter = ProgressReporter(cfg, lookahead_s=60.0, watermarks={"copy": WM}, lateness_s=1800.0)
     reporter.idle("rmi-copy")
     reporter.flush()
     written = (tmp_path / "ckpt" / REPORT_DIR / report_name("copy")).read_text()
     report = ProgressReport.model_validate_json(written)
     assert report.batch_id is None and report.watermark == WM
+    assert (report.lookahead_s, report.lateness_s) == (60.0, 1800.0), "the plan's horizon, for a blue/green catch-up"
