@@ -494,7 +494,11 @@ def decide_step(s: Step) -> JobIntent | None:
     if halt is not None and s.up.step in BEFORE_THE_SWITCH:
         return discard(s, f"{halt} asks the job to stop; apply the new spec again to upgrade once it runs")
     if s.up.to_hash != s.digest and s.up.step in BEFORE_THE_SWITCH:
-        return discard(s, f"the spec was edited again (config {s.digest}); the new edit upgrades once green is removed")
+        return discard(
+            s,
+            f"the spec was edited again, or a Secret it names rotated (config {s.digest}); the job upgrades to it once "
+            "green is removed",
+        )
     blue_state = app_state(s.blue_app)
     if blue_state in ENDED_LIVE and s.up.step in BEFORE_THE_SWITCH:
         why = app_message(s.blue_app) or blue_state

@@ -214,6 +214,8 @@ def test_a_whole_upgrade_switches_then_runs_green_as_the_job() -> None:
     assert "upgrade" not in w.status and [e.reason for e in finished.events][-1] == "Upgraded"
     assert finished.delete_maps == ("rmi-kafka-new-green-jobconfig", "rmi-kafka-new-bluegreen-jobconfig")
     assert w.status["lastStableHash"] == digest
+    settled = w.decide(16, None, app=with_state(created.create_app, "RUNNING"))
+    assert settled.green is None and "upgrade" not in w.status, "green's recorded spec is the job's: no new upgrade"
 
 
 def test_output_beyond_the_ratio_removes_green_and_blue_goes_on() -> None:
