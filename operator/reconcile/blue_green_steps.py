@@ -179,19 +179,24 @@ def discard(s: Step, reason: str) -> JobIntent:
     )
 
 
-def _green_ended(s: Step) -> str | None:
+def _green_absent_or_ended(s: Step, again: str = " again") -> JobIntent | None:
+    """Green's application created (again) when it is not there; the upgrade discarded when it
+    ended for good (past the Spark operator's reruns); None while it is there and alive."""
+    if s.seen.green_app is None:
+        made = green_objects(s.job, s.owner, s.up, s.digest)
+        return s.intent(None, f"creating {s.owner.green_app_name}{again}", green=made)
     state = app_state(s.seen.green_app)
     if state in ENDED_LIVE:
-        return f"green's application {s.owner.green_app_name} ended {state}: {app_message(s.seen.green_app) or state}"
+        return discard(
+            s, f"green's application {s.owner.green_app_name} ended {state}: {app_message(s.seen.green_app) or state}"
+        )
     return None
 
 
 def green_starting(s: Step) -> JobIntent | None:
-    if s.seen.green_app is None:
-        return s.intent(None, f"creating {s.owner.green_app_name}", green=green_objects(s.job, s.owner, s.up, s.digest))
-    ended = _green_ended(s)
-    if ended:
-        return discard(s, ended)
+    acted = _green_absent_or_ended(s, again="")
+    if acted is not None:
+        return acted
     state = app_state(s.seen.green_app)
     if state == "RUNNING":
         msg = f"{s.owner.green_app_name} runs: reading history since {s.up.history_from}, then trailing blue"
@@ -221,13 +226,9 @@ def lateness_added(green: ProgressReport, blue: ProgressReport) -> timedelta:
 
 
 def catching_up(s: Step) -> JobIntent | None:
-    if s.seen.green_app is None:
-        return s.intent(
-            None, f"creating {s.owner.green_app_name} again", green=green_objects(s.job, s.owner, s.up, s.digest)
-        )
-    ended = _green_ended(s)
-    if ended:
-        return discard(s, ended)
+    acted = _green_absent_or_ended(s)
+    if acted is not None:
+        return acted
     sinks = sorted(s.job.spec.sinks)
     green, blue = _lowest(s.seen.green_reports, sinks), _lowest(s.seen.blue_reports, sinks)
     limit = as_timedelta(s.job.spec.upgrade.catch_up)
@@ -372,13 +373,9 @@ def stopping_blue(s: Step) -> JobIntent | None:
 
 
 def draining(s: Step) -> JobIntent | None:
-    if s.seen.green_app is None:
-        return s.intent(
-            None, f"creating {s.owner.green_app_name} again", green=green_objects(s.job, s.owner, s.up, s.digest)
-        )
-    ended = _green_ended(s)
-    if ended:
-        return discard(s, ended)
+    acted = _green_absent_or_ended(s)
+    if acted is not None:
+        return acted
     if instant(s.now) - s.since("Draining") > as_timedelta(s.job.spec.upgrade.catch_up):
         return discard(
             s, f"green did not reach where blue stopped within upgrade.catchUp {s.job.spec.upgrade.catch_up}"
