@@ -202,7 +202,8 @@ BOOTSTRAP_NEEDS_KAFKA = (
 
 BLUE_GREEN_NEEDS = (
     "upgrade.mode blueGreen needs every sink to be kind iceberg with timeColumn (kafka and parquet sinks cannot "
-    "switch atomically) and every source's live.kind kafka (the new version trails the running one's offsets)"
+    "switch atomically) and every source kafka, or icebergLive with history the same table (the new version "
+    "reads history up to the running one's input position)"
 )
 
 
@@ -235,7 +236,9 @@ class StreamingJobSpec(CRModel):
                 {
                     "rule": "!has(self.upgrade) || !has(self.upgrade.mode) || self.upgrade.mode != 'blueGreen' || "
                     "(self.sinks.all(k, self.sinks[k].kind == 'iceberg' && has(self.sinks[k].timeColumn)) && "
-                    "self.sources.all(k, self.sources[k].live.kind == 'kafka'))",
+                    "self.sources.all(k, self.sources[k].live.kind == 'kafka' || "
+                    "(has(self.sources[k].live.table) && self.sources[k].live.table == self.sources[k].history.table "
+                    "&& self.sources[k].live.catalog == self.sources[k].history.catalog)))",
                     "message": BLUE_GREEN_NEEDS,
                 },
                 {
@@ -412,11 +415,15 @@ class StreamingJobSpec(CRModel):
                     "event time on)"
                 )
         for name, src in self.sources.items():
-            if src.live.kind != "kafka":
+            if src.live.kind == "icebergLive" and (src.live.catalog, src.live.table) != (
+                src.history.catalog,
+                src.history.table,
+            ):
                 raise ValueError(
-                    f"upgrade.mode blueGreen: sources.{name} is live.kind {src.live.kind}: the new version trails "
-                    "the running one's Kafka offsets to hand over at one input position; use upgrade.mode "
-                    "last-state or snapshot for this job"
+                    f"upgrade.mode blueGreen: sources.{name} is icebergLive with history {src.history.catalog}/"
+                    f"{src.history.table} != live {src.live.catalog}/{src.live.table}: the new version reads the "
+                    "table's history up to where the running one reads it live, which needs one table; set "
+                    "history to the live table, or use upgrade.mode last-state or snapshot for this job"
                 )
         return self
 

@@ -7,10 +7,10 @@ each sink's main branch in one Iceberg snapshot; the rules of that seam and boun
 contract's (``spark_app.contract.blue_green``). So an edit is refused, by name, when the switch
 could not be exact: a sink that cannot take its rows back atomically (a topic, a directory), a
 sink without an event-time column, inputs or tables that differ between the versions (green
-would not read what blue read, or would write elsewhere), and an ``icebergLive`` source whose
-history is another table than the one it reads live (green reads history up to where blue
-reads live: one table, one position). The refusal is said before anything starts; blue keeps
-running.
+would not read what blue read, or would write elsewhere). (An ``icebergLive`` source whose
+history is another table than the one it reads live is refused by the spec's own validation:
+green reads the table's history up to where blue reads it live.) The refusal is said before
+anything starts; blue keeps running.
 """
 
 from __future__ import annotations
@@ -63,11 +63,6 @@ def refused(blue: StreamingJobSpec, green: StreamingJobSpec) -> str | None:
             return (
                 f"{WHO}: sources.{name} differs from the running spec's; green takes over where blue stops reading, "
                 "which needs the same inputs: change sources with upgrade.mode last-state or stateless"
-            )
-        if source.live.kind == "icebergLive" and source.live.table != source.history.table:
-            return (
-                f"{WHO}: sources.{name} is icebergLive with history.table {source.history.table} != live.table "
-                f"{source.live.table}; green reads history up to where blue reads live, which needs one table"
             )
     if set(blue.sources) != set(green.sources):
         gone = ", ".join(sorted(set(blue.sources) - set(green.sources)))

@@ -1,7 +1,8 @@
-"""What green may read of each topic: blue's durable Kafka offsets, written where green's gated
-Kafka source reads its cap (``dev.kappa.source.GatedKafkaSource``'s ``kappa.trail``). Green
-never reads past blue, so once blue stops, green can reach exactly where blue ended: the seam
-(``spark_app.contract.blue_green``)."""
+"""What green may read of each source: blue's durable Kafka offsets, written where green's gated
+Kafka source reads its cap (``dev.kappa.source.GatedKafkaSource``'s ``kappa.trail``), and blue's
+durable ``icebergLive`` offsets, written where green's live readers read theirs
+(``sources.iceberg.trailed``). Green never reads past blue, so once blue stops, green can reach
+exactly where blue ended: the seam (``spark_app.contract.blue_green``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spark_app.bluegreen.position import durable_position
-from spark_app.contract.blue_green import KafkaOffsets, Position, kafka_offsets, off_seam, trail_rel
+from spark_app.contract.blue_green import (
+    KafkaOffsets,
+    Position,
+    kafka_offsets,
+    live_offsets,
+    live_trail_rel,
+    off_seam,
+    trail_rel,
+)
 from spark_app.contract.config import JobConfig
 from spark_app.contract.reports.blue_green import SEAM_REL, SeamReport, SinkSeam
 from spark_app.contract.sinks import IcebergSink
@@ -61,6 +70,7 @@ class Trailer:
         self.topics = None if topics is None else sorted(set(topics))
         self.interval_s = interval_s
         self._written: dict[str, KafkaOffsets] = {}
+        self._written_live: dict[str, list[dict[str, Any]]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -80,6 +90,10 @@ class Trailer:
                 write_trail(self.green, trail_rel(sink), cap)
                 self._written[sink] = cap
             written[sink] = cap
+            live = live_offsets(found)
+            if live and self._written_live.get(sink) != live:
+                write_trail(self.green, live_trail_rel(sink), {"offsets": live})
+                self._written_live[sink] = live
         if self.green_queries:
             report = SeamReport(at=datetime.now(UTC), sinks=seams)
             self.green.write_bytes(SEAM_REL, report.model_dump_json().encode())
@@ -118,25 +132,28 @@ class Trailer:
             self._stop.wait(self.interval_s)
 
 
+def sink_queries(cfg: JobConfig, base: str) -> dict[str, SinkQuery]:
+    """The sink queries of a version whose checkpoints are under ``base``: one per sink."""
+    return {
+        sink: SinkQuery(
+            open_location(f"{base}/{sink}"),
+            pending_location(f"{base}/{sink}", sink) if isinstance(config, IcebergSink) else None,
+        )
+        for sink, config in cfg.sinks.items()
+    }
+
+
 def trailer_of(cfg: JobConfig) -> Trailer | None:
     """The trailer of a green run (None for any other run): blue's query of each sink, green's
     checkpoint base, the topics green reads, one look per trigger interval."""
     if cfg.green is None:
         return None
-
-    def queries(base: str) -> dict[str, SinkQuery]:
-        return {
-            sink: SinkQuery(
-                open_location(f"{base}/{sink}"),
-                pending_location(f"{base}/{sink}", sink) if isinstance(config, IcebergSink) else None,
-            )
-            for sink, config in cfg.sinks.items()
-        }
-
     blue, green = cfg.green.blue_checkpoint.rstrip("/"), cfg.checkpoint.location.rstrip("/")
     kafka = [src for src in cfg.sources.values() if isinstance(src, KafkaSource)]
     patterned = any(src.topic is None for src in kafka)
     topics = None if patterned else [t.strip() for src in kafka for t in (src.topic or "").split(",") if t.strip()]
     trigger = cfg.effective_trigger
     interval = trigger.interval.total_seconds() if trigger.kind == "processingTime" else 5.0
-    return Trailer(queries(blue), open_location(green), topics, interval, green_queries=queries(green))
+    return Trailer(
+        sink_queries(cfg, blue), open_location(green), topics, interval, green_queries=sink_queries(cfg, green)
+    )

@@ -39,10 +39,17 @@ def decide(spark: SparkSession, cfg: JobConfig) -> BootstrapRecord:
     archives: dict[str, IcebergBackfillSource] = {}
     offsets: dict[str, Offsets] = {}
     ends: dict[str, datetime | None] = {}
+    live_from: dict[str, int] = {}
     for name, archive in boot.archives.items():
         src = cfg.sources[name]
-        assert isinstance(src, KafkaSource)
         table = load_table(archive.catalog, cfg.catalogs[archive.catalog].properties(), archive.table)
+        if not isinstance(src, KafkaSource):  # a green's icebergLive source: the table is its own archive
+            from spark_app.bluegreen.live_start import archive_snapshot
+
+            live_from[name] = archive_snapshot(cfg, name, table)
+            archives[name] = archive.model_copy(update={"snapshot_id": live_from[name]})
+            log.info("bootstrap of %s: %s to snapshot %s, then its appends", name, archive.table, live_from[name])
+            continue
         sid = archive.snapshot_id or (table.current_snapshot().snapshot_id if table.current_snapshot() else None)
         ordering = archive.ordering_column or cfg.alignment.ordering_column
         has_topic = _check_layout(name, archive, table, src)
@@ -69,7 +76,12 @@ def decide(spark: SparkSession, cfg: JobConfig) -> BootstrapRecord:
             name, archive.table, sid, boot.start.isoformat(), end, describe(offsets[name]),
         )  # fmt: skip
     return BootstrapRecord(
-        start=boot.start, archives=archives, offsets=offsets, decided_at=datetime.now(UTC), archive_end=ends
+        start=boot.start,
+        archives=archives,
+        offsets=offsets,
+        decided_at=datetime.now(UTC),
+        archive_end=ends,
+        live_from=live_from,
     )
 
 

@@ -7,6 +7,10 @@ the query), each source the union of its archive and its topic, in that order:
   ``[from, ∞)`` of its pinned snapshot, the topic behind a closed gate at the switch offsets.
 * ``live``: the archive spent (``SpentArchive``: its offsets stay where the first leg left
   them, nothing is planned and the snapshot may have expired since), the gate open.
+
+An ``icebergLive`` source (only a blue/green upgrade's green bootstraps one) is the same with
+the table in both places: its archive is the table pinned at the snapshot blue had read whole,
+and its "topic" the table's appends after that snapshot (``TrailedLiveReader``).
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_app.bootstrap.seam import starting_offsets
-from spark_app.contract.blue_green import trail_file
+from spark_app.contract.blue_green import live_trail_rel, trail_file
 from spark_app.contract.config import JobConfig, TriggerConfig, Window
 from spark_app.contract.errors import KappaError
 from spark_app.contract.reports.bootstrap import BootstrapRecord
 from spark_app.contract.sources import KafkaSource
+from spark_app.contract.storage import open_location
 from spark_app.sources.iceberg.backfill_reader import BackfillReader
 from spark_app.sources.iceberg.spec import SourceSpec
 
@@ -75,17 +80,24 @@ def hybrid_frames(
 ) -> dict[str, DataFrame]:
     """Each source of ``sink``'s query: its archive, then its topic from the switch offsets."""
     from spark_app.sources.iceberg.frame import iceberg_frame
+    from spark_app.sources.iceberg.trailed import TrailedLiveReader
     from spark_app.sources.kafka import kafka_frame
 
     archives = archive_config(cfg, record)
+    gate: Literal["closed", "open"] = "closed" if leg == "archive" else "open"
     frames = {}
     for name, src in cfg.sources.items():
-        assert isinstance(src, KafkaSource)
         spec = spec_of(archives, sink, name)
         planner = BackfillReader(spec) if leg == "archive" else SpentArchive(spec)
         history = iceberg_frame(spark, spec, planner)
+        if not isinstance(src, KafkaSource):
+            trail = (open_location(cfg.checkpoint.location), live_trail_rel(sink)) if cfg.green is not None else None
+            live_spec = spec_of(cfg, sink, name)
+            appends = TrailedLiveReader(live_spec, record.live_from[name], gate, trail)
+            frames[name] = history.unionByName(iceberg_frame(spark, live_spec, appends).select(*history.columns))
+            continue
         topic = kafka_frame(
-            spark, cfg, name, src, gate="closed" if leg == "archive" else "open",
+            spark, cfg, name, src, gate=gate,
             starting_offsets=starting_offsets(record.offsets[name]),
             trail=trail_file(cfg.checkpoint.location, sink) if cfg.green is not None else None,
         )  # fmt: skip

@@ -23,6 +23,7 @@ again with other input after a restart, so it is not a position.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -105,6 +106,12 @@ def step_report_rel(step: str) -> str:
     return f"{REPORT_DIR}/{STEP_REPORTS[step]}"
 
 
+def live_trail_rel(sink: str) -> str:
+    """Green's trail of ``sink``'s query on its ``icebergLive`` sources: blue's live offsets (a
+    list of ``LiveOffset`` dicts), which green's live readers cap their reads at."""
+    return f"{REPORT_DIR}/live-trail-{sink}.json"
+
+
 def trail_file(green_checkpoint: str, sink: str) -> str:
     """Where green's query for ``sink`` reads its cap."""
     return f"{green_checkpoint.rstrip('/')}/{trail_rel(sink)}"
@@ -155,18 +162,47 @@ def kafka_offsets(at: Position, topics: Iterable[str] | None = None) -> KafkaOff
     return out
 
 
+LiveKey = tuple[int, int | None]
+"""An Iceberg live position, as both versions must agree on it: (snapshot id, splits of it
+read; None once the whole snapshot was read)."""
+
+
+def live_offsets(at: Position) -> list[dict[str, Any]]:
+    """The ``icebergLive`` offsets in a position (``contract.offsets.LiveOffset`` dicts), each
+    source's. An archive's offsets (``kind: backfill``) are left out: a bootstrapped green has
+    them, blue does not."""
+    out = []
+    for offsets in at.offsets.values():
+        if isinstance(offsets, Mapping) and offsets.get("kind") == "live" and offsets.get("snapshot_id") is not None:
+            out.append(dict(offsets))
+    return out
+
+
+def live_key(offset: Mapping[str, Any]) -> LiveKey:
+    """A live offset as compared at the seam: a snapshot read whole is the same position however
+    the reader wrote its split count (a rewrite snapshot is read whole with none)."""
+    return int(offset["snapshot_id"]), None if offset["complete"] else int(offset["position"])
+
+
 def off_seam(blue: Position, green: Position) -> list[str]:
-    """The topics where the two versions' final batches ended at different Kafka offsets
-    (empty: at the seam). Compared by topic and partition, not by the sources' places in the
-    offset log: green reads each topic behind an archive, so its log has more sources. A topic
-    only one version read is off the seam (green never reached the topic, or the inputs differ)."""
+    """Where the two versions' final batches ended at different inputs (empty: at the seam):
+    the Kafka topics whose offsets differ, and the Iceberg snapshots one version read to
+    another place than the other. Compared by topic and partition, and by snapshot (ids are
+    unique to a table's history), not by the sources' places in the offset log: green reads
+    each source behind its archive, so its log has more sources. A topic or snapshot only one
+    version read is off the seam (green never reached it, or the inputs differ)."""
     a, b = kafka_offsets(blue), kafka_offsets(green)
-    if not a and not b:
+    la, lb = Counter(map(live_key, live_offsets(blue))), Counter(map(live_key, live_offsets(green)))
+    if not a and not b and not la and not lb:
         raise ValueError(
-            "neither version's final batch read Kafka: the seam is defined on Kafka offsets "
-            "(upgrade.mode blueGreen needs the job's sources to be Kafka topics)"
+            "neither version's final batch read Kafka or an Iceberg table's appends: the seam is defined on Kafka "
+            "offsets and icebergLive snapshot positions (upgrade.mode blueGreen needs kafka or icebergLive sources)"
         )
-    return sorted(t for t in set(a) | set(b) if a.get(t) != b.get(t))
+    off = sorted(t for t in set(a) | set(b) if a.get(t) != b.get(t))
+    if la != lb:
+        differ = sorted({sid for sid, _ in set(la) ^ set(lb)})
+        off += [f"icebergLive snapshot {sid}" for sid in differ] or ["icebergLive offsets"]
+    return off
 
 
 def _instant(ms: int) -> datetime:

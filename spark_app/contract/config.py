@@ -31,6 +31,7 @@ from spark_app.contract.publish_defaults import DEFAULT_MIN_MATCH_RATIO
 from spark_app.contract.sinks import IcebergSink, ParquetSink, SinkConfig
 from spark_app.contract.sources import (
     IcebergBackfillSource,
+    IcebergLiveSource,
     IcebergSourceBase,
     KafkaSource,
     ReadRateConfig,
@@ -404,8 +405,8 @@ class JobConfig(KappaModel):
             self._check_dead_letters(self.dead_letters)
         if self.green is not None and self.bootstrap is None:
             raise ValueError(
-                "green trails the running version's topics after reading their history: it needs bootstrap (its "
-                "sources are Kafka topics with an archive)"
+                "green trails the running version's input after reading its history: it needs bootstrap (each "
+                "source's history: a Kafka topic's archive, or an icebergLive table itself)"
             )
         if self.trigger and self.trigger.kind == "processingTime" and self.mode == "backfill":
             raise ValueError("a backfill ends by itself: trigger.kind must be availableNow")
@@ -415,13 +416,20 @@ class JobConfig(KappaModel):
         if self.mode != "live":
             raise ValueError("bootstrap is only meaningful with mode: live (a backfill reads history already)")
         for name, src in self.sources.items():
-            if not isinstance(src, KafkaSource):
-                raise ValueError(
-                    f"bootstrap reads each source's archive and then its topic: sources.{name} is {src.kind}, "
-                    "not kafka (bootstrap a job whose sources are all Kafka topics with an Iceberg archive)"
-                )
             if name not in boot.archives:
                 raise ValueError(f"bootstrap.archives has no archive for sources.{name}: name its archive table")
+            archive = boot.archives[name]
+            own_history = (
+                self.green is not None
+                and isinstance(src, IcebergLiveSource)
+                and (archive.catalog, archive.table) == (src.catalog, src.table)
+            )
+            if not isinstance(src, KafkaSource) and not own_history:
+                raise ValueError(
+                    f"bootstrap reads each source's archive and then its topic: sources.{name} is {src.kind}, "
+                    "not kafka (bootstrap a job whose sources are all Kafka topics with an Iceberg archive; only a "
+                    "blue/green upgrade's green reads an icebergLive table as its own history)"
+                )
         for name, archive in boot.archives.items():
             if name not in self.sources:
                 known = ", ".join(sorted(self.sources))

@@ -39,6 +39,9 @@ class BootstrapRecord(BaseModel):
     decided_at: datetime
     archive_end: dict[str, datetime | None] = {}
     """The newest event time each archive holds from ``start`` on (None: nothing)."""
+    live_from: dict[str, int] = {}
+    """Each ``icebergLive`` source's archive snapshot (a blue/green green's, pinned where blue
+    had read the table whole): its appends after it are read live."""
     switched_at: datetime | None = None
     """When the archive leg ended and the topics took over (None: still reading the archives)."""
 

@@ -289,6 +289,18 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("bf-no-name", BF, {"metadata.name": DELETE}, "metadata.name: Required value"),
     # StreamingJob
     ("sj-no-image", SJ, {"spec.image": DELETE}, "spec.image: Required value"),
+    (
+        "sj-bluegreen-live-history-elsewhere",
+        SJ,
+        {"spec.upgrade": {"mode": "blueGreen"}, "spec.sources.impressions.history.table": "archive.impressions"},
+        "every source kafka, or icebergLive with history the same table",
+    ),
+    (
+        "sj-bluegreen-parquet-sink",
+        SJ,
+        {"spec.upgrade": {"mode": "blueGreen"}, SINK: {"kind": "parquet", "path": "s3a://lake/out"}},
+        "needs every sink to be kind iceberg with timeColumn",
+    ),
     ("sj-empty-image", SJ, {"spec.image": ""}, "spec.image in body should be at least 1 chars long"),
     ("sj-null-image", SJ, {"spec.image": None}, "spec.image: Required value"),
     ("sj-pipeline-no-colon", SJ, {"spec.pipeline": "spark_app.examples.rmi.pipeline"}, "spec.pipeline in body should"),
@@ -366,6 +378,7 @@ def test_api_server_and_model_refuse(kind: str, edits: dict[str, Any], expected:
 
 # Valid edits: both accept them.
 ACCEPTED: list[tuple[str, str, dict[str, Any]]] = [
+    ("sj-bluegreen-live", SJ, {"spec.upgrade": {"mode": "blueGreen", "overlap": "1h"}}),
     ("bf-minimal", BF, {"spec.alignment": DELETE, "spec.publish": DELETE, "spec.window.warmup": DELETE}),
     ("bf-offsets-fraction", BF, {"spec.window.start": "2026-11-01T16:00:00.5+02:00"}),
     ("bf-compound-drift", BF, {"spec.alignment.maxDrift": "1h30m", "spec.alignment.lateness": "1.5h"}),

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from kappa_operator.models.streaming_job import StreamingJob, StreamingJobSpec
 from kappa_operator.reconcile.blue_green import green_branch, green_checkpoint, refused, sinks_refused
@@ -88,15 +89,14 @@ def test_changed_inputs_or_tables_are_refused_naming_the_field() -> None:
     assert line is not None and line.startswith("upgrade.mode blueGreen: sinks.attributed_plays.table differs"), line
 
 
-def test_an_iceberg_live_source_whose_history_is_another_table_is_refused() -> None:
+def test_an_iceberg_live_source_whose_history_is_another_table_is_refused_by_the_model() -> None:
     def split_history(raw: dict[str, Any]) -> None:
         raw["sources"]["impressions"]["history"]["table"] = "archive.impressions"
+        raw["upgrade"] = {"mode": "blueGreen"}
 
-    both = spec(split_history)
-    assert refused(both, both) == (
-        "upgrade.mode blueGreen: sources.impressions is icebergLive with history.table archive.impressions != "
-        "live.table ingest.impressions; green reads history up to where blue reads live, which needs one table"
-    )
+    with pytest.raises(ValidationError, match=r"sources\.impressions is icebergLive with history default/archive"):
+        spec(split_history)
+    assert refused(spec(), spec()) is None, "the rmi example's own kind: each table its own history"
 
 
 def test_green_has_a_checkpoint_and_a_branch_of_its_own_per_attempt() -> None:

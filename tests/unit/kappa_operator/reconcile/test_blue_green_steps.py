@@ -287,8 +287,10 @@ def test_the_model_refuses_sinks_and_sources_that_cannot_switch_by_name() -> Non
         job(data, None, 1)
     data = manifest()
     data["spec"]["sources"]["impressions"]["live"] = {"kind": "icebergLive", "table": "ingest.impressions"}
-    with pytest.raises(ValidationError, match=r"sources\.impressions is live\.kind icebergLive"):
+    with pytest.raises(ValidationError, match=r"sources\.impressions is icebergLive with history default/"):
         job(data, None, 1)
+    data["spec"]["sources"]["impressions"]["history"]["table"] = "ingest.impressions"
+    assert job(data, None, 1).spec.upgrade.mode == "blueGreen", "its own history: green reads it up to blue's place"
 
 
 def test_green_counts_its_history_back_from_blues_watermark_not_the_clock() -> None:

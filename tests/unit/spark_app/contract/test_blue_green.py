@@ -72,6 +72,29 @@ def test_the_seam_compares_kafka_offsets_by_topic_as_values_not_as_text() -> Non
         off_seam(position(1, parse_offsets(entry(T0, ARCHIVE))), position(1, parse_offsets(entry(T0, ARCHIVE))))
 
 
+def live(snapshot: int, at: int, complete: bool) -> str:
+    return json.dumps({"v": 1, "kind": "live", "snapshot_id": str(snapshot), "position": at, "complete": complete})
+
+
+BACKFILL = json.dumps({"v": 1, "kind": "backfill", "snapshot_id": "5", "position": 9, "plan": "p", "splits": 9})
+
+
+def test_the_seam_compares_iceberg_live_positions_by_snapshot_whatever_the_sources_order() -> None:
+    blue = position(7, parse_offsets(entry(T0, live(11, 3, True), live(21, 1, False))))
+    # green: each table behind its archive (a backfill offset), in another order
+    green = position(9, parse_offsets(entry(T0, BACKFILL, live(21, 1, False), BACKFILL, live(11, 3, True))))
+    assert off_seam(blue, green) == []
+    # a snapshot read whole is the same position whatever split count its writer logged
+    assert off_seam(blue, position(9, parse_offsets(entry(T0, live(11, 0, True), live(21, 1, False))))) == []
+    assert off_seam(blue, position(9, parse_offsets(entry(T0, live(11, 3, True), live(21, 2, False))))) == [
+        "icebergLive snapshot 21"
+    ]
+    # green still on its archive of one table: it has not reached blue's snapshot there
+    assert off_seam(blue, position(9, parse_offsets(entry(T0, BACKFILL, live(11, 3, True))))) == [
+        "icebergLive snapshot 21"
+    ]
+
+
 def final(version: str, sink: str, watermark: datetime | None, lookahead: timedelta = timedelta(0)) -> FinalBatch:
     return FinalBatch(version, sink, position(3, parse_offsets(entry(watermark, KAFKA_AT_42))), lookahead)
 
