@@ -14,9 +14,12 @@ import ipaddress
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -790,6 +793,163 @@ def test_a_blue_green_upgrade_applied_with_kubectl_switches_main_once_on_the_nod
             "the running version writing main",
             timeout=300,
         )
+
+
+def shifted_rows(catalog: Any, table: str, shift: timedelta, suffix: str) -> list[dict[str, Any]]:
+    """``table``'s rows again, ``shift`` later (event and arrival time), each id with ``suffix``:
+    more of the same input, arriving later."""
+    rows = catalog.load_table(table).scan().to_arrow().to_pylist()
+    for row in rows:
+        row["event_ts"] += shift
+        row["__metadata__"]["ingestion_ts"] += shift
+        for column in ("impression_id", "playback_id"):
+            if column in row:
+                row[column] = f"{row[column]}{suffix}"
+    return rows
+
+
+def append_rows(catalog: Any, table: str, rows: list[dict[str, Any]], appends: int = 1) -> None:
+    """``rows`` appended to ``table`` in ``appends`` snapshots, in arrival order."""
+    import pyarrow as pa
+
+    t = catalog.load_table(table)
+    schema = t.schema().as_arrow()
+    ordered = sorted(rows, key=lambda r: r["__metadata__"]["ingestion_ts"])
+    size = -(-len(ordered) // appends)
+    for start in range(0, len(ordered), size):
+        catalog.load_table(table).append(pa.Table.from_pylist(ordered[start : start + size], schema=schema))
+
+
+def test_a_blue_green_upgrade_of_rmi_on_live_appends_switches_main_exactly_on_the_node(
+    cluster: LocalCluster, history: GeneratedStats, tmp_path: Path
+) -> None:
+    """Issue 64 on the rmi example's own sources: two Iceberg tables read by their appends
+    (``icebergLive``, each table its own history), appends going on while `kubectl apply` of v2
+    (a new column, a narrower attribution window) runs green beside blue, compares and switches.
+    No late row is dropped (lateness 2 hours), so the output is exact whatever the batches: once
+    every append is read, main holds v1's attributions before the boundary and v2's from it, each
+    once and none missing, compared with `kappa run` of v1 and of v2 over the same appends."""
+    catalog = cluster.host_catalog()
+    catalog.create_namespace_if_not_exists("live")
+    catalog.create_namespace_if_not_exists("oracle")
+    later = {
+        n: shifted_rows(catalog, f"ingest.{n}", timedelta(hours=2), "-later") for n in ("impressions", "playbacks")
+    }
+    after = {
+        n: shifted_rows(catalog, f"ingest.{n}", timedelta(hours=4), "-after") for n in ("impressions", "playbacks")
+    }
+    for n in ("impressions", "playbacks"):
+        schema = catalog.load_table(f"ingest.{n}").schema()
+        for ns in ("live", "oracle"):
+            catalog.create_table(f"{ns}.{n}", schema=schema)
+        history_rows = catalog.load_table(f"ingest.{n}").scan().to_arrow().to_pylist()
+        append_rows(catalog, f"live.{n}", history_rows, appends=3)
+        append_rows(catalog, f"oracle.{n}", history_rows + later[n] + after[n])
+
+    example = yaml.safe_load((ROOT / "examples" / "rmi-streamingjob.yaml").read_text())
+    example["metadata"]["name"] = name = "rmi-live"
+    job = cluster.streaming_job(example, executors=0)
+    spec = job["spec"]
+    for n, source in spec["sources"].items():
+        source["live"].update(table=f"live.{n}", startingPosition="earliest")
+        source["history"]["table"] = f"live.{n}"
+    spec["sinks"]["attributed_plays"]["table"] = table = "marts.rmi_live"
+    spec["pipelineArgs"] = {"lateness": "2 hours"}
+    spec["triggerInterval"] = "5s"
+    spec["upgrade"] = {"mode": "blueGreen", "overlap": "40m", "catchUp": "20m", "minMatchRatio": 0}
+    v2 = json.loads(json.dumps(job))
+    v2["spec"]["pipelineArgs"] = {"lateness": "2 hours", "attribution_window": "20 minutes", "time_to_play": "true"}
+
+    # the oracles, on this machine while the node runs: each version over every append at once
+    commands = []
+    for version, manifest in (("v1", job), ("v2", v2)):
+        local = json.loads(json.dumps(manifest))
+        local["metadata"]["name"] = f"rmi-oracle-{version}"
+        for n, source in local["spec"]["sources"].items():
+            source["live"]["table"] = source["history"]["table"] = f"oracle.{n}"
+        local["spec"]["sinks"]["attributed_plays"]["table"] = f"marts.rmi_live_oracle_{version}"
+        local["spec"]["checkpoints"] = {"location": str(tmp_path / version / "checkpoints")}
+        local["spec"].pop("upgrade")
+        (tmp_path / version).mkdir()
+        (tmp_path / version / "job.yaml").write_text(yaml.safe_dump(local))
+        commands.append(
+            [str(Path(sys.executable).parent / "kappa"), "run", str(tmp_path / version / "job.yaml"),
+             "--state", str(tmp_path / version / "objects")]
+        )  # fmt: skip
+
+    def run_oracles() -> list[subprocess.CompletedProcess[str]]:  # one after the other: two cores
+        env = {**os.environ, **cluster.store.environment()}
+        return [subprocess.run(c, capture_output=True, text=True, timeout=900, env=env) for c in commands]
+
+    oracles = ThreadPoolExecutor(max_workers=1).submit(run_oracles)
+    status_path = path_of("StreamingJob", JOBS, name)
+
+    def status() -> dict[str, Any]:
+        return dict(cluster.kube.plane.admin.get(status_path).body.get("status") or {})
+
+    with removed_after(cluster, ("streamingjob", name)):
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+        read_all = (history.last_event - timedelta(hours=2, minutes=1)).isoformat().replace("+00:00", "Z")
+
+        def blue_read_all() -> bool:
+            marks = [p.get("watermark") for p in status().get("progress") or []]
+            return bool(marks) and all(m and m >= read_all for m in marks)
+
+        eventually(blue_read_all, "blue read the tables (its watermark at the history's end)", timeout=420, every=3)
+        applied = time.monotonic()
+        kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(v2))
+        for n in ("impressions", "playbacks"):  # appends go on: blue reads them, green trails it
+            append_rows(catalog, f"live.{n}", later[n], appends=2)
+        steps: list[dict[str, Any]] = []
+
+        def promoted() -> dict[str, Any] | None:
+            s = status()
+            up = s.get("upgrade") or {}
+            assert up.get("step") not in ("GreenRemoved", "Refused"), up
+            steps[:] = up.get("steps") or steps
+            done = not up and s.get("lastStableHash") == s.get("configHash") and s.get("phase") == "Running"
+            return s if done else None
+
+        final = eventually(promoted, "the upgrade switched and promoted", timeout=900, every=1)
+        print(
+            f"blue/green on icebergLive: kubectl apply of v2 -> promoted: {time.monotonic() - applied:.0f} s; {steps}"
+        )
+        assert [s["step"] for s in steps][:7] == [
+            "GreenStarting", "CatchingUp", "Comparing", "StoppingBlue", "Draining", "Switching", "Promoting",
+        ], steps  # fmt: skip
+        assert final["checkpointLocation"].endswith(f"/checkpoints/{name}/green-g2")
+        t = catalog.load_table(table)
+        switch = next(s for s in t.snapshots() if s.summary and "kappa.boundary" in s.summary.additional_properties)
+        b = datetime.fromisoformat(switch.summary.additional_properties["kappa.boundary"])  # type: ignore[union-attr]
+        assert f"green-{name}-g2" not in t.metadata.refs, "green's branch removed"
+        for n in ("impressions", "playbacks"):  # and on, once the promoted job runs
+            append_rows(catalog, f"live.{n}", after[n], appends=2)
+
+        for done in oracles.result(timeout=1800):
+            assert done.returncode == 0, f"{done.args}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+        key = ("playback_id", "impression_id")
+
+        def rows_of(name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+            got = catalog.load_table(name).scan().to_arrow().to_pylist()
+            out = {tuple(r[k] for k in key): r for r in got}
+            assert len(out) == len(got), f"{name}: each attribution once"
+            return out
+
+        old, new = rows_of("marts.rmi_live_oracle_v1"), rows_of("marts.rmi_live_oracle_v2")
+        assert set(old) > set(new) and any(str(k[0]).endswith("-after") for k in new), (len(old), len(new))
+        expected = {k for k, r in old.items() if r["playback_ts"] < b} | {
+            k for k, r in new.items() if r["playback_ts"] >= b
+        }
+
+        def exact() -> dict[tuple[Any, ...], dict[str, Any]] | None:
+            main = rows_of(table)
+            return main if set(main) == expected else None
+
+        main = eventually(
+            exact, "main: v1's before the boundary, v2's from it, every append read", timeout=300, every=5
+        )
+        assert all(r["time_to_play_s"] is None for r in main.values() if r["playback_ts"] < b), "v1's rows"
+        assert all(r["time_to_play_s"] == new[k]["time_to_play_s"] for k, r in main.items() if r["playback_ts"] >= b)
 
 
 # --- a Rewind of the StreamingJob ------------------------------------------------------------
