@@ -27,9 +27,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyspark.sql import SparkSession
 
 from kappa_operator.models.streaming_job import StreamingJob
-from kappa_operator.models.streaming_job_status import UpgradeStatus
 from kappa_operator.render.blue_green import green_config
-from kappa_operator.render.jobconfig import CHECKPOINT_ANNOTATION, streaming_job_config
+from kappa_operator.render.jobconfig import streaming_job_config
 from spark_app.apps.blue_green import FAULT_ENV as SWITCH_FAULT
 from spark_app.apps.blue_green import run_compare, run_switch
 from spark_app.apps.run import run
@@ -38,10 +37,19 @@ from spark_app.contract.reports.blue_green import read_seam
 from spark_app.contract.reports.bootstrap import read_record, record_location
 from spark_app.contract.storage import open_location
 from spark_app.examples import rmi
-from spark_app.examples.generator import GeneratorConfig, generate
+from spark_app.examples.generator import generate
 from spark_app.sinks.iceberg.writer import FAULT_ENV as SINK_FAULT
 from tests.spark.conftest import T0, Driver
-from tests.spark.test_blue_green_upgrade import KEY, TABLE, bounded, main_rows, oracle
+from tests.spark.test_blue_green_upgrade import (
+    INPUT,
+    KEY,
+    TABLE,
+    assert_switched_once,
+    bounded,
+    green_starting,
+    main_rows,
+    promoted_config,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -61,15 +69,7 @@ class Lake:
         self.props = {"uri": f"sqlite:///{root}/lake.db", "warehouse": f"file://{root}/warehouse"}
         self.catalog = SqlCatalog("default", **self.props)
         truth = SqlCatalog("truth", uri=f"sqlite:///{root}/truth.db", warehouse=f"file://{root}/truth")
-        gen = GeneratorConfig(
-            start=T0,
-            hours=3.5,
-            impressions_per_hour=300,
-            late_fraction=0.02,
-            min_lateness=timedelta(minutes=5),
-            max_lateness=timedelta(minutes=40),
-        )
-        generate(truth, gen)
+        generate(truth, INPUT)
         self.catalog.create_namespace_if_not_exists("demo")
         self.rows: dict[str, pa.Table] = {}
         for name in TABLES:
@@ -132,19 +132,7 @@ def test_rmi_on_live_appends_v1_to_v2_switches_main_once_with_no_gap_and_no_dupl
     lake.append(PHASES[0], PHASES[1])
     run(blue, spark)
 
-    up = UpgradeStatus.model_validate(
-        {
-            "mode": "blueGreen",
-            "toHash": "v2",
-            "step": "GreenStarting",
-            "startedAt": "2026-12-06T00:00:00Z",
-            "generation": 2,
-            "branch": "green-rmi-g2",
-            "greenCheckpoint": str(tmp_path / "ckpt" / "green-g2"),
-            "blueCheckpoint": blue.checkpoint.location,
-            "historyFrom": T0.isoformat(),
-        }
-    )
+    up = green_starting(tmp_path, blue)
     green = bounded(green_config(v2, up))
     # appends after blue's last run: green's history ends where blue read, its live leg stops there too
     lake.append(PHASES[1], PHASES[1] + 10)
@@ -188,26 +176,10 @@ def test_rmi_on_live_appends_v1_to_v2_switches_main_once_with_no_gap_and_no_dupl
     b = switched.boundary
     assert b == recorded and b is not None and T0 + timedelta(minutes=30) <= b <= T0 + timedelta(minutes=90), b
 
-    promoted_job = v2.model_copy(
-        update={
-            "metadata": v2.metadata.model_copy(update={"annotations": {CHECKPOINT_ANNOTATION: up.green_checkpoint}})
-        }
-    )
-    promoted = bounded(streaming_job_config(promoted_job))
+    promoted = promoted_config(v2, up)
     lake.append(PHASES[2] + 10, PHASES[3] + 120)
     run(promoted, spark)
 
     final = main_rows(catalog)
-    time_of = rmi.TIME_COLUMN
-    assert {k: r for k, r in final.items() if r[time_of] < b} == {
-        k: r for k, r in blue_rows.items() if r[time_of] < b
-    }, "blue's rows before the boundary, untouched"
-    assert {k for k, r in green_rows.items() if r[time_of] >= b} <= set(final), "green's rows from it on"
-    old, new = oracle(spark, v1, tmp_path / "v1"), oracle(spark, v2, tmp_path / "v2")
-    assert set(old) > set(new), "v2's narrower window attributes fewer plays"
-    expected = {k for k, r in old.items() if r[time_of] < b} | {k for k, r in new.items() if r[time_of] >= b}
-    assert set(final) == expected, "each attribution once: v1's before the boundary, v2's from it on, none missing"
-    for k, r in final.items():
-        if r[time_of] >= b:
-            assert r["time_to_play_s"] == new[k]["time_to_play_s"], k
+    assert_switched_once(spark, final, (blue_rows, green_rows), b, (v1, v2), tmp_path)
     assert len(final) > 100 and len(KEY) == 2

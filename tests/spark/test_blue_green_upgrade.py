@@ -54,6 +54,15 @@ TABLE = "marts.rmi_bluegreen"
 KEY = ("playback_id", "impression_id")
 PHASES = (120, 150, 180, 210)
 """Arrival minutes after T0: archived before the first; each later one arrives during the upgrade."""
+INPUT = GeneratorConfig(
+    start=T0,
+    hours=3.5,
+    impressions_per_hour=300,
+    late_fraction=0.02,
+    min_lateness=timedelta(minutes=5),
+    max_lateness=timedelta(minutes=40),
+)
+"""Three and a half hours of impressions and playbacks, a few late by up to 40 minutes."""
 GREEN_KILLED_AT = 1
 """Green's batch whose driver is killed after its sink's commit (one of its catch-up batches)."""
 
@@ -87,6 +96,31 @@ def bounded(cfg: JobConfig) -> JobConfig:
     return cfg.model_copy(update={"trigger": TriggerConfig(kind="availableNow")})
 
 
+def green_starting(root: Path, blue: JobConfig) -> UpgradeStatus:
+    """The upgrade as the operator records it at ``GreenStarting`` (generation 2)."""
+    return UpgradeStatus.model_validate(
+        {
+            "mode": "blueGreen",
+            "toHash": "v2",
+            "step": "GreenStarting",
+            "startedAt": "2026-12-04T12:00:00Z",
+            "generation": 2,
+            "branch": "green-rmi-g2",
+            "greenCheckpoint": str(root / "ckpt" / "green-g2"),
+            "blueCheckpoint": blue.checkpoint.location,
+            "historyFrom": T0.isoformat(),
+        }
+    )
+
+
+def promoted_config(v2: StreamingJob, up: UpgradeStatus) -> JobConfig:
+    """``Promoting``: the job's own application, v2's spec, on green's checkpoint."""
+    moved = v2.metadata.model_copy(update={"annotations": {CHECKPOINT_ANNOTATION: up.green_checkpoint}})
+    promoted = bounded(streaming_job_config(v2.model_copy(update={"metadata": moved})))
+    assert promoted.checkpoint.location == up.green_checkpoint and promoted.green is None
+    return promoted
+
+
 def arrivals(rows: dict[str, list[dict[str, Any]]], start: float, end: float) -> dict[str, list[dict[str, Any]]]:
     lo, hi = T0 + timedelta(minutes=start), T0 + timedelta(minutes=end)
     return {n: [r for r in rs if lo <= r["__metadata__"]["ingestion_ts"] < hi] for n, rs in rows.items()}
@@ -97,15 +131,7 @@ def story(spark: SparkSession, kafka_broker: KafkaBroker, tmp_path_factory: pyte
     root = tmp_path_factory.mktemp("bluegreen")
     s = Story(root, kafka_broker, root.name.replace("_", "-").lower())
     truth = SqlCatalog("truth", uri=f"sqlite:///{root}/truth.db", warehouse=f"file://{root}/truth")
-    gen = GeneratorConfig(
-        start=T0,
-        hours=3.5,
-        impressions_per_hour=300,
-        late_fraction=0.02,
-        min_lateness=timedelta(minutes=5),
-        max_lateness=timedelta(minutes=40),
-    )
-    generate(truth, gen)
+    generate(truth, INPUT)
     rows: dict[str, list[dict[str, Any]]] = {}
     for name in TOPICS:
         got = truth.load_table(f"demo.{name}").scan().to_arrow().to_pylist()
@@ -160,19 +186,7 @@ def test_rmi_v1_to_v2_switches_main_at_one_boundary_with_no_gap_and_no_duplicate
     run(blue, spark)
 
     # the operator's GreenStarting: green's config, rendered from the recorded upgrade
-    up = UpgradeStatus.model_validate(
-        {
-            "mode": "blueGreen",
-            "toHash": "v2",
-            "step": "GreenStarting",
-            "startedAt": "2026-12-04T12:00:00Z",
-            "generation": 2,
-            "branch": "green-rmi-g2",
-            "greenCheckpoint": str(tmp_path / "ckpt" / "green-g2"),
-            "blueCheckpoint": blue.checkpoint.location,
-            "historyFrom": T0.isoformat(),
-        }
-    )
+    up = green_starting(tmp_path, blue)
     green = bounded(green_config(v2, up))
     assert green.green is not None and green.sinks[rmi.OUTPUT].branch == "green-rmi-g2"  # type: ignore[union-attr]
     # green's driver killed during its catch-up, after its sink committed a batch and before
@@ -221,30 +235,42 @@ def test_rmi_v1_to_v2_switches_main_at_one_boundary_with_no_gap_and_no_duplicate
     assert run_discard(bounded(green_config(v2, up))).removed == [], "the branch went with the switch"
 
     # Promoting: the job's own application, v2's spec, on green's checkpoint; records go on arriving
-    promoted_job = v2.model_copy(
-        update={
-            "metadata": v2.metadata.model_copy(update={"annotations": {CHECKPOINT_ANNOTATION: up.green_checkpoint}})
-        }
-    )
-    promoted = bounded(streaming_job_config(promoted_job))
-    assert promoted.checkpoint.location == up.green_checkpoint and promoted.green is None
+    promoted = promoted_config(v2, up)
     produce(s, arrivals(rows, PHASES[2], PHASES[3] + 120))
     run(promoted, spark)
 
     final = main_rows(catalog)
+    assert_switched_once(spark, final, (blue_rows, green_rows), b, (v1, v2), tmp_path)
+    totals = {n: len(rows[n]) for n in TOPICS}
+    assert sum(totals.values()) > 0 and len(final) > 100, (totals, len(final))
+
+
+Rows = dict[tuple[Any, ...], dict[str, Any]]
+
+
+def assert_switched_once(
+    spark: SparkSession,
+    final: Rows,
+    before: tuple[Rows, Rows],
+    b: datetime,
+    versions: tuple[StreamingJob, StreamingJob],
+    root: Path,
+) -> None:
+    """Main after the switch and the promoted job's run: blue's rows before ``b`` untouched,
+    green's from it on, and compared with each version run over the whole input (the oracles):
+    v1's attributions before ``b``, v2's (with its new column) from it, each once, none missing.
+    ``before``: main's and the branch's rows just before the switch."""
+    blue_rows, green_rows = before
     time_of = rmi.TIME_COLUMN
     assert {k: r for k, r in final.items() if r[time_of] < b} == {
         k: r for k, r in blue_rows.items() if r[time_of] < b
     }, "blue's rows before the boundary, untouched"
     assert all(r["time_to_play_s"] is None for r in final.values() if r[time_of] < b)
     assert {k for k, r in green_rows.items() if r[time_of] >= b} <= set(final), "green's rows from it on"
-
-    old, new = oracle(spark, v1, tmp_path / "v1"), oracle(spark, v2, tmp_path / "v2")
+    old, new = oracle(spark, versions[0], root / "v1"), oracle(spark, versions[1], root / "v2")
     assert set(old) > set(new), "v2's narrower window attributes fewer plays"
     expected = {k for k, r in old.items() if r[time_of] < b} | {k for k, r in new.items() if r[time_of] >= b}
     assert set(final) == expected, "each attribution once: v1's before the boundary, v2's from it on, none missing"
     for k, r in final.items():
         if r[time_of] >= b:
             assert r["time_to_play_s"] == new[k]["time_to_play_s"], k
-    totals = {n: len(rows[n]) for n in TOPICS}
-    assert sum(totals.values()) > 0 and len(final) > 100, (totals, len(final))
