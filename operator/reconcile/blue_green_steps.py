@@ -231,24 +231,15 @@ def catching_up(s: Step) -> JobIntent | None:
         return acted
     sinks = sorted(s.job.spec.sinks)
     green, blue = _lowest(s.seen.green_reports, sinks), _lowest(s.seen.blue_reports, sinks)
-    limit = as_timedelta(s.job.spec.upgrade.catch_up)
-    if instant(s.now) - instant(s.up.started_at) > limit:
-        said = f"green's watermark {rfc3339(green) if green else 'none'}, blue's {rfc3339(blue) if blue else 'none'}"
-        return discard(
-            s, f"green did not catch up with blue within upgrade.catchUp {s.job.spec.upgrade.catch_up} ({said})"
-        )
-    if green is None or blue is None:
-        return JobIntent()
-    trigger = as_timedelta(s.job.spec.trigger_interval)
-    if not all(
-        caught_up(
-            s.seen.green_reports[k].watermark,  # type: ignore[arg-type]
-            s.seen.blue_reports[k].watermark,  # type: ignore[arg-type]
-            trigger,
-            lateness_added(s.seen.green_reports[k], s.seen.blue_reports[k]),
-        )
-        for k in sinks
-    ):
+    over = instant(s.now) - instant(s.up.started_at) > as_timedelta(s.job.spec.upgrade.catch_up)
+    if green is None or blue is None or not _caught_up(s, sinks):
+        if over:
+            said = (
+                f"green's watermark {rfc3339(green) if green else 'none'}, blue's {rfc3339(blue) if blue else 'none'}"
+            )
+            return discard(
+                s, f"green did not catch up with blue within upgrade.catchUp {s.job.spec.upgrade.catch_up} ({said})"
+            )
         return JobIntent()
     lookahead = max(
         (
@@ -259,14 +250,11 @@ def catching_up(s: Step) -> JobIntent | None:
     )
     overlap = as_timedelta(s.job.spec.upgrade.overlap)
     assert s.up.history_from is not None
-    window = compare_window(
-        {k: (s.seen.blue_reports[k].watermark, s.seen.green_reports[k].watermark) for k in sinks},  # type: ignore[misc]
-        lookahead,
-        overlap,
-        instant(s.up.history_from) + overlap,
-    )
+    complete_from = instant(s.up.history_from) + overlap
+    watermarks = {k: (s.seen.blue_reports[k].watermark, s.seen.green_reports[k].watermark) for k in sinks}
+    window = compare_window(watermarks, lookahead, overlap, complete_from)  # type: ignore[arg-type]
     if window is None:
-        return JobIntent()  # green's complete output does not reach a closed window yet
+        return _no_window_yet(s, complete_from, min(min(pair) for pair in watermarks.values()) - lookahead, over)  # type: ignore[type-var]
     start, end = rfc3339(window[0]), rfc3339(window[1])
     msg = f"green caught up (watermark {rfc3339(green)}, blue's {rfc3339(blue)}): comparing [{start}, {end})"
     fields = {
@@ -283,6 +271,41 @@ def catching_up(s: Step) -> JobIntent | None:
         fields=fields,
         step_app=step_objects(s.job, s.owner, nxt, "compare", s.digest),
     )
+
+
+def _caught_up(s: Step, sinks: list[str]) -> bool:
+    trigger = as_timedelta(s.job.spec.trigger_interval)
+    return all(
+        caught_up(
+            s.seen.green_reports[k].watermark,  # type: ignore[arg-type]
+            s.seen.blue_reports[k].watermark,  # type: ignore[arg-type]
+            trigger,
+            lateness_added(s.seen.green_reports[k], s.seen.blue_reports[k]),
+        )
+        for k in sinks
+    )
+
+
+def _no_window_yet(s: Step, complete_from: datetime, final_until: datetime, over: bool) -> JobIntent:
+    """Green caught up, but none of its complete output (from ``complete_from``: its history's
+    start plus the overlap of warm-up) is final in both versions yet (they are final up to
+    ``final_until``): a new version that waits much longer for late rows than the old one. Said
+    in the status once; past ``catchUp`` green is removed, with what to change."""
+    gap = (
+        f"green's complete output starts at {rfc3339(complete_from)}, both versions' output is final only up to "
+        f"{rfc3339(final_until)}"
+    )
+    if over:
+        return discard(
+            s,
+            f"green caught up, but no window of its output was final in both versions within upgrade.catchUp "
+            f"{s.job.spec.upgrade.catch_up} ({gap}): the new version waits longer for late rows; give "
+            "upgrade.overlap at least half of the added lateness, or a longer upgrade.catchUp",
+        )
+    msg = f"green caught up; waiting for a window to compare ({gap})"
+    if s.job.status is not None and s.job.status.message == msg:
+        return JobIntent()
+    return s.intent(None, msg)
 
 
 def _step_ended(s: Step, command: str) -> tuple[JobIntent | None, StepReport | None]:

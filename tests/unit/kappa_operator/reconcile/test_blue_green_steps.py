@@ -260,6 +260,22 @@ def test_a_green_that_does_not_catch_up_in_time_is_removed() -> None:
     assert w.step == "Discarding" and "catchUp 30m" in w.status["upgrade"]["reason"]
 
 
+def test_a_caught_up_green_without_a_window_to_compare_says_so_then_is_removed_naming_the_overlap() -> None:
+    """A v2 that waits an hour longer for late rows: its watermark is within that of blue's
+    (caught up), but its complete output (from historyFrom + overlap) is not final in both yet."""
+    w = Walk()
+    w.decide(1)
+    w.status["upgrade"]["step"] = "CatchingUp"
+    green = {"metadata": {}, "status": {"applicationState": {"state": "RUNNING"}}}
+    late = GreenSeen(green_app=green, green_reports=progress(-25, lateness_s=3600), blue_reports=progress(0, 0))
+    w.decide(5, late)
+    assert w.step == "CatchingUp" and "waiting for a window to compare" in w.status["message"], w.status["message"]
+    assert w.decide(6, late) == JobIntent(), "said once"
+    w.decide(32, late)
+    assert w.step == "Discarding", w.status["upgrade"]
+    assert "give upgrade.overlap at least half of the added lateness" in w.status["upgrade"]["reason"]
+
+
 def test_an_edit_during_the_catch_up_abandons_green_for_the_new_edit() -> None:
     w = Walk()
     w.decide(1)
