@@ -9,10 +9,13 @@ by ``render.blue_green``, the Backfill by ``backfill_config``; each run bounded 
 Three hours of the rmi history at the profile's density (``quick``: 20,000 impressions an hour,
 the benches' usual; ``default``: 50,000; ``dense``: 1,000,000, the density users have) go into
 two topics of 2 partitions in arrival order; the archive jobs copy them into their history
-tables; blue (v1) reads the topics. Then, timed:
+tables; blue (v1) reads the topics. With ``--source icebergLive`` they are instead appended to
+two Iceberg tables (a snapshot each 5 minutes of arrivals), and blue is
+examples/rmi-streamingjob.yaml reading their appends, each table its own history. Then, timed:
 
 * ``green``: v2 (a new column, a narrower attribution window) from the last **two hours** of the
-  archives (``historyFrom``), then the topics up to where blue stands: green's catch-up;
+  archives (``historyFrom``), then the topics up to where blue stands: green's catch-up (for
+  ``icebergLive``: the tables pinned where blue read them whole, then their appends);
 * ``compare``: the comparison step over a 20-minute overlap, an overlap after green's history
   starts, which both versions closed;
 * ``switch``: the switch step (both at the seam), one Iceberg snapshot into main.
@@ -31,7 +34,7 @@ Baselines, in the same run, on the same tables:
 compare and switch over the restart. Pod starts are not in these: on the node each step adds
 one (bench/RESULTS.md, issue 64, has the node's figure).
 
-    .venv/bin/python -m bench.blue_green --json [--profile quick|default|dense]
+    .venv/bin/python -m bench.blue_green --json [--profile quick|default|dense] [--source kafka|icebergLive]
 """
 
 from __future__ import annotations
@@ -79,14 +82,16 @@ def example(name: str) -> dict[str, Any]:
     return dict(yaml.safe_load((ROOT / "examples" / name).read_text()))
 
 
-def on_this_machine(data: dict[str, Any], work: Path, props: dict[str, str], broker: str) -> dict[str, Any]:
-    """An example's manifest with this run's catalog, broker and checkpoint directory."""
+def on_this_machine(data: dict[str, Any], work: Path, props: dict[str, str], broker: str | None) -> dict[str, Any]:
+    """An example's manifest with this run's catalog, broker (None: its sources are Iceberg
+    tables) and checkpoint directory."""
     spec = data["spec"]
     spec["catalogs"] = {"default": {"type": "sql", **props}}
     spec["checkpoints"] = {"location": str(work / "checkpoints" / data["metadata"]["name"])}
     spec["sparkConf"] = {"spark.sql.shuffle.partitions": SPARK_CONF["spark.sql.shuffle.partitions"]}
     for source in spec["sources"].values():
-        source["live"]["bootstrapServers"] = broker
+        if broker is not None:
+            source["live"]["bootstrapServers"] = broker
     data["metadata"].update(uid=f"uid-{data['metadata']['name']}", generation=1, annotations={})
     return data
 
@@ -113,6 +118,20 @@ def produced(props: dict[str, str], broker: str, per_hour: int) -> int:
             count += 1
     assert producer.flush(60) == 0, "every record acknowledged"
     return count
+
+
+def appended(props: dict[str, str], per_hour: int) -> int:
+    """The generated history appended to the rmi example's own tables (``ingest.*``), one
+    snapshot per table each 5 minutes of arrivals: what blue reads live and green as history."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from spark_app.examples.generator import GeneratorConfig, generate
+
+    stats = generate(
+        SqlCatalog("default", **props),
+        GeneratorConfig(start=T0, hours=HOURS, impressions_per_hour=per_hour, namespace="ingest"),
+    )
+    return stats.impressions + stats.playbacks
 
 
 def timed(what: str, run: Any) -> tuple[float, Any]:
@@ -146,35 +165,44 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     work = Path(args.out)
     props = {"uri": f"sqlite:///{work}/lake.db", "warehouse": f"file://{work}/warehouse"}
-    broker = KafkaBroker.start(work / "kafka", heap="1g")
+    per_hour = PROFILES[args.profile]["impressions_per_hour"]
+    broker = KafkaBroker.start(work / "kafka", heap="1g") if args.source == "kafka" else None
     spark = None
     try:
-        for topic in VALUES:
-            broker.create_topic(topic, partitions=2, config={"retention.ms": "-1"})
-        records = produced(props, broker.bootstrap, PROFILES[args.profile]["impressions_per_hour"])
+        if broker is not None:
+            for topic in VALUES:
+                broker.create_topic(topic, partitions=2, config={"retention.ms": "-1"})
+            records = produced(props, broker.bootstrap, per_hour)
+        else:
+            records = appended(props, per_hour)
         builder = SparkSession.builder.master(MASTER).appName("kappa-bench-blue-green")
-        jar_list = ",".join(str(j) for j in [*session_jars(), *jars.resolve("kafka-connector")])
+        connectors = jars.resolve("kafka-connector") if broker is not None else []
+        jar_list = ",".join(str(j) for j in [*session_jars(), *connectors])
         for k, v in {**SPARK_CONF, "spark.jars": jar_list}.items():
             builder = builder.config(k, v)
         spark = builder.getOrCreate()
 
-        for topic, ddl in VALUES.items():  # the archive example, one job per topic
-            archive = on_this_machine(example("kafka-archive-streamingjob.yaml"), work, props, broker.bootstrap)
-            archive["metadata"]["name"] = f"archive-{topic}"
-            archive["spec"]["checkpoints"]["location"] = str(work / "checkpoints" / f"archive-{topic}")
-            source = archive["spec"]["sources"].pop("impressions")
-            source["live"].update(topic=topic, valueSchema=f"{ddl}, {KAFKA_METADATA}")
-            source["history"]["table"] = f"archive.{topic}"
-            archive["spec"]["sources"] = {topic: source}
-            archive["spec"]["sinks"]["copy"]["table"] = f"archive.{topic}"
-            cfg = bounded(streaming_job_config(StreamingJob.model_validate(archive)))
-            timed(f"archive {topic}", lambda c=cfg: run(c, spark))
-
-        manifest = on_this_machine(example("kafka-rmi-bootstrap-streamingjob.yaml"), work, props, broker.bootstrap)
+        if broker is not None:
+            for topic, ddl in VALUES.items():  # the archive example, one job per topic
+                archive = on_this_machine(example("kafka-archive-streamingjob.yaml"), work, props, broker.bootstrap)
+                archive["metadata"]["name"] = f"archive-{topic}"
+                archive["spec"]["checkpoints"]["location"] = str(work / "checkpoints" / f"archive-{topic}")
+                source = archive["spec"]["sources"].pop("impressions")
+                source["live"].update(topic=topic, valueSchema=f"{ddl}, {KAFKA_METADATA}")
+                source["history"]["table"] = f"archive.{topic}"
+                archive["spec"]["sources"] = {topic: source}
+                archive["spec"]["sinks"]["copy"]["table"] = f"archive.{topic}"
+                cfg = bounded(streaming_job_config(StreamingJob.model_validate(archive)))
+                timed(f"archive {topic}", lambda c=cfg: run(c, spark))
+            manifest = on_this_machine(example("kafka-rmi-bootstrap-streamingjob.yaml"), work, props, broker.bootstrap)
+            manifest["spec"].pop("bootstrap")
+        else:  # the rmi example as it is: each source a table's appends, the table its own history
+            manifest = on_this_machine(example("rmi-streamingjob.yaml"), work, props, None)
+            for gone in ("driver", "executor"):
+                manifest["spec"].pop(gone, None)
         manifest["metadata"]["name"] = "rmi"
         manifest["spec"]["checkpoints"]["location"] = str(work / "checkpoints" / "rmi")
         spec = manifest["spec"]
-        spec.pop("bootstrap")
         for source in spec["sources"].values():
             source["live"]["startingPosition"] = "earliest"
         spec["sinks"]["attributed_plays"]["table"] = TABLE
@@ -186,7 +214,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         v2_manifest["metadata"]["generation"] = 2
         v2 = StreamingJob.model_validate(v2_manifest)
         blue = bounded(streaming_job_config(v1))
-        blue_s, _ = timed("blue (v1) over the topics", lambda: run(blue, spark))
+        blue_s, _ = timed(f"blue (v1) over the {args.source} sources", lambda: run(blue, spark))
 
         history_from = T0 + timedelta(hours=HOURS) - HISTORY
         green_ckpt = work / "checkpoints" / "rmi" / "green-g2"
@@ -198,7 +226,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             }
         )  # fmt: skip
         green = bounded(green_config(v2, up))
-        green_s, _ = timed("green (v2): 2 h of archives, then the topics", lambda: run(green, spark))
+        green_s, _ = timed("green (v2): 2 h of history, then the live input", lambda: run(green, spark))
         seam = read_seam(open_location(str(green_ckpt)))
         assert seam is not None and seam.all_at_seam(), "green stands where blue does"
         start = history_from + OVERLAP
@@ -236,6 +264,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         upgrade_s = green_s + compare_s + switch_s
         return {
             "profile": args.profile,
+            "source": args.source,
             "impressions_per_hour": PROFILES[args.profile]["impressions_per_hour"],
             "records": records,
             "history_hours": HISTORY.total_seconds() / 3600,
@@ -258,12 +287,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if spark is not None:
             spark.stop()
-        broker.stop()
+        if broker is not None:
+            broker.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     p = measured_parser(__doc__)
     p.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    p.add_argument("--source", choices=("kafka", "icebergLive"), default="kafka")
     return run_measured(p.parse_args(argv), measure, "kappa-bench-blue-green-")
 
 
