@@ -112,8 +112,8 @@ class UpgradeSpec(CRModel):
     snapshot first (needs checkpoints.externalLocation), then upgrade as last-state; a
     rollback restores that snapshot. `blueGreen`: run the new spec beside the old one, its
     state rebuilt from the sources' history into a branch of each sink, compare, then switch
-    each sink's main at one event time in one snapshot (Kafka sources, Iceberg sinks with
-    timeColumn; docs/upgrades.md)."""
+    each sink's main at one event time in one snapshot (Kafka sources, or icebergLive sources
+    whose history is the live table; Iceberg sinks with timeColumn; docs/operations.md)."""
     rollback: bool = False
     """Run the last spec that reached RUNNING again when an upgraded application fails or
     does not run within readyTimeout (the edited spec stays as written; status says so)."""

@@ -64,6 +64,17 @@ def refused(blue: StreamingJobSpec, green: StreamingJobSpec) -> str | None:
                 f"{WHO}: sources.{name} differs from the running spec's; green takes over where blue stops reading, "
                 "which needs the same inputs: change sources with upgrade.mode last-state or stateless"
             )
+    tables: dict[tuple[str, str | None], str] = {}
+    for name, source in sorted(green.sources.items()):
+        if source.live.kind != "icebergLive":
+            continue
+        other = tables.setdefault((source.live.catalog, source.live.table), name)
+        if other != name:
+            return (
+                f"{WHO}: sources.{other} and sources.{name} both read {source.live.table} live; green holds each "
+                "table at blue's position, which two sources of one table may end at two different snapshots of: "
+                "read the table once, or use upgrade.mode last-state or snapshot for this job"
+            )
     if set(blue.sources) != set(green.sources):
         gone = ", ".join(sorted(set(blue.sources) - set(green.sources)))
         return (

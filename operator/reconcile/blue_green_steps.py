@@ -290,19 +290,21 @@ def _no_window_yet(s: Step, complete_from: datetime, final_until: datetime, over
     """Green caught up, but none of its complete output (from ``complete_from``: its history's
     start plus the overlap of warm-up) is final in both versions yet (they are final up to
     ``final_until``): a new version that waits much longer for late rows than the old one. Said
-    in the status once; past ``catchUp`` green is removed, with what to change."""
-    gap = (
-        f"green's complete output starts at {rfc3339(complete_from)}, both versions' output is final only up to "
-        f"{rfc3339(final_until)}"
-    )
+    in the status once (the watermark it waits for moves; the message does not); past
+    ``catchUp`` green is removed, with what to change."""
     if over:
+        final = rfc3339(final_until.replace(second=0, microsecond=0))
         return discard(
             s,
             f"green caught up, but no window of its output was final in both versions within upgrade.catchUp "
-            f"{s.job.spec.upgrade.catch_up} ({gap}): the new version waits longer for late rows; give "
+            f"{s.job.spec.upgrade.catch_up} (green's complete output starts at {rfc3339(complete_from)}, both "
+            f"versions' output was final up to {final}): the new version waits longer for late rows; give "
             "upgrade.overlap at least half of the added lateness, or a longer upgrade.catchUp",
         )
-    msg = f"green caught up; waiting for a window to compare ({gap})"
+    msg = (
+        f"green caught up; waiting for both versions' output to be final past {rfc3339(complete_from)}, where "
+        "green's complete output starts, to compare a window of it"
+    )
     if s.job.status is not None and s.job.status.message == msg:
         return JobIntent()
     return s.intent(None, msg)

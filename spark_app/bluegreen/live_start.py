@@ -1,10 +1,13 @@
 """Where a green's history of an ``icebergLive`` source ends and its live reading begins: the
-newest snapshot of the table that blue has read whole, in every sink query that reads it.
+newest snapshot of the table that blue's durable position has passed whole, in every sink
+query that reads it (a blue started at ``latest`` passed the snapshots before its start
+without reading them: they are history all the same).
 
 Green reads the table pinned at that snapshot as its archive (in event-time order, aligned,
-from ``historyFrom``), then the table's appends after it, never past blue's position
-(``sources.iceberg.trailed``). So green reads each appended row once, and never one blue has
-not read: at the switch both stand at the same input.
+from ``historyFrom``; rows blue never read included, as a Kafka archive holds records from
+before blue's start), then the table's appends after it, never past blue's position
+(``sources.iceberg.trailed``). So green reads each row of the table once, and no append blue
+has not reached: at the switch both stand at the same input.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ class BlueNotReadingError(KappaError):
     """Blue has no durable batch that read the table whole up to some snapshot yet: green
     would not know where its history ends."""
 
-    restartable = True  # blue commits its first batch within a trigger: green starts again then
+    restartable = True  # blue reaches the table's first snapshot within a trigger of its first append
 
 
 def read_whole(chain: Sequence[int], blue: Iterable[LiveOffset]) -> int | None:
@@ -57,7 +60,9 @@ def archive_snapshot(cfg: JobConfig, source: str, table: Table) -> int:
     if sid is None:
         raise BlueNotReadingError(
             f"sources.{source}: the running version (blue, {cfg.green.blue_checkpoint}) has not yet durably read a "
-            f"snapshot of {cfg.sources[source].table} whole, so green cannot tell where its history ends and its "
-            "live reading begins; it starts again once blue has committed a batch"
+            f"snapshot of {cfg.sources[source].table} whole (it has no batch yet, is within the table's first "
+            "snapshot, or the table had no snapshot when it last committed), so green cannot tell where its history "
+            "ends and its live reading begins. Green's driver is run again a few times; if the table gets no data "
+            "meanwhile the upgrade is given up: edit the spec again once the table has had an append"
         )
     return sid

@@ -26,6 +26,7 @@ from spark_app.contract.blue_green import (
 )
 from spark_app.contract.config import JobConfig
 from spark_app.contract.reports.blue_green import SEAM_REL, SeamReport, SinkSeam
+from spark_app.contract.reports.bootstrap import read_record, record_location
 from spark_app.contract.sinks import IcebergSink
 from spark_app.contract.sources import KafkaSource
 from spark_app.contract.storage import Location, open_location
@@ -61,24 +62,31 @@ class Trailer:
         topics: Iterable[str] | None,
         interval_s: float = 10.0,
         green_queries: Mapping[str, SinkQuery] | None = None,
+        green_record: tuple[Location, str] | None = None,
     ) -> None:
         """``green_queries``: green's own sink queries; each look then also writes the seam
         report (``SeamReport``): whether green stands where blue does, which the operator waits
-        for once blue stopped."""
+        for once blue stopped. ``green_record``: green's bootstrap record; green is at the seam
+        only once it records its archive leg ended (before, its live positions are still where
+        the archives end, which a blue stopped on a quiet input may equal while green has
+        history left to emit)."""
         self.blue, self.green = dict(blue), green
+        self.green_record = green_record
         self.green_queries = dict(green_queries or {})
         self.topics = None if topics is None else sorted(set(topics))
         self.interval_s = interval_s
         self._written: dict[str, KafkaOffsets] = {}
         self._written_live: dict[str, list[dict[str, Any]]] = {}
+        self._archives_read = green_record is None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def once(self) -> dict[str, KafkaOffsets]:
         """One look: the caps written, per sink (a sink blue has no durable batch of yet keeps
-        no trail, so green reads nothing of its topics)."""
+        no trail, so green reads nothing of its topics or tables past their archives)."""
         written = {}
         seams = {}
+        self._archives_read = self.green_record is None or self._switched(*self.green_record)
         for sink, query in sorted(self.blue.items()):
             found = durable_position(query.checkpoint, query.pending)
             if sink in self.green_queries:
@@ -102,12 +110,17 @@ class Trailer:
     def _seam(self, sink: str, blue: Position | None) -> SinkSeam:
         green_query = self.green_queries[sink]
         green = durable_position(green_query.checkpoint, green_query.pending)
-        at_seam = blue is not None and green is not None and not off_seam(blue, green)
+        at_seam = self._archives_read and blue is not None and green is not None and not off_seam(blue, green)
         return SinkSeam(
             blue_batch=None if blue is None else blue.batch_id,
             green_batch=None if green is None else green.batch_id,
             at_seam=at_seam,
         )
+
+    @staticmethod
+    def _switched(location: Location, name: str) -> bool:
+        record = read_record(location, name)
+        return record is not None and record.switched
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="kappa-bluegreen-trail", daemon=True)
@@ -155,5 +168,10 @@ def trailer_of(cfg: JobConfig) -> Trailer | None:
     trigger = cfg.effective_trigger
     interval = trigger.interval.total_seconds() if trigger.kind == "processingTime" else 5.0
     return Trailer(
-        sink_queries(cfg, blue), open_location(green), topics, interval, green_queries=sink_queries(cfg, green)
+        sink_queries(cfg, blue),
+        open_location(green),
+        topics,
+        interval,
+        green_queries=sink_queries(cfg, green),
+        green_record=record_location(cfg),
     )

@@ -77,8 +77,9 @@ class CompareWindow(KappaModel):
 
 
 class GreenConfig(KappaModel):
-    """A run that is a blue/green upgrade's green: a bootstrapped job whose topics it reads no
-    further than the running version (blue) durably has, sink query by sink query. The step
+    """A run that is a blue/green upgrade's green: a bootstrapped job whose topics (and live
+    tables) it reads no further than the running version (blue) durably has, sink query by sink
+    query. The step
     applications (``python -m spark_app compare|switch|discard``) run on the same config: green's
     checkpoint, its sinks' branch, blue's checkpoint."""
 

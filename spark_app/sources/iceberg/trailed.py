@@ -2,16 +2,16 @@
 snapshot its archive was pinned at, behind a gate (closed while the archive leg runs) and
 never past the position blue durably read (its trail, ``bluegreen.trail``).
 
-Both versions plan a snapshot's splits by the same pure function of its files and the split
-settings (``planning.splits.plan_splits``), so a position (snapshot, splits read) means the
-same input in both: capped at blue's, green's final batch ends where blue's did, which is
-what the switch checks (``contract.blue_green.off_seam``).
+Capped at blue's position, green's final batch ends where blue's did, which is what the switch
+checks (``contract.blue_green.off_seam``). A StreamingJob's live sources have no read limit, so
+every position either version logs is a whole snapshot: the same appends in both, whatever
+each version's filter or split settings. (A position within a snapshot, from a JobConfig's
+read limit, means the same splits only under the same settings, ``planning.splits.plan_splits``.)
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -19,11 +19,10 @@ from pyspark.sql.streaming.datasource import ReadLimit
 
 from spark_app.contract.offsets import LiveOffset
 from spark_app.contract.storage import Location
+from spark_app.contract.trace import trace
 from spark_app.sources.iceberg import scan
 from spark_app.sources.iceberg.live_reader import LiveReader
 from spark_app.sources.iceberg.spec import SourceSpec
-
-log = logging.getLogger(__name__)
 
 Gate = Literal["closed", "open"]
 
@@ -52,7 +51,7 @@ def capped(chain: Sequence[int], start: LiveOffset, proposed: LiveOffset, caps: 
 class TrailedLiveReader(LiveReader):
     """A green's live leg of one ``icebergLive`` source (see the module)."""
 
-    def __init__(self, spec: SourceSpec, after: int | None, gate: Gate, trail: tuple[Location, str] | None) -> None:
+    def __init__(self, spec: SourceSpec, after: int, gate: Gate, trail: tuple[Location, str] | None) -> None:
         """``after``: the snapshot the archive was pinned at (its appends were read from the
         archive; the leg starts after it). ``trail``: where blue's live offsets are written (None:
         no cap, a bootstrap that trails nobody)."""
@@ -81,6 +80,6 @@ class TrailedLiveReader(LiveReader):
             return proposed
         chain = [s.snapshot_id for s in scan.history(self.table)]
         end = capped(chain, LiveOffset.from_dict(start), LiveOffset.from_dict(proposed), caps)
-        if end != LiveOffset.from_dict(proposed):
-            log.debug("%s: held at blue's position %s", self.spec.name, end)
+        if end != LiveOffset.from_dict(proposed):  # the trace's "live" line said what was proposed: say the cap
+            trace(self.spec.trace_path, "trail", source=self.spec.name, proposed=proposed, end=end.to_dict())
         return end.to_dict()

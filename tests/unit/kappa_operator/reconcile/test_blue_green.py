@@ -99,6 +99,18 @@ def test_an_iceberg_live_source_whose_history_is_another_table_is_refused_by_the
     assert refused(spec(), spec()) is None, "the rmi example's own kind: each table its own history"
 
 
+def test_two_iceberg_live_sources_of_one_table_are_refused() -> None:
+    def twice(raw: dict[str, Any]) -> None:
+        raw["sources"]["playbacks"]["live"]["table"] = raw["sources"]["playbacks"]["history"]["table"] = (
+            "ingest.impressions"
+        )
+
+    line = refused(spec(twice), spec(twice))
+    assert line is not None and line.startswith(
+        "upgrade.mode blueGreen: sources.impressions and sources.playbacks both read ingest.impressions live"
+    ), line
+
+
 def test_green_has_a_checkpoint_and_a_branch_of_its_own_per_attempt() -> None:
     raw = copy.deepcopy(RMI)
     raw["metadata"].update(uid="u1", generation=7)

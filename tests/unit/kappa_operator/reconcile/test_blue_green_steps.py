@@ -269,8 +269,10 @@ def test_a_caught_up_green_without_a_window_to_compare_says_so_then_is_removed_n
     green = {"metadata": {}, "status": {"applicationState": {"state": "RUNNING"}}}
     late = GreenSeen(green_app=green, green_reports=progress(-25, lateness_s=3600), blue_reports=progress(0, 0))
     w.decide(5, late)
-    assert w.step == "CatchingUp" and "waiting for a window to compare" in w.status["message"], w.status["message"]
+    assert w.step == "CatchingUp" and "waiting for both versions' output to be final" in w.status["message"]
     assert w.decide(6, late) == JobIntent(), "said once"
+    later = GreenSeen(green_app=green, green_reports=progress(-24, lateness_s=3600), blue_reports=progress(1, 0))
+    assert w.decide(7, later) == JobIntent(), "said once, though the watermarks moved"
     w.decide(32, late)
     assert w.step == "Discarding", w.status["upgrade"]
     assert "give upgrade.overlap at least half of the added lateness" in w.status["upgrade"]["reason"]

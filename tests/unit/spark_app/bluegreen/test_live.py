@@ -62,3 +62,48 @@ def test_the_trailer_writes_blues_live_offsets_beside_the_kafka_cap(tmp_path: Pa
     Trailer({"plays": SinkQuery(open_location(str(blue)))}, open_location(str(tmp_path / "green")), []).once()
     written = json.loads((tmp_path / "green" / live_trail_rel("plays")).read_text())
     assert [LiveOffset.from_dict(o) for o in written["offsets"]] == [LiveOffset(103, 2, False)]
+
+
+def test_green_is_at_the_seam_only_once_its_archive_leg_ended(tmp_path: Path) -> None:
+    """On a quiet table blue may stop exactly where green's archive ends: green's live position
+    then equals blue's while it still has history to emit."""
+    from datetime import UTC, datetime
+
+    from spark_app.bluegreen.trail import SinkQuery, Trailer
+    from spark_app.contract.reports.blue_green import read_seam
+    from spark_app.contract.reports.bootstrap import BootstrapRecord, write_record
+    from spark_app.contract.storage import open_location
+
+    meta = json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1})
+    at_s = {"v": 1, "kind": "live", "snapshot_id": "103", "position": 0, "complete": True}
+    archive = '{"v":1,"kind":"backfill","snapshot_id":"103","position":4,"plan":"p","splits":9}'
+    for query, sources in (
+        (tmp_path / "blue" / "plays", [json.dumps(at_s)]),
+        (tmp_path / "green" / "plays", [archive, json.dumps(at_s)]),
+    ):
+        (query / "offsets").mkdir(parents=True)
+        (query / "commits").mkdir()
+        (query / "offsets" / "0").write_text("\n".join(["v1", meta, *sources]))
+        (query / "commits" / "0").write_text("v1\n{}")
+    green = open_location(str(tmp_path / "green"))
+    records = open_location(str(tmp_path / "green" / "_kappa"))
+    trailer = Trailer(
+        {"plays": SinkQuery(open_location(str(tmp_path / "blue" / "plays")))},
+        green,
+        [],
+        green_queries={"plays": SinkQuery(open_location(str(tmp_path / "green" / "plays")))},
+        green_record=(records, "bootstrap.json"),
+    )
+    trailer.once()
+    seam = read_seam(green)
+    assert seam is not None and not seam.all_at_seam(), "no record yet: still reading the archive"
+    at = datetime(2026, 12, 6, tzinfo=UTC)
+    record = BootstrapRecord(start=at, archives={}, offsets={}, decided_at=at, live_from={"plays": 103})
+    write_record(records, record, "bootstrap.json")
+    trailer.once()
+    seam = read_seam(green)
+    assert seam is not None and not seam.all_at_seam(), "the archive leg not ended"
+    write_record(records, record.model_copy(update={"switched_at": at}), "bootstrap.json")
+    trailer.once()
+    seam = read_seam(green)
+    assert seam is not None and seam.all_at_seam()
