@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kappa_operator.local.ports import free_port
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -42,12 +44,6 @@ def _serve(port: int, core: int | None) -> None:
         os.sched_setaffinity(0, {core})
     logging.basicConfig(level=logging.WARNING)
     serve(Service(TOKEN), "127.0.0.1", port)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _case(url: str, members: int, seconds: float, concurrency: int) -> dict[str, Any]:
@@ -106,7 +102,7 @@ async def _case(url: str, members: int, seconds: float, concurrency: int) -> dic
 def run_case(members: int, seconds: float, concurrency: int) -> dict[str, Any]:
     cores = sorted(os.sched_getaffinity(0))
     server_core = cores[0]
-    port = _free_port()
+    port = free_port()
     proc = mp.get_context("spawn").Process(target=_serve, args=(port, server_core), daemon=True)
     proc.start()
     url = f"http://127.0.0.1:{port}"

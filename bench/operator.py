@@ -57,7 +57,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import ssl
 import statistics
 import subprocess
@@ -76,18 +75,12 @@ import kmock
 import yaml
 
 from harness.kube_api import BACKFILLS, JOBS, ROOT, manifest, register
+from kappa_operator.local.ports import free_port
 
 TICK = os.sysconf("SC_CLK_TCK")
 FOLLOW_S = 35.0
 """How long the real-server bench follows the objects before deleting them: past the live jobs'
 first progress tick, so the deletion meets their timers (issue 39)."""
-
-
-def free_port() -> int:
-    """A port nothing listens on now (the operator's flags take no port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu_seconds(pid: int) -> float:

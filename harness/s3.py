@@ -17,16 +17,11 @@ from typing import Any
 
 from pyarrow import fs as pafs
 
+from kappa_operator.local.ports import free_port
 from spark_app.contract.storage import S3Options
 
 ACCESS_KEY = SECRET_KEY = "testing"
 REGION = "us-east-1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_listening(port: int, timeout: float = 30.0) -> None:

@@ -34,6 +34,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from kappa_operator.local.ports import free_port
 from kappa_operator.local.processes import stop_group
 from spark_app import jars
 from spark_app.contract.errors import ConfigError
@@ -59,12 +60,6 @@ logger.state.level = WARN
 """
 """The broker's log: its stdout, which goes to broker.log (the server's own INFO lines, the
 clients' and the raft layer's WARN and up)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 SASL_SSL, MTLS = "SASL_SSL", "MTLS"

@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +33,7 @@ from typing import Any
 import requests
 import yaml
 
+from kappa_operator.local.ports import free_port
 from kappa_operator.local_cluster.rest import Rest, kubeconfig, namespaces_deleted, path_of, refused
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,12 +99,6 @@ def etcd_binary() -> str:
     if found is None:
         raise ControlPlaneError("etcd is missing: apt-get install etcd-server (cluster/build.sh does it as root)")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 NODE_CONTROLLERS = (

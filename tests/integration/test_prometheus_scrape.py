@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
+from kappa_operator.local.ports import free_port
 from spark_app.alignment.http import HttpWatermarkProvider
 
 TOKEN = "scrape-token"
@@ -25,12 +25,6 @@ PROMETHEUS = shutil.which("prometheus")
 pytestmark = pytest.mark.skipif(
     PROMETHEUS is None, reason="needs the prometheus binary (apt-get install prometheus; .ci/run installs it)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

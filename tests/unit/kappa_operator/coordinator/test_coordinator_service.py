@@ -4,7 +4,6 @@ Spark side's real client: auth, validation, the alignment answers, restart safet
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from kappa_operator.coordinator.server import EmbeddedCoordinator, Service
 from kappa_operator.coordinator.store import GroupStore
+from kappa_operator.local.ports import free_port
 from spark_app.alignment import http as alignment_http
 from spark_app.alignment.http import CoordinatorRejectedError, CoordinatorUnavailableError
 from spark_app.contract.alignment import HELD
@@ -111,14 +111,8 @@ def test_groups_survive_a_restart_and_hold_until_members_re_report(tmp_path: Pat
         assert p.report("a", 10 * MIN).global_watermark == 10 * MIN
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_the_client_keeps_the_last_bound_while_unreachable_then_fails(tmp_path: Path) -> None:
-    never = provider(f"http://127.0.0.1:{_free_port()}", timeout=0.3)
+    never = provider(f"http://127.0.0.1:{free_port()}", timeout=0.3)
     first = never.report("a", 1)
     assert first.global_watermark == HELD and first.stale, "no answer yet: admit nothing"
     store = GroupStore(tmp_path / "groups.json")
@@ -159,7 +153,7 @@ def test_kappa_coordinator_runs_standalone(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    port = _free_port()
+    port = free_port()
     state = tmp_path / "groups.json"
     cmd = [
         sys.executable,
@@ -311,7 +305,7 @@ def test_a_driver_reports_its_other_sources_again_when_the_coordinator_restarted
     asked (a) gets an answer naming b missing: the process reports b's last watermark again at
     once, so a is not held by its own sibling, which Spark asks only after a has answered (under
     AvailableNow, both held in one batch ends the query)."""
-    store, port = GroupStore(tmp_path / "groups.json"), _free_port()
+    store, port = GroupStore(tmp_path / "groups.json"), free_port()
     first = EmbeddedCoordinator(Service(TOKEN, store), port=port).start()
     declare(first.url, members=("a", "b"), drift="5m")
     a, b = provider(first.url), provider(first.url)
