@@ -36,19 +36,19 @@ from spark_app.bluegreen.switch import recorded_boundary
 from spark_app.contract.reports.blue_green import read_seam
 from spark_app.contract.reports.bootstrap import read_record, record_location
 from spark_app.contract.storage import open_location
-from spark_app.examples import rmi
 from spark_app.examples.generator import generate
 from spark_app.sinks.iceberg.writer import FAULT_ENV as SINK_FAULT
 from tests.spark.conftest import T0, Driver
 from tests.spark.test_blue_green_upgrade import (
     INPUT,
     KEY,
-    TABLE,
+    V2,
     assert_switched_once,
     bounded,
     green_starting,
     main_rows,
     promoted_config,
+    upgraded_here,
 )
 
 pytestmark = pytest.mark.spark
@@ -102,12 +102,7 @@ def manifest(lake: Lake, root: Path, generation: int, **spec: Any) -> StreamingJ
             "live": {"kind": "icebergLive", "table": f"demo.{name}", "startingPosition": "earliest"},
             "history": {"table": f"demo.{name}"},
         }
-    s["sinks"][rmi.OUTPUT]["table"] = TABLE
-    s["sinks"][rmi.OUTPUT].pop("partitionBy")
-    s["checkpoints"] = {"location": str(root / "ckpt")}
-    s["pipelineArgs"] = {"lateness": "2 hours"}  # no row is dropped late: the oracles are exact
-    s["upgrade"] = {"mode": "blueGreen", "overlap": "10m", "minMatchRatio": 0}
-    s["sparkConf"] = {"spark.sql.shuffle.partitions": "2"}
+    upgraded_here(s, root)
     for gone in ("executor", "driver"):
         s.pop(gone, None)
     s.update(spec)
@@ -119,10 +114,7 @@ def test_rmi_on_live_appends_v1_to_v2_switches_main_once_with_no_gap_and_no_dupl
 ) -> None:
     lake = Lake(tmp_path)
     v1 = manifest(lake, tmp_path, 1)
-    v2 = manifest(
-        lake, tmp_path, 2, image="ghcr.io/kappa-dev/kappa-spark:0.2.0",
-        pipelineArgs={"lateness": "2 hours", "attribution_window": "20 minutes", "time_to_play": "true"},
-    )  # fmt: skip
+    v2 = manifest(lake, tmp_path, 2, **V2)
     catalog = SqlCatalog("default", **lake.props)
 
     # blue (v1) reads every append from the first, appends going on

@@ -63,6 +63,11 @@ INPUT = GeneratorConfig(
     max_lateness=timedelta(minutes=40),
 )
 """Three and a half hours of impressions and playbacks, a few late by up to 40 minutes."""
+V2 = {
+    "image": "ghcr.io/kappa-dev/kappa-spark:0.2.0",
+    "pipelineArgs": {"lateness": "2 hours", "attribution_window": "20 minutes", "time_to_play": "true"},
+}
+"""v2: a new column (``time_to_play_s``) and a narrower attribution window."""
 GREEN_KILLED_AT = 1
 """Green's batch whose driver is killed after its sink's commit (one of its catch-up batches)."""
 
@@ -81,14 +86,21 @@ def manifest(story: Story, root: Path, generation: int, **spec: Any) -> Streamin
             "startingPosition": "earliest",
             "maxOffsetsPerTrigger": 400,
         }
-    s["sinks"][rmi.OUTPUT]["table"] = TABLE
-    s["sinks"][rmi.OUTPUT].pop("partitionBy")
-    s["checkpoints"] = {"location": str(root / "ckpt")}
-    s["pipelineArgs"] = {"lateness": "2 hours"}  # no record is dropped late: the oracles are exact
-    s["upgrade"] = {"mode": "blueGreen", "overlap": "10m", "minMatchRatio": 0}
-    s["sparkConf"] = {"spark.sql.shuffle.partitions": "2"}
+    upgraded_here(s, root)
     s.update(spec)
     return StreamingJob.model_validate(data)
+
+
+def upgraded_here(spec: dict[str, Any], root: Path) -> None:
+    """A manifest's spec as these tests run it: their sink table, a checkpoint under ``root``, no
+    late row dropped (the oracles are exact), blue/green with a 10-minute overlap, v2 meant to
+    differ."""
+    spec["sinks"][rmi.OUTPUT]["table"] = TABLE
+    spec["sinks"][rmi.OUTPUT].pop("partitionBy")
+    spec["checkpoints"] = {"location": str(root / "ckpt")}
+    spec["pipelineArgs"] = {"lateness": "2 hours"}
+    spec["upgrade"] = {"mode": "blueGreen", "overlap": "10m", "minMatchRatio": 0}
+    spec["sparkConf"] = {"spark.sql.shuffle.partitions": "2"}
 
 
 def bounded(cfg: JobConfig) -> JobConfig:
@@ -174,10 +186,7 @@ def test_rmi_v1_to_v2_switches_main_at_one_boundary_with_no_gap_and_no_duplicate
     s: Story = story["story"]
     rows = story["rows"]
     v1 = manifest(s, tmp_path, 1)
-    v2 = manifest(
-        s, tmp_path, 2, image="ghcr.io/kappa-dev/kappa-spark:0.2.0",
-        pipelineArgs={"lateness": "2 hours", "attribution_window": "20 minutes", "time_to_play": "true"},
-    )  # fmt: skip
+    v2 = manifest(s, tmp_path, 2, **V2)
     catalog = SqlCatalog("default", **s.props)
 
     # blue runs (v1), records arriving
