@@ -77,7 +77,6 @@ class Trailer:
         self.interval_s = interval_s
         self._written: dict[str, KafkaOffsets] = {}
         self._written_live: dict[str, list[dict[str, Any]]] = {}
-        self._archives_read = green_record is None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -86,11 +85,11 @@ class Trailer:
         no trail, so green reads nothing of its topics or tables past their archives)."""
         written = {}
         seams = {}
-        self._archives_read = self.green_record is None or self._switched(*self.green_record)
+        archives_read = self.green_record is None or self._switched(*self.green_record)
         for sink, query in sorted(self.blue.items()):
             found = durable_position(query.checkpoint, query.pending)
             if sink in self.green_queries:
-                seams[sink] = self._seam(sink, found)
+                seams[sink] = self._seam(sink, found, archives_read)
             if found is None:
                 continue
             cap = kafka_offsets(found, self.topics)
@@ -107,10 +106,10 @@ class Trailer:
             self.green.write_bytes(SEAM_REL, report.model_dump_json().encode())
         return written
 
-    def _seam(self, sink: str, blue: Position | None) -> SinkSeam:
+    def _seam(self, sink: str, blue: Position | None, archives_read: bool) -> SinkSeam:
         green_query = self.green_queries[sink]
         green = durable_position(green_query.checkpoint, green_query.pending)
-        at_seam = self._archives_read and blue is not None and green is not None and not off_seam(blue, green)
+        at_seam = archives_read and blue is not None and green is not None and not off_seam(blue, green)
         return SinkSeam(
             blue_batch=None if blue is None else blue.batch_id,
             green_batch=None if green is None else green.batch_id,
