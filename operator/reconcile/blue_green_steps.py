@@ -25,7 +25,7 @@ from kappa_operator.models.streaming_job_status import BEFORE_THE_SWITCH, SWITCH
 from kappa_operator.reconcile.blue_green import green_branch, green_checkpoint, refused
 from kappa_operator.reconcile.events import Event
 from kappa_operator.reconcile.job_intent import ENDED_LIVE, JobIntent, StatusOf
-from kappa_operator.reconcile.phases import app_message, app_state
+from kappa_operator.reconcile.phases import STATES, app_message, app_state
 from kappa_operator.render.blue_green import STEP, green_objects, step_objects
 from kappa_operator.render.jobconfig import PAUSED_ANNOTATION, job_hash, live_checkpoint, streaming_job_config
 from kappa_operator.render.spark_application import Owner
@@ -85,7 +85,11 @@ class Step:
         return out
 
     def intent(self, step: str | None, message: str, events: tuple[Event, ...] = (), **kw: Any) -> JobIntent:
-        fields = self.status("Upgrading", app_state(self.blue_app) == "RUNNING", "BlueGreen", message, None)
+        state = app_state(self.blue_app)
+        # an ended upgrade says blue's own phase in the same write: a reader of the status never
+        # sees it ended while the job is still "Upgrading"
+        phase = STATES.get(state or "", STATES["UNKNOWN"])[0] if step in ENDED_STEPS else "Upgrading"
+        fields = self.status(phase, state == "RUNNING", "BlueGreen", message, None)
         extra = kw.pop("status_extra", {})
         record = self.record(step, **kw.pop("fields", {}))
         return JobIntent(status={**fields, "upgrade": record, **extra}, events=events, **kw)
@@ -96,6 +100,10 @@ class Step:
             if entry.step == step:
                 return instant(entry.at)
         return instant(self.up.started_at)
+
+
+ENDED_STEPS = ("GreenRemoved",)
+"""Steps after which blue goes on as the job, the upgrade over."""
 
 
 def event_now(job: StreamingJob, now: str) -> datetime:

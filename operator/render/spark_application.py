@@ -415,10 +415,29 @@ rarely and run for weeks, and a first micro-batch on a few executors would place
 stores unevenly."""
 
 
+EXECUTOR_FAILURES = {"spark.executor.failuresValidityInterval": "10m", "spark.executor.maxNumFailures": "300"}
+"""How many executor failures end a driver: at most 300 within any 10 minutes.
+
+Spark's own limit is ``max(2 x executors, 3)`` failures over the application's whole life
+(exit code 11), and on Kubernetes a failed creation of an executor pod counts as one. Under it, a
+live job with two executors dies at the fourth executor lost in weeks of running (a preempted
+node, a drain). Also, any API server outage of a few seconds ends every driver that asks for an
+executor meanwhile: it counts a failure each allocation round, about every 2 s. The node's fault
+run saw four in eight seconds of a 60-s outage, and CI saw the fifth end a Backfill.
+
+A driver's exit buys nothing here. The operator restarts a failed driver itself, with backoff,
+once the API server answers. What the limit guards against, executors that fail again and
+again, the operator sees as a job that makes no progress (``Stalled``, ``health.progressTimeout``).
+So failures count within a 10-minute window, and up to 300 in it, which is a failure every 2 s
+for the whole window. A job's own ``sparkConf`` setting wins."""
+
+
 def spark_conf(cfg: JobConfig) -> dict[str, str]:
-    """The application's Spark settings: the job's, over ``NO_WAIT_FOR_EXECUTORS`` for a backfill,
-    and Spark's metrics served by the driver (``driver_metrics``, the same as the ConfigMap's)."""
-    return {**(NO_WAIT_FOR_EXECUTORS if cfg.mode == "backfill" else {}), **with_driver_metrics(cfg).spark_conf}
+    """The application's Spark settings: the job's, over ``EXECUTOR_FAILURES`` and, for a
+    backfill, ``NO_WAIT_FOR_EXECUTORS``; and Spark's metrics served by the driver
+    (``driver_metrics``, the same as the ConfigMap's)."""
+    backfill = NO_WAIT_FOR_EXECUTORS if cfg.mode == "backfill" else {}
+    return {**EXECUTOR_FAILURES, **backfill, **with_driver_metrics(cfg).spark_conf}
 
 
 LIVE_RESTART = {"type": "Never"}

@@ -235,6 +235,7 @@ def test_output_beyond_the_ratio_removes_green_and_blue_goes_on() -> None:
     discarded = report("discard", "Discarded", removed=[f"{TABLE}@green-rmi-kafka-new-g2"])
     plan = w.decide(5, GreenSeen(step_app=with_state(plan.step_app[1], "COMPLETED"), step_report=discarded))
     assert w.step == "GreenRemoved" and plan.delete_step
+    assert w.status["phase"] == "Running", "the upgrade's end and blue's phase in one write"
     after = w.decide(6)
     assert not after.delete_app and after.create_app is None and after.green is None, "blue runs on, untouched"
     assert w.status["phase"] == "Running"

@@ -16,6 +16,7 @@ from kappa_operator.render.driver_metrics import with_driver_metrics
 from kappa_operator.render.jobconfig import backfill_config, config_hash, streaming_job_config
 from kappa_operator.render.spark_application import (
     BACKFILL_RESTART,
+    EXECUTOR_FAILURES,
     LIVE_RESTART,
     Launch,
     Owner,
@@ -149,7 +150,7 @@ def test_spark_application_and_config_map(job: StreamingJob) -> None:
     app = spark_application(owner, cfg, launch, h)
     # the JobConfig as the pods run it: the job's, with Spark's metrics served by the driver
     assert json.loads(cm["data"]["job.json"]) == json.loads(with_driver_metrics(cfg).to_json())
-    assert app["spec"]["sparkConf"] == json.loads(cm["data"]["job.json"])["sparkConf"]
+    assert app["spec"]["sparkConf"] == {**EXECUTOR_FAILURES, **json.loads(cm["data"]["job.json"])["sparkConf"]}
     ref = app["metadata"]["ownerReferences"][0]
     assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == ("StreamingJob", "rmi", "u-1", True)
     assert cm["metadata"]["ownerReferences"] == [ref]
@@ -210,6 +211,27 @@ def test_a_backfills_driver_plans_while_its_executors_start_and_a_live_job_keeps
     assert conf["spark.scheduler.minRegisteredResourcesRatio"] == "1", "the job's own setting wins"
     live = spark_application(Owner("StreamingJob", "rmi", "default", "u-1"), streaming_job_config(job), launch, "h")
     assert "spark.scheduler.minRegisteredResourcesRatio" not in live["spec"]["sparkConf"]
+
+
+def test_every_application_counts_executor_failures_in_a_window_and_a_jobs_own_setting_wins(
+    job: StreamingJob, backfill: Backfill
+) -> None:
+    """Spark's own limit (max(2 x executors, 3) over the application's life, each failed pod
+    creation counted) ends a driver in a 60-s API server outage; ours is 300 within 10 minutes."""
+    launch = Launch(job.spec.image, job.spec.driver, job.spec.executor, "spark", BACKFILL_RESTART)
+    live_cfg = streaming_job_config(job)
+    bf_cfg = backfill_config(backfill, job, "http://c:8471")
+    for owner, cfg in (
+        (Owner("StreamingJob", "rmi", "default", "u-1"), live_cfg),
+        (Owner("Backfill", "rmi-outage", "default", "abcdef0123"), bf_cfg),
+    ):
+        conf = spark_application(owner, cfg, launch, "h")["spec"]["sparkConf"]
+        assert conf["spark.executor.failuresValidityInterval"] == "10m", owner.kind
+        assert conf["spark.executor.maxNumFailures"] == "300", owner.kind
+    own = live_cfg.model_copy(update={"spark_conf": {**live_cfg.spark_conf, "spark.executor.maxNumFailures": "8"}})
+    conf = spark_application(Owner("StreamingJob", "rmi", "default", "u-1"), own, launch, "h")["spec"]["sparkConf"]
+    assert conf["spark.executor.maxNumFailures"] == "8", "the job's own setting wins"
+    assert conf["spark.executor.failuresValidityInterval"] == "10m"
 
 
 def test_the_config_hash_changes_with_the_spec(job: StreamingJob) -> None:
