@@ -80,6 +80,12 @@ class DeadLetterTableSpec(CRModel):
     """`namespace.table`."""
 
 
+PER_TRIGGER_ICEBERG_ONLY = (
+    "maxSnapshotsPerTrigger, maxFilesPerTrigger, maxRowsPerTrigger and maxBytesPerTrigger are for an icebergLive "
+    "source; a kafka source caps its batches with maxOffsetsPerTrigger"
+)
+
+
 class LiveSource(CRModel):
     """Where the live job reads a source."""
 
@@ -97,6 +103,11 @@ class LiveSource(CRModel):
                     "message": "kafka needs bootstrapServers and one of topic or topicPattern",
                 },
                 {"rule": "self.kind == 'kafka' || !has(self.security)", "message": "security is for a kafka source"},
+                {
+                    "rule": "self.kind == 'icebergLive' || !(has(self.maxSnapshotsPerTrigger) || "
+                    "has(self.maxFilesPerTrigger) || has(self.maxRowsPerTrigger) || has(self.maxBytesPerTrigger))",
+                    "message": PER_TRIGGER_ICEBERG_ONLY,
+                },
                 {
                     "rule": "(has(self.valueFormat) && self.valueFormat == 'avro') == has(self.schemaRegistry) && "
                     "(self.kind == 'kafka' || !has(self.schemaRegistry))",
@@ -153,9 +164,32 @@ class LiveSource(CRModel):
     registered in."""
     max_offsets_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
     """Kafka: at most this many records per micro-batch (Spark's `maxOffsetsPerTrigger`)."""
+    max_snapshots_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
+    """icebergLive: at most this many of the table's snapshots per micro-batch (1 reads the
+    commits one by one). Without a cap, a query from `earliest`, or one that fell behind, reads
+    everything new in one batch, and its state and shuffle must hold all of it at once."""
+    max_files_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
+    """icebergLive: at most about this many data files per micro-batch (at least one split is
+    read, however large)."""
+    max_rows_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
+    """icebergLive: at most about this many rows per micro-batch (as Iceberg counts them per file
+    or row group; at least one split is read)."""
+    max_bytes_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
+    """icebergLive: at most about this many bytes of data files per micro-batch (at least one
+    split is read)."""
     fail_on_data_loss: bool = True
     """Kafka: fail the query when offsets it must read were deleted by retention (Spark's
     `failOnDataLoss`); false skips them (a gap in the output, said only in the driver's log)."""
+
+    def per_trigger(self) -> dict[str, int]:
+        """The icebergLive per-micro-batch caps that are set, as the JobConfig's ``readLimit``."""
+        caps = {
+            "maxSnapshots": self.max_snapshots_per_trigger,
+            "maxFiles": self.max_files_per_trigger,
+            "maxRows": self.max_rows_per_trigger,
+            "maxBytes": self.max_bytes_per_trigger,
+        }
+        return {k: v for k, v in caps.items() if v is not None}
 
     @model_validator(mode="after")
     def _complete(self) -> LiveSource:
@@ -166,6 +200,8 @@ class LiveSource(CRModel):
             raise ValueError("kafka needs bootstrapServers and one of topic or topicPattern")
         if self.kind != "kafka" and self.security is not None:
             raise ValueError("security is for a kafka source")
+        if self.kind != "icebergLive" and self.per_trigger():
+            raise ValueError(PER_TRIGGER_ICEBERG_ONLY)
         avro = self.value_format == "avro"
         if avro != (self.schema_registry is not None) or (avro and self.kind != "kafka"):
             raise ValueError(AVRO_NEEDS_REGISTRY)

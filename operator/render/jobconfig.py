@@ -134,6 +134,8 @@ def _live_source(src: JobSource, skip: list[dict[str, Any]], spec: StreamingJobS
         out["filter"] = src.filter
     if src.history.ordering_column:  # the source's event time, live as in its history
         out["orderingColumn"] = src.history.ordering_column
+    if live.per_trigger():  # nothing without a cap: those configs and their hashes are what they were
+        out["readLimit"] = live.per_trigger()
     return out
 
 

@@ -308,6 +308,18 @@ REJECTED: list[tuple[str, str, dict[str, Any], str]] = [
     ("sj-live-no-table", SJ, {f"{LIVE_IMPRESSIONS}.table": DELETE}, "spec.sources[impressions].live: Invalid value"),
     ("sj-live-null-table", SJ, {f"{LIVE_IMPRESSIONS}.table": None}, "icebergLive needs table"),
     ("sj-live-bad-table", SJ, {f"{LIVE_IMPRESSIONS}.table": "impressions"}, "live.table in body should match"),
+    (
+        "sj-kafka-per-trigger-files",
+        SJ,
+        {LIVE_IMPRESSIONS: {"kind": "kafka", "bootstrapServers": "k:9092", "topic": "t", "maxFilesPerTrigger": 5}},
+        "are for an icebergLive source",
+    ),
+    (
+        "sj-live-per-trigger-zero",
+        SJ,
+        {f"{LIVE_IMPRESSIONS}.maxSnapshotsPerTrigger": 0},
+        "maxSnapshotsPerTrigger in body should be greater than or equal to 1",
+    ),
     ("sj-kafka-no-topic", SJ, {LIVE_IMPRESSIONS: {"kind": "kafka", "bootstrapServers": "k:9092"}}, "kafka needs"),
     ("sj-kafka-no-servers", SJ, {LIVE_IMPRESSIONS: {"kind": "kafka", "topic": "t"}}, "bootstrapServers and one"),
     (
@@ -385,6 +397,11 @@ ACCEPTED: list[tuple[str, str, dict[str, Any]]] = [
     ("bf-ratio-int", BF, {"spec.publish.minMatchRatio": 1}),
     ("bf-override", BF, {"spec.sources": {"impressions": {"table": "a.b", "snapshotId": 7}}}),
     ("sj-kafka", SJ, {LIVE_IMPRESSIONS: {"kind": "kafka", "bootstrapServers": "k:9092", "topic": "t"}}),
+    (
+        "sj-live-per-trigger",
+        SJ,
+        {f"{LIVE_IMPRESSIONS}.maxSnapshotsPerTrigger": 1, f"{LIVE_IMPRESSIONS}.maxBytesPerTrigger": 2**40},
+    ),
     ("sj-parquet", SJ, {SINK: {"kind": "parquet", "path": "s3a://lake/out"}}),
     ("sj-kafka-sink", SJ, {SINK: {"kind": "kafka", "bootstrapServers": "k:9092", "topic": "t", "key": ["id"]}}),
     (

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from kappa_operator.models.backfill import Backfill
 from kappa_operator.models.streaming_job import StreamingJob
@@ -25,7 +26,7 @@ from kappa_operator.render.spark_application import (
 )
 from spark_app.contract.config import parse_config
 from spark_app.contract.sinks import IcebergSink, KafkaSink
-from spark_app.contract.sources import KafkaSource
+from spark_app.contract.sources import IcebergLiveSource, KafkaSource, ReadLimitConfig
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -101,6 +102,24 @@ def test_a_kafka_source_reads_live_from_kafka_and_its_archive_in_a_backfill(
     assert src.schema_ddl == "id STRING, ts TIMESTAMP" and src.schema_from is None
     assert src.options["startingTimestamp"] == str(int(datetime(2026, 11, 1, 14, tzinfo=UTC).timestamp() * 1000))
     assert "startingOffsets" not in src.options, "a time overrides the position"
+
+
+def test_an_iceberg_live_sources_per_trigger_caps_are_its_read_limit(
+    job: StreamingJob,
+) -> None:
+    """A job from `earliest` on a big table reads it all in its first batch without a cap."""
+    before = streaming_job_config(job)
+    assert before.sources["impressions"].read_limit == ReadLimitConfig()  # type: ignore[union-attr]
+    data = job.model_dump(by_alias=True, exclude_none=True)
+    data["spec"]["sources"]["impressions"]["live"] |= {"maxSnapshotsPerTrigger": 1, "maxFilesPerTrigger": 20}
+    capped = streaming_job_config(StreamingJob.model_validate(data))
+    src = capped.sources["impressions"]
+    assert isinstance(src, IcebergLiveSource)
+    assert src.read_limit == ReadLimitConfig(max_snapshots=1, max_files=20)
+    assert parse_config(json.loads(capped.to_json())).sources["impressions"].read_limit.max_snapshots == 1  # type: ignore[union-attr]
+    assert config_hash(capped) != config_hash(before)
+    with pytest.raises(ValidationError, match="are for an icebergLive source"):
+        kafka_job(job, topic="t", maxRowsPerTrigger=10)
 
 
 def test_a_kafka_sink_writes_its_topic_live_and_a_backfill_topic_in_a_backfill(
