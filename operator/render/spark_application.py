@@ -422,14 +422,15 @@ Spark's own limit is ``max(2 x executors, 3)`` failures over the application's w
 (exit code 11), and on Kubernetes a failed creation of an executor pod counts as one. Under it, a
 live job with two executors dies at the fourth executor lost in weeks of running (a preempted
 node, a drain). Also, any API server outage of a few seconds ends every driver that asks for an
-executor meanwhile: it counts a failure each allocation round, about every 2 s. The node's fault
-run saw four in eight seconds of a 60-s outage, and CI saw the fifth end a Backfill.
+executor meanwhile: each allocation round's failed creation counts. The node's fault run saw four
+in five seconds of a 60-s outage, and in CI the same outage ended a Backfill's driver.
 
 A driver's exit buys nothing here. The operator restarts a failed driver itself, with backoff,
-once the API server answers. What the limit guards against, executors that fail again and
-again, the operator sees as a job that makes no progress (``Stalled``, ``health.progressTimeout``).
-So failures count within a 10-minute window, and up to 300 in it, which is a failure every 2 s
-for the whole window. A job's own ``sparkConf`` setting wins."""
+once the API server answers. What the limit guards against stays guarded: a task that kills its
+executors fails its stage after ``spark.task.maxFailures`` attempts, and a StreamingJob whose
+executors never run makes no progress (``Stalled``, ``health.progressTimeout``). So failures
+count within a 10-minute window, up to 300 in it (a failure every 2 s for the whole window). A
+job's own ``sparkConf`` setting wins."""
 
 
 def spark_conf(cfg: JobConfig) -> dict[str, str]:
