@@ -418,9 +418,9 @@ stores unevenly."""
 EXECUTOR_FAILURES = {"spark.executor.failuresValidityInterval": "10m", "spark.executor.maxNumFailures": "300"}
 """How many executor failures end a driver: at most 300 within any 10 minutes.
 
-Spark's own limit is ``max(2 x executors, 3)`` failures over the application's whole life
+Spark's own limit: more than ``max(2 x executors, 3)`` failures over the application's whole life
 (exit code 11), and on Kubernetes a failed creation of an executor pod counts as one. Under it, a
-live job with two executors dies at the fourth executor lost in weeks of running (a preempted
+live job with two executors dies at the fifth executor lost in weeks of running (a preempted
 node, a drain). Also, any API server outage of a few seconds ends every driver that asks for an
 executor meanwhile: each allocation round's failed creation counts. The node's fault run saw four
 in five seconds of a 60-s outage, and in CI the same outage ended a Backfill's driver.
