@@ -416,7 +416,7 @@ stores unevenly."""
 
 
 EXECUTOR_FAILURES = {"spark.executor.failuresValidityInterval": "10m", "spark.executor.maxNumFailures": "300"}
-"""How many executor failures end a driver: at most 300 within any 10 minutes.
+"""How many executor failures end a driver: more than 300 within 10 minutes.
 
 Spark's own limit: more than ``max(2 x executors, 3)`` failures over the application's whole life
 (exit code 11), and on Kubernetes a failed creation of an executor pod counts as one. Under it, a
