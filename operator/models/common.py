@@ -352,13 +352,13 @@ PodOverrides = create_model(
 )
 
 
-SPEC_JSON_MAX = 107_200
+SPEC_JSON_MAX = 108_000
 """The most characters (compact JSON) a spec's schema lets it take, pod settings aside. The spec
 appears twice in the object's annotations (kubectl's last-applied, kopf's last-handled), which
-must all fit in 256 KiB: 2 x (107,200 + ``POD_SETTINGS_JSON_MAX``) leaves 14,976 characters
+must all fit in 256 KiB: 2 x (108,000 + ``POD_SETTINGS_JSON_MAX``) leaves 13,376 characters
 for the object's other annotations (raised from 105,000 for the dead-letter table and the schema
-registries' Secrets, and to 107,200 for the blueGreen upgrade's overlap, catchUp and
-minMatchRatio)."""
+registries' Secrets, to 107,200 for the blueGreen upgrade's overlap, catchUp and minMatchRatio,
+and to 108,000 for an icebergLive source's maxSnapshotsPerTrigger and maxFilesPerTrigger)."""
 POD_SETTINGS_JSON_MAX = 16_384
 """The most characters (compact JSON) a spec's pod settings may take together: `driver`,
 `executor`, `volumes` and `imagePullSecrets`. The Kubernetes objects among them pass through

@@ -81,8 +81,8 @@ class DeadLetterTableSpec(CRModel):
 
 
 PER_TRIGGER_ICEBERG_ONLY = (
-    "maxSnapshotsPerTrigger, maxFilesPerTrigger, maxRowsPerTrigger and maxBytesPerTrigger are for an icebergLive "
-    "source; a kafka source caps its batches with maxOffsetsPerTrigger"
+    "maxSnapshotsPerTrigger and maxFilesPerTrigger are for an icebergLive source; a kafka source caps its "
+    "batches with maxOffsetsPerTrigger"
 )
 
 
@@ -105,7 +105,7 @@ class LiveSource(CRModel):
                 {"rule": "self.kind == 'kafka' || !has(self.security)", "message": "security is for a kafka source"},
                 {
                     "rule": "self.kind == 'icebergLive' || !(has(self.maxSnapshotsPerTrigger) || "
-                    "has(self.maxFilesPerTrigger) || has(self.maxRowsPerTrigger) || has(self.maxBytesPerTrigger))",
+                    "has(self.maxFilesPerTrigger))",
                     "message": PER_TRIGGER_ICEBERG_ONLY,
                 },
                 {
@@ -171,12 +171,6 @@ class LiveSource(CRModel):
     max_files_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
     """icebergLive: at most about this many data files per micro-batch (at least one split is
     read, however large)."""
-    max_rows_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
-    """icebergLive: at most about this many rows per micro-batch (as Iceberg counts them per file
-    or row group; at least one split is read)."""
-    max_bytes_per_trigger: int | None = Field(default=None, ge=1, le=INT64_BOUND)
-    """icebergLive: at most about this many bytes of data files per micro-batch (at least one
-    split is read)."""
     fail_on_data_loss: bool = True
     """Kafka: fail the query when offsets it must read were deleted by retention (Spark's
     `failOnDataLoss`); false skips them (a gap in the output, said only in the driver's log)."""
@@ -186,8 +180,6 @@ class LiveSource(CRModel):
         caps = {
             "maxSnapshots": self.max_snapshots_per_trigger,
             "maxFiles": self.max_files_per_trigger,
-            "maxRows": self.max_rows_per_trigger,
-            "maxBytes": self.max_bytes_per_trigger,
         }
         return {k: v for k, v in caps.items() if v is not None}
 

@@ -400,7 +400,7 @@ ACCEPTED: list[tuple[str, str, dict[str, Any]]] = [
     (
         "sj-live-per-trigger",
         SJ,
-        {f"{LIVE_IMPRESSIONS}.maxSnapshotsPerTrigger": 1, f"{LIVE_IMPRESSIONS}.maxBytesPerTrigger": 2**40},
+        {f"{LIVE_IMPRESSIONS}.maxSnapshotsPerTrigger": 1, f"{LIVE_IMPRESSIONS}.maxFilesPerTrigger": 2**40},
     ),
     ("sj-parquet", SJ, {SINK: {"kind": "parquet", "path": "s3a://lake/out"}}),
     ("sj-kafka-sink", SJ, {SINK: {"kind": "kafka", "bootstrapServers": "k:9092", "topic": "t", "key": ["id"]}}),

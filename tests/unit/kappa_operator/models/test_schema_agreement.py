@@ -417,11 +417,14 @@ TIMESTAMPS = {"start": "2026-11-01T14:00:00.123456789+02:00", "end": "2026-11-01
 
 def kafka_when_bootstrapped(spec: dict[str, Any]) -> None:
     """A maximal StreamingJob has a bootstrap, which reads Kafka topics (and their archives):
-    every source's live part becomes a topic (``topic``, as long as ``topicPattern``)."""
+    every source's live part becomes a topic (``topic``, as long as ``topicPattern``), without
+    icebergLive's per-micro-batch caps."""
     if "bootstrap" in spec:
         for source in spec["sources"].values():
             source["live"]["kind"] = "kafka"
             del source["live"]["topicPattern"]
+            for cap in ("maxSnapshotsPerTrigger", "maxFilesPerTrigger"):
+                del source["live"][cap]
 
 
 def kafka_security_named(spec: dict[str, Any]) -> None:

@@ -119,7 +119,7 @@ def test_an_iceberg_live_sources_per_trigger_caps_are_its_read_limit(
     assert parse_config(json.loads(capped.to_json())).sources["impressions"].read_limit.max_snapshots == 1  # type: ignore[union-attr]
     assert config_hash(capped) != config_hash(before)
     with pytest.raises(ValidationError, match="are for an icebergLive source"):
-        kafka_job(job, topic="t", maxRowsPerTrigger=10)
+        kafka_job(job, topic="t", maxFilesPerTrigger=10)
 
 
 def test_a_kafka_sink_writes_its_topic_live_and_a_backfill_topic_in_a_backfill(
