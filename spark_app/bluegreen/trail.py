@@ -72,6 +72,8 @@ class Trailer:
         history left to emit)."""
         self.blue, self.green = dict(blue), green
         self.green_record = green_record
+        self._archives_read = green_record is None
+        """Latched: a bootstrap record, once switched, stays switched; not read again each look."""
         self.green_queries = dict(green_queries or {})
         self.topics = None if topics is None else sorted(set(topics))
         self.interval_s = interval_s
@@ -85,7 +87,9 @@ class Trailer:
         no trail, so green reads nothing of its topics or tables past their archives)."""
         written = {}
         seams = {}
-        archives_read = self.green_record is None or self._switched(*self.green_record)
+        if not self._archives_read and self.green_record is not None:
+            self._archives_read = self._switched(*self.green_record)
+        archives_read = self._archives_read
         for sink, query in sorted(self.blue.items()):
             found = durable_position(query.checkpoint, query.pending)
             if sink in self.green_queries:
